@@ -1,0 +1,380 @@
+//! Every call to the Docker engine: run containers (ensure, inspect, list,
+//! remove), op execs (launch through the wrapper), the marker probe, the
+//! identity-checked signaller and `docker top`.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    TopOptionsBuilder,
+};
+use bollard::{ClientVersion, Docker};
+use futures::StreamExt;
+
+use crate::error::{Result, SandboxError};
+use crate::liveness::{op_liveness, OpLiveness};
+use crate::opfiles::{OpsDir, PidRecord};
+use crate::profile::{container_config, Profile, RunIdentity, LABEL_MANAGED, SCRATCH_MOUNT};
+use crate::wrapper::{
+    marker, parse_probe, parse_signalled, probe_script, signal_script, wrapper_argv,
+    MarkedProcess, Signal, WrapperSpec,
+};
+
+/// The API version spoken when negotiation is impossible (the daemon is down
+/// at connect time): Docker 20.10's, understood by every newer engine.
+const FALLBACK_API: ClientVersion = ClientVersion {
+    major_version: 1,
+    minor_version: 41,
+};
+const REQUEST_TIMEOUT_SECS: u64 = 60;
+const MAX_HELPER_OUTPUT: usize = 4 << 20;
+
+/// A run container as Docker describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: String,
+    pub labels: HashMap<String, String>,
+    pub running: bool,
+    pub hostname: String,
+    /// Docker's state word: created, running, exited, ...
+    pub state: String,
+}
+
+/// One row of `docker top` (host pids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopProcess {
+    pub host_pid: String,
+    pub command: String,
+}
+
+/// Handle on the Docker engine plus the host directory that holds every
+/// run's scratch dir.
+#[derive(Clone)]
+pub struct Sandbox {
+    docker: Docker,
+    scratch_root: PathBuf,
+}
+
+impl Sandbox {
+    /// Connects to `docker_socket` (a unix socket path) or the local default,
+    /// negotiating the API version; a daemon that is down now is not an error.
+    pub async fn connect(docker_socket: Option<&str>, scratch_root: PathBuf) -> Result<Self> {
+        let socket = docker_socket
+            .map(str::to_owned)
+            .or_else(|| std::env::var("DOCKER_HOST").ok())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_owned());
+        let path = socket.trim_start_matches("unix://");
+        let docker = Docker::connect_with_unix(path, REQUEST_TIMEOUT_SECS, &FALLBACK_API)?;
+        let docker = match docker.clone().negotiate_version().await {
+            Ok(negotiated) => negotiated,
+            Err(err) => {
+                tracing::warn!(%err, "docker api version negotiation failed; using 1.41");
+                docker
+            }
+        };
+        std::fs::create_dir_all(&scratch_root)
+            .map_err(|e| SandboxError::io(&scratch_root, e))?;
+        Ok(Sandbox {
+            docker,
+            scratch_root,
+        })
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        self.docker.ping().await?;
+        Ok(())
+    }
+
+    pub fn scratch_dir(&self, scratch_key: &str) -> PathBuf {
+        self.scratch_root.join(scratch_key)
+    }
+
+    pub fn ops_dir(&self, scratch_key: &str) -> OpsDir {
+        OpsDir::new(self.scratch_dir(scratch_key).join(".ops"))
+    }
+
+    /// Creates `<scratch>/<key>/` (writable by the sandbox user) and its
+    /// root-owned `.ops/` (writable only by the wrapper).
+    pub fn prepare_scratch(&self, scratch_key: &str) -> Result<PathBuf> {
+        let dir = self.scratch_dir(scratch_key);
+        let ops = dir.join(".ops");
+        std::fs::create_dir_all(&ops).map_err(|e| SandboxError::io(&ops, e))?;
+        set_mode(&dir, 0o777)?;
+        set_mode(&ops, 0o755)?;
+        Ok(dir)
+    }
+
+    /// Removes a run's scratch dir (only ever the dir of the given key).
+    pub fn remove_scratch(&self, scratch_key: &str) -> Result<()> {
+        let dir = self.scratch_dir(scratch_key);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(SandboxError::io(dir, e)),
+        }
+    }
+
+    /// The run container of `identity`: reused when it exists (after checking
+    /// its labels), created and started otherwise. The deterministic name
+    /// makes a retried create collide instead of producing a twin.
+    pub async fn ensure_container(
+        &self,
+        identity: &RunIdentity,
+        profile: &Profile,
+    ) -> Result<ContainerInfo> {
+        for _ in 0..3 {
+            match self.inspect(&identity.name).await {
+                Ok(info) => {
+                    identity
+                        .check_labels(&info.labels)
+                        .map_err(|reason| SandboxError::Foreign {
+                            name: identity.name.clone(),
+                            reason,
+                        })?;
+                    if info.running {
+                        return Ok(info);
+                    }
+                    self.start(&info.id).await?;
+                    return self.inspect(&info.id).await;
+                }
+                Err(SandboxError::NotFound(_)) => {}
+                Err(err) => return Err(err),
+            }
+            let scratch = self.prepare_scratch(&identity.scratch_key)?;
+            let config = container_config(identity, profile, &scratch, unix_now());
+            let options = CreateContainerOptionsBuilder::default()
+                .name(&identity.name)
+                .build();
+            match self.docker.create_container(Some(options), config).await {
+                Ok(created) => {
+                    self.start(&created.id).await?;
+                    return self.inspect(&created.id).await;
+                }
+                // someone (a lost earlier response, a concurrent call) made it: check and reuse
+                Err(err) => match SandboxError::from(err) {
+                    SandboxError::Conflict(_) => continue,
+                    other => return Err(other),
+                },
+            }
+        }
+        Err(SandboxError::Conflict(format!(
+            "container {} kept changing while it was being ensured",
+            identity.name
+        )))
+    }
+
+    async fn start(&self, id: &str) -> Result<()> {
+        match self.docker.start_container(id, None).await {
+            Ok(()) => Ok(()),
+            // 304: already started
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    pub async fn inspect(&self, id_or_name: &str) -> Result<ContainerInfo> {
+        let info = self.docker.inspect_container(id_or_name, None).await?;
+        let config = info.config.unwrap_or_default();
+        let state = info.state.unwrap_or_default();
+        Ok(ContainerInfo {
+            id: info.id.unwrap_or_default(),
+            name: info.name.unwrap_or_default().trim_start_matches('/').to_owned(),
+            labels: config.labels.unwrap_or_default(),
+            running: state.running.unwrap_or(false),
+            hostname: config.hostname.unwrap_or_default(),
+            state: state
+                .status
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Every container labelled `opkernel.managed=true`, stopped ones too.
+    pub async fn list_managed(&self) -> Result<Vec<ContainerInfo>> {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{LABEL_MANAGED}=true")],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let listed = self.docker.list_containers(Some(options)).await?;
+        Ok(listed
+            .into_iter()
+            .map(|c| {
+                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+                ContainerInfo {
+                    id: c.id.unwrap_or_default(),
+                    name: c
+                        .names
+                        .and_then(|n| n.into_iter().next())
+                        .unwrap_or_default()
+                        .trim_start_matches('/')
+                        .to_owned(),
+                    labels: c.labels.unwrap_or_default(),
+                    running: state == "running",
+                    // list does not report the hostname; Docker defaults it to the short id
+                    hostname: String::new(),
+                    state,
+                }
+            })
+            .collect())
+    }
+
+    /// Creates and starts the op's exec (detached). This is the only place a
+    /// command is ever executed.
+    pub async fn launch(
+        &self,
+        container_id: &str,
+        spec: &WrapperSpec<'_>,
+        command: &[String],
+    ) -> Result<String> {
+        let argv = wrapper_argv(spec, command)?;
+        let exec = self
+            .docker
+            .create_exec(
+                container_id,
+                CreateExecOptions {
+                    cmd: Some(argv),
+                    env: Some(vec![marker(spec.op_id)]),
+                    user: Some("0".to_owned()),
+                    working_dir: Some(SCRATCH_MOUNT.to_owned()),
+                    attach_stdout: Some(false),
+                    attach_stderr: Some(false),
+                    attach_stdin: Some(false),
+                    tty: Some(false),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: true,
+                    ..Default::default()
+                }),
+            )
+            .await?;
+        Ok(exec.id)
+    }
+
+    /// Runs a kernel helper script as root in the container and returns its stdout.
+    async fn run_helper(&self, container_id: &str, script: String) -> Result<String> {
+        let exec = self
+            .docker
+            .create_exec(
+                container_id,
+                CreateExecOptions {
+                    cmd: Some(vec!["/bin/sh".to_owned(), "-c".to_owned(), script]),
+                    user: Some("0".to_owned()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(false),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let mut out = Vec::new();
+        if let StartExecResults::Attached { mut output, .. } =
+            self.docker.start_exec(&exec.id, None).await?
+        {
+            while let Some(chunk) = output.next().await {
+                let chunk = chunk?;
+                if out.len() < MAX_HELPER_OUTPUT {
+                    out.extend_from_slice(&chunk.into_bytes());
+                }
+            }
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// Every process in the container that carries an op marker.
+    pub async fn probe(&self, container_id: &str) -> Result<Vec<MarkedProcess>> {
+        let out = self.run_helper(container_id, probe_script()).await?;
+        parse_probe(&out).map_err(|detail| SandboxError::Probe {
+            container: container_id.to_owned(),
+            detail,
+        })
+    }
+
+    /// The identity probe of one op: is its wrapper alive (pid, start time and
+    /// marker all match), and how many of its processes remain.
+    pub async fn probe_op(
+        &self,
+        container_id: &str,
+        op_id: &str,
+        record: &PidRecord,
+    ) -> Result<OpLiveness> {
+        Ok(op_liveness(&self.probe(container_id).await?, op_id, record))
+    }
+
+    /// Sends `signal` to every identity-checked process of the op except its
+    /// wrapper (which survives to write the exit code). Returns the pids hit.
+    pub async fn signal_op(
+        &self,
+        container_id: &str,
+        op_id: &str,
+        record: &PidRecord,
+        signal: Signal,
+    ) -> Result<Vec<u32>> {
+        let script = signal_script(op_id, record.pid, record.start_ticks, signal)?;
+        let out = self.run_helper(container_id, script).await?;
+        parse_signalled(&out).ok_or_else(|| SandboxError::Probe {
+            container: container_id.to_owned(),
+            detail: format!("signaller output incomplete: {out:?}"),
+        })
+    }
+
+    /// `docker top`: the container's processes with host pids.
+    pub async fn top(&self, container_id: &str) -> Result<Vec<TopProcess>> {
+        let options = TopOptionsBuilder::default().ps_args("-eo pid,args").build();
+        let top = self.docker.top_processes(container_id, Some(options)).await?;
+        let titles = top.titles.unwrap_or_default();
+        let pid_col = titles.iter().position(|t| t == "PID").unwrap_or(0);
+        let cmd_col = titles
+            .iter()
+            .position(|t| t == "COMMAND" || t == "CMD")
+            .unwrap_or(titles.len().saturating_sub(1));
+        Ok(top
+            .processes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|row| TopProcess {
+                host_pid: row.get(pid_col).cloned().unwrap_or_default(),
+                command: row.get(cmd_col).cloned().unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// Force-removes a container; `Ok(false)` when it was already gone.
+    pub async fn remove(&self, container_id: &str) -> Result<bool> {
+        let options = RemoveContainerOptionsBuilder::default().force(true).build();
+        match self.docker.remove_container(container_id, Some(options)).await {
+            Ok(()) => Ok(true),
+            Err(err) => match SandboxError::from(err) {
+                SandboxError::NotFound(_) => Ok(false),
+                other => Err(other),
+            },
+        }
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| SandboxError::io(path, e))
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

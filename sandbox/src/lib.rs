@@ -1,0 +1,19 @@
+//! opkernel's sandbox layer: the only crate that talks to Docker.
+//!
+//! It creates and finds labelled run containers, launches commands through
+//! the pid/code/log wrapper, reads the op files, probes and signals op
+//! processes with identity checks. It knows nothing of the control plane.
+
+pub mod docker;
+pub mod error;
+pub mod liveness;
+pub mod opfiles;
+pub mod profile;
+pub mod wrapper;
+
+pub use docker::{unix_now, ContainerInfo, Sandbox, TopProcess};
+pub use error::{Result, SandboxError};
+pub use liveness::OpLiveness;
+pub use opfiles::{LogDigest, OpFileError, OpsDir, PidRecord};
+pub use profile::{Profile, RunIdentity};
+pub use wrapper::{MarkedProcess, Signal, WrapperSpec};

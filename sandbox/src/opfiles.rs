@@ -1,0 +1,281 @@
+//! Host-side reading of an op's files in `<scratch>/.ops/`: the pid record,
+//! the exit code and the log. Every open refuses symlinks and non-regular
+//! files and every read is bounded, so a hostile file can neither redirect
+//! the kernel outside the scratch dir nor make it read without end.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::wrapper::validate_op_id;
+
+/// Why an op file could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpFileError {
+    #[error("{0} is missing")]
+    Missing(String),
+    #[error("{0} is empty")]
+    Empty(String),
+    #[error("{0} is only partly written: {1:?}")]
+    Partial(String, String),
+    #[error("{0} holds garbage: {1:?}")]
+    Garbage(String, String),
+    #[error("{0} is not a regular file (symlink, fifo or directory)")]
+    NotRegular(String),
+    #[error("{0} could not be read: {1}")]
+    Unreadable(String, String),
+}
+
+/// The wrapper's identity as recorded in `<id>.pid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PidRecord {
+    /// The wrapper's pid inside the container.
+    pub pid: u32,
+    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
+    pub start_ticks: u64,
+    pub hostname: String,
+}
+
+const MAX_PID_FILE: u64 = 512;
+const MAX_CODE_FILE: u64 = 64;
+
+/// Parses the content of a `.pid` file: `<pid> <start ticks> <hostname>\n`.
+pub fn parse_pid_record(name: &str, text: &str) -> Result<PidRecord, OpFileError> {
+    if text.is_empty() {
+        return Err(OpFileError::Empty(name.to_owned()));
+    }
+    let Some(line) = text.strip_suffix('\n') else {
+        return Err(OpFileError::Partial(name.to_owned(), clip(text)));
+    };
+    let fields: Vec<&str> = line.split(' ').collect();
+    if fields.len() < 2 {
+        return Err(OpFileError::Partial(name.to_owned(), clip(text)));
+    }
+    let garbage = || OpFileError::Garbage(name.to_owned(), clip(text));
+    let pid: u32 = fields[0].parse().map_err(|_| garbage())?;
+    let start_ticks: u64 = fields[1].parse().map_err(|_| garbage())?;
+    if pid == 0 || fields.len() > 3 {
+        return Err(garbage());
+    }
+    let hostname = fields.get(2).copied().unwrap_or("").to_owned();
+    if hostname.len() > 255 || !hostname.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(garbage());
+    }
+    Ok(PidRecord {
+        pid,
+        start_ticks,
+        hostname,
+    })
+}
+
+/// Parses the content of a `.code` file: a decimal exit code 0..=255 and a newline.
+pub fn parse_exit_code(name: &str, text: &str) -> Result<i32, OpFileError> {
+    if text.is_empty() {
+        return Err(OpFileError::Empty(name.to_owned()));
+    }
+    let Some(line) = text.strip_suffix('\n') else {
+        return Err(OpFileError::Partial(name.to_owned(), clip(text)));
+    };
+    match line.parse::<i32>() {
+        Ok(code) if (0..=255).contains(&code) && !line.starts_with('+') => Ok(code),
+        _ => Err(OpFileError::Garbage(name.to_owned(), clip(text))),
+    }
+}
+
+fn clip(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+/// Digest of a finished log: its output artifact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogDigest {
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// The `.ops` directory of one run, seen from the host.
+#[derive(Debug, Clone)]
+pub struct OpsDir {
+    dir: PathBuf,
+}
+
+impl OpsDir {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        OpsDir { dir: dir.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn file(&self, op_id: &str, ext: &str) -> Result<PathBuf, OpFileError> {
+        validate_op_id(op_id)
+            .map_err(|e| OpFileError::Garbage(format!("{op_id}.{ext}"), e.to_string()))?;
+        Ok(self.dir.join(format!("{op_id}.{ext}")))
+    }
+
+    pub fn log_path(&self, op_id: &str) -> Result<PathBuf, OpFileError> {
+        self.file(op_id, "log")
+    }
+
+    pub fn read_pid(&self, op_id: &str) -> Result<PidRecord, OpFileError> {
+        let name = format!("{op_id}.pid");
+        let text = read_small(&self.file(op_id, "pid")?, &name, MAX_PID_FILE)?;
+        parse_pid_record(&name, &text)
+    }
+
+    pub fn read_code(&self, op_id: &str) -> Result<i32, OpFileError> {
+        let name = format!("{op_id}.code");
+        let text = read_small(&self.file(op_id, "code")?, &name, MAX_CODE_FILE)?;
+        parse_exit_code(&name, &text)
+    }
+
+    /// Opens the log for reading; refuses symlinks and non-regular files.
+    pub fn open_log(&self, op_id: &str) -> Result<File, OpFileError> {
+        let path = self.log_path(op_id)?;
+        open_regular(&path, &format!("{op_id}.log"))
+    }
+
+    /// The last `max` bytes of the log (fewer if it is shorter) and its size.
+    pub fn log_tail(&self, op_id: &str, max: u64) -> Result<(Vec<u8>, u64), OpFileError> {
+        let name = format!("{op_id}.log");
+        let mut file = self.open_log(op_id)?;
+        let size = file
+            .metadata()
+            .map_err(|e| OpFileError::Unreadable(name.clone(), e.to_string()))?
+            .len();
+        let from = size.saturating_sub(max);
+        file.seek(SeekFrom::Start(from))
+            .map_err(|e| OpFileError::Unreadable(name.clone(), e.to_string()))?;
+        let mut buf = Vec::with_capacity((size - from) as usize);
+        file.take(max)
+            .read_to_end(&mut buf)
+            .map_err(|e| OpFileError::Unreadable(name, e.to_string()))?;
+        Ok((buf, size))
+    }
+
+    /// sha256 and size of the whole log.
+    pub fn log_digest(&self, op_id: &str) -> Result<LogDigest, OpFileError> {
+        let name = format!("{op_id}.log");
+        let mut file = self.open_log(op_id)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut size = 0u64;
+        loop {
+            let n = file
+                .read(&mut buf)
+                .map_err(|e| OpFileError::Unreadable(name.clone(), e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            size += n as u64;
+        }
+        Ok(LogDigest {
+            sha256: hex::encode(hasher.finalize()),
+            size,
+        })
+    }
+}
+
+fn open_regular(path: &Path, name: &str) -> Result<File, OpFileError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => OpFileError::Missing(name.to_owned()),
+            _ if e.raw_os_error() == Some(libc::ELOOP) => OpFileError::NotRegular(name.to_owned()),
+            _ => OpFileError::Unreadable(name.to_owned(), e.to_string()),
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| OpFileError::Unreadable(name.to_owned(), e.to_string()))?;
+    if !meta.is_file() {
+        return Err(OpFileError::NotRegular(name.to_owned()));
+    }
+    Ok(file)
+}
+
+fn read_small(path: &Path, name: &str, max: u64) -> Result<String, OpFileError> {
+    let file = open_regular(path, name)?;
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| OpFileError::Unreadable(name.to_owned(), e.to_string()))?;
+    if bytes.len() as u64 > max {
+        return Err(OpFileError::Garbage(name.to_owned(), format!("larger than {max} bytes")));
+    }
+    String::from_utf8(bytes).map_err(|_| OpFileError::Garbage(name.to_owned(), "not utf-8".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d";
+
+    #[test]
+    fn pid_records_parse() {
+        assert_eq!(
+            parse_pid_record("p", "42 123456 abc123\n"),
+            Ok(PidRecord { pid: 42, start_ticks: 123456, hostname: "abc123".into() })
+        );
+        assert!(matches!(parse_pid_record("p", ""), Err(OpFileError::Empty(_))));
+        assert!(matches!(parse_pid_record("p", "42 1234"), Err(OpFileError::Partial(..))));
+        assert!(matches!(parse_pid_record("p", "42\n"), Err(OpFileError::Partial(..))));
+        assert!(matches!(parse_pid_record("p", "x 1 h\n"), Err(OpFileError::Garbage(..))));
+        assert!(matches!(parse_pid_record("p", "0 1 h\n"), Err(OpFileError::Garbage(..))));
+        assert!(matches!(parse_pid_record("p", "1 2 h extra\n"), Err(OpFileError::Garbage(..))));
+    }
+
+    #[test]
+    fn exit_codes_parse() {
+        assert_eq!(parse_exit_code("c", "0\n"), Ok(0));
+        assert_eq!(parse_exit_code("c", "137\n"), Ok(137));
+        assert!(matches!(parse_exit_code("c", ""), Err(OpFileError::Empty(_))));
+        assert!(matches!(parse_exit_code("c", "13"), Err(OpFileError::Partial(..))));
+        for bad in ["-1\n", "256\n", "abc\n", "+3\n", "1 2\n", "\n"] {
+            assert!(matches!(parse_exit_code("c", bad), Err(OpFileError::Garbage(..))), "{bad:?}");
+        }
+    }
+
+    fn tmp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("opfiles-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn files_are_read_bounded_and_never_through_symlinks() {
+        let dir = tmp_dir("sym");
+        let ops = OpsDir::new(&dir);
+        assert!(matches!(ops.read_code(ID), Err(OpFileError::Missing(_))));
+        std::fs::write(dir.join("secret"), "0\n").unwrap();
+        std::os::unix::fs::symlink(dir.join("secret"), dir.join(format!("{ID}.code"))).unwrap();
+        assert!(matches!(ops.read_code(ID), Err(OpFileError::NotRegular(_))));
+        std::fs::write(dir.join(format!("{ID}.pid")), "1 ".repeat(10_000)).unwrap();
+        assert!(matches!(ops.read_pid(ID), Err(OpFileError::Garbage(..))));
+        std::fs::create_dir(dir.join(format!("{ID}.log"))).unwrap();
+        assert!(matches!(ops.log_tail(ID, 10), Err(OpFileError::NotRegular(_))));
+        assert!(ops.read_code("../secret").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn log_tail_and_digest() {
+        let dir = tmp_dir("log");
+        let ops = OpsDir::new(&dir);
+        std::fs::write(dir.join(format!("{ID}.log")), b"hello\0world").unwrap();
+        assert_eq!(ops.log_tail(ID, 5).unwrap(), (b"world".to_vec(), 11));
+        assert_eq!(ops.log_tail(ID, 100).unwrap().0, b"hello\0world".to_vec());
+        let digest = ops.log_digest(ID).unwrap();
+        assert_eq!(digest.size, 11);
+        assert_eq!(digest.sha256.len(), 64);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

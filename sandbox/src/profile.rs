@@ -1,0 +1,303 @@
+//! Run identity and container settings as pure functions: run id validation,
+//! scratch key, run fingerprint, deterministic container name, durable labels
+//! and the hardened container configuration.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::models::{ContainerCreateBody, HostConfig};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, SandboxError};
+
+pub const LABEL_MANAGED: &str = "opkernel.managed";
+pub const LABEL_RUN_ID: &str = "opkernel.run_id";
+pub const LABEL_SCRATCH_KEY: &str = "opkernel.scratch_key";
+pub const LABEL_FINGERPRINT: &str = "opkernel.run_fingerprint";
+pub const LABEL_CREATED_AT: &str = "opkernel.created_at";
+
+/// Where the run's scratch directory is mounted inside the container.
+pub const SCRATCH_MOUNT: &str = "/scratch";
+/// Where the op files live inside the container (a separate, root-owned mount).
+pub const OPS_MOUNT: &str = "/scratch/.ops";
+
+/// Capabilities kept in a run container. The agent's command runs as an
+/// unprivileged user and holds none of them; the kernel's own root-run helpers
+/// need them: SETUID/SETGID to drop to that user, KILL and SYS_PTRACE to
+/// identity-check (read `/proc/<pid>/environ`) and signal the op's processes.
+pub const KEPT_CAPABILITIES: [&str; 4] = ["KILL", "SETUID", "SETGID", "SYS_PTRACE"];
+
+/// The container settings of a run. Set by the operator (kernel config),
+/// never by the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    pub image: String,
+    pub memory_bytes: i64,
+    pub nano_cpus: i64,
+    pub pids_limit: i64,
+    /// Docker network mode; `none` unless the operator opts in.
+    pub network: String,
+    /// `NAME=VALUE` pairs, sorted for a stable fingerprint.
+    pub env: Vec<String>,
+    /// User the command is dropped to (a name from the image's /etc/passwd);
+    /// `None` runs the command as root.
+    pub run_as: Option<String>,
+    pub read_only_root: bool,
+    pub tmpfs_bytes: i64,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Profile {
+            image: "opkernel-sandbox:latest".to_owned(),
+            memory_bytes: 2 << 30,
+            nano_cpus: 2_000_000_000,
+            pids_limit: 1024,
+            network: "none".to_owned(),
+            env: Vec::new(),
+            run_as: Some("agent".to_owned()),
+            read_only_root: true,
+            tmpfs_bytes: 512 << 20,
+        }
+    }
+}
+
+/// Checks a run id against `[A-Za-z0-9_.-]{1,64}`, with no `..` and not `.`.
+pub fn validate_run_id(run_id: &str) -> Result<()> {
+    let charset_ok = run_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if run_id.is_empty() || run_id.len() > 64 || !charset_ok {
+        return Err(SandboxError::Invalid(format!(
+            "run id must match [A-Za-z0-9_.-]{{1,64}}, got {:?}",
+            truncate_for_message(run_id)
+        )));
+    }
+    if run_id == "." || run_id.contains("..") {
+        return Err(SandboxError::Invalid(format!(
+            "run id may not be '.' or contain '..', got {run_id:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn truncate_for_message(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+fn sha256_hex(parts: &[&[u8]]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// The run's scratch key: path-safe by construction, stable for a run id.
+pub fn scratch_key(run_id: &str) -> String {
+    sha256_hex(&[b"opkernel-scratch", run_id.as_bytes()])[..24].to_owned()
+}
+
+/// sha256 over run id + canonical profile. A changed profile means a new container.
+pub fn run_fingerprint(run_id: &str, profile: &Profile) -> String {
+    let mut canonical = profile.clone();
+    canonical.env.sort();
+    // serde_json keeps struct field order, so this is canonical for a given type.
+    let json = serde_json::to_vec(&canonical).unwrap_or_default();
+    sha256_hex(&[b"opkernel-fingerprint", run_id.as_bytes(), &json])
+}
+
+/// Deterministic container name: a lost create response can never produce a
+/// twin, because a retry collides with the first container's name.
+pub fn container_name(scratch_key: &str, fingerprint: &str) -> String {
+    format!("opkernel-{}-{}", scratch_key, &fingerprint[..12])
+}
+
+/// What identifies a run container: checked against its labels before any use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunIdentity {
+    pub run_id: String,
+    pub scratch_key: String,
+    pub fingerprint: String,
+    pub name: String,
+}
+
+impl RunIdentity {
+    pub fn new(run_id: &str, profile: &Profile) -> Result<Self> {
+        validate_run_id(run_id)?;
+        let scratch_key = scratch_key(run_id);
+        let fingerprint = run_fingerprint(run_id, profile);
+        let name = container_name(&scratch_key, &fingerprint);
+        Ok(RunIdentity {
+            run_id: run_id.to_owned(),
+            scratch_key,
+            fingerprint,
+            name,
+        })
+    }
+
+    pub fn labels(&self, created_at_unix: u64) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_RUN_ID.to_owned(), self.run_id.clone()),
+            (LABEL_SCRATCH_KEY.to_owned(), self.scratch_key.clone()),
+            (LABEL_FINGERPRINT.to_owned(), self.fingerprint.clone()),
+            (LABEL_CREATED_AT.to_owned(), created_at_unix.to_string()),
+        ])
+    }
+
+    /// Confirms that a container's labels name this run and fingerprint.
+    pub fn check_labels(&self, labels: &HashMap<String, String>) -> Result<(), String> {
+        let expect = [
+            (LABEL_MANAGED, "true"),
+            (LABEL_RUN_ID, self.run_id.as_str()),
+            (LABEL_SCRATCH_KEY, self.scratch_key.as_str()),
+            (LABEL_FINGERPRINT, self.fingerprint.as_str()),
+        ];
+        for (key, want) in expect {
+            match labels.get(key) {
+                None => return Err(format!("label {key} is missing")),
+                Some(got) if got != want => {
+                    return Err(format!("label {key} is {got:?}, expected {want:?}"))
+                }
+                Some(_) => {}
+            }
+        }
+        if !labels.contains_key(LABEL_CREATED_AT) {
+            return Err(format!("label {LABEL_CREATED_AT} is missing"));
+        }
+        Ok(())
+    }
+}
+
+/// The full create body of a hardened run container.
+pub fn container_config(
+    identity: &RunIdentity,
+    profile: &Profile,
+    scratch_dir: &Path,
+    created_at_unix: u64,
+) -> ContainerCreateBody {
+    let scratch = scratch_dir.display().to_string();
+    let host_config = HostConfig {
+        binds: Some(vec![
+            format!("{scratch}:{SCRATCH_MOUNT}:rw"),
+            format!("{scratch}/.ops:{OPS_MOUNT}:rw"),
+        ]),
+        cap_drop: Some(vec!["ALL".to_owned()]),
+        cap_add: Some(KEPT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+        security_opt: Some(vec!["no-new-privileges".to_owned()]),
+        readonly_rootfs: Some(profile.read_only_root),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_owned(),
+            format!("rw,nosuid,nodev,mode=1777,size={}", profile.tmpfs_bytes),
+        )])),
+        pids_limit: Some(profile.pids_limit),
+        memory: Some(profile.memory_bytes),
+        nano_cpus: Some(profile.nano_cpus),
+        network_mode: Some(profile.network.clone()),
+        privileged: Some(false),
+        init: Some(true),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(profile.image.clone()),
+        cmd: Some(vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            "while :; do sleep 3600; done".to_owned(),
+        ]),
+        env: Some(profile.env.clone()),
+        labels: Some(identity.labels(created_at_unix)),
+        working_dir: Some(SCRATCH_MOUNT.to_owned()),
+        user: Some("0".to_owned()),
+        network_disabled: Some(profile.network == "none"),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_are_validated() {
+        for ok in ["a", "run-1", "A.b_c-9", &"x".repeat(64)] {
+            assert!(validate_run_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".", "..", "a..b", "a/b", "a b", "ä", &"x".repeat(65), "a\0b"] {
+            assert!(validate_run_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn scratch_key_is_stable_and_path_safe() {
+        assert_eq!(scratch_key("run-1"), scratch_key("run-1"));
+        assert_ne!(scratch_key("run-1"), scratch_key("run-2"));
+        assert!(scratch_key("..x").chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn fingerprint_changes_with_profile_not_env_order() {
+        let a = Profile {
+            env: vec!["A=1".into(), "B=2".into()],
+            ..Profile::default()
+        };
+        let b = Profile {
+            env: vec!["B=2".into(), "A=1".into()],
+            ..Profile::default()
+        };
+        let c = Profile {
+            memory_bytes: 1 << 30,
+            ..Profile::default()
+        };
+        assert_eq!(run_fingerprint("r", &a), run_fingerprint("r", &b));
+        assert_ne!(run_fingerprint("r", &a), run_fingerprint("r", &c));
+        assert_ne!(run_fingerprint("r", &a), run_fingerprint("s", &a));
+    }
+
+    #[test]
+    fn labels_round_trip_and_mismatch_is_named() {
+        let id = RunIdentity::new("run-1", &Profile::default()).unwrap();
+        let labels = id.labels(1_700_000_000);
+        assert_eq!(id.check_labels(&labels), Ok(()));
+        let other = RunIdentity::new("run-2", &Profile::default()).unwrap();
+        let err = other.check_labels(&labels).unwrap_err();
+        assert!(err.contains(LABEL_RUN_ID), "{err}");
+        let mut missing = labels.clone();
+        missing.remove(LABEL_FINGERPRINT);
+        assert!(id.check_labels(&missing).unwrap_err().contains("missing"));
+    }
+
+    #[test]
+    fn container_name_is_deterministic() {
+        let id = RunIdentity::new("run-1", &Profile::default()).unwrap();
+        let again = RunIdentity::new("run-1", &Profile::default()).unwrap();
+        assert_eq!(id.name, again.name);
+        assert!(id.name.starts_with(&format!("opkernel-{}-", id.scratch_key)));
+    }
+
+    #[test]
+    fn container_config_is_hardened() {
+        let profile = Profile::default();
+        let id = RunIdentity::new("run-1", &profile).unwrap();
+        let cfg = container_config(&id, &profile, Path::new("/h/scratch/k"), 5);
+        let host = cfg.host_config.unwrap();
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+        assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_owned()]));
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.privileged, Some(false));
+        assert_eq!(
+            host.binds,
+            Some(vec![
+                "/h/scratch/k:/scratch:rw".to_owned(),
+                "/h/scratch/k/.ops:/scratch/.ops:rw".to_owned()
+            ])
+        );
+        assert!(host.tmpfs.unwrap()["/tmp"].contains("mode=1777"));
+        assert_eq!(cfg.labels.unwrap()[LABEL_MANAGED], "true");
+    }
+}

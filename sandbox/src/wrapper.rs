@@ -1,0 +1,335 @@
+//! The in-container scripts, built by pure functions: the op wrapper (pid,
+//! log and code files), the marker probe and the identity-checked signaller,
+//! plus the parser of the probe's output.
+//!
+//! The wrapper runs as root in the container and the command runs in its own
+//! session (so a signal to the command's process group never hits the
+//! wrapper), dropped to the profile's user, with stdout+stderr going through
+//! a size-capping copier into `.ops/<id>.log`. The exit code is written to a
+//! temp file and renamed to `.ops/<id>.code`.
+
+use crate::error::{Result, SandboxError};
+use crate::profile::OPS_MOUNT;
+
+/// Environment variable that marks every process of an op.
+pub const MARKER_VAR: &str = "__OPKERNEL_OP";
+/// argv[0] of the wrapper shell, visible in `docker top`.
+pub const WRAPPER_ARG0: &str = "opkernel-wrapper";
+
+/// `__OPKERNEL_OP=<id>`.
+pub fn marker(op_id: &str) -> String {
+    format!("{MARKER_VAR}={op_id}")
+}
+
+/// Op ids are UUIDs in their hyphenated lowercase form; nothing else may be
+/// spliced into a script or a path.
+pub fn validate_op_id(op_id: &str) -> Result<()> {
+    let ok = op_id.len() == 36
+        && op_id.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(SandboxError::Invalid(format!(
+            "operation id must be a lowercase uuid, got {:?}",
+            op_id.chars().take(64).collect::<String>()
+        )))
+    }
+}
+
+fn validate_user(user: &str) -> Result<()> {
+    let ok = !user.is_empty()
+        && user.len() <= 32
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(SandboxError::Invalid(format!("run_as user {user:?} is not a plain user name")))
+    }
+}
+
+/// What the wrapper needs to know about one op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrapperSpec<'a> {
+    pub op_id: &'a str,
+    pub run_as: Option<&'a str>,
+    /// Log size cap in bytes (rounded up to whole KiB).
+    pub log_cap_bytes: u64,
+}
+
+/// The wrapper script. Run as `sh -c SCRIPT opkernel-wrapper ARGV...`.
+pub fn wrapper_script(spec: &WrapperSpec<'_>) -> Result<String> {
+    validate_op_id(spec.op_id)?;
+    if let Some(user) = spec.run_as {
+        validate_user(user)?;
+    }
+    let cap_kib = spec.log_cap_bytes.div_ceil(1024).max(1);
+    let run_as = spec.run_as.unwrap_or("");
+    Ok(format!(
+        r#"id={id}; ops={ops}; cap_kib={cap_kib}; run_as='{run_as}'
+umask 022
+st=$(set -f; read -r l < /proc/$$/stat; set -- ${{l##*) }}; shift 19; echo "$1")
+host=$(cat /proc/sys/kernel/hostname 2>/dev/null)
+printf '%s %s %s\n' "$$" "$st" "$host" > "$ops/$id.pid.tmp" && mv -f "$ops/$id.pid.tmp" "$ops/$id.pid" || exit 125
+if [ -n "$run_as" ]; then set -- su -m -s /bin/sh "$run_as" -c 'exec "$@"' opkernel-op "$@"; fi
+if command -v setsid >/dev/null 2>&1; then set -- setsid "$@"; fi
+: > "$ops/$id.log"
+fifo="$ops/$id.fifo"
+capper=
+if mkfifo -m 600 "$fifo" 2>/dev/null; then
+  env -u {marker_var} /bin/sh -c 'dd bs=1024 count="$1" iflag=fullblock 2>/dev/null; n=$(wc -c); if [ "$n" -gt 0 ]; then printf "\n[opkernel: output truncated: %s bytes over the %s KiB cap dropped]\n" "$n" "$1"; fi' opkernel-capper "$cap_kib" < "$fifo" >> "$ops/$id.log" 2>/dev/null &
+  capper=$!
+  "$@" > "$fifo" 2>&1 < /dev/null &
+else
+  "$@" >> "$ops/$id.log" 2>&1 < /dev/null &
+fi
+child=$!
+wait "$child"; code=$?
+rm -f "$fifo"
+if [ -n "$capper" ]; then
+  n=0; while kill -0 "$capper" 2>/dev/null && [ "$n" -lt 400 ]; do sleep 0.005; n=$((n+1)); done
+fi
+printf '%s\n' "$code" > "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code"
+"#,
+        id = spec.op_id,
+        ops = OPS_MOUNT,
+        marker_var = MARKER_VAR,
+    ))
+}
+
+/// The exec argv of an op: `/bin/sh -c WRAPPER opkernel-wrapper ARGV...`.
+pub fn wrapper_argv(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Vec<String>> {
+    validate_command(command)?;
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        wrapper_script(spec)?,
+        WRAPPER_ARG0.to_owned(),
+    ];
+    argv.extend(command.iter().cloned());
+    Ok(argv)
+}
+
+/// Total argv size bound (bytes, including one separator per argument).
+pub const MAX_COMMAND_BYTES: usize = 256 * 1024;
+
+/// A command is a non-empty argv without NUL bytes and of bounded size.
+pub fn validate_command(command: &[String]) -> Result<()> {
+    if command.is_empty() {
+        return Err(SandboxError::Invalid("command must be a non-empty argv array".into()));
+    }
+    if command[0].is_empty() {
+        return Err(SandboxError::Invalid("command[0] must not be empty".into()));
+    }
+    if let Some(i) = command.iter().position(|a| a.contains('\0')) {
+        return Err(SandboxError::Invalid(format!("command[{i}] contains a NUL byte")));
+    }
+    let total: usize = command.iter().map(|a| a.len() + 1).sum();
+    if total > MAX_COMMAND_BYTES {
+        return Err(SandboxError::Invalid(format!(
+            "command is {total} bytes, the limit is {MAX_COMMAND_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// Lists every process that carries an op marker: `<pid> <starttime> <op id>`
+/// per line. Needs only `/bin/sh`, `tr` and `grep`.
+pub fn probe_script() -> String {
+    format!(
+        r#"for d in /proc/[0-9]*; do
+  p=${{d#/proc/}}
+  [ "$p" = "$$" ] && continue
+  m=$(tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -m1 '^{var}=') || continue
+  l=$(cat "$d/stat" 2>/dev/null) || continue
+  st=$(set -f; set -- ${{l##*) }}; shift 19; echo "$1")
+  echo "$p $st ${{m#{var}=}}"
+done
+echo end
+"#,
+        var = MARKER_VAR
+    )
+}
+
+/// A process that carries an op marker, as the probe saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkedProcess {
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub op_id: String,
+}
+
+/// Parses the probe output. The trailing `end` line proves the listing is complete.
+pub fn parse_probe(output: &str) -> Result<Vec<MarkedProcess>, String> {
+    let mut procs = Vec::new();
+    let mut complete = false;
+    for line in output.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "end" {
+            complete = true;
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let (Some(pid), Some(start), Some(op)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(format!("short probe line {line:?}"));
+        };
+        let pid = pid.parse().map_err(|_| format!("bad pid in {line:?}"))?;
+        let start_ticks = start.parse().map_err(|_| format!("bad start time in {line:?}"))?;
+        procs.push(MarkedProcess {
+            pid,
+            start_ticks,
+            op_id: op.to_owned(),
+        });
+    }
+    if complete {
+        Ok(procs)
+    } else {
+        Err("probe output ended before its end line".into())
+    }
+}
+
+/// Unix signals the kernel sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Kill,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "TERM",
+            Signal::Kill => "KILL",
+        }
+    }
+}
+
+/// Signals every process of an op except its wrapper, checking immediately
+/// before each signal that the process carries the op's marker and started no
+/// earlier than the wrapper (a reused pid fails one of the two). Prints one
+/// `signalled <pid>` line per signal and a final `end` line.
+pub fn signal_script(
+    op_id: &str,
+    wrapper_pid: u32,
+    wrapper_start_ticks: u64,
+    signal: Signal,
+) -> Result<String> {
+    validate_op_id(op_id)?;
+    Ok(format!(
+        r#"want='{var}={op_id}'; wrapper={wrapper_pid}; since={wrapper_start_ticks}
+for d in /proc/[0-9]*; do
+  p=${{d#/proc/}}
+  [ "$p" = "$$" ] && continue
+  [ "$p" = "$wrapper" ] && continue
+  tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "$want" || continue
+  l=$(cat "$d/stat" 2>/dev/null) || continue
+  st=$(set -f; set -- ${{l##*) }}; shift 19; echo "$1")
+  [ "$st" -ge "$since" ] 2>/dev/null || continue
+  kill -{sig} "$p" 2>/dev/null && echo "signalled $p"
+done
+echo end
+"#,
+        var = MARKER_VAR,
+        sig = signal.name(),
+    ))
+}
+
+/// Pids reported as signalled by [`signal_script`]; `None` when incomplete.
+pub fn parse_signalled(output: &str) -> Option<Vec<u32>> {
+    let mut pids = Vec::new();
+    let mut complete = false;
+    for line in output.lines() {
+        if line.trim() == "end" {
+            complete = true;
+        } else if let Some(pid) = line.trim().strip_prefix("signalled ") {
+            pids.push(pid.parse().ok()?);
+        }
+    }
+    complete.then_some(pids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d";
+
+    #[test]
+    fn op_ids_must_be_uuids() {
+        assert!(validate_op_id(ID).is_ok());
+        for bad in ["", "x", "0B6F1C2E-8A47-4C1E-9D3A-5F2B7C9E1A0D", "../../etc/passwd", &ID.replace('-', "_")] {
+            assert!(validate_op_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn wrapper_writes_all_three_files_and_isolates_the_command() {
+        let spec = WrapperSpec { op_id: ID, run_as: Some("agent"), log_cap_bytes: 1500 };
+        let script = wrapper_script(&spec).unwrap();
+        assert!(script.contains(&format!("id={ID}; ops=/scratch/.ops; cap_kib=2; run_as='agent'")));
+        assert!(script.contains(r#"> "$ops/$id.pid.tmp" && mv -f "$ops/$id.pid.tmp" "$ops/$id.pid""#));
+        assert!(script.contains(r#"> "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code""#));
+        assert!(script.contains("set -- setsid"));
+        assert!(script.contains("env -u __OPKERNEL_OP"));
+        // the pid file is written before the command is started
+        assert!(script.find("$id.pid\"").unwrap() < script.find("child=$!").unwrap());
+    }
+
+    #[test]
+    fn wrapper_refuses_odd_users_and_ids() {
+        let spec = WrapperSpec { op_id: ID, run_as: Some("a'b"), log_cap_bytes: 1 };
+        assert!(wrapper_script(&spec).is_err());
+        let spec = WrapperSpec { op_id: "x; rm -rf /", run_as: None, log_cap_bytes: 1 };
+        assert!(wrapper_script(&spec).is_err());
+    }
+
+    #[test]
+    fn wrapper_argv_passes_the_command_verbatim() {
+        let spec = WrapperSpec { op_id: ID, run_as: None, log_cap_bytes: 1024 };
+        let cmd = vec!["bash".to_owned(), "-lc".to_owned(), "echo 'a b' \"$X\"".to_owned()];
+        let argv = wrapper_argv(&spec, &cmd).unwrap();
+        assert_eq!(argv[0], "/bin/sh");
+        assert_eq!(argv[3], WRAPPER_ARG0);
+        assert_eq!(&argv[4..], &cmd[..]);
+    }
+
+    #[test]
+    fn commands_are_validated() {
+        assert!(validate_command(&[]).is_err());
+        assert!(validate_command(&["".to_owned()]).is_err());
+        assert!(validate_command(&["a\0b".to_owned()]).is_err());
+        assert!(validate_command(&["x".repeat(MAX_COMMAND_BYTES)]).is_err());
+        assert!(validate_command(&["true".to_owned()]).is_ok());
+    }
+
+    #[test]
+    fn probe_output_parses_and_requires_end() {
+        let out = format!("12 3456 {ID}\n13 3460 {ID}\nend\n");
+        let procs = parse_probe(&out).unwrap();
+        assert_eq!(procs.len(), 2);
+        assert_eq!(procs[1], MarkedProcess { pid: 13, start_ticks: 3460, op_id: ID.to_owned() });
+        assert!(parse_probe("12 3456 x\n").is_err());
+        assert!(parse_probe("12 x y\nend\n").is_err());
+        assert_eq!(parse_probe("end\n").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn signal_script_checks_identity_before_each_kill() {
+        let script = signal_script(ID, 42, 1000, Signal::Kill).unwrap();
+        assert!(script.contains(&format!("want='__OPKERNEL_OP={ID}'; wrapper=42; since=1000")));
+        let check = script.find("grep -qx").unwrap();
+        let start = script.find("-ge \"$since\"").unwrap();
+        let kill = script.find("kill -KILL").unwrap();
+        assert!(check < kill && start < kill);
+        assert_eq!(parse_signalled("signalled 5\nsignalled 7\nend\n"), Some(vec![5, 7]));
+        assert_eq!(parse_signalled("signalled 5\n"), None);
+    }
+}
