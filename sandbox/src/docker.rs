@@ -20,8 +20,8 @@ use crate::liveness::{op_liveness, OpLiveness};
 use crate::opfiles::{OpsDir, PidRecord};
 use crate::profile::{container_config, Profile, RunIdentity, LABEL_MANAGED, SCRATCH_MOUNT};
 use crate::wrapper::{
-    marker, parse_probe, parse_signalled, probe_script, signal_script, wrapper_argv,
-    MarkedProcess, Signal, WrapperSpec,
+    marker, parse_probe, parse_signalled, probe_script, signal_script, wrapper_argv, MarkedProcess,
+    Signal, WrapperSpec,
 };
 
 /// The API version spoken when negotiation is impossible (the daemon is down
@@ -77,8 +77,7 @@ impl Sandbox {
                 docker
             }
         };
-        std::fs::create_dir_all(&scratch_root)
-            .map_err(|e| SandboxError::io(&scratch_root, e))?;
+        std::fs::create_dir_all(&scratch_root).map_err(|e| SandboxError::io(&scratch_root, e))?;
         Ok(Sandbox {
             docker,
             scratch_root,
@@ -130,12 +129,12 @@ impl Sandbox {
         for _ in 0..3 {
             match self.inspect(&identity.name).await {
                 Ok(info) => {
-                    identity
-                        .check_labels(&info.labels)
-                        .map_err(|reason| SandboxError::Foreign {
+                    identity.check_labels(&info.labels).map_err(|reason| {
+                        SandboxError::Foreign {
                             name: identity.name.clone(),
                             reason,
-                        })?;
+                        }
+                    })?;
                     if info.running {
                         return Ok(info);
                     }
@@ -185,23 +184,21 @@ impl Sandbox {
         let state = info.state.unwrap_or_default();
         Ok(ContainerInfo {
             id: info.id.unwrap_or_default(),
-            name: info.name.unwrap_or_default().trim_start_matches('/').to_owned(),
+            name: info
+                .name
+                .unwrap_or_default()
+                .trim_start_matches('/')
+                .to_owned(),
             labels: config.labels.unwrap_or_default(),
             running: state.running.unwrap_or(false),
             hostname: config.hostname.unwrap_or_default(),
-            state: state
-                .status
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
+            state: state.status.map(|s| s.to_string()).unwrap_or_default(),
         })
     }
 
     /// Every container labelled `opkernel.managed=true`, stopped ones too.
     pub async fn list_managed(&self) -> Result<Vec<ContainerInfo>> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![format!("{LABEL_MANAGED}=true")],
-        )]);
+        let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_MANAGED}=true")])]);
         let options = ListContainersOptionsBuilder::default()
             .all(true)
             .filters(&filters)
@@ -336,7 +333,10 @@ impl Sandbox {
     /// `docker top`: the container's processes with host pids.
     pub async fn top(&self, container_id: &str) -> Result<Vec<TopProcess>> {
         let options = TopOptionsBuilder::default().ps_args("-eo pid,args").build();
-        let top = self.docker.top_processes(container_id, Some(options)).await?;
+        let top = self
+            .docker
+            .top_processes(container_id, Some(options))
+            .await?;
         let titles = top.titles.unwrap_or_default();
         let pid_col = titles.iter().position(|t| t == "PID").unwrap_or(0);
         let cmd_col = titles
@@ -357,7 +357,11 @@ impl Sandbox {
     /// Force-removes a container; `Ok(false)` when it was already gone.
     pub async fn remove(&self, container_id: &str) -> Result<bool> {
         let options = RemoveContainerOptionsBuilder::default().force(true).build();
-        match self.docker.remove_container(container_id, Some(options)).await {
+        match self
+            .docker
+            .remove_container(container_id, Some(options))
+            .await
+        {
             Ok(()) => Ok(true),
             Err(err) => match SandboxError::from(err) {
                 SandboxError::NotFound(_) => Ok(false),

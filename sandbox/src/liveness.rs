@@ -47,15 +47,30 @@ mod tests {
     use super::*;
 
     fn proc(pid: u32, start: u64, op: &str) -> MarkedProcess {
-        MarkedProcess { pid, start_ticks: start, op_id: op.to_owned() }
+        MarkedProcess {
+            pid,
+            start_ticks: start,
+            op_id: op.to_owned(),
+        }
     }
 
-    const REC: PidRecord = PidRecord { pid: 10, start_ticks: 500, hostname: String::new() };
+    const REC: PidRecord = PidRecord {
+        pid: 10,
+        start_ticks: 500,
+        hostname: String::new(),
+    };
 
     #[test]
     fn wrapper_identity_needs_pid_start_and_marker() {
         let live = op_liveness(&[proc(10, 500, "a"), proc(11, 501, "a")], "a", &REC);
-        assert_eq!(live, OpLiveness { wrapper_alive: true, pid_reused: false, remaining: 1 });
+        assert_eq!(
+            live,
+            OpLiveness {
+                wrapper_alive: true,
+                pid_reused: false,
+                remaining: 1
+            }
+        );
         let reused = op_liveness(&[proc(10, 900, "a")], "a", &REC);
         assert!(!reused.wrapper_alive && reused.pid_reused);
         let other_op = op_liveness(&[proc(10, 500, "b")], "a", &REC);

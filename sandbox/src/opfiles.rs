@@ -207,7 +207,10 @@ fn read_small(path: &Path, name: &str, max: u64) -> Result<String, OpFileError> 
         .read_to_end(&mut bytes)
         .map_err(|e| OpFileError::Unreadable(name.to_owned(), e.to_string()))?;
     if bytes.len() as u64 > max {
-        return Err(OpFileError::Garbage(name.to_owned(), format!("larger than {max} bytes")));
+        return Err(OpFileError::Garbage(
+            name.to_owned(),
+            format!("larger than {max} bytes"),
+        ));
     }
     String::from_utf8(bytes).map_err(|_| OpFileError::Garbage(name.to_owned(), "not utf-8".into()))
 }
@@ -222,24 +225,55 @@ mod tests {
     fn pid_records_parse() {
         assert_eq!(
             parse_pid_record("p", "42 123456 abc123\n"),
-            Ok(PidRecord { pid: 42, start_ticks: 123456, hostname: "abc123".into() })
+            Ok(PidRecord {
+                pid: 42,
+                start_ticks: 123456,
+                hostname: "abc123".into()
+            })
         );
-        assert!(matches!(parse_pid_record("p", ""), Err(OpFileError::Empty(_))));
-        assert!(matches!(parse_pid_record("p", "42 1234"), Err(OpFileError::Partial(..))));
-        assert!(matches!(parse_pid_record("p", "42\n"), Err(OpFileError::Partial(..))));
-        assert!(matches!(parse_pid_record("p", "x 1 h\n"), Err(OpFileError::Garbage(..))));
-        assert!(matches!(parse_pid_record("p", "0 1 h\n"), Err(OpFileError::Garbage(..))));
-        assert!(matches!(parse_pid_record("p", "1 2 h extra\n"), Err(OpFileError::Garbage(..))));
+        assert!(matches!(
+            parse_pid_record("p", ""),
+            Err(OpFileError::Empty(_))
+        ));
+        assert!(matches!(
+            parse_pid_record("p", "42 1234"),
+            Err(OpFileError::Partial(..))
+        ));
+        assert!(matches!(
+            parse_pid_record("p", "42\n"),
+            Err(OpFileError::Partial(..))
+        ));
+        assert!(matches!(
+            parse_pid_record("p", "x 1 h\n"),
+            Err(OpFileError::Garbage(..))
+        ));
+        assert!(matches!(
+            parse_pid_record("p", "0 1 h\n"),
+            Err(OpFileError::Garbage(..))
+        ));
+        assert!(matches!(
+            parse_pid_record("p", "1 2 h extra\n"),
+            Err(OpFileError::Garbage(..))
+        ));
     }
 
     #[test]
     fn exit_codes_parse() {
         assert_eq!(parse_exit_code("c", "0\n"), Ok(0));
         assert_eq!(parse_exit_code("c", "137\n"), Ok(137));
-        assert!(matches!(parse_exit_code("c", ""), Err(OpFileError::Empty(_))));
-        assert!(matches!(parse_exit_code("c", "13"), Err(OpFileError::Partial(..))));
+        assert!(matches!(
+            parse_exit_code("c", ""),
+            Err(OpFileError::Empty(_))
+        ));
+        assert!(matches!(
+            parse_exit_code("c", "13"),
+            Err(OpFileError::Partial(..))
+        ));
         for bad in ["-1\n", "256\n", "abc\n", "+3\n", "1 2\n", "\n"] {
-            assert!(matches!(parse_exit_code("c", bad), Err(OpFileError::Garbage(..))), "{bad:?}");
+            assert!(
+                matches!(parse_exit_code("c", bad), Err(OpFileError::Garbage(..))),
+                "{bad:?}"
+            );
         }
     }
 
@@ -261,7 +295,10 @@ mod tests {
         std::fs::write(dir.join(format!("{ID}.pid")), "1 ".repeat(10_000)).unwrap();
         assert!(matches!(ops.read_pid(ID), Err(OpFileError::Garbage(..))));
         std::fs::create_dir(dir.join(format!("{ID}.log"))).unwrap();
-        assert!(matches!(ops.log_tail(ID, 10), Err(OpFileError::NotRegular(_))));
+        assert!(matches!(
+            ops.log_tail(ID, 10),
+            Err(OpFileError::NotRegular(_))
+        ));
         assert!(ops.read_code("../secret").is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

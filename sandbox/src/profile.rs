@@ -24,9 +24,12 @@ pub const OPS_MOUNT: &str = "/scratch/.ops";
 
 /// Capabilities kept in a run container. The agent's command runs as an
 /// unprivileged user and holds none of them; the kernel's own root-run helpers
-/// need them: SETUID/SETGID to drop to that user, KILL and SYS_PTRACE to
-/// identity-check (read `/proc/<pid>/environ`) and signal the op's processes.
-pub const KEPT_CAPABILITIES: [&str; 4] = ["KILL", "SETUID", "SETGID", "SYS_PTRACE"];
+/// need them: SETUID/SETGID to drop to that user; DAC_READ_SEARCH and
+/// SYS_PTRACE to open another user's `/proc/<pid>/environ` (mode 0400, then a
+/// ptrace access check) for the identity check; KILL to signal the op's
+/// processes.
+pub const KEPT_CAPABILITIES: [&str; 5] =
+    ["KILL", "SETUID", "SETGID", "SYS_PTRACE", "DAC_READ_SEARCH"];
 
 /// The container settings of a run. Set by the operator (kernel config),
 /// never by the agent.
@@ -227,7 +230,17 @@ mod tests {
         for ok in ["a", "run-1", "A.b_c-9", &"x".repeat(64)] {
             assert!(validate_run_id(ok).is_ok(), "{ok}");
         }
-        for bad in ["", ".", "..", "a..b", "a/b", "a b", "ä", &"x".repeat(65), "a\0b"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a..b",
+            "a/b",
+            "a b",
+            "ä",
+            &"x".repeat(65),
+            "a\0b",
+        ] {
             assert!(validate_run_id(bad).is_err(), "{bad:?}");
         }
     }
@@ -276,7 +289,9 @@ mod tests {
         let id = RunIdentity::new("run-1", &Profile::default()).unwrap();
         let again = RunIdentity::new("run-1", &Profile::default()).unwrap();
         assert_eq!(id.name, again.name);
-        assert!(id.name.starts_with(&format!("opkernel-{}-", id.scratch_key)));
+        assert!(id
+            .name
+            .starts_with(&format!("opkernel-{}-", id.scratch_key)));
     }
 
     #[test]
@@ -286,7 +301,10 @@ mod tests {
         let cfg = container_config(&id, &profile, Path::new("/h/scratch/k"), 5);
         let host = cfg.host_config.unwrap();
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
-        assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_owned()]));
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_owned()])
+        );
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(host.privileged, Some(false));

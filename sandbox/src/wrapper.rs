@@ -48,7 +48,9 @@ fn validate_user(user: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(SandboxError::Invalid(format!("run_as user {user:?} is not a plain user name")))
+        Err(SandboxError::Invalid(format!(
+            "run_as user {user:?} is not a plain user name"
+        )))
     }
 }
 
@@ -120,13 +122,17 @@ pub const MAX_COMMAND_BYTES: usize = 256 * 1024;
 /// A command is a non-empty argv without NUL bytes and of bounded size.
 pub fn validate_command(command: &[String]) -> Result<()> {
     if command.is_empty() {
-        return Err(SandboxError::Invalid("command must be a non-empty argv array".into()));
+        return Err(SandboxError::Invalid(
+            "command must be a non-empty argv array".into(),
+        ));
     }
     if command[0].is_empty() {
         return Err(SandboxError::Invalid("command[0] must not be empty".into()));
     }
     if let Some(i) = command.iter().position(|a| a.contains('\0')) {
-        return Err(SandboxError::Invalid(format!("command[{i}] contains a NUL byte")));
+        return Err(SandboxError::Invalid(format!(
+            "command[{i}] contains a NUL byte"
+        )));
     }
     let total: usize = command.iter().map(|a| a.len() + 1).sum();
     if total > MAX_COMMAND_BYTES {
@@ -182,7 +188,9 @@ pub fn parse_probe(output: &str) -> Result<Vec<MarkedProcess>, String> {
             return Err(format!("short probe line {line:?}"));
         };
         let pid = pid.parse().map_err(|_| format!("bad pid in {line:?}"))?;
-        let start_ticks = start.parse().map_err(|_| format!("bad start time in {line:?}"))?;
+        let start_ticks = start
+            .parse()
+            .map_err(|_| format!("bad start time in {line:?}"))?;
         procs.push(MarkedProcess {
             pid,
             start_ticks,
@@ -265,18 +273,33 @@ mod tests {
     #[test]
     fn op_ids_must_be_uuids() {
         assert!(validate_op_id(ID).is_ok());
-        for bad in ["", "x", "0B6F1C2E-8A47-4C1E-9D3A-5F2B7C9E1A0D", "../../etc/passwd", &ID.replace('-', "_")] {
+        for bad in [
+            "",
+            "x",
+            "0B6F1C2E-8A47-4C1E-9D3A-5F2B7C9E1A0D",
+            "../../etc/passwd",
+            &ID.replace('-', "_"),
+        ] {
             assert!(validate_op_id(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn wrapper_writes_all_three_files_and_isolates_the_command() {
-        let spec = WrapperSpec { op_id: ID, run_as: Some("agent"), log_cap_bytes: 1500 };
+        let spec = WrapperSpec {
+            op_id: ID,
+            run_as: Some("agent"),
+            log_cap_bytes: 1500,
+        };
         let script = wrapper_script(&spec).unwrap();
-        assert!(script.contains(&format!("id={ID}; ops=/scratch/.ops; cap_kib=2; run_as='agent'")));
-        assert!(script.contains(r#"> "$ops/$id.pid.tmp" && mv -f "$ops/$id.pid.tmp" "$ops/$id.pid""#));
-        assert!(script.contains(r#"> "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code""#));
+        assert!(script.contains(&format!(
+            "id={ID}; ops=/scratch/.ops; cap_kib=2; run_as='agent'"
+        )));
+        assert!(
+            script.contains(r#"> "$ops/$id.pid.tmp" && mv -f "$ops/$id.pid.tmp" "$ops/$id.pid""#)
+        );
+        assert!(script
+            .contains(r#"> "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code""#));
         assert!(script.contains("set -- setsid"));
         assert!(script.contains("env -u __OPKERNEL_OP"));
         // the pid file is written before the command is started
@@ -285,16 +308,32 @@ mod tests {
 
     #[test]
     fn wrapper_refuses_odd_users_and_ids() {
-        let spec = WrapperSpec { op_id: ID, run_as: Some("a'b"), log_cap_bytes: 1 };
+        let spec = WrapperSpec {
+            op_id: ID,
+            run_as: Some("a'b"),
+            log_cap_bytes: 1,
+        };
         assert!(wrapper_script(&spec).is_err());
-        let spec = WrapperSpec { op_id: "x; rm -rf /", run_as: None, log_cap_bytes: 1 };
+        let spec = WrapperSpec {
+            op_id: "x; rm -rf /",
+            run_as: None,
+            log_cap_bytes: 1,
+        };
         assert!(wrapper_script(&spec).is_err());
     }
 
     #[test]
     fn wrapper_argv_passes_the_command_verbatim() {
-        let spec = WrapperSpec { op_id: ID, run_as: None, log_cap_bytes: 1024 };
-        let cmd = vec!["bash".to_owned(), "-lc".to_owned(), "echo 'a b' \"$X\"".to_owned()];
+        let spec = WrapperSpec {
+            op_id: ID,
+            run_as: None,
+            log_cap_bytes: 1024,
+        };
+        let cmd = vec![
+            "bash".to_owned(),
+            "-lc".to_owned(),
+            "echo 'a b' \"$X\"".to_owned(),
+        ];
         let argv = wrapper_argv(&spec, &cmd).unwrap();
         assert_eq!(argv[0], "/bin/sh");
         assert_eq!(argv[3], WRAPPER_ARG0);
@@ -315,7 +354,14 @@ mod tests {
         let out = format!("12 3456 {ID}\n13 3460 {ID}\nend\n");
         let procs = parse_probe(&out).unwrap();
         assert_eq!(procs.len(), 2);
-        assert_eq!(procs[1], MarkedProcess { pid: 13, start_ticks: 3460, op_id: ID.to_owned() });
+        assert_eq!(
+            procs[1],
+            MarkedProcess {
+                pid: 13,
+                start_ticks: 3460,
+                op_id: ID.to_owned()
+            }
+        );
         assert!(parse_probe("12 3456 x\n").is_err());
         assert!(parse_probe("12 x y\nend\n").is_err());
         assert_eq!(parse_probe("end\n").unwrap(), vec![]);
@@ -324,12 +370,17 @@ mod tests {
     #[test]
     fn signal_script_checks_identity_before_each_kill() {
         let script = signal_script(ID, 42, 1000, Signal::Kill).unwrap();
-        assert!(script.contains(&format!("want='__OPKERNEL_OP={ID}'; wrapper=42; since=1000")));
+        assert!(script.contains(&format!(
+            "want='__OPKERNEL_OP={ID}'; wrapper=42; since=1000"
+        )));
         let check = script.find("grep -qx").unwrap();
         let start = script.find("-ge \"$since\"").unwrap();
         let kill = script.find("kill -KILL").unwrap();
         assert!(check < kill && start < kill);
-        assert_eq!(parse_signalled("signalled 5\nsignalled 7\nend\n"), Some(vec![5, 7]));
+        assert_eq!(
+            parse_signalled("signalled 5\nsignalled 7\nend\n"),
+            Some(vec![5, 7])
+        );
         assert_eq!(parse_signalled("signalled 5\n"), None);
     }
 }
