@@ -1,0 +1,197 @@
+//! The op lifecycle as pure data: statuses, the one definition of
+//! "terminal" (shared with SQL), and the outcomes an observer may settle.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Starting,
+    Running,
+    Completed,
+    TimedOut,
+    Lost,
+    Failed,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Starting,
+        Status::Running,
+        Status::Completed,
+        Status::TimedOut,
+        Status::Lost,
+        Status::Failed,
+    ];
+    /// The absorbing statuses. Every SQL statement that needs them uses
+    /// [`terminal_sql`] or [`live_sql`], built from this list.
+    pub const TERMINAL: [Status; 4] = [
+        Status::Completed,
+        Status::TimedOut,
+        Status::Lost,
+        Status::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Starting => "starting",
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::TimedOut => "timed_out",
+            Status::Lost => "lost",
+            Status::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        Status::TERMINAL.contains(&self)
+    }
+
+    /// Whether the lifecycle allows moving from `self` to `next`.
+    pub fn can_become(self, next: Status) -> bool {
+        match (self, next) {
+            (Status::Starting, Status::Running) => true,
+            (Status::Starting | Status::Running, n) => n.is_terminal(),
+            _ => false,
+        }
+    }
+}
+
+fn sql_list(statuses: impl Iterator<Item = Status>) -> String {
+    statuses
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `'completed','timed_out','lost','failed'` for `status IN (...)`.
+pub fn terminal_sql() -> String {
+    sql_list(Status::TERMINAL.into_iter())
+}
+
+/// `'starting','running'` for `status IN (...)`.
+pub fn live_sql() -> String {
+    sql_list(Status::ALL.into_iter().filter(|s| !s.is_terminal()))
+}
+
+/// The effect of a lost op: the command may or may not have done its work.
+pub const EFFECT_UNCERTAIN: &str = "uncertain";
+
+/// What an observer settles an op with: written by compare-and-set on a
+/// non-terminal row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Completed { exit_code: i32, killed: bool },
+    TimedOut { exit_code: Option<i32> },
+    Lost { reason: String },
+    Failed { error: String },
+}
+
+impl Outcome {
+    pub fn status(&self) -> Status {
+        match self {
+            Outcome::Completed { .. } => Status::Completed,
+            Outcome::TimedOut { .. } => Status::TimedOut,
+            Outcome::Lost { .. } => Status::Lost,
+            Outcome::Failed { .. } => Status::Failed,
+        }
+    }
+}
+
+/// Why the kernel is signalling an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    Kill,
+    Timeout,
+}
+
+impl KillReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KillReason::Kill => "kill",
+            KillReason::Timeout => "timeout",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KillReason> {
+        match s {
+            "kill" => Some(KillReason::Kill),
+            "timeout" => Some(KillReason::Timeout),
+            _ => None,
+        }
+    }
+
+    /// The outcome of a signalled op once its exit code is known.
+    pub fn outcome(self, exit_code: i32, signalled: bool) -> Outcome {
+        match self {
+            KillReason::Kill => Outcome::Completed {
+                exit_code,
+                killed: signalled,
+            },
+            KillReason::Timeout => Outcome::TimedOut {
+                exit_code: Some(exit_code),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_strings_round_trip() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Status::parse("done"), None);
+    }
+
+    #[test]
+    fn terminal_statuses_are_absorbing() {
+        for from in Status::TERMINAL {
+            for to in Status::ALL {
+                assert!(!from.can_become(to), "{from:?} -> {to:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn live_statuses_move_forward_only() {
+        assert!(Status::Starting.can_become(Status::Running));
+        assert!(!Status::Running.can_become(Status::Starting));
+        assert!(!Status::Running.can_become(Status::Running));
+        for t in Status::TERMINAL {
+            assert!(Status::Starting.can_become(t));
+            assert!(Status::Running.can_become(t));
+        }
+    }
+
+    #[test]
+    fn sql_lists_follow_the_rust_definition() {
+        assert_eq!(terminal_sql(), "'completed','timed_out','lost','failed'");
+        assert_eq!(live_sql(), "'starting','running'");
+    }
+
+    #[test]
+    fn kill_outcomes() {
+        assert_eq!(
+            KillReason::Kill.outcome(143, true),
+            Outcome::Completed {
+                exit_code: 143,
+                killed: true
+            }
+        );
+        assert_eq!(
+            KillReason::Timeout.outcome(137, true),
+            Outcome::TimedOut {
+                exit_code: Some(137)
+            }
+        );
+        assert_eq!(Outcome::Lost { reason: "x".into() }.status(), Status::Lost);
+    }
+}

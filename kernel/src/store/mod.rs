@@ -1,0 +1,122 @@
+//! The control plane: one SQLite database (`<home>/kernel.db`, WAL), the
+//! single authority on every op's lifecycle, its reports, notes and runs.
+//! Every call runs on the blocking pool, never on the async workers.
+
+mod ops;
+mod reports;
+mod runs;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+
+pub use ops::{NewOp, Op, Settlement, StartRequest};
+pub use reports::{Report, ReportItem, RunningItem};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("database worker failed: {0}")]
+    Worker(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Numbered migrations, applied in order inside one transaction each.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/0001_control_plane.sql"))];
+
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> StoreResult<Store> {
+        let mut conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        migrate(&mut conn)?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Runs `f` with the connection on the blocking pool.
+    pub async fn call<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn
+                .lock()
+                .map_err(|_| StoreError::Worker("connection mutex poisoned".into()))?;
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+}
+
+fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    for (number, sql) in MIGRATIONS {
+        if *number <= version {
+            continue;
+        }
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", number)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+pub(crate) fn test_store() -> Store {
+    let path = std::env::temp_dir().join(format!("opkernel-store-{}.db", uuid::Uuid::new_v4()));
+    Store::open(&path).unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::lifecycle::Status;
+
+    #[test]
+    fn schema_check_lists_every_status() {
+        let sql = super::MIGRATIONS[0].1;
+        for s in Status::ALL {
+            assert!(sql.contains(&format!("'{}'", s.as_str())), "{s:?}");
+        }
+        assert!(sql.contains(&format!(
+            "WHERE status IN ({})",
+            crate::lifecycle::live_sql()
+        )));
+    }
+
+    #[tokio::test]
+    async fn reopening_keeps_the_schema_version() {
+        let path = std::env::temp_dir().join(format!("opkernel-mig-{}.db", uuid::Uuid::new_v4()));
+        drop(super::Store::open(&path).unwrap());
+        let store = super::Store::open(&path).unwrap();
+        let v: i64 = store
+            .call(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(v, 1);
+    }
+}

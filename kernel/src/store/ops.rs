@@ -1,0 +1,544 @@
+//! Op rows: insert (with idempotency), the claim that guards the only exec,
+//! progress updates, kill requests and the compare-and-set terminal write.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use sha2::{Digest, Sha256};
+
+use super::{now_ms, Store, StoreError, StoreResult};
+use crate::lifecycle::{live_sql, terminal_sql, KillReason, Outcome, Status, EFFECT_UNCERTAIN};
+
+/// An op as the control plane records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub id: String,
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub background: bool,
+    pub timeout_sec: u64,
+    pub status: Status,
+    pub attempt: u32,
+    pub failed_attempts: u32,
+    pub exec_claimed: bool,
+    pub scratch_key: String,
+    pub container_id: Option<String>,
+    pub pid: Option<sandbox::PidRecord>,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub heartbeat_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub killed: bool,
+    pub kill_requested_at: Option<i64>,
+    pub kill_reason: Option<KillReason>,
+    pub effect: Option<String>,
+    pub error: Option<String>,
+    pub output_tail: Option<String>,
+    pub log_sha256: Option<String>,
+    pub log_size: Option<u64>,
+    pub kernel_id: Option<String>,
+    pub report_id: Option<String>,
+    pub delivered_inline: bool,
+}
+
+impl Op {
+    /// When the timeout budget started: the recorded start, else creation.
+    pub fn budget_start_ms(&self) -> i64 {
+        self.started_at.unwrap_or(self.created_at)
+    }
+
+    pub fn deadline_ms(&self) -> i64 {
+        self.budget_start_ms() + (self.timeout_sec as i64) * 1000
+    }
+}
+
+const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
+    exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
+    heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, effect, error, output_tail, \
+    log_sha256, log_size, kernel_id, report_id, delivered_inline";
+
+pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
+    let command: String = row.get(2)?;
+    let status: String = row.get(5)?;
+    let corrupt = |what: String| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
+    };
+    let pid: Option<i64> = row.get(11)?;
+    let start: Option<i64> = row.get(12)?;
+    let kill_reason: Option<String> = row.get(21)?;
+    Ok(Op {
+        id: row.get(0)?,
+        run_id: row.get(1)?,
+        command: serde_json::from_str(&command).map_err(|e| corrupt(e.to_string()))?,
+        background: row.get(3)?,
+        timeout_sec: row.get::<_, i64>(4)? as u64,
+        status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?,
+        attempt: row.get::<_, i64>(6)? as u32,
+        failed_attempts: row.get::<_, i64>(7)? as u32,
+        exec_claimed: row.get::<_, Option<i64>>(8)?.is_some(),
+        scratch_key: row.get(9)?,
+        container_id: row.get(10)?,
+        pid: match (pid, start) {
+            (Some(pid), Some(start)) => Some(sandbox::PidRecord {
+                pid: pid as u32,
+                start_ticks: start as u64,
+                hostname: row.get::<_, Option<String>>(13)?.unwrap_or_default(),
+            }),
+            _ => None,
+        },
+        created_at: row.get(14)?,
+        started_at: row.get(15)?,
+        heartbeat_at: row.get(16)?,
+        finished_at: row.get(17)?,
+        exit_code: row.get(18)?,
+        killed: row.get(19)?,
+        kill_requested_at: row.get(20)?,
+        kill_reason: kill_reason.as_deref().and_then(KillReason::parse),
+        effect: row.get(22)?,
+        error: row.get(23)?,
+        output_tail: row.get(24)?,
+        log_sha256: row.get(25)?,
+        log_size: row.get::<_, Option<i64>>(26)?.map(|v| v as u64),
+        kernel_id: row.get(27)?,
+        report_id: row.get(28)?,
+        delivered_inline: row.get(29)?,
+    })
+}
+
+/// A validated start request.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub background: bool,
+    pub timeout_sec: u64,
+    pub idempotency_key: Option<String>,
+}
+
+impl StartRequest {
+    /// What a retry under the same idempotency key must repeat exactly.
+    fn fingerprint(&self) -> String {
+        let body = serde_json::json!([self.command, self.background, self.timeout_sec]);
+        hex::encode(Sha256::digest(body.to_string().as_bytes()))
+    }
+}
+
+/// The result of inserting a start.
+#[derive(Debug)]
+pub enum NewOp {
+    Created(Op),
+    /// The idempotency key was seen before with the same request.
+    Existing(Op),
+    /// The idempotency key was seen before with a different request.
+    KeyConflict(String),
+}
+
+/// The terminal write of an op.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    pub outcome: Outcome,
+    pub output_tail: Option<String>,
+    pub log: Option<sandbox::LogDigest>,
+}
+
+fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"),
+            [id],
+            op_from_row,
+        )
+        .optional()?)
+}
+
+impl Store {
+    pub async fn insert_op(&self, req: StartRequest, scratch_key: String) -> StoreResult<NewOp> {
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            let request_sha = req.fingerprint();
+            if let Some(key) = &req.idempotency_key {
+                let seen: Option<(String, String)> = tx
+                    .query_row(
+                        "SELECT id, request_sha256 FROM ops WHERE run_id = ?1 AND idempotency_key = ?2",
+                        params![req.run_id, key],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()?;
+                if let Some((id, sha)) = seen {
+                    if sha != request_sha {
+                        return Ok(NewOp::KeyConflict(id));
+                    }
+                    let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+                    return Ok(NewOp::Existing(op));
+                }
+            }
+            let id = uuid::Uuid::new_v4().to_string();
+            let now = now_ms();
+            tx.execute(
+                "INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?1, ?2)",
+                params![req.run_id, now],
+            )?;
+            tx.execute(
+                "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
+                 created_at, idempotency_key, request_sha256) VALUES (?1, ?2, ?3, ?4, ?5, 'starting', ?6, ?7, ?8, ?9)",
+                params![
+                    id,
+                    req.run_id,
+                    serde_json::to_string(&req.command).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                    req.background,
+                    req.timeout_sec as i64,
+                    scratch_key,
+                    now,
+                    req.idempotency_key,
+                    request_sha
+                ],
+            )?;
+            let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+            tx.commit()?;
+            Ok(NewOp::Created(op))
+        })
+        .await
+    }
+
+    pub async fn get_op(&self, id: &str) -> StoreResult<Option<Op>> {
+        let id = id.to_owned();
+        self.call(move |conn| get(conn, &id)).await
+    }
+
+    /// Every op that is not terminal, oldest first.
+    pub async fn live_ops(&self) -> StoreResult<Vec<Op>> {
+        self.call(|conn| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM ops WHERE status IN ({}) ORDER BY created_at",
+                live_sql()
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt.query_map([], op_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// Ops, newest first, optionally of one run.
+    pub async fn list_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM ops WHERE (?1 IS NULL OR run_id = ?1) \
+                 ORDER BY created_at DESC LIMIT ?2"
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt.query_map(params![run_id, limit], op_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// Live ops of a run and of the whole kernel, for admission limits.
+    pub async fn live_counts(&self, run_id: &str) -> StoreResult<(u64, u64)> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT COUNT(*), COALESCE(SUM(run_id = ?1), 0) FROM ops WHERE status IN ({})",
+                live_sql()
+            );
+            let (total, run): (i64, i64) =
+                conn.query_row(&sql, [run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok((run as u64, total as u64))
+        })
+        .await
+    }
+
+    /// The claim that guards the only exec of an op: succeeds once, for a
+    /// `starting` op that was never claimed. The caller that wins is the only
+    /// one allowed to create the exec.
+    pub async fn claim_exec(&self, id: &str, kernel_id: &str) -> StoreResult<bool> {
+        let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
+        self.call(move |conn| {
+            let n = conn.execute(
+                "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3 \
+                 WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL",
+                params![id, now_ms(), kernel_id],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    pub async fn set_container(&self, id: &str, container_id: &str) -> StoreResult<()> {
+        let (id, container_id) = (id.to_owned(), container_id.to_owned());
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE ops SET container_id = ?2 WHERE id = ?1",
+                params![id, container_id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `starting` → `running`, recording when the command started.
+    pub async fn mark_running(&self, id: &str, started_at: i64) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let n = conn.execute(
+                "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2) \
+                 WHERE id = ?1 AND status = 'starting'",
+                params![id, started_at],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    pub async fn record_pid(&self, id: &str, rec: &sandbox::PidRecord) -> StoreResult<()> {
+        let (id, rec) = (id.to_owned(), rec.clone());
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE ops SET pid = ?2, proc_start_ticks = ?3, hostname = ?4 WHERE id = ?1",
+                params![id, rec.pid, rec.start_ticks as i64, rec.hostname],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records a kill request (durably, so it survives a restart). The first
+    /// reason is kept. Returns the op as it is now.
+    pub async fn request_kill(&self, id: &str, reason: KillReason) -> StoreResult<Option<Op>> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                &format!(
+                    "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
+                     WHERE id = ?1 AND kill_requested_at IS NULL AND status IN ({})",
+                    live_sql()
+                ),
+                params![id, now_ms(), reason.as_str()],
+            )?;
+            get(conn, &id)
+        })
+        .await
+    }
+
+    /// Starts the next observer attempt: bumps `attempt` (and
+    /// `failed_attempts` when the previous attempt failed) and records the
+    /// observing kernel. Returns the op, or `None` if it is already terminal.
+    pub async fn begin_attempt(
+        &self,
+        id: &str,
+        kernel_id: &str,
+        after_failure: bool,
+    ) -> StoreResult<Option<Op>> {
+        let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
+        self.call(move |conn| {
+            conn.execute(
+                &format!(
+                    "UPDATE ops SET attempt = attempt + 1, failed_attempts = failed_attempts + ?3, \
+                     kernel_id = ?2, heartbeat_at = ?4 WHERE id = ?1 AND status IN ({})",
+                    live_sql()
+                ),
+                params![id, kernel_id, after_failure as i64, now_ms()],
+            )?;
+            Ok(get(conn, &id)?.filter(|op| !op.status.is_terminal()))
+        })
+        .await
+    }
+
+    /// The compare-and-set terminal write: only a non-terminal row changes.
+    /// Returns whether this writer won.
+    pub async fn settle(&self, id: &str, s: Settlement) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let (exit_code, killed, effect, error) = match &s.outcome {
+                Outcome::Completed { exit_code, killed } => (Some(*exit_code), *killed, None, None),
+                Outcome::TimedOut { exit_code } => (*exit_code, true, None, None),
+                Outcome::Lost { reason } => (None, false, Some(EFFECT_UNCERTAIN), Some(reason.clone())),
+                Outcome::Failed { error } => (None, false, None, Some(error.clone())),
+            };
+            let n = conn.execute(
+                &format!(
+                    "UPDATE ops SET status = ?2, exit_code = ?3, killed = ?4, effect = ?5, error = ?6, \
+                     output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10 \
+                     WHERE id = ?1 AND status IN ({})",
+                    live_sql()
+                ),
+                params![
+                    id,
+                    s.outcome.status().as_str(),
+                    exit_code,
+                    killed,
+                    effect,
+                    error,
+                    s.output_tail,
+                    s.log.as_ref().map(|l| l.sha256.clone()),
+                    s.log.as_ref().map(|l| l.size as i64),
+                    now_ms()
+                ],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    /// Marks a foreground op's result as handed to its caller directly.
+    pub async fn mark_delivered_inline(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                &format!(
+                    "UPDATE ops SET delivered_inline = 1 WHERE id = ?1 AND report_id IS NULL \
+                     AND status IN ({})",
+                    terminal_sql()
+                ),
+                [id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Refreshes `heartbeat_at` of every live op this kernel observes.
+    pub async fn heartbeat(&self, kernel_id: &str) -> StoreResult<usize> {
+        let kernel_id = kernel_id.to_owned();
+        self.call(move |conn| {
+            Ok(conn.execute(
+                &format!(
+                    "UPDATE ops SET heartbeat_at = ?2 WHERE kernel_id = ?1 AND status IN ({})",
+                    live_sql()
+                ),
+                params![kernel_id, now_ms()],
+            )?)
+        })
+        .await
+    }
+
+    pub async fn register_kernel(&self, kernel_id: &str) -> StoreResult<()> {
+        let kernel_id = kernel_id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO kernels (id, started_at) VALUES (?1, ?2)",
+                params![kernel_id, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    fn req(key: Option<&str>, cmd: &str) -> StartRequest {
+        StartRequest {
+            run_id: "r1".into(),
+            command: vec!["sh".into(), "-c".into(), cmd.into()],
+            background: true,
+            timeout_sec: 60,
+            idempotency_key: key.map(str::to_owned),
+        }
+    }
+
+    async fn created(store: &Store, r: StartRequest) -> Op {
+        match store.insert_op(r, "k".into()).await.unwrap() {
+            NewOp::Created(op) => op,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn idempotency_key_returns_the_same_op_or_conflicts() {
+        let store = test_store();
+        let op = created(&store, req(Some("k1"), "true")).await;
+        match store
+            .insert_op(req(Some("k1"), "true"), "k".into())
+            .await
+            .unwrap()
+        {
+            NewOp::Existing(again) => assert_eq!(again.id, op.id),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            store
+                .insert_op(req(Some("k1"), "false"), "k".into())
+                .await
+                .unwrap(),
+            NewOp::KeyConflict(_)
+        ));
+        let other = created(&store, req(None, "true")).await;
+        assert_ne!(other.id, op.id);
+    }
+
+    #[tokio::test]
+    async fn exec_claim_is_won_once() {
+        let store = test_store();
+        let op = created(&store, req(None, "true")).await;
+        assert!(store.claim_exec(&op.id, "k").await.unwrap());
+        assert!(!store.claim_exec(&op.id, "k").await.unwrap());
+        assert!(store.mark_running(&op.id, 5).await.unwrap());
+        assert!(!store.mark_running(&op.id, 6).await.unwrap());
+        assert_eq!(
+            store.get_op(&op.id).await.unwrap().unwrap().started_at,
+            Some(5)
+        );
+    }
+
+    #[tokio::test]
+    async fn first_terminal_writer_wins() {
+        let store = test_store();
+        let op = created(&store, req(None, "true")).await;
+        let done = |outcome| Settlement {
+            outcome,
+            output_tail: None,
+            log: None,
+        };
+        assert!(store
+            .settle(
+                &op.id,
+                done(Outcome::Completed {
+                    exit_code: 0,
+                    killed: false
+                })
+            )
+            .await
+            .unwrap());
+        assert!(!store
+            .settle(&op.id, done(Outcome::Lost { reason: "x".into() }))
+            .await
+            .unwrap());
+        let row = store.get_op(&op.id).await.unwrap().unwrap();
+        assert_eq!(
+            (row.status, row.exit_code, row.effect),
+            (Status::Completed, Some(0), None)
+        );
+        assert!(store
+            .begin_attempt(&op.id, "k", false)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(store
+            .request_kill(&op.id, KillReason::Kill)
+            .await
+            .unwrap()
+            .unwrap()
+            .kill_requested_at
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn lost_is_uncertain_and_has_no_exit_code() {
+        let store = test_store();
+        let op = created(&store, req(None, "true")).await;
+        let s = Settlement {
+            outcome: Outcome::Lost {
+                reason: "gone".into(),
+            },
+            output_tail: None,
+            log: None,
+        };
+        assert!(store.settle(&op.id, s).await.unwrap());
+        let row = store.get_op(&op.id).await.unwrap().unwrap();
+        assert_eq!(row.exit_code, None);
+        assert_eq!(row.effect.as_deref(), Some(EFFECT_UNCERTAIN));
+    }
+}

@@ -1,0 +1,320 @@
+//! Reports, their delivery marks and notes. A drain writes the report and
+//! marks its ops and notes delivered in one transaction; until it is acked,
+//! asking again returns the very same report.
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+
+use super::ops::op_from_row;
+use super::{now_ms, Op, Store, StoreError, StoreResult};
+use crate::lifecycle::{live_sql, terminal_sql, Status};
+use crate::report::render;
+
+/// One resolved op in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportItem {
+    pub operation_id: String,
+    pub command: Vec<String>,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub killed: bool,
+    pub effect: Option<String>,
+    pub message: Option<String>,
+    pub duration_sec: f64,
+    pub timeout_sec: u64,
+    pub output_tail: Option<String>,
+}
+
+/// One still-running op in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningItem {
+    pub operation_id: String,
+    pub command: Vec<String>,
+    pub running_sec: u64,
+    pub timeout_sec: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub report_id: Option<String>,
+    pub run_id: String,
+    pub resolved: Vec<ReportItem>,
+    pub running: Vec<RunningItem>,
+    pub notes: Vec<String>,
+    pub text: String,
+}
+
+impl ReportItem {
+    pub fn from_op(op: &Op) -> ReportItem {
+        let end = op.finished_at.unwrap_or_else(now_ms);
+        ReportItem {
+            operation_id: op.id.clone(),
+            command: op.command.clone(),
+            status: op.status,
+            exit_code: op.exit_code,
+            killed: op.killed,
+            effect: op.effect.clone(),
+            message: op.error.clone(),
+            duration_sec: ((end - op.budget_start_ms()).max(0) as f64) / 1000.0,
+            timeout_sec: op.timeout_sec,
+            output_tail: op.output_tail.clone(),
+        }
+    }
+}
+
+fn running_items(conn: &Connection, run_id: &str) -> StoreResult<Vec<RunningItem>> {
+    let now = now_ms();
+    Ok(query_ops(
+        conn,
+        &format!(
+            "run_id = ?1 AND status IN ({}) ORDER BY created_at",
+            live_sql()
+        ),
+        run_id,
+    )?
+    .iter()
+    .map(|op| RunningItem {
+        operation_id: op.id.clone(),
+        command: op.command.clone(),
+        running_sec: ((now - op.budget_start_ms()).max(0) / 1000) as u64,
+        timeout_sec: op.timeout_sec,
+    })
+    .collect())
+}
+
+fn query_ops(conn: &Connection, filter: &str, run_id: &str) -> StoreResult<Vec<Op>> {
+    let sql = format!(
+        "SELECT id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
+         exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
+         heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, effect, error, output_tail, \
+         log_sha256, log_size, kernel_id, report_id, delivered_inline FROM ops WHERE {filter}"
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map([run_id], op_from_row)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+fn unacked(conn: &Connection, run_id: &str) -> StoreResult<Option<Report>> {
+    let body: Option<String> = conn
+        .query_row(
+            "SELECT body FROM reports WHERE run_id = ?1 AND acked_at IS NULL ORDER BY created_at LIMIT 1",
+            [run_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    body.map(|b| {
+        serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(format!("report body: {e}")))
+    })
+    .transpose()
+}
+
+impl Store {
+    /// True when a drain would return something: an unacked report,
+    /// a resolved-but-undelivered op or a pending note.
+    pub async fn has_pending(&self, run_id: &str) -> StoreResult<bool> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT EXISTS (SELECT 1 FROM reports WHERE run_id = ?1 AND acked_at IS NULL) \
+                 OR EXISTS (SELECT 1 FROM ops WHERE run_id = ?1 AND status IN ({}) AND report_id IS NULL \
+                            AND delivered_inline = 0) \
+                 OR EXISTS (SELECT 1 FROM notes WHERE run_id = ?1 AND report_id IS NULL)",
+                terminal_sql()
+            );
+            Ok(conn.query_row(&sql, [run_id], |r| r.get(0))?)
+        })
+        .await
+    }
+
+    /// Drains every resolved-but-undelivered op and pending note of the run
+    /// into one report, or returns the unacked report if there is one.
+    /// `None` when there is nothing to deliver.
+    pub async fn drain_report(&self, run_id: &str) -> StoreResult<Option<Report>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if let Some(report) = unacked(&tx, &run_id)? {
+                return Ok(Some(report));
+            }
+            let resolved = query_ops(
+                &tx,
+                &format!(
+                    "run_id = ?1 AND status IN ({}) AND report_id IS NULL AND delivered_inline = 0 \
+                     ORDER BY finished_at, id",
+                    terminal_sql()
+                ),
+                &run_id,
+            )?;
+            let notes: Vec<(i64, String)> = {
+                let mut stmt = tx.prepare(
+                    "SELECT id, text FROM notes WHERE run_id = ?1 AND report_id IS NULL ORDER BY id",
+                )?;
+                let rows = stmt.query_map([&run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                rows.collect::<Result<Vec<_>, _>>()?
+            };
+            if resolved.is_empty() && notes.is_empty() {
+                return Ok(None);
+            }
+            let items: Vec<ReportItem> = resolved.iter().map(ReportItem::from_op).collect();
+            let running = running_items(&tx, &run_id)?;
+            let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
+            let report = Report {
+                report_id: Some(uuid::Uuid::new_v4().to_string()),
+                run_id: run_id.clone(),
+                text: render(&items, &running, &note_texts),
+                resolved: items,
+                running,
+                notes: note_texts,
+            };
+            let body = serde_json::to_string(&report).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            tx.execute(
+                "INSERT INTO reports (id, run_id, created_at, body) VALUES (?1, ?2, ?3, ?4)",
+                params![report.report_id, run_id, now_ms(), body],
+            )?;
+            for op in &resolved {
+                let n = tx.execute(
+                    "UPDATE ops SET report_id = ?2 WHERE id = ?1 AND report_id IS NULL",
+                    params![op.id, report.report_id],
+                )?;
+                if n != 1 {
+                    return Err(StoreError::Corrupt(format!("op {} delivered twice", op.id)));
+                }
+            }
+            for (id, _) in &notes {
+                tx.execute("UPDATE notes SET report_id = ?2 WHERE id = ?1", params![id, report.report_id])?;
+            }
+            tx.commit()?;
+            Ok(Some(report))
+        })
+        .await
+    }
+
+    /// The report a waiting caller gets when nothing resolved in time.
+    pub async fn empty_report(&self, run_id: &str) -> StoreResult<Report> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let running = running_items(conn, &run_id)?;
+            Ok(Report {
+                report_id: None,
+                text: render(&[], &running, &[]),
+                run_id,
+                resolved: Vec::new(),
+                running,
+                notes: Vec::new(),
+            })
+        })
+        .await
+    }
+
+    /// Acknowledges a report. `Ok(false)` when no such report of this run exists.
+    pub async fn ack_report(&self, run_id: &str, report_id: &str) -> StoreResult<bool> {
+        let (run_id, report_id) = (run_id.to_owned(), report_id.to_owned());
+        self.call(move |conn| {
+            let exists: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM reports WHERE id = ?1 AND run_id = ?2)",
+                params![report_id, run_id],
+                |r| r.get(0),
+            )?;
+            conn.execute(
+                "UPDATE reports SET acked_at = ?3 WHERE id = ?1 AND run_id = ?2 AND acked_at IS NULL",
+                params![report_id, run_id, now_ms()],
+            )?;
+            Ok(exists)
+        })
+        .await
+    }
+
+    pub async fn add_note(&self, run_id: &str, text: &str) -> StoreResult<i64> {
+        let (run_id, text) = (run_id.to_owned(), text.to_owned());
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?1, ?2)",
+                params![run_id, now_ms()],
+            )?;
+            conn.execute(
+                "INSERT INTO notes (run_id, text, created_at) VALUES (?1, ?2, ?3)",
+                params![run_id, text, now_ms()],
+            )?;
+            Ok(conn.last_insert_rowid())
+        })
+        .await
+    }
+
+    /// All ops of a run, oldest first.
+    pub async fn run_ops(&self, run_id: &str) -> StoreResult<Vec<Op>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| query_ops(conn, "run_id = ?1 ORDER BY created_at", &run_id))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::Outcome;
+    use crate::store::{test_store, NewOp, Settlement, StartRequest};
+
+    async fn finished_op(store: &Store, run: &str, code: i32) -> String {
+        let req = StartRequest {
+            run_id: run.into(),
+            command: vec!["true".into()],
+            background: true,
+            timeout_sec: 60,
+            idempotency_key: None,
+        };
+        let NewOp::Created(op) = store.insert_op(req, "k".into()).await.unwrap() else {
+            panic!()
+        };
+        let s = Settlement {
+            outcome: Outcome::Completed {
+                exit_code: code,
+                killed: false,
+            },
+            output_tail: None,
+            log: None,
+        };
+        assert!(store.settle(&op.id, s).await.unwrap());
+        op.id
+    }
+
+    #[tokio::test]
+    async fn each_result_is_delivered_in_exactly_one_report() {
+        let store = test_store();
+        let a = finished_op(&store, "r", 0).await;
+        let b = finished_op(&store, "r", 1).await;
+        let other_run = finished_op(&store, "s", 0).await;
+        let first = store.drain_report("r").await.unwrap().unwrap();
+        let ids: Vec<_> = first
+            .resolved
+            .iter()
+            .map(|i| i.operation_id.clone())
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert!(ids.contains(&a) && ids.contains(&b) && !ids.contains(&other_run));
+        // not acked: the same report again, identical
+        assert_eq!(store.drain_report("r").await.unwrap().unwrap(), first);
+        let rid = first.report_id.clone().unwrap();
+        assert!(store.ack_report("r", &rid).await.unwrap());
+        assert!(
+            !store.ack_report("s", &rid).await.unwrap(),
+            "another run cannot ack it"
+        );
+        assert!(store.drain_report("r").await.unwrap().is_none());
+        assert!(!store.has_pending("r").await.unwrap());
+        let c = finished_op(&store, "r", 2).await;
+        let next = store.drain_report("r").await.unwrap().unwrap();
+        assert_eq!(next.resolved.len(), 1);
+        assert_eq!(next.resolved[0].operation_id, c);
+    }
+
+    #[tokio::test]
+    async fn notes_ride_the_next_report() {
+        let store = test_store();
+        store.add_note("r", "please hurry").await.unwrap();
+        assert!(store.has_pending("r").await.unwrap());
+        let report = store.drain_report("r").await.unwrap().unwrap();
+        assert_eq!(report.notes, vec!["please hurry".to_owned()]);
+        assert!(report.text.contains("please hurry"));
+        assert!(report.resolved.is_empty());
+    }
+}
