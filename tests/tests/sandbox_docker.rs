@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The sandbox layer against the real Docker engine: labelled containers,
 //! the wrapper's files, exit codes, output fidelity, capping, identity
 //! probes and tree kills.

@@ -18,7 +18,7 @@ pub struct Op {
     pub status: Status,
     pub attempt: u32,
     pub failed_attempts: u32,
-    pub exec_claimed: bool,
+    pub exec_claimed_at: Option<i64>,
     pub scratch_key: String,
     pub container_id: Option<String>,
     pub pid: Option<sandbox::PidRecord>,
@@ -74,7 +74,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?,
         attempt: row.get::<_, i64>(6)? as u32,
         failed_attempts: row.get::<_, i64>(7)? as u32,
-        exec_claimed: row.get::<_, Option<i64>>(8)?.is_some(),
+        exec_claimed_at: row.get(8)?,
         scratch_key: row.get(9)?,
         container_id: row.get(10)?,
         pid: match (pid, start) {
@@ -108,6 +108,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
 #[derive(Debug, Clone)]
 pub struct StartRequest {
     pub run_id: String,
+    pub scratch_key: String,
     pub command: Vec<String>,
     pub background: bool,
     pub timeout_sec: u64,
@@ -151,7 +152,7 @@ fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
 }
 
 impl Store {
-    pub async fn insert_op(&self, req: StartRequest, scratch_key: String) -> StoreResult<NewOp> {
+    pub async fn insert_op(&self, req: StartRequest) -> StoreResult<NewOp> {
         self.call(move |conn| {
             let tx = conn.transaction()?;
             let request_sha = req.fingerprint();
@@ -186,7 +187,7 @@ impl Store {
                     serde_json::to_string(&req.command).map_err(|e| StoreError::Corrupt(e.to_string()))?,
                     req.background,
                     req.timeout_sec as i64,
-                    scratch_key,
+                    req.scratch_key,
                     now,
                     req.idempotency_key,
                     request_sha
@@ -432,6 +433,7 @@ mod tests {
     fn req(key: Option<&str>, cmd: &str) -> StartRequest {
         StartRequest {
             run_id: "r1".into(),
+            scratch_key: "k".into(),
             command: vec!["sh".into(), "-c".into(), cmd.into()],
             background: true,
             timeout_sec: 60,
@@ -440,7 +442,7 @@ mod tests {
     }
 
     async fn created(store: &Store, r: StartRequest) -> Op {
-        match store.insert_op(r, "k".into()).await.unwrap() {
+        match store.insert_op(r).await.unwrap() {
             NewOp::Created(op) => op,
             other => panic!("{other:?}"),
         }
@@ -450,19 +452,12 @@ mod tests {
     async fn idempotency_key_returns_the_same_op_or_conflicts() {
         let store = test_store();
         let op = created(&store, req(Some("k1"), "true")).await;
-        match store
-            .insert_op(req(Some("k1"), "true"), "k".into())
-            .await
-            .unwrap()
-        {
+        match store.insert_op(req(Some("k1"), "true")).await.unwrap() {
             NewOp::Existing(again) => assert_eq!(again.id, op.id),
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            store
-                .insert_op(req(Some("k1"), "false"), "k".into())
-                .await
-                .unwrap(),
+            store.insert_op(req(Some("k1"), "false")).await.unwrap(),
             NewOp::KeyConflict(_)
         ));
         let other = created(&store, req(None, "true")).await;

@@ -257,12 +257,13 @@ mod tests {
     async fn finished_op(store: &Store, run: &str, code: i32) -> String {
         let req = StartRequest {
             run_id: run.into(),
+            scratch_key: "k".into(),
             command: vec!["true".into()],
             background: true,
             timeout_sec: 60,
             idempotency_key: None,
         };
-        let NewOp::Created(op) = store.insert_op(req, "k".into()).await.unwrap() else {
+        let NewOp::Created(op) = store.insert_op(req).await.unwrap() else {
             panic!()
         };
         let s = Settlement {

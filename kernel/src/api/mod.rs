@@ -1,0 +1,142 @@
+//! The HTTP JSON API (axum): bearer auth, strict request parsing into
+//! closed types, and one error shape. Handlers live in submodules by concern.
+
+mod console;
+pub mod error;
+mod ops;
+mod reports;
+mod views;
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+
+use crate::auth::{constant_time_eq, token_sha256, Principal};
+use crate::kernel::Kernel;
+pub use error::{ApiError, ApiResult};
+
+/// Request bodies above this size are refused (413).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+pub type AppState = Arc<Kernel>;
+
+pub fn router(kernel: Arc<Kernel>) -> Router {
+    let mut app = Router::new()
+        .route("/v1/health", get(views::health))
+        .route("/v1/tools", get(views::tools))
+        .route("/v1/runs", post(ops::register_run))
+        .route("/v1/tools/run_command", post(ops::run_oneshot))
+        .route("/v1/runs/{run}/tools/run_command", post(ops::run_command))
+        .route(
+            "/v1/runs/{run}/tools/kill_operation",
+            post(ops::kill_operation),
+        )
+        .route("/v1/operations/{id}", get(ops::get_operation))
+        .route("/v1/operations/{id}/log", get(console::raw_log))
+        .route("/v1/operations/{id}/console", get(console::console))
+        .route("/v1/runs/{run}/report", get(reports::report))
+        .route("/v1/runs/{run}/report/{report_id}/ack", post(reports::ack))
+        .route("/v1/runs/{run}/notes", post(reports::note))
+        .route("/v1/runs/{run}/finish", post(reports::finish))
+        .route("/v1/ops", get(views::list_ops))
+        .route("/v1/containers", get(views::containers))
+        .route("/v1/reap", post(views::reap));
+    if kernel.config.drills {
+        app = app.route("/v1/drill/observer-fault/{id}", post(views::observer_fault));
+    }
+    app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .with_state(kernel)
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        kernel: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(ApiError::unauthorized)?;
+        let token = header
+            .strip_prefix("Bearer ")
+            .ok_or_else(ApiError::unauthorized)?
+            .trim();
+        if token.is_empty() || token.len() > 256 {
+            return Err(ApiError::unauthorized());
+        }
+        let presented = token_sha256(token);
+        if constant_time_eq(
+            presented.as_bytes(),
+            token_sha256(&kernel.operator_token).as_bytes(),
+        ) {
+            return Ok(Principal::Operator);
+        }
+        match kernel.store.run_for_token(&presented).await? {
+            Some(run) => Ok(Principal::Run(run)),
+            None => Err(ApiError::unauthorized()),
+        }
+    }
+}
+
+/// JSON body extractor whose rejections use the API's error shape.
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Body(v)),
+            Err(JsonRejection::BytesRejection(e)) => Err(ApiError::new(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request body refused: {e} (limit {MAX_BODY_BYTES} bytes)"),
+            )),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "invalid JSON body: {}",
+                e.body_text()
+            ))),
+        }
+    }
+}
+
+/// Checks a run id from a path and that the caller may act on it.
+pub fn authorize_run(principal: &Principal, run_id: &str) -> ApiResult<()> {
+    sandbox::profile::validate_run_id(run_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if principal.may_act_on(run_id) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden("this token acts on another run"))
+    }
+}
+
+pub fn require_operator(principal: &Principal) -> ApiResult<()> {
+    match principal {
+        Principal::Operator => Ok(()),
+        Principal::Run(_) => Err(ApiError::forbidden(
+            "this endpoint needs the operator token",
+        )),
+    }
+}
+
+/// Loads an op the caller may see; another run's op is "not found".
+pub async fn visible_op(
+    kernel: &Kernel,
+    principal: &Principal,
+    id: &str,
+) -> ApiResult<crate::store::Op> {
+    sandbox::wrapper::validate_op_id(id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    match kernel.store.get_op(id).await? {
+        Some(op) if principal.may_act_on(&op.run_id) => Ok(op),
+        _ => Err(ApiError::not_found(format!("no operation {id}"))),
+    }
+}

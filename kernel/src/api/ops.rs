@@ -1,0 +1,259 @@
+//! Starting, killing and inspecting operations; registering runs.
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body};
+use crate::auth::{new_token, token_sha256, Principal};
+use crate::lifecycle::KillReason;
+use crate::store::{NewOp, Op, StartRequest};
+use crate::views::op_json;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRun {
+    run_id: String,
+}
+
+pub async fn register_run(
+    State(k): State<AppState>,
+    principal: Principal,
+    Body(req): Body<RegisterRun>,
+) -> ApiResult<Json<Value>> {
+    require_operator(&principal)?;
+    sandbox::profile::validate_run_id(&req.run_id)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let token = new_token();
+    k.store
+        .register_run(&req.run_id, &token_sha256(&token))
+        .await?;
+    Ok(Json(json!({"run_id": req.run_id, "token": token})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommand {
+    command: Vec<String>,
+    #[serde(default)]
+    background: bool,
+    timeout_sec: Option<u64>,
+}
+
+/// The exact reply of a background start.
+pub fn started_message(id: &str, timeout_sec: u64) -> String {
+    format!(
+        "Started in background as operation {id}. Do not wait idle: continue with other work, and the result \
+         (exit code + output tail) will arrive automatically as a follow-up message. The operation times out \
+         after {timeout_sec} s. Use kill_operation to cancel it."
+    )
+}
+
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 128 && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::bad_request("Idempotency-Key must be 1-128 printable ASCII characters")
+        })?;
+    Ok(Some(key.to_owned()))
+}
+
+fn validate(k: &AppState, req: &RunCommand) -> ApiResult<u64> {
+    sandbox::wrapper::validate_command(&req.command)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (default, max, var) = if req.background {
+        (
+            k.config.bg_default_sec,
+            k.config.bg_max_sec,
+            "OPKERNEL_BG_MAX_SECONDS",
+        )
+    } else {
+        (
+            k.config.fg_default_sec,
+            k.config.fg_max_sec,
+            "OPKERNEL_FG_MAX_SECONDS",
+        )
+    };
+    let timeout = req.timeout_sec.unwrap_or(default.min(max));
+    if timeout == 0 || timeout > max {
+        let kind = if req.background {
+            "background"
+        } else {
+            "foreground"
+        };
+        return Err(ApiError::bad_request(format!(
+            "timeout_sec must be between 1 and {max} for a {kind} command (limit set by {var}), got {timeout}"
+        )));
+    }
+    Ok(timeout)
+}
+
+pub async fn run_command(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path(run): Path<String>,
+    headers: HeaderMap,
+    Body(req): Body<RunCommand>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&principal, &run)?;
+    let timeout = validate(&k, &req)?;
+    let key = idempotency_key(&headers)?;
+    let (run_live, total_live) = k.store.live_counts(&run).await?;
+    if run_live >= k.config.max_live_ops_per_run {
+        return Err(ApiError::too_many(format!(
+            "run {run} already has {run_live} live operations (limit {})",
+            k.config.max_live_ops_per_run
+        )));
+    }
+    if total_live >= k.config.max_live_ops {
+        return Err(ApiError::too_many(format!(
+            "the kernel already has {total_live} live operations (limit {})",
+            k.config.max_live_ops
+        )));
+    }
+    let start = StartRequest {
+        scratch_key: sandbox::profile::scratch_key(&run),
+        run_id: run,
+        command: req.command,
+        background: req.background,
+        timeout_sec: timeout,
+        idempotency_key: key,
+    };
+    start_and_answer(&k, start).await
+}
+
+/// Inserts the op durably, hands it to its observer and answers: at once
+/// for a background op, at its end for a foreground one.
+async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<Value>> {
+    let background = start.background;
+    let op = match k.store.insert_op(start).await? {
+        NewOp::Created(op) | NewOp::Existing(op) => op,
+        NewOp::KeyConflict(id) => {
+            return Err(ApiError::conflict(format!(
+                "Idempotency-Key was already used for operation {id} with a different request"
+            )))
+        }
+    };
+    if !op.status.is_terminal() {
+        k.spawn_observer(op.id.clone());
+    }
+    if background {
+        let mut body = op_json(&op);
+        body["message"] = json!(started_message(&op.id, op.timeout_sec));
+        return Ok(Json(body));
+    }
+    Ok(Json(wait_foreground(k, &op).await?))
+}
+
+async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<Value> {
+    let budget =
+        Duration::from_secs(op.timeout_sec) + k.config.kill_grace * 3 + Duration::from_secs(30);
+    let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
+    let op = k
+        .store
+        .get_op(&op.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    if op.status.is_terminal() {
+        k.store.mark_delivered_inline(&op.id).await?;
+    }
+    let mut body = op_json(&op);
+    let output = k
+        .sandbox
+        .ops_dir(&op.scratch_key)
+        .log_tail(&op.id, 64 * 1024)
+        .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    body["output"] = json!(output);
+    Ok(body)
+}
+
+/// A foreground command in a throwaway container, removed afterwards.
+pub async fn run_oneshot(
+    State(k): State<AppState>,
+    principal: Principal,
+    Body(req): Body<RunCommand>,
+) -> ApiResult<Json<Value>> {
+    require_operator(&principal)?;
+    if req.background {
+        return Err(ApiError::bad_request(
+            "background commands need a run: use /v1/runs/{run}/tools/run_command",
+        ));
+    }
+    let timeout = validate(&k, &req)?;
+    let run = format!("oneshot-{}", uuid::Uuid::new_v4().simple());
+    let start = StartRequest {
+        scratch_key: sandbox::profile::scratch_key(&run),
+        run_id: run.clone(),
+        command: req.command,
+        background: false,
+        timeout_sec: timeout,
+        idempotency_key: None,
+    };
+    let answer = start_and_answer(&k, start).await;
+    k.remove_run_container(&run).await;
+    answer
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillOperation {
+    operation_id: String,
+}
+
+pub async fn kill_operation(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path(run): Path<String>,
+    Body(req): Body<KillOperation>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&principal, &run)?;
+    let op = visible_op(&k, &principal, &req.operation_id).await?;
+    if op.run_id != run {
+        return Err(ApiError::not_found(format!(
+            "no operation {} in run {run}",
+            op.id
+        )));
+    }
+    if op.status.is_terminal() {
+        let mut body = op_json(&op);
+        body["message"] = json!(format!("operation already ended: {}", op.status.as_str()));
+        return Ok(Json(body));
+    }
+    k.store.request_kill(&op.id, KillReason::Kill).await?;
+    k.spawn_observer(op.id.clone());
+    k.poke_kill(&op.id);
+    // give the TERM → grace → KILL sequence time to finish, then answer with the state
+    let budget = k.config.kill_grace * 2 + Duration::from_secs(5);
+    let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
+    let op = k
+        .store
+        .get_op(&op.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    let mut body = op_json(&op);
+    body["message"] = json!(if op.status.is_terminal() {
+        format!("operation killed: {}", op.status.as_str())
+    } else {
+        "kill under way: SIGTERM sent, SIGKILL follows after the grace period; the outcome arrives as a normal resolution".to_owned()
+    });
+    Ok(Json(body))
+}
+
+pub async fn get_operation(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let op = visible_op(&k, &principal, &id).await?;
+    Ok(Json(op_json(&op)))
+}

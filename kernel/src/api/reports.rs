@@ -1,0 +1,128 @@
+//! Reports (wait + drain + ack), notes and finishing a run.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{authorize_run, ApiError, ApiResult, AppState, Body};
+use crate::auth::Principal;
+use crate::store::Report;
+use crate::views::op_json;
+
+/// Longest a report call may wait.
+pub const MAX_REPORT_WAIT_SEC: u64 = 3600;
+pub const MAX_NOTE_BYTES: usize = 16 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    #[serde(default)]
+    wait: Option<u64>,
+}
+
+/// Waits (up to `wait`) until something resolved or a note arrived, then
+/// drains one report; with nothing to deliver, a report with `report_id: null`.
+pub async fn wait_report(k: &AppState, run: &str, wait: Duration) -> ApiResult<Report> {
+    let deadline = Instant::now() + wait;
+    let mut events = k.run_events(run);
+    loop {
+        events.borrow_and_update();
+        if let Some(report) = k.store.drain_report(run).await? {
+            return Ok(report);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(k.store.empty_report(run).await?);
+        }
+        // the safety-net period bounds a missed wake-up
+        let _ = tokio::time::timeout(left.min(Duration::from_secs(5)), events.changed()).await;
+    }
+}
+
+pub async fn report(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path(run): Path<String>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<Json<Report>> {
+    authorize_run(&principal, &run)?;
+    let wait = q.wait.unwrap_or(0);
+    if wait > MAX_REPORT_WAIT_SEC {
+        return Err(ApiError::bad_request(format!(
+            "wait must be at most {MAX_REPORT_WAIT_SEC} s"
+        )));
+    }
+    Ok(Json(
+        wait_report(&k, &run, Duration::from_secs(wait)).await?,
+    ))
+}
+
+pub async fn ack(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path((run, report_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&principal, &run)?;
+    if uuid::Uuid::parse_str(&report_id).is_err() {
+        return Err(ApiError::bad_request("report id must be a uuid"));
+    }
+    if !k.store.ack_report(&run, &report_id).await? {
+        return Err(ApiError::not_found(format!(
+            "no report {report_id} in run {run}"
+        )));
+    }
+    k.bump_run(&run);
+    Ok(Json(json!({"report_id": report_id, "acked": true})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Note {
+    text: String,
+}
+
+pub async fn note(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path(run): Path<String>,
+    Body(note): Body<Note>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&principal, &run)?;
+    if note.text.trim().is_empty() || note.text.len() > MAX_NOTE_BYTES || note.text.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "note text must be non-empty, without NUL bytes and at most {MAX_NOTE_BYTES} bytes"
+        )));
+    }
+    let id = k.store.add_note(&run, &note.text).await?;
+    k.bump_run(&run);
+    Ok(Json(json!({"run_id": run, "note_id": id})))
+}
+
+/// Waits until every op of the run is terminal, marks the run finished and
+/// returns every outcome plus the report of what was not yet delivered.
+pub async fn finish(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path(run): Path<String>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&principal, &run)?;
+    let mut events = k.run_events(&run);
+    let ops = loop {
+        events.borrow_and_update();
+        let ops = k.store.run_ops(&run).await?;
+        if ops.iter().all(|op| op.status.is_terminal()) {
+            break ops;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), events.changed()).await;
+    };
+    k.store.mark_run_finished(&run).await?;
+    let report = k.store.drain_report(&run).await?;
+    Ok(Json(json!({
+        "run_id": run,
+        "operations": ops.iter().map(op_json).collect::<Vec<_>>(),
+        "report": report,
+    })))
+}

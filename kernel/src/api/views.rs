@@ -1,0 +1,108 @@
+//! Operator views (ops, containers), the tool schemas, health, the reaper
+//! endpoint and the drill fault hook.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{require_operator, visible_op, ApiError, ApiResult, AppState};
+use crate::auth::Principal;
+use crate::views::op_json;
+
+pub async fn health(State(k): State<AppState>) -> Json<Value> {
+    Json(json!({"ok": true, "kernel_id": k.id}))
+}
+
+/// JSON tool definitions for function calling, with the limits stated.
+pub async fn tools(State(k): State<AppState>) -> Json<Value> {
+    Json(crate::tools::tool_definitions(&k.config))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    run: Option<String>,
+    limit: Option<u32>,
+}
+
+pub async fn list_ops(
+    State(k): State<AppState>,
+    principal: Principal,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let run = match (&principal, q.run) {
+        (Principal::Operator, run) => run,
+        (Principal::Run(own), None) => Some(own.clone()),
+        (Principal::Run(own), Some(run)) if *own == run => Some(run),
+        (Principal::Run(_), Some(_)) => {
+            return Err(ApiError::forbidden("this token acts on another run"))
+        }
+    };
+    if let Some(run) = &run {
+        sandbox::profile::validate_run_id(run).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
+    let ops = k
+        .store
+        .list_ops(run, q.limit.unwrap_or(200).min(5000))
+        .await?;
+    Ok(Json(
+        json!({"operations": ops.iter().map(op_json).collect::<Vec<_>>()}),
+    ))
+}
+
+pub async fn containers(State(k): State<AppState>, principal: Principal) -> ApiResult<Json<Value>> {
+    require_operator(&principal)?;
+    let registered = k.registered_containers();
+    let list = k.sandbox.list_managed().await?;
+    let rows: Vec<Value> = list
+        .iter()
+        .map(|c| {
+            json!({
+                "container_id": c.id,
+                "name": c.name,
+                "state": c.state,
+                "run_id": c.labels.get(sandbox::profile::LABEL_RUN_ID),
+                "scratch_key": c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY),
+                "run_fingerprint": c.labels.get(sandbox::profile::LABEL_FINGERPRINT),
+                "created_at": c.labels.get(sandbox::profile::LABEL_CREATED_AT),
+                "registered": registered.contains(&c.id),
+            })
+        })
+        .collect();
+    Ok(Json(json!({"containers": rows})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReapQuery {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+pub async fn reap(
+    State(k): State<AppState>,
+    principal: Principal,
+    Query(q): Query<ReapQuery>,
+) -> ApiResult<Json<Value>> {
+    require_operator(&principal)?;
+    let decisions = crate::reaper::reap(&k, q.dry_run).await?;
+    Ok(Json(json!({"dry_run": q.dry_run, "decisions": decisions})))
+}
+
+pub async fn observer_fault(
+    State(k): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    require_operator(&principal)?;
+    let op = visible_op(&k, &principal, &id).await?;
+    if !k.inject_observer_fault(&op.id) {
+        return Err(ApiError::not_found(
+            "fault hooks need a kernel started with drills enabled",
+        ));
+    }
+    Ok(Json(
+        json!({"operation_id": op.id, "fault": "observer attempt fails at its next step"}),
+    ))
+}

@@ -1,0 +1,157 @@
+//! The CLI's HTTP client: daemon at `OPKERNEL_URL`, token from
+//! `OPKERNEL_TOKEN` or the home's operator token.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::Value;
+
+pub fn default_home() -> PathBuf {
+    if let Ok(home) = std::env::var("OPKERNEL_HOME") {
+        return PathBuf::from(home);
+    }
+    let base = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    PathBuf::from(base).join(".opkernel")
+}
+
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    pub fn from_env() -> anyhow::Result<Client> {
+        let base = std::env::var("OPKERNEL_URL").unwrap_or_else(|_| "http://127.0.0.1:7878".into());
+        let token = match std::env::var("OPKERNEL_TOKEN") {
+            Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
+            _ => {
+                let path = default_home().join("operator.token");
+                std::fs::read_to_string(&path)
+                    .with_context(|| {
+                        format!(
+                            "no OPKERNEL_TOKEN and cannot read {} (is the kernel started?)",
+                            path.display()
+                        )
+                    })?
+                    .trim()
+                    .to_owned()
+            }
+        };
+        Ok(Client::new(base, token))
+    }
+
+    pub fn new(base: String, token: String) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let message = body["error"]["message"]
+            .as_str()
+            .unwrap_or("request failed");
+        bail!("{message} (HTTP {})", status.as_u16())
+    }
+
+    fn send_err(&self, e: reqwest::Error) -> anyhow::Error {
+        anyhow!("cannot reach the kernel at {}: {e}", self.base)
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| self.send_err(e))?;
+        Ok(Self::check(resp).await?.json().await?)
+    }
+
+    pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| self.send_err(e))?;
+        Ok(Self::check(resp).await?.bytes().await?.to_vec())
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.post_with(path, body, None).await
+    }
+
+    pub async fn post_with(
+        &self,
+        path: &str,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<Value> {
+        let mut req = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .json(body);
+        if let Some(key) = idempotency_key {
+            req = req.header("Idempotency-Key", key);
+        }
+        let resp = req.send().await.map_err(|e| self.send_err(e))?;
+        Ok(Self::check(resp).await?.json().await?)
+    }
+
+    /// Streams an SSE endpoint, calling `on_event(event, data)` per event
+    /// until the stream ends or `on_event` returns false.
+    pub async fn sse(
+        &self,
+        path: &str,
+        mut on_event: impl FnMut(&str, &str) -> bool,
+    ) -> anyhow::Result<()> {
+        use futures::StreamExt;
+        let resp = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| self.send_err(e))?;
+        let mut stream = Self::check(resp).await?.bytes_stream();
+        let mut buf = String::new();
+        let (mut event, mut data) = (String::new(), String::new());
+        while let Some(chunk) = stream.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk?));
+            while let Some(nl) = buf.find('\n') {
+                let line = buf[..nl].trim_end_matches('\r').to_owned();
+                buf.drain(..=nl);
+                if line.is_empty() {
+                    if (!event.is_empty() || !data.is_empty()) && !on_event(&event, &data) {
+                        return Ok(());
+                    }
+                    event.clear();
+                    data.clear();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! Kernel settings: defaults, environment overrides and limits.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sandbox::Profile;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub home: PathBuf,
+    pub listen: SocketAddr,
+    /// Unix socket of the Docker engine (default: `DOCKER_HOST` or /var/run/docker.sock).
+    pub docker_socket: Option<String>,
+    pub profile: Profile,
+    pub fg_default_sec: u64,
+    pub fg_max_sec: u64,
+    pub bg_default_sec: u64,
+    pub bg_max_sec: u64,
+    /// How long a container or the daemon may stay unreachable before its ops are lost.
+    pub grace: Duration,
+    /// Pause between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// How long after its exec claim an op without any trace is settled as failed.
+    pub start_evidence_window: Duration,
+    pub log_cap_bytes: u64,
+    /// Safety-net cadence of liveness probes and exit-code checks.
+    pub probe_interval: Duration,
+    pub heartbeat_interval: Duration,
+    pub max_live_ops_per_run: u64,
+    pub max_live_ops: u64,
+    /// Idle time after which a container without live ops may be reaped.
+    pub reap_ttl: Duration,
+    pub reap_interval: Duration,
+    /// Enables the fault hooks used by recovery drills.
+    pub drills: bool,
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+impl Config {
+    /// Defaults, overridden by `OPKERNEL_*` environment variables.
+    pub fn from_env(home: PathBuf, listen: SocketAddr) -> Config {
+        let mut profile = Profile::default();
+        if let Ok(image) = std::env::var("OPKERNEL_IMAGE") {
+            if image != profile.image {
+                // a foreign image may have no `agent` user: run as root unless told
+                profile.run_as = None;
+            }
+            profile.image = image;
+        }
+        if let Ok(user) = std::env::var("OPKERNEL_RUN_AS") {
+            profile.run_as = (!user.is_empty() && user != "root").then_some(user);
+        }
+        if let Ok(network) = std::env::var("OPKERNEL_NETWORK") {
+            profile.network = network;
+        }
+        profile.memory_bytes = env_u64("OPKERNEL_MEMORY_BYTES", profile.memory_bytes as u64) as i64;
+        profile.pids_limit = env_u64("OPKERNEL_PIDS_LIMIT", profile.pids_limit as u64) as i64;
+        Config {
+            home,
+            listen,
+            docker_socket: std::env::var("OPKERNEL_DOCKER_SOCKET").ok(),
+            profile,
+            fg_default_sec: 300,
+            fg_max_sec: env_u64("OPKERNEL_FG_MAX_SECONDS", 900),
+            bg_default_sec: 900,
+            bg_max_sec: env_u64("OPKERNEL_BG_MAX_SECONDS", 3600),
+            grace: Duration::from_millis(env_u64("OPKERNEL_GRACE_MS", 60_000)),
+            kill_grace: Duration::from_millis(env_u64("OPKERNEL_KILL_GRACE_MS", 5_000)),
+            start_evidence_window: Duration::from_millis(env_u64(
+                "OPKERNEL_START_EVIDENCE_MS",
+                10_000,
+            )),
+            log_cap_bytes: env_u64("OPKERNEL_LOG_CAP_BYTES", 64 << 20),
+            probe_interval: Duration::from_millis(
+                env_u64("OPKERNEL_PROBE_INTERVAL_MS", 5_000).max(100),
+            ),
+            heartbeat_interval: Duration::from_millis(
+                env_u64("OPKERNEL_HEARTBEAT_MS", 10_000).max(100),
+            ),
+            max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512),
+            max_live_ops: env_u64("OPKERNEL_MAX_OPS", 4096),
+            reap_ttl: Duration::from_secs(env_u64("OPKERNEL_REAP_TTL_SECONDS", 3600)),
+            reap_interval: Duration::from_secs(
+                env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300).max(1),
+            ),
+            drills: std::env::var("OPKERNEL_DRILLS").is_ok_and(|v| v == "1"),
+        }
+    }
+
+    pub fn scratch_root(&self) -> PathBuf {
+        self.home.join("scratch")
+    }
+}

@@ -1,0 +1,427 @@
+//! The kernel's shared state and the op supervisor: one supervised observer
+//! per live op, restarted as the next attempt when it fails (three failed
+//! attempts in a row make the op lost), the compare-and-set settle that
+//! wakes report waiters, the run-container registry, and recovery at start.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sandbox::{ContainerInfo, RunIdentity, Sandbox};
+use tokio::sync::{watch, Notify};
+
+use crate::config::Config;
+use crate::lifecycle::Outcome;
+use crate::observer::ObserverAttempt;
+use crate::probes::ProbeCache;
+use crate::report::cut_tail;
+use crate::store::{Op, Settlement, Store};
+use crate::watcher::OpsWatcher;
+
+/// Failed observer attempts in a row after which an op is lost.
+pub const MAX_FAILED_ATTEMPTS: u32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("another opkernel serve owns {0} (its lock is held); stop it first")]
+    HomeLocked(String),
+    #[error("cannot prepare home {path}: {source}")]
+    Home {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
+}
+
+/// Per live op: its observer's waker, a kill flag and a "done" signal.
+struct OpHandle {
+    wake: Arc<Notify>,
+    kill: AtomicBool,
+    done: watch::Sender<bool>,
+}
+
+pub struct Kernel {
+    pub config: Config,
+    pub store: Store,
+    pub sandbox: Sandbox,
+    /// boot id + pid + process start time of this kernel process.
+    pub id: String,
+    pub operator_token: String,
+    pub watcher: OpsWatcher,
+    pub probes: ProbeCache,
+    handles: Mutex<HashMap<String, Arc<OpHandle>>>,
+    run_events: Mutex<HashMap<String, watch::Sender<u64>>>,
+    containers: Mutex<HashMap<String, ContainerInfo>>,
+    run_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    faults: Mutex<HashSet<String>>,
+    _lock: File,
+}
+
+fn kernel_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let start = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split(' ').nth(19))
+        .unwrap_or("0")
+        .to_owned();
+    format!("{}:{}:{}", boot.trim(), std::process::id(), start)
+}
+
+fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+    move |source| StartError::Home {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+impl Kernel {
+    /// Takes ownership of the home, opens the control plane and connects to
+    /// Docker. Serving starts after [`Kernel::recover`].
+    pub async fn open(config: Config) -> Result<Arc<Kernel>, StartError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let home = config.home.clone();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(&home)
+            .map_err(home_error(&home))?;
+        let lock_path = home.join("kernel.lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(home_error(&lock_path))?;
+        if lock.try_lock().is_err() {
+            return Err(StartError::HomeLocked(home.display().to_string()));
+        }
+        let operator_token =
+            crate::auth::load_or_create_operator_token(&home).map_err(home_error(&home))?;
+        let store = Store::open(&home.join("kernel.db"))?;
+        let scratch = config.scratch_root();
+        std::fs::create_dir_all(&scratch).map_err(home_error(&scratch))?;
+        std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
+            .map_err(home_error(&scratch))?;
+        let sandbox = Sandbox::connect(config.docker_socket.as_deref(), scratch).await?;
+        let id = kernel_identity();
+        store.register_kernel(&id).await?;
+        Ok(Arc::new(Kernel {
+            config,
+            store,
+            sandbox,
+            id,
+            operator_token,
+            watcher: OpsWatcher::new(),
+            probes: ProbeCache::default(),
+            handles: Mutex::default(),
+            run_events: Mutex::default(),
+            containers: Mutex::default(),
+            run_locks: Mutex::default(),
+            faults: Mutex::default(),
+            _lock: lock,
+        }))
+    }
+
+    /// Rebuilds the registry from container labels and starts an attach
+    /// attempt for every non-terminal op. Returns how many were attached.
+    pub async fn recover(self: &Arc<Self>) -> Result<usize, StartError> {
+        match self.sandbox.list_managed().await {
+            Ok(list) => {
+                for info in list {
+                    let run_ok =
+                        info.labels
+                            .get(sandbox::profile::LABEL_RUN_ID)
+                            .is_some_and(|run| {
+                                sandbox::profile::validate_run_id(run).is_ok()
+                                    && info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY)
+                                        == Some(&sandbox::profile::scratch_key(run))
+                            });
+                    if run_ok {
+                        self.remember_container(&info);
+                    } else {
+                        tracing::warn!(container = %info.name, "managed container with unconfirmed labels; never used");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%e, "docker unreachable at start; observers will wait out the grace window")
+            }
+        }
+        let live = self.store.live_ops().await?;
+        for op in &live {
+            self.spawn_observer(op.id.clone());
+        }
+        Ok(live.len())
+    }
+
+    /// Background duties: heartbeats of observed ops.
+    pub fn spawn_housekeeping(self: &Arc<Self>) {
+        let k = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(k.config.heartbeat_interval);
+            loop {
+                tick.tick().await;
+                if let Err(e) = k.store.heartbeat(&k.id).await {
+                    tracing::warn!(%e, "heartbeat failed");
+                }
+            }
+        });
+    }
+
+    fn handle(&self, op_id: &str) -> Option<Arc<OpHandle>> {
+        self.handles.lock().ok()?.get(op_id).cloned()
+    }
+
+    /// Starts the supervised observer of an op unless one is running.
+    pub fn spawn_observer(self: &Arc<Self>, op_id: String) {
+        let handle = {
+            let Ok(mut handles) = self.handles.lock() else {
+                return;
+            };
+            if handles.contains_key(&op_id) {
+                return;
+            }
+            let (done, _) = watch::channel(false);
+            let handle = Arc::new(OpHandle {
+                wake: Arc::new(Notify::new()),
+                kill: AtomicBool::new(false),
+                done,
+            });
+            handles.insert(op_id.clone(), handle.clone());
+            handle
+        };
+        self.watcher.register(&op_id, handle.wake.clone());
+        tokio::spawn(supervise(self.clone(), op_id, handle));
+    }
+
+    fn release(&self, op_id: &str) {
+        self.watcher.unregister(op_id);
+        if let Ok(mut handles) = self.handles.lock() {
+            if let Some(h) = handles.remove(op_id) {
+                let _ = h.done.send(true);
+            }
+        }
+    }
+
+    /// Resolves once the op has no live observer (it is terminal, or this
+    /// kernel does not observe it).
+    pub async fn wait_observer_done(&self, op_id: &str) {
+        let Some(handle) = self.handle(op_id) else {
+            return;
+        };
+        let mut rx = handle.done.subscribe();
+        let _ = rx.wait_for(|done| *done).await;
+    }
+
+    /// Wakes an op's observer to act on a kill request at once.
+    pub fn poke_kill(&self, op_id: &str) {
+        if let Some(h) = self.handle(op_id) {
+            h.kill.store(true, Ordering::SeqCst);
+            h.wake.notify_one();
+        }
+    }
+
+    pub fn kill_pending(&self, op_id: &str) -> bool {
+        self.handle(op_id)
+            .is_some_and(|h| h.kill.load(Ordering::SeqCst))
+    }
+
+    /// Drill fault hook: the op's observer fails its current attempt.
+    pub fn inject_observer_fault(&self, op_id: &str) -> bool {
+        if !self.config.drills {
+            return false;
+        }
+        if let Ok(mut f) = self.faults.lock() {
+            f.insert(op_id.to_owned());
+        }
+        if let Some(h) = self.handle(op_id) {
+            h.wake.notify_one();
+        }
+        true
+    }
+
+    pub fn take_fault(&self, op_id: &str) -> bool {
+        self.config.drills && self.faults.lock().is_ok_and(|mut f| f.remove(op_id))
+    }
+
+    /// Subscribes to "something resolved or a note arrived" for a run.
+    pub fn run_events(&self, run_id: &str) -> watch::Receiver<u64> {
+        let Ok(mut map) = self.run_events.lock() else {
+            return watch::channel(0).1;
+        };
+        map.entry(run_id.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    pub fn bump_run(&self, run_id: &str) {
+        if let Ok(mut map) = self.run_events.lock() {
+            map.entry(run_id.to_owned())
+                .or_insert_with(|| watch::channel(0).0)
+                .send_modify(|v| *v += 1);
+        }
+    }
+
+    /// The compare-and-set terminal write, with the final log's digest and
+    /// tail. Wakes report waiters when it won.
+    pub async fn settle(
+        &self,
+        op: &Op,
+        outcome: Outcome,
+    ) -> Result<bool, crate::store::StoreError> {
+        let ops = self.sandbox.ops_dir(&op.scratch_key);
+        let id = op.id.clone();
+        let has_log = !matches!(outcome, Outcome::Failed { .. });
+        let (tail, digest) = tokio::task::spawn_blocking(move || {
+            if !has_log {
+                return (None, None);
+            }
+            let tail = ops
+                .log_tail(&id, crate::report::TAIL_BYTES as u64 * 2)
+                .ok()
+                .map(|(bytes, _)| cut_tail(&bytes));
+            (tail, ops.log_digest(&id).ok())
+        })
+        .await
+        .unwrap_or((None, None));
+        let won = self
+            .store
+            .settle(
+                &op.id,
+                Settlement {
+                    outcome: outcome.clone(),
+                    output_tail: tail,
+                    log: digest,
+                },
+            )
+            .await?;
+        if won {
+            tracing::info!(op = %op.id, run = %op.run_id, ?outcome, "op settled");
+            self.bump_run(&op.run_id);
+        }
+        Ok(won)
+    }
+
+    /// The run container for `identity`, created on first use. Calls for one
+    /// run are serialized; a known container is reused without a round trip.
+    pub async fn ensure_container(&self, identity: &RunIdentity) -> sandbox::Result<ContainerInfo> {
+        if let Some(info) = self.known_container(&identity.name) {
+            return Ok(info);
+        }
+        let lock = {
+            let mut locks = self
+                .run_locks
+                .lock()
+                .map_err(|_| sandbox::SandboxError::Invalid("run lock poisoned".into()))?;
+            locks.entry(identity.run_id.clone()).or_default().clone()
+        };
+        let _guard = lock.lock().await;
+        if let Some(info) = self.known_container(&identity.name) {
+            return Ok(info);
+        }
+        let info = self
+            .sandbox
+            .ensure_container(identity, &self.config.profile)
+            .await?;
+        self.remember_container(&info);
+        Ok(info)
+    }
+
+    fn known_container(&self, name: &str) -> Option<ContainerInfo> {
+        let map = self.containers.lock().ok()?;
+        map.values().find(|c| c.name == name && c.running).cloned()
+    }
+
+    pub fn remember_container(&self, info: &ContainerInfo) {
+        if let Ok(mut map) = self.containers.lock() {
+            map.insert(info.id.clone(), info.clone());
+        }
+    }
+
+    pub fn forget_container(&self, name_or_id: &str) {
+        if let Ok(mut map) = self.containers.lock() {
+            map.retain(|id, c| id != name_or_id && c.name != name_or_id);
+        }
+    }
+
+    /// Container ids in the in-memory registry.
+    pub fn registered_containers(&self) -> HashSet<String> {
+        self.containers
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>) {
+    let mut after_failure = false;
+    let mut last_error = String::new();
+    loop {
+        let op = match k.store.begin_attempt(&op_id, &k.id, after_failure).await {
+            Ok(Some(op)) => op,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!(op = %op_id, %e, "cannot begin observer attempt");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if op.failed_attempts >= MAX_FAILED_ATTEMPTS {
+            let reason = format!(
+                "observer failed {} attempts in a row; last error: {last_error}",
+                op.failed_attempts
+            );
+            if let Err(e) = k.settle(&op, Outcome::Lost { reason }).await {
+                tracing::error!(op = %op_id, %e, "cannot settle op after failed attempts");
+            }
+            break;
+        }
+        let attempt = op.attempt;
+        let run = tokio::spawn(ObserverAttempt::new(k.clone(), op, handle.wake.clone()).run());
+        last_error = match run.await {
+            Ok(Ok(())) => match k.store.get_op(&op_id).await {
+                Ok(Some(op)) if !op.status.is_terminal() => "attempt ended without settling".into(),
+                _ => break,
+            },
+            Ok(Err(e)) => e.to_string(),
+            Err(join) if join.is_panic() => "observer panicked".into(),
+            Err(join) => join.to_string(),
+        };
+        tracing::warn!(op = %op_id, attempt, error = %last_error, "observer attempt failed; restarting");
+        after_failure = true;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    k.release(&op_id);
+}
+
+impl Kernel {
+    /// Removes every container of a run and its scratch dir (one-shot runs).
+    pub async fn remove_run_container(&self, run_id: &str) {
+        if let Ok(list) = self.sandbox.list_managed().await {
+            for c in list.iter().filter(|c| {
+                c.labels
+                    .get(sandbox::profile::LABEL_RUN_ID)
+                    .map(String::as_str)
+                    == Some(run_id)
+            }) {
+                if let Err(e) = self.sandbox.remove(&c.id).await {
+                    tracing::warn!(container = %c.name, %e, "cannot remove one-shot container");
+                }
+                self.forget_container(&c.id);
+                self.probes.forget(&c.id);
+            }
+        }
+        let key = sandbox::profile::scratch_key(run_id);
+        self.watcher.unwatch(self.sandbox.ops_dir(&key).path());
+        if let Err(e) = self.sandbox.remove_scratch(&key) {
+            tracing::warn!(%e, "cannot remove one-shot scratch dir");
+        }
+    }
+}

@@ -1,0 +1,495 @@
+//! One observer attempt of one op. Attempt 1 of a never-claimed `starting`
+//! op wins the exec claim and launches the command; every other path only
+//! attaches: through the `.pid`/`.code` files, identity-checked probes and
+//! the control plane's record. The attempt ends when it settled the op (or
+//! found it settled), or with an error for the supervisor to retry.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandbox::{OpFileError, PidRecord, RunIdentity, SandboxError, Signal, WrapperSpec};
+
+use crate::kernel::Kernel;
+use crate::lifecycle::{KillReason, Outcome, Status};
+use crate::probes::ProbeFailure;
+use crate::store::{now_ms, Op};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ObserverError {
+    #[error("control plane: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("op {0} vanished from the control plane")]
+    Vanished(String),
+    #[error("fault injected by a drill")]
+    Injected,
+}
+
+type Step = Result<(), ObserverError>;
+
+/// Kill progress of the current attempt.
+#[derive(Debug, Clone, Copy)]
+struct KillProgress {
+    reason: KillReason,
+    term_at: Option<Instant>,
+    kill_at: Option<Instant>,
+    signalled: bool,
+}
+
+pub struct ObserverAttempt {
+    kernel: Arc<Kernel>,
+    op: Op,
+    wake: Arc<tokio::sync::Notify>,
+    unreachable_since: Option<Instant>,
+    kill: Option<KillProgress>,
+}
+
+impl ObserverAttempt {
+    pub fn new(kernel: Arc<Kernel>, op: Op, wake: Arc<tokio::sync::Notify>) -> Self {
+        ObserverAttempt {
+            kernel,
+            op,
+            wake,
+            unreachable_since: None,
+            kill: None,
+        }
+    }
+
+    pub async fn run(mut self) -> Step {
+        if self.op.status == Status::Starting {
+            // only the winner of the claim may create the exec
+            let claimed = self.op.exec_claimed_at.is_none()
+                && self
+                    .kernel
+                    .store
+                    .claim_exec(&self.op.id, &self.kernel.id)
+                    .await?;
+            if claimed && !self.launch().await? {
+                return Ok(());
+            }
+            self.reload().await?;
+            if self.op.status == Status::Starting && !self.settle_start_by_evidence().await? {
+                return Ok(());
+            }
+        }
+        if self.op.status.is_terminal() {
+            return Ok(());
+        }
+        self.attach().await
+    }
+
+    async fn reload(&mut self) -> Step {
+        self.op = self
+            .kernel
+            .store
+            .get_op(&self.op.id)
+            .await?
+            .ok_or_else(|| ObserverError::Vanished(self.op.id.clone()))?;
+        Ok(())
+    }
+
+    async fn settle(&self, outcome: Outcome) -> Step {
+        self.kernel.settle(&self.op, outcome).await?;
+        Ok(())
+    }
+
+    /// Creates the op's one exec. Returns false when the op was settled
+    /// (failed: nothing ran).
+    async fn launch(&mut self) -> Result<bool, ObserverError> {
+        let k = self.kernel.clone();
+        let identity = match RunIdentity::new(&self.op.run_id, &k.config.profile) {
+            Ok(identity) => identity,
+            Err(e) => {
+                self.settle(Outcome::Failed {
+                    error: e.to_string(),
+                })
+                .await?;
+                return Ok(false);
+            }
+        };
+        let container = match k.ensure_container(&identity).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.settle(Outcome::Failed {
+                    error: format!("run container unavailable: {e}"),
+                })
+                .await?;
+                return Ok(false);
+            }
+        };
+        k.store.set_container(&self.op.id, &container.id).await?;
+        self.op.container_id = Some(container.id.clone());
+        k.watcher
+            .watch(k.sandbox.ops_dir(&identity.scratch_key).path());
+        let spec = WrapperSpec {
+            op_id: &self.op.id,
+            run_as: k.config.profile.run_as.as_deref(),
+            log_cap_bytes: k.config.log_cap_bytes,
+        };
+        let started = now_ms();
+        match k
+            .sandbox
+            .launch(&container.id, &spec, &self.op.command)
+            .await
+        {
+            Ok(_) => {
+                k.store.mark_running(&self.op.id, started).await?;
+                Ok(true)
+            }
+            // the engine answered no: the exec was not created or not started
+            Err(
+                e @ (SandboxError::Refused { .. }
+                | SandboxError::NotFound(_)
+                | SandboxError::Conflict(_)
+                | SandboxError::Invalid(_)
+                | SandboxError::Foreign { .. }),
+            ) => {
+                k.forget_container(&identity.name);
+                self.settle(Outcome::Failed {
+                    error: format!("docker refused the command: {e}"),
+                })
+                .await?;
+                Ok(false)
+            }
+            // unclear whether it started: the evidence decides
+            Err(e) => {
+                tracing::warn!(op = %self.op.id, %e, "exec start outcome unknown; settling by evidence");
+                Ok(true)
+            }
+        }
+    }
+
+    /// A claimed op still `starting` (launch answer lost, or the kernel died
+    /// mid-launch): the pid/code files and marker processes decide.
+    /// Returns false when the op was settled.
+    async fn settle_start_by_evidence(&mut self) -> Result<bool, ObserverError> {
+        let k = self.kernel.clone();
+        let ops = k.sandbox.ops_dir(&self.op.scratch_key);
+        k.watcher.watch(ops.path());
+        let claimed_at = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
+        let wake = self.wake.clone();
+        loop {
+            let notified = wake.notified();
+            if ops.read_code(&self.op.id).is_ok() || ops.read_pid(&self.op.id).is_ok() {
+                k.store.mark_running(&self.op.id, claimed_at).await?;
+                self.reload().await?;
+                return Ok(true);
+            }
+            if let Some(cid) = self.op.container_id.clone() {
+                if let Ok(procs) = k.probes.probe(&k.sandbox, &cid, Duration::ZERO).await {
+                    if procs.iter().any(|p| p.op_id == self.op.id) {
+                        k.store.mark_running(&self.op.id, claimed_at).await?;
+                        self.reload().await?;
+                        return Ok(true);
+                    }
+                }
+            }
+            let waited = (now_ms() - claimed_at).max(0) as u64;
+            if waited >= k.config.start_evidence_window.as_millis() as u64 {
+                self.settle(Outcome::Failed {
+                    error:
+                        "the command never started: no pid file, exit code or process of it exists"
+                            .into(),
+                })
+                .await?;
+                return Ok(false);
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+        }
+    }
+
+    /// Watches a running op until it is terminal.
+    async fn attach(&mut self) -> Step {
+        let k = self.kernel.clone();
+        let ops = k.sandbox.ops_dir(&self.op.scratch_key);
+        k.watcher.watch(ops.path());
+        let Some(container_id) = self.op.container_id.clone() else {
+            return self
+                .settle(Outcome::Lost {
+                    reason: "no container was recorded for the op".into(),
+                })
+                .await;
+        };
+        if !self.confirm_container(&container_id).await? {
+            return Ok(());
+        }
+        let mut next_probe = Instant::now() + k.config.probe_interval;
+        let wake = self.wake.clone();
+        loop {
+            let notified = wake.notified();
+            if k.take_fault(&self.op.id) {
+                return Err(ObserverError::Injected);
+            }
+            // a recorded result beats everything else
+            match ops.read_code(&self.op.id) {
+                Ok(code) => return self.finish_with_code(code, &ops).await,
+                Err(OpFileError::Missing(_)) => {}
+                Err(bad) => {
+                    // a forged or broken code file: only a dead process makes it final
+                    if !self.wrapper_alive(&container_id).await? {
+                        return self
+                            .settle(Outcome::Lost {
+                                reason: format!("exit code unusable: {bad}"),
+                            })
+                            .await;
+                    }
+                }
+            }
+            if self.op.pid.is_none() {
+                if let Ok(rec) = ops.read_pid(&self.op.id) {
+                    k.store.record_pid(&self.op.id, &rec).await?;
+                    self.op.pid = Some(rec);
+                }
+            }
+            self.reload_kill_request().await?;
+            if self.kill.is_none() && now_ms() >= self.op.deadline_ms() {
+                k.store
+                    .request_kill(&self.op.id, KillReason::Timeout)
+                    .await?;
+                self.reload_kill_request().await?;
+            }
+            if self.kill.is_some() {
+                if let Some(done) = self.advance_kill(&container_id).await? {
+                    return done;
+                }
+            }
+            if Instant::now() >= next_probe {
+                next_probe = Instant::now() + k.config.probe_interval;
+                if let Some(done) = self.check_liveness(&container_id).await? {
+                    return done;
+                }
+            }
+            let mut wait = next_probe.saturating_duration_since(Instant::now());
+            let to_deadline = (self.op.deadline_ms() - now_ms()).max(0) as u64;
+            wait = wait.min(Duration::from_millis(to_deadline.max(1)));
+            if self.kill.is_some() {
+                wait = wait.min(Duration::from_millis(100));
+            }
+            let _ = tokio::time::timeout(wait, notified).await;
+        }
+    }
+
+    /// Checks the op's recorded container still is the run's container.
+    async fn confirm_container(&mut self, container_id: &str) -> Result<bool, ObserverError> {
+        let k = self.kernel.clone();
+        match k.sandbox.inspect(container_id).await {
+            Ok(info) => {
+                let ok = info
+                    .labels
+                    .get(sandbox::profile::LABEL_MANAGED)
+                    .map(String::as_str)
+                    == Some("true")
+                    && info.labels.get(sandbox::profile::LABEL_RUN_ID) == Some(&self.op.run_id)
+                    && info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY)
+                        == Some(&self.op.scratch_key);
+                if !ok {
+                    self.settle(Outcome::Lost {
+                        reason: "the recorded container's identity cannot be confirmed".into(),
+                    })
+                    .await?;
+                    return Ok(false);
+                }
+                if let Some(rec) = &self.op.pid {
+                    if !info.hostname.is_empty()
+                        && !rec.hostname.is_empty()
+                        && rec.hostname != info.hostname
+                    {
+                        self.settle(Outcome::Lost {
+                            reason: "the pid file belongs to another container".into(),
+                        })
+                        .await?;
+                        return Ok(false);
+                    }
+                }
+                k.remember_container(&info);
+                Ok(true)
+            }
+            // gone or unreachable: the attach loop's code check and probes decide
+            Err(_) => Ok(true),
+        }
+    }
+
+    async fn finish_with_code(&mut self, code: i32, ops: &sandbox::OpsDir) -> Step {
+        self.reload_kill_request().await?;
+        let outcome = match self.kill {
+            Some(kill) => kill.reason.outcome(code, kill.signalled),
+            None => Outcome::Completed {
+                exit_code: code,
+                killed: false,
+            },
+        };
+        let _ = ops;
+        self.settle(outcome).await
+    }
+
+    async fn reload_kill_request(&mut self) -> Step {
+        if self.kill.is_some() {
+            return Ok(());
+        }
+        if !self.kernel.kill_pending(&self.op.id) && self.op.kill_requested_at.is_none() {
+            return Ok(());
+        }
+        self.reload().await?;
+        if let (Some(_), Some(reason)) = (self.op.kill_requested_at, self.op.kill_reason) {
+            self.kill = Some(KillProgress {
+                reason,
+                term_at: None,
+                kill_at: None,
+                signalled: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// One step of TERM → grace → KILL. Returns `Some` when the op settled.
+    async fn advance_kill(&mut self, container_id: &str) -> Result<Option<Step>, ObserverError> {
+        let k = self.kernel.clone();
+        let Some(mut kill) = self.kill else {
+            return Ok(None);
+        };
+        let Some(rec) = self.op.pid.clone() else {
+            // nothing to signal until the wrapper recorded itself
+            if now_ms() - self.op.budget_start_ms()
+                > k.config.start_evidence_window.as_millis() as i64
+            {
+                return Ok(Some(
+                    self.settle(Outcome::Lost {
+                        reason: "killed before the op recorded its process".into(),
+                    })
+                    .await,
+                ));
+            }
+            return Ok(None);
+        };
+        let signal = match (kill.term_at, kill.kill_at) {
+            (None, _) => Some(Signal::Term),
+            (Some(t), None) if t.elapsed() >= k.config.kill_grace => Some(Signal::Kill),
+            (Some(_), Some(x)) if x.elapsed() >= k.config.kill_grace => {
+                // KILL was sent a grace ago and no code came: is anything left?
+                if !self.wrapper_alive(container_id).await? {
+                    return Ok(Some(
+                        self.settle(Outcome::Lost {
+                            reason: "the process vanished without an exit code while being killed"
+                                .into(),
+                        })
+                        .await,
+                    ));
+                }
+                kill.kill_at = None; // send KILL again
+                Some(Signal::Kill)
+            }
+            _ => None,
+        };
+        if let Some(signal) = signal {
+            match self.signal(container_id, &rec, signal).await {
+                Ok(hit) => kill.signalled |= !hit.is_empty(),
+                Err(e) => tracing::warn!(op = %self.op.id, %e, "signal failed; retrying"),
+            }
+            let now = Instant::now();
+            match signal {
+                Signal::Term => kill.term_at = Some(now),
+                Signal::Kill => kill.kill_at = Some(now),
+            }
+        }
+        self.kill = Some(kill);
+        Ok(None)
+    }
+
+    async fn signal(
+        &self,
+        container_id: &str,
+        rec: &PidRecord,
+        signal: Signal,
+    ) -> sandbox::Result<Vec<u32>> {
+        let k = &self.kernel;
+        let hit = k
+            .sandbox
+            .signal_op(container_id, &self.op.id, rec, signal)
+            .await?;
+        k.probes.forget(container_id);
+        tracing::info!(op = %self.op.id, signal = signal.name(), pids = ?hit, "signalled op");
+        Ok(hit)
+    }
+
+    async fn wrapper_alive(&self, container_id: &str) -> Result<bool, ObserverError> {
+        let k = &self.kernel;
+        let Some(rec) = &self.op.pid else {
+            return Ok(true);
+        };
+        match k
+            .probes
+            .probe(&k.sandbox, container_id, Duration::ZERO)
+            .await
+        {
+            Ok(procs) => Ok(sandbox::liveness::op_liveness(&procs, &self.op.id, rec).wrapper_alive),
+            Err(_) => Ok(true),
+        }
+    }
+
+    /// Safety-net liveness check. Returns `Some` when the op settled.
+    async fn check_liveness(&mut self, container_id: &str) -> Result<Option<Step>, ObserverError> {
+        let k = self.kernel.clone();
+        let ops = k.sandbox.ops_dir(&self.op.scratch_key);
+        let probe = k
+            .probes
+            .probe(&k.sandbox, container_id, k.config.probe_interval / 2)
+            .await;
+        // the code may have landed while probing
+        if let Ok(code) = ops.read_code(&self.op.id) {
+            return Ok(Some(self.finish_with_code(code, &ops).await));
+        }
+        let lost = |reason: String| Outcome::Lost { reason };
+        match probe {
+            Ok(procs) => {
+                self.unreachable_since = None;
+                let Some(rec) = self.op.pid.clone() else {
+                    let started = self.op.started_at.unwrap_or(self.op.created_at);
+                    let marked = procs.iter().any(|p| p.op_id == self.op.id);
+                    if !marked
+                        && now_ms() - started > k.config.start_evidence_window.as_millis() as i64
+                    {
+                        return Ok(Some(
+                            self.settle(lost(
+                                "the process vanished before recording itself".into(),
+                            ))
+                            .await,
+                        ));
+                    }
+                    return Ok(None);
+                };
+                let live = sandbox::liveness::op_liveness(&procs, &self.op.id, &rec);
+                if live.wrapper_alive {
+                    return Ok(None);
+                }
+                // give a just-exiting wrapper a moment to rename its code file
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Ok(code) = ops.read_code(&self.op.id) {
+                    return Ok(Some(self.finish_with_code(code, &ops).await));
+                }
+                let reason = if live.pid_reused {
+                    "the process vanished without an exit code (its pid now belongs to another process)"
+                } else {
+                    "the process vanished without an exit code"
+                };
+                Ok(Some(self.settle(lost(reason.into())).await))
+            }
+            Err(ProbeFailure::Gone) => Ok(Some(
+                self.settle(lost("the container was removed".into())).await,
+            )),
+            Err(ProbeFailure::Stopped) => Ok(Some(
+                self.settle(lost("the container stopped".into())).await,
+            )),
+            Err(ProbeFailure::Unreachable(msg)) | Err(ProbeFailure::Other(msg)) => {
+                let since = *self.unreachable_since.get_or_insert_with(Instant::now);
+                tracing::warn!(op = %self.op.id, %msg, "container unreachable");
+                if since.elapsed() >= k.config.grace {
+                    let secs = k.config.grace.as_secs();
+                    return Ok(Some(
+                        self.settle(lost(format!("container unreachable for {secs}s")))
+                            .await,
+                    ));
+                }
+                Ok(None)
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The tool definitions published at `GET /v1/tools` (JSON schema for
+//! function calling), whose descriptions state the limits.
+
+use serde_json::{json, Value};
+
+use crate::config::Config;
+
+pub fn tool_definitions(c: &Config) -> Value {
+    json!({"tools": [
+        {
+            "name": "run_command",
+            "description": format!(
+                "Run a command in this run's sandbox container (a Linux container with bash and busybox tools; \
+                 working directory /scratch, which persists for the run; no network unless the operator enabled it). \
+                 Foreground: waits and returns the exit code and output; timeout_sec defaults to {} and may be at most {}. \
+                 Background (background: true): returns an operation id at once; the result (exit code + output tail) \
+                 arrives later as a follow-up message; timeout_sec defaults to {} and may be at most {}. \
+                 Values out of range are rejected, not clamped.",
+                c.fg_default_sec, c.fg_max_sec, c.bg_default_sec, c.bg_max_sec
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "command": {
+                        "type": "array", "items": {"type": "string"}, "minItems": 1,
+                        "description": "argv, e.g. [\"bash\", \"-lc\", \"make test\"]; at most 256 KiB in total"
+                    },
+                    "background": {"type": "boolean", "default": false},
+                    "timeout_sec": {"type": "integer", "minimum": 1, "maximum": c.bg_max_sec.max(c.fg_max_sec)}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }
+        },
+        {
+            "name": "kill_operation",
+            "description": format!(
+                "Cancel a background operation: its whole process tree gets SIGTERM, then SIGKILL after {} s. \
+                 The outcome (exit code 143 or 137, killed) arrives as a normal result.",
+                c.kill_grace.as_secs()
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {"operation_id": {"type": "string", "format": "uuid"}},
+                "required": ["operation_id"],
+                "additionalProperties": false
+            }
+        }
+    ]})
+}
