@@ -242,10 +242,13 @@ impl ObserverAttempt {
             }
             self.reload_kill_request().await?;
             if self.kill.is_none() && now_ms() >= self.op.deadline_ms() {
-                k.store
+                // the first recorded reason wins: an earlier kill request stays a kill
+                self.op = k
+                    .store
                     .request_kill(&self.op.id, KillReason::Timeout)
-                    .await?;
-                self.reload_kill_request().await?;
+                    .await?
+                    .ok_or_else(|| ObserverError::Vanished(self.op.id.clone()))?;
+                self.adopt_kill_request();
             }
             if self.kill.is_some() {
                 if let Some(done) = self.advance_kill(&container_id).await? {
@@ -259,10 +262,11 @@ impl ObserverAttempt {
                 }
             }
             let mut wait = next_probe.saturating_duration_since(Instant::now());
-            let to_deadline = (self.op.deadline_ms() - now_ms()).max(0) as u64;
-            wait = wait.min(Duration::from_millis(to_deadline.max(1)));
             if self.kill.is_some() {
                 wait = wait.min(Duration::from_millis(100));
+            } else {
+                let to_deadline = (self.op.deadline_ms() - now_ms()).max(0) as u64;
+                wait = wait.min(Duration::from_millis(to_deadline.max(10)));
             }
             let _ = tokio::time::timeout(wait, notified).await;
         }
@@ -329,6 +333,15 @@ impl ObserverAttempt {
             return Ok(());
         }
         self.reload().await?;
+        self.adopt_kill_request();
+        Ok(())
+    }
+
+    /// Starts the kill sequence if the op row carries a kill request.
+    fn adopt_kill_request(&mut self) {
+        if self.kill.is_some() {
+            return;
+        }
         if let (Some(_), Some(reason)) = (self.op.kill_requested_at, self.op.kill_reason) {
             self.kill = Some(KillProgress {
                 reason,
@@ -337,7 +350,6 @@ impl ObserverAttempt {
                 signalled: false,
             });
         }
-        Ok(())
     }
 
     /// One step of TERM → grace → KILL. Returns `Some` when the op settled.

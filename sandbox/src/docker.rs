@@ -43,6 +43,8 @@ pub struct ContainerInfo {
     pub hostname: String,
     /// Docker's state word: created, running, exited, ...
     pub state: String,
+    /// Host directory mounted at `/scratch` (inspect only).
+    pub scratch_source: Option<String>,
 }
 
 /// One row of `docker top` (host pids).
@@ -182,6 +184,12 @@ impl Sandbox {
         let info = self.docker.inspect_container(id_or_name, None).await?;
         let config = info.config.unwrap_or_default();
         let state = info.state.unwrap_or_default();
+        let scratch_source = info
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .find(|m| m.destination.as_deref() == Some(SCRATCH_MOUNT))
+            .and_then(|m| m.source);
         Ok(ContainerInfo {
             id: info.id.unwrap_or_default(),
             name: info
@@ -193,6 +201,7 @@ impl Sandbox {
             running: state.running.unwrap_or(false),
             hostname: config.hostname.unwrap_or_default(),
             state: state.status.map(|s| s.to_string()).unwrap_or_default(),
+            scratch_source,
         })
     }
 
@@ -221,6 +230,7 @@ impl Sandbox {
                     // list does not report the hostname; Docker defaults it to the short id
                     hostname: String::new(),
                     state,
+                    scratch_source: None,
                 }
             })
             .collect())

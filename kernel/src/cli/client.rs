@@ -155,3 +155,36 @@ impl Client {
         Ok(())
     }
 }
+
+impl Client {
+    /// Any request; returns the HTTP status and the JSON body (or `Null`).
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut req = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await.map_err(|e| self.send_err(e))?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await?;
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+}

@@ -1,0 +1,302 @@
+//! Real kernel processes for drills and end-to-end tests: start
+//! `opkernel serve` on a throwaway home, SIGKILL it, restart it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use crate::cli::client::Client;
+
+/// One `opkernel serve` child process and its home.
+pub struct KernelProcess {
+    bin: PathBuf,
+    pub home: PathBuf,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    pub client: Client,
+    /// How many times it was started.
+    pub starts: u32,
+    /// The last start's time from spawn to answering health.
+    pub last_start: Duration,
+}
+
+impl KernelProcess {
+    /// Starts a kernel on a fresh home under the temp dir, with drill fault
+    /// hooks on and fast safety-net timings; `env` adds or overrides settings.
+    pub async fn start(
+        bin: &Path,
+        tag: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<KernelProcess> {
+        let home = std::env::temp_dir().join(format!(
+            "opkernel-{tag}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..10]
+        ));
+        std::fs::create_dir_all(&home)?;
+        let mut all: Vec<(String, String)> = vec![
+            ("OPKERNEL_PROBE_INTERVAL_MS".into(), "500".into()),
+            ("OPKERNEL_KILL_GRACE_MS".into(), "1500".into()),
+            ("OPKERNEL_START_EVIDENCE_MS".into(), "3000".into()),
+            ("OPKERNEL_HEARTBEAT_MS".into(), "1000".into()),
+            ("OPKERNEL_REAP_INTERVAL_SECONDS".into(), "3600".into()),
+        ];
+        for (k, v) in env {
+            all.retain(|(key, _)| key != k);
+            all.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        let mut kernel = KernelProcess {
+            bin: bin.to_owned(),
+            home,
+            env: all,
+            child: None,
+            client: Client::new(String::new(), String::new()),
+            starts: 0,
+            last_start: Duration::ZERO,
+        };
+        kernel.spawn().await?;
+        Ok(kernel)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.home.join("kernel.log")
+    }
+
+    /// Spawns the process and waits until it answers.
+    pub async fn spawn(&mut self) -> anyhow::Result<()> {
+        if self.child.is_some() {
+            bail!("kernel already running");
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let seen = log.metadata()?.len();
+        let began = Instant::now();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["serve", "--drills", "--listen", "127.0.0.1:0", "--home"])
+            .arg(&self.home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", self.bin.display()))?;
+        self.child = Some(child);
+        self.starts += 1;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = loop {
+            let text = std::fs::read(self.log_path()).unwrap_or_default();
+            let fresh =
+                String::from_utf8_lossy(&text[(seen as usize).min(text.len())..]).into_owned();
+            if let Some(rest) = fresh.split("opkernel listening on ").nth(1) {
+                break rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                bail!(
+                    "kernel exited with {status} before serving: {}",
+                    fresh.trim()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("kernel did not start within 30s: {}", fresh.trim());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let token = std::fs::read_to_string(self.home.join("operator.token"))?
+            .trim()
+            .to_owned();
+        self.client = Client::new(url, token);
+        self.last_start = began.elapsed();
+        Ok(())
+    }
+
+    /// SIGKILLs the kernel process (no cleanup of any kind runs).
+    pub fn sigkill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.sigkill();
+        self.spawn().await
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Starts a background op; returns its id.
+    pub async fn start_bg(
+        &self,
+        run: &str,
+        command: &[&str],
+        timeout: u64,
+    ) -> anyhow::Result<String> {
+        let (status, body) = self
+            .client
+            .request(
+                reqwest::Method::POST,
+                &format!("/v1/runs/{run}/tools/run_command"),
+                Some(&json!({"command": command, "background": true, "timeout_sec": timeout})),
+                &[],
+            )
+            .await?;
+        if status != 200 {
+            bail!("start failed with {status}: {body}");
+        }
+        Ok(body["operation_id"].as_str().unwrap_or_default().to_owned())
+    }
+
+    pub async fn state(&self, op: &str) -> anyhow::Result<Value> {
+        self.client.get(&format!("/v1/operations/{op}")).await
+    }
+
+    /// Polls the op until `pred` holds.
+    pub async fn wait_state(
+        &self,
+        op: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let state = self.state(op).await?;
+            if pred(&state) {
+                return Ok(state);
+            }
+            if Instant::now() > deadline {
+                bail!("op {op} did not reach the expected state in {timeout:?}; last: {state}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn wait_terminal(&self, op: &str, timeout: Duration) -> anyhow::Result<Value> {
+        self.wait_state(op, timeout, |s| {
+            matches!(
+                s["status"].as_str(),
+                Some("completed" | "timed_out" | "lost" | "failed")
+            )
+        })
+        .await
+    }
+
+    /// The run container's id, from the op's state.
+    pub async fn container_of(&self, op: &str) -> anyhow::Result<String> {
+        let s = self
+            .wait_state(op, Duration::from_secs(30), |s| {
+                s["container_id"].is_string() && s["pid"].is_number()
+            })
+            .await?;
+        Ok(s["container_id"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Drains reports (acking each) until `want` op ids were delivered or
+    /// the time is up; returns every delivered op id in delivery order.
+    pub async fn collect_deliveries(
+        &self,
+        run: &str,
+        want: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<String>> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        while seen.len() < want && Instant::now() < deadline {
+            let report = self
+                .client
+                .get(&format!("/v1/runs/{run}/report?wait=2"))
+                .await?;
+            for item in report["resolved"].as_array().into_iter().flatten() {
+                seen.push(item["operation_id"].as_str().unwrap_or_default().to_owned());
+            }
+            if let Some(id) = report["report_id"].as_str() {
+                self.client
+                    .post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({}))
+                    .await?;
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Removes every container of this kernel's runs.
+    pub fn remove_containers(&self) {
+        let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", "label=opkernel.managed=true"])
+            .output()
+        else {
+            return;
+        };
+        let scratch = self.home.join("scratch");
+        for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let inspect = Command::new("docker")
+                .args(["inspect", "-f", "{{range .Mounts}}{{.Source}} {{end}}", id])
+                .output();
+            if let Ok(m) = inspect {
+                if String::from_utf8_lossy(&m.stdout).contains(&scratch.display().to_string()) {
+                    let _ = Command::new("docker").args(["rm", "-f", id]).output();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for KernelProcess {
+    fn drop(&mut self) {
+        self.sigkill();
+        self.remove_containers();
+        if std::env::var_os("OPKERNEL_KEEP_HOMES").is_none() {
+            let _ = std::fs::remove_dir_all(&self.home);
+        }
+    }
+}
+
+/// `docker exec` as root in a container; returns stdout.
+pub fn docker_exec(container: &str, script: &str) -> anyhow::Result<String> {
+    let out = Command::new("docker")
+        .args(["exec", container, "sh", "-c", script])
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The `opkernel` binary next to the running executable (for `opkernel
+/// drill`), or `OPKERNEL_BIN`, or the workspace's `target/debug/opkernel`.
+pub fn kernel_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(bin) = std::env::var("OPKERNEL_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    let exe = std::env::current_exe()?;
+    if exe.file_name().is_some_and(|n| n == "opkernel") {
+        return Ok(exe);
+    }
+    // test binaries live in target/<profile>/deps/
+    let mut dir = exe.parent().map(Path::to_path_buf);
+    while let Some(d) = dir {
+        let candidate = d.join("opkernel");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    bail!("cannot find the opkernel binary: build it (cargo build -p opkernel) or set OPKERNEL_BIN")
+}

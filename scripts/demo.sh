@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Starts opkernel on a fresh home and shows it working: a foreground command,
+# background operations, a report, a note, a kill and finishing the run.
+# Starts Docker and builds the sandbox image if needed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+scripts/docker-up.sh
+scripts/build-image.sh
+cargo build --quiet -p opkernel
+bin="$root/target/debug/opkernel"
+
+export OPKERNEL_HOME=${OPKERNEL_HOME:-$(mktemp -d /tmp/opkernel-demo.XXXXXX)}
+port=${OPKERNEL_DEMO_PORT:-7878}
+export OPKERNEL_URL="http://127.0.0.1:$port"
+"$bin" serve --listen "127.0.0.1:$port" >"$OPKERNEL_HOME/kernel.log" 2>&1 &
+kernel=$!
+trap 'kill $kernel 2>/dev/null; echo; echo "kernel stopped; its home (control plane, scratch, logs) is $OPKERNEL_HOME"' EXIT
+for _ in $(seq 1 100); do curl -fsS "$OPKERNEL_URL/v1/health" >/dev/null 2>&1 && break; sleep 0.1; done
+
+step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+run=demo-$$
+step opkernel run --run $run -- bash -c 'uname -a; id; echo hello from the sandbox'
+"$bin" run --run $run -- bash -c 'uname -a; id; echo hello from the sandbox'
+step opkernel run --run $run --background -- sh -c 'sleep 2; echo built; exit 0'
+"$bin" run --run $run --background -- sh -c 'sleep 2; echo built; exit 0'
+step opkernel run --run $run --background --timeout 60 -- sleep 600
+long=$("$bin" run --run $run --background --timeout 60 --json -- sleep 600 | sed -n 's/.*"operation_id": "\([^"]*\)".*/\1/p')
+echo "$long"
+step opkernel ps --run $run
+"$bin" ps --run $run
+step opkernel report --run $run --wait 30
+"$bin" report --run $run --wait 30
+step opkernel note --run $run "please wrap up"
+"$bin" note --run $run "please wrap up"
+step opkernel kill "$long"
+"$bin" kill "$long"
+step opkernel finish --run $run
+"$bin" finish --run $run
