@@ -17,7 +17,7 @@ export OPKERNEL_URL="http://127.0.0.1:$port"
 "$bin" serve --listen "127.0.0.1:$port" >"$OPKERNEL_HOME/kernel.log" 2>&1 &
 kernel=$!
 trap 'kill $kernel 2>/dev/null; echo; echo "kernel stopped; its home (control plane, scratch, logs) is $OPKERNEL_HOME"' EXIT
-for _ in $(seq 1 100); do curl -fsS "$OPKERNEL_URL/v1/health" >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 1 100); do "$bin" ps >/dev/null 2>&1 && break; sleep 0.1; done
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 run=demo-$$
@@ -38,3 +38,5 @@ step opkernel kill "$long"
 "$bin" kill "$long"
 step opkernel finish --run $run
 "$bin" finish --run $run
+step opkernel reap
+"$bin" reap

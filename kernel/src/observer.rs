@@ -125,12 +125,39 @@ impl ObserverAttempt {
             run_as: k.config.profile.run_as.as_deref(),
             log_cap_bytes: k.config.log_cap_bytes,
         };
-        let started = now_ms();
-        match k
+        let mut container = container;
+        let mut started = now_ms();
+        let mut launched = k
             .sandbox
             .launch(&container.id, &spec, &self.op.command)
-            .await
-        {
+            .await;
+        if matches!(
+            launched,
+            Err(SandboxError::NotFound(_) | SandboxError::Conflict(_))
+        ) {
+            // the cached container was removed or stopped: no exec exists, so
+            // nothing ran; ensure the run container afresh and launch once more
+            k.forget_container(&container.id);
+            k.probes.forget(&container.id);
+            container = match k.ensure_container(&identity).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.settle(Outcome::Failed {
+                        error: format!("run container unavailable: {e}"),
+                    })
+                    .await?;
+                    return Ok(false);
+                }
+            };
+            k.store.set_container(&self.op.id, &container.id).await?;
+            self.op.container_id = Some(container.id.clone());
+            started = now_ms();
+            launched = k
+                .sandbox
+                .launch(&container.id, &spec, &self.op.command)
+                .await;
+        }
+        match launched {
             Ok(_) => {
                 k.store.mark_running(&self.op.id, started).await?;
                 Ok(true)
@@ -484,12 +511,18 @@ impl ObserverAttempt {
                 };
                 Ok(Some(self.settle(lost(reason.into())).await))
             }
-            Err(ProbeFailure::Gone) => Ok(Some(
-                self.settle(lost("the container was removed".into())).await,
-            )),
-            Err(ProbeFailure::Stopped) => Ok(Some(
-                self.settle(lost("the container stopped".into())).await,
-            )),
+            Err(ProbeFailure::Gone) => {
+                k.forget_container(container_id);
+                Ok(Some(
+                    self.settle(lost("the container was removed".into())).await,
+                ))
+            }
+            Err(ProbeFailure::Stopped) => {
+                k.forget_container(container_id);
+                Ok(Some(
+                    self.settle(lost("the container stopped".into())).await,
+                ))
+            }
             Err(ProbeFailure::Unreachable(msg)) | Err(ProbeFailure::Other(msg)) => {
                 let since = *self.unreachable_since.get_or_insert_with(Instant::now);
                 tracing::warn!(op = %self.op.id, %msg, "container unreachable");

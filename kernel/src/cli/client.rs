@@ -14,6 +14,7 @@ pub fn default_home() -> PathBuf {
     PathBuf::from(base).join(".opkernel")
 }
 
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: String,

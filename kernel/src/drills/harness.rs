@@ -138,6 +138,23 @@ impl KernelProcess {
         self.spawn().await
     }
 
+    /// An op's status and exit code read straight from the control plane
+    /// (for when the kernel is down).
+    pub fn state_offline(&self, op: &str) -> anyhow::Result<(String, Option<i64>)> {
+        let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;
+        Ok(conn.query_row(
+            "SELECT status, exit_code FROM ops WHERE id = ?1",
+            [op],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?)
+    }
+
+    /// Runs SQL against the control plane while the kernel is down.
+    pub fn sql_offline(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> anyhow::Result<usize> {
+        let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;
+        Ok(conn.execute(sql, params)?)
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

@@ -1,9 +1,163 @@
 //! Recovery drills: named scenarios that run real kernel processes against
-//! the local Docker engine, SIGKILL and restart them, and check that no
-//! result is lost, duplicated or invented.
+//! the local Docker engine, SIGKILL and restart them, cut the Docker socket,
+//! tamper with op files, and check that no result is lost, duplicated or
+//! invented. `opkernel drill` and the test suite run the same code.
 
+mod crash;
+mod faults;
 pub mod harness;
+pub mod proxy;
 
-pub async fn run_cli(_name: &str, _json: bool) -> anyhow::Result<i32> {
-    anyhow::bail!("drills are not built yet")
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde::Serialize;
+use serde_json::json;
+
+use harness::KernelProcess;
+
+type DrillFuture = Pin<Box<dyn Future<Output = anyhow::Result<String>> + Send>>;
+
+/// Every drill by name.
+pub const DRILLS: &[(&str, &str)] = &[
+    ("kernel-sigkill-repeated", "kernel SIGKILLed 10 times during one op: it runs once, ends once, is delivered once"),
+    ("exit-while-down", "ops that exit while the kernel is down report their real codes (0, 7, 137)"),
+    ("killed-from-inside", "process killed from inside without a code: lost, never 0"),
+    ("container-removed", "run container removed from outside mid-op: lost, effect uncertain"),
+    ("garbage-code", "empty or garbage .code with a dead process: lost, never a made-up code"),
+    ("pid-reused", "a recorded pid that now belongs to an unrelated process is never signalled"),
+    ("kill-interrupted", "a kill interrupted by a kernel restart completes after it"),
+    ("timeout-not-extended", "a restart does not extend an op's timeout budget"),
+    ("daemon-outage-short", "Docker unreachable for less than the grace window: nothing lost"),
+    ("daemon-outage-long", "Docker unreachable beyond the grace window: lost, effect uncertain"),
+    ("crash-around-create", "crashes around container creation and exec claim: container adopted, never twinned, nothing run twice"),
+    ("unacked-report", "an unacked report is re-served identically after a restart, never duplicated"),
+    ("observer-crash", "a crashed observer's next attempt attaches; the command ran once; 3 failures make it lost"),
+];
+
+fn drill(name: &str, bin: PathBuf) -> Option<DrillFuture> {
+    Some(match name {
+        "kernel-sigkill-repeated" => Box::pin(async move { crash::sigkill_repeated(&bin).await }),
+        "exit-while-down" => Box::pin(async move { crash::exit_while_down(&bin).await }),
+        "killed-from-inside" => Box::pin(async move { faults::killed_from_inside(&bin).await }),
+        "container-removed" => Box::pin(async move { faults::container_removed(&bin).await }),
+        "garbage-code" => Box::pin(async move { faults::garbage_code(&bin).await }),
+        "pid-reused" => Box::pin(async move { faults::pid_reused(&bin).await }),
+        "kill-interrupted" => Box::pin(async move { crash::kill_interrupted(&bin).await }),
+        "timeout-not-extended" => Box::pin(async move { crash::timeout_not_extended(&bin).await }),
+        "daemon-outage-short" => Box::pin(async move { faults::daemon_outage(&bin, false).await }),
+        "daemon-outage-long" => Box::pin(async move { faults::daemon_outage(&bin, true).await }),
+        "crash-around-create" => Box::pin(async move { crash::crash_around_create(&bin).await }),
+        "unacked-report" => Box::pin(async move { crash::unacked_report(&bin).await }),
+        "observer-crash" => Box::pin(async move { faults::observer_crash(&bin).await }),
+        _ => return None,
+    })
 }
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DrillResult {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+    pub seconds: f64,
+}
+
+/// Runs one drill by name.
+pub async fn run_one(name: &str) -> DrillResult {
+    let began = Instant::now();
+    let outcome = match harness::kernel_binary() {
+        Ok(bin) => match drill(name, bin) {
+            Some(fut) => fut.await,
+            None => Err(anyhow::anyhow!("no drill named {name:?}")),
+        },
+        Err(e) => Err(e),
+    };
+    let (passed, detail) = match outcome {
+        Ok(detail) => (true, detail),
+        Err(e) => (false, format!("{e:#}")),
+    };
+    DrillResult {
+        name: name.to_owned(),
+        passed,
+        detail,
+        seconds: (began.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+    }
+}
+
+/// `opkernel drill [NAME|all] [--json]`: runs drills two at a time.
+pub async fn run_cli(name: &str, as_json: bool) -> anyhow::Result<i32> {
+    let names: Vec<&str> = if name == "all" {
+        DRILLS.iter().map(|(n, _)| *n).collect()
+    } else if DRILLS.iter().any(|(n, _)| *n == name) {
+        vec![name]
+    } else {
+        let known: Vec<&str> = DRILLS.iter().map(|(n, _)| *n).collect();
+        bail!(
+            "no drill named {name:?}; known drills: all, {}",
+            known.join(", ")
+        );
+    };
+    let mut results = Vec::new();
+    for pair in names.chunks(2) {
+        let runs = pair.iter().map(|n| run_one(n));
+        for r in futures::future::join_all(runs).await {
+            if !as_json {
+                println!(
+                    "{:<24} {:<4} {:>6.1}s  {}",
+                    r.name,
+                    if r.passed { "PASS" } else { "FAIL" },
+                    r.seconds,
+                    r.detail
+                );
+            }
+            results.push(r);
+        }
+    }
+    let failed = results.iter().filter(|r| !r.passed).count();
+    if as_json {
+        println!("{}", json!({"drills": results}));
+    } else {
+        println!("{} passed, {} failed", results.len() - failed, failed);
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// Fails the drill with `msg` unless `cond` holds.
+fn check(cond: bool, msg: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        bail!(msg())
+    }
+}
+
+fn unique_run(tag: &str) -> String {
+    format!(
+        "drill-{tag}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+/// The host path of a file in a run's scratch dir.
+fn scratch_path(k: &KernelProcess, run: &str, name: &str) -> PathBuf {
+    k.home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(run))
+        .join(name)
+}
+
+fn ops_path(k: &KernelProcess, run: &str, op: &str, ext: &str) -> PathBuf {
+    scratch_path(k, run, &format!(".ops/{op}.{ext}"))
+}
+
+/// Lines of a scratch file (0 when missing).
+fn count_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+const LONG: Duration = Duration::from_secs(60);

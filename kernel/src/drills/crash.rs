@@ -1,0 +1,262 @@
+//! Drills that SIGKILL and restart the kernel around an op's lifecycle.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::harness::KernelProcess;
+use super::{check, count_lines, ops_path, scratch_path, unique_run, LONG};
+
+pub async fn sigkill_repeated(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "sigkill", &[]).await?;
+    let run = unique_run("sigkill");
+    let op = k
+        .start_bg(
+            &run,
+            &[
+                "sh",
+                "-c",
+                "echo started >> /scratch/ran; sleep 6; echo done",
+            ],
+            120,
+        )
+        .await?;
+    k.container_of(&op).await?;
+    let mut restarts = Vec::new();
+    for _ in 0..10 {
+        k.restart().await?;
+        restarts.push(k.last_start.as_millis());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(s["status"] == "completed" && s["exit_code"] == 0, || {
+        format!("unexpected end: {s}")
+    })?;
+    check(s["output_tail"] == "done\n", || format!("output lost: {s}"))?;
+    let ran = count_lines(&scratch_path(&k, &run, "ran"));
+    check(ran == 1, || format!("command ran {ran} times"))?;
+    let delivered = k
+        .collect_deliveries(&run, 1, Duration::from_secs(10))
+        .await?;
+    let again = k
+        .collect_deliveries(&run, 1, Duration::from_secs(2))
+        .await?;
+    check(delivered == vec![op.clone()] && again.is_empty(), || {
+        format!("deliveries {delivered:?} then {again:?}")
+    })?;
+    let attempt = s["attempt"].as_u64().unwrap_or(0);
+    check(attempt >= 2, || {
+        format!("attempt {attempt}: restarts did not re-attach")
+    })?;
+    Ok(format!(
+        "10 SIGKILLs: ran once, completed 0 once, delivered once; attempts {attempt}; restarts took {restarts:?} ms"
+    ))
+}
+
+pub async fn exit_while_down(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "exitdown", &[]).await?;
+    let run = unique_run("exitdown");
+    let zero = k
+        .start_bg(&run, &["sh", "-c", "sleep 2; exit 0"], 60)
+        .await?;
+    let seven = k
+        .start_bg(&run, &["sh", "-c", "sleep 2; exit 7"], 60)
+        .await?;
+    let nine = k
+        .start_bg(&run, &["sh", "-c", "sleep 2; kill -KILL $$"], 60)
+        .await?;
+    for op in [&zero, &seven, &nine] {
+        k.container_of(op).await?;
+    }
+    k.sigkill();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for op in [&zero, &seven, &nine] {
+        check(ops_path(&k, &run, op, "code").exists(), || {
+            format!("{op} has no code file while the kernel is down")
+        })?;
+    }
+    k.spawn().await?;
+    let mut codes = Vec::new();
+    for op in [&zero, &seven, &nine] {
+        let s = k.wait_terminal(op, LONG).await?;
+        check(s["status"] == "completed", || format!("{op}: {s}"))?;
+        codes.push(s["exit_code"].as_i64().unwrap_or(-1));
+    }
+    check(codes == vec![0, 7, 137], || format!("codes {codes:?}"))?;
+    let delivered = k
+        .collect_deliveries(&run, 3, Duration::from_secs(10))
+        .await?;
+    check(delivered.len() == 3, || format!("delivered {delivered:?}"))?;
+    Ok(format!(
+        "codes after restart: {codes:?}, each delivered once"
+    ))
+}
+
+pub async fn kill_interrupted(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "killint", &[("OPKERNEL_KILL_GRACE_MS", "3000")]).await?;
+    let run = unique_run("killint");
+    let op = k
+        .start_bg(&run, &["bash", "-c", "trap '' TERM; sleep 300 & wait"], 600)
+        .await?;
+    k.container_of(&op).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = k.client.clone();
+    let path = format!("/v1/runs/{run}/tools/kill_operation");
+    let body = json!({"operation_id": op});
+    let kill = tokio::spawn(async move { client.post(&path, &body).await });
+    // TERM is sent and ignored; the kernel dies during the grace pause
+    k.wait_state(&op, Duration::from_secs(10), |s| {
+        s["kill_requested"] == true
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    k.sigkill();
+    let _ = kill.await;
+    let s = k.state_offline(&op)?;
+    check(s.0 == "running", || {
+        format!("op settled before the restart: {s:?}")
+    })?;
+    k.spawn().await?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(
+        s["status"] == "completed" && s["exit_code"] == 137 && s["killed"] == true,
+        || format!("kill did not complete after restart: {s}"),
+    )?;
+    Ok(
+        "kill requested, kernel SIGKILLed in the grace pause; after restart: completed 137 killed"
+            .into(),
+    )
+}
+
+pub async fn timeout_not_extended(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "tmo", &[]).await?;
+    let run = unique_run("tmo");
+    let began = Instant::now();
+    let op = k.start_bg(&run, &["sleep", "300"], 4).await?;
+    k.container_of(&op).await?;
+    k.sigkill();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    k.spawn().await?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    let took = began.elapsed().as_secs_f64();
+    check(s["status"] == "timed_out", || format!("{s}"))?;
+    // down for 6 s past a 4 s budget: it must end right after the restart, not 4 s later
+    check(took < 6.0 + 3.5, || {
+        format!("timed out only after {took:.1}s")
+    })?;
+    Ok(format!(
+        "4 s budget, kernel down 6 s: timed out {took:.1} s after start"
+    ))
+}
+
+pub async fn crash_around_create(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "create", &[]).await?;
+    let run = unique_run("create");
+    k.sigkill();
+    // 1. a container made by a kernel that died before recording anything
+    let profile = sandbox::Profile::default();
+    let identity = sandbox::RunIdentity::new(&run, &profile)?;
+    let sb = sandbox::Sandbox::connect(None, k.home.join("scratch")).await?;
+    let orphan = sb.ensure_container(&identity, &profile).await?;
+    // 2. op rows left behind: one never claimed, one claimed but never executed
+    let store = crate::store::Store::open(&k.home.join("kernel.db"))?;
+    let start = |cmd: &str| crate::store::StartRequest {
+        run_id: run.clone(),
+        scratch_key: identity.scratch_key.clone(),
+        command: vec!["sh".into(), "-c".into(), cmd.into()],
+        background: true,
+        timeout_sec: 60,
+        idempotency_key: None,
+    };
+    let crate::store::NewOp::Created(unclaimed) =
+        store.insert_op(start("echo a >> /scratch/ran-a")).await?
+    else {
+        anyhow::bail!("insert failed")
+    };
+    let crate::store::NewOp::Created(claimed) =
+        store.insert_op(start("echo b >> /scratch/ran-b")).await?
+    else {
+        anyhow::bail!("insert failed")
+    };
+    check(store.claim_exec(&claimed.id, "dead-kernel").await?, || {
+        "claim failed".into()
+    })?;
+    drop(store);
+    k.spawn().await?;
+    let a = k.wait_terminal(&unclaimed.id, LONG).await?;
+    let b = k.wait_terminal(&claimed.id, LONG).await?;
+    check(a["status"] == "completed" && a["exit_code"] == 0, || {
+        format!("unclaimed op: {a}")
+    })?;
+    check(a["container_id"] == orphan.id.as_str(), || {
+        format!("not adopted: {a} vs {}", orphan.id)
+    })?;
+    check(b["status"] == "failed", || {
+        format!("claimed-but-never-run op: {b}")
+    })?;
+    check(count_lines(&scratch_path(&k, &run, "ran-a")) == 1, || {
+        "unclaimed op did not run exactly once".into()
+    })?;
+    check(!scratch_path(&k, &run, "ran-b").exists(), || {
+        "claimed op ran after the restart".into()
+    })?;
+    // 3. a fresh op in the same run reuses the same container
+    let c = k.start_bg(&run, &["true"], 60).await?;
+    let c = k.wait_terminal(&c, LONG).await?;
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=opkernel.run_id={run}"),
+        ])
+        .output()?;
+    let count = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .count();
+    check(
+        count == 1 && c["container_id"] == orphan.id.as_str(),
+        || format!("{count} containers for the run"),
+    )?;
+    Ok("orphan container adopted (1 container); unclaimed op ran once; claimed-but-never-executed op failed, not re-run".into())
+}
+
+pub async fn unacked_report(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "unacked", &[]).await?;
+    let run = unique_run("unacked");
+    let a = k.start_bg(&run, &["sh", "-c", "echo a"], 60).await?;
+    let b = k.start_bg(&run, &["sh", "-c", "echo b"], 60).await?;
+    k.wait_terminal(&a, LONG).await?;
+    k.wait_terminal(&b, LONG).await?;
+    let first = k
+        .client
+        .get(&format!("/v1/runs/{run}/report?wait=10"))
+        .await?;
+    check(
+        first["resolved"].as_array().map_or(0, Vec::len) == 2,
+        || format!("{first}"),
+    )?;
+    k.restart().await?;
+    let again = k
+        .client
+        .get(&format!("/v1/runs/{run}/report?wait=10"))
+        .await?;
+    check(again == first, || {
+        format!("re-served report differs: {first} vs {again}")
+    })?;
+    let id = first["report_id"].as_str().unwrap_or_default().to_owned();
+    k.client
+        .post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({}))
+        .await?;
+    k.restart().await?;
+    let after = k
+        .client
+        .get(&format!("/v1/runs/{run}/report?wait=1"))
+        .await?;
+    check(
+        after["report_id"].is_null() && after["resolved"] == json!([]),
+        || format!("delivered twice: {after}"),
+    )?;
+    Ok("same report re-served after restart; nothing after ack and another restart".into())
+}

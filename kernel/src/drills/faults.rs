@@ -1,0 +1,268 @@
+//! Drills that break things under a running op: its processes, its
+//! container, its files, the Docker daemon, its observer.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::json;
+
+use super::harness::{docker_exec, KernelProcess};
+use super::proxy::DockerProxy;
+use super::{check, count_lines, ops_path, scratch_path, unique_run, LONG};
+
+/// Kills an op's wrapper first (so it cannot write a code), then the
+/// processes whose command line contains `needle`.
+fn kill_op_from_inside(container: &str, wrapper_pid: u64, needle: &str) -> anyhow::Result<()> {
+    docker_exec(
+        container,
+        &format!(
+            "kill -9 {wrapper_pid}; for p in /proc/[0-9]*; do [ ${{p#/proc/}} = $$ ] && continue; grep -q '{needle}' $p/cmdline 2>/dev/null && kill -9 ${{p#/proc/}}; done; true"
+        ),
+    )?;
+    Ok(())
+}
+
+async fn running_op(
+    k: &KernelProcess,
+    run: &str,
+    command: &[&str],
+) -> anyhow::Result<(String, String, u64)> {
+    let op = k.start_bg(run, command, 600).await?;
+    let container = k.container_of(&op).await?;
+    let pid = k.state(&op).await?["pid"]
+        .as_u64()
+        .context("no pid recorded")?;
+    Ok((op, container, pid))
+}
+
+pub async fn killed_from_inside(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "inside", &[]).await?;
+    let run = unique_run("inside");
+    let (op, container, pid) = running_op(&k, &run, &["sh", "-c", "exec sleep 311"]).await?;
+    k.sigkill();
+    kill_op_from_inside(&container, pid, "sleep.311")?;
+    k.spawn().await?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(
+        s["status"] == "lost" && s["exit_code"].is_null() && s["effect"] == "uncertain",
+        || format!("{s}"),
+    )?;
+    Ok(format!("lost with effect uncertain: {}", s["message"]))
+}
+
+pub async fn container_removed(bin: &Path) -> anyhow::Result<String> {
+    let k = KernelProcess::start(bin, "removed", &[]).await?;
+    let run = unique_run("removed");
+    let (op, container, _) = running_op(&k, &run, &["sleep", "300"]).await?;
+    std::process::Command::new("docker")
+        .args(["rm", "-f", &container])
+        .output()?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(
+        s["status"] == "lost" && s["exit_code"].is_null() && s["effect"] == "uncertain",
+        || format!("{s}"),
+    )?;
+    // a new op in the run gets a new container
+    let next = k.start_bg(&run, &["true"], 60).await?;
+    let n = k.wait_terminal(&next, LONG).await?;
+    check(
+        n["status"] == "completed" && n["container_id"] != container.as_str(),
+        || format!("{n}"),
+    )?;
+    Ok(format!(
+        "lost ({}); the run's next op got a fresh container",
+        s["message"]
+    ))
+}
+
+pub async fn garbage_code(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "garbage", &[]).await?;
+    let run = unique_run("garbage");
+    let (empty, container, pid_a) = running_op(&k, &run, &["sh", "-c", "exec sleep 312"]).await?;
+    let (junk, _, pid_b) = running_op(&k, &run, &["sh", "-c", "exec sleep 313"]).await?;
+    k.sigkill();
+    kill_op_from_inside(&container, pid_a, "sleep.312")?;
+    kill_op_from_inside(&container, pid_b, "sleep.313")?;
+    std::fs::write(ops_path(&k, &run, &empty, "code"), "")?;
+    std::fs::write(ops_path(&k, &run, &junk, "code"), "0 but not really\n")?;
+    k.spawn().await?;
+    let mut seen = Vec::new();
+    for op in [&empty, &junk] {
+        let s = k.wait_terminal(op, LONG).await?;
+        check(s["status"] == "lost" && s["exit_code"].is_null(), || {
+            format!("{op}: {s}")
+        })?;
+        seen.push(s["message"].as_str().unwrap_or_default().to_owned());
+    }
+    Ok(format!(
+        "empty and garbage .code with dead processes: lost ({})",
+        seen.join("; ")
+    ))
+}
+
+pub async fn pid_reused(bin: &Path) -> anyhow::Result<String> {
+    let mut k = KernelProcess::start(bin, "pidreuse", &[]).await?;
+    let run = unique_run("pidreuse");
+    let (op, container, pid) = running_op(&k, &run, &["sh", "-c", "exec sleep 314"]).await?;
+    // an unrelated process in the same container
+    std::process::Command::new("docker")
+        .args(["exec", "-d", &container, "sleep", "777"])
+        .output()?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stranger: u64 = docker_exec(&container, "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; grep -q 'sleep.777' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done")?
+        .trim()
+        .parse()
+        .context("unrelated process not found")?;
+    k.sigkill();
+    kill_op_from_inside(&container, pid, "sleep.314")?;
+    // the op's recorded pid now names the unrelated process
+    k.sql_offline(
+        "UPDATE ops SET pid = ?1 WHERE id = ?2",
+        &[&(stranger as i64), &op],
+    )?;
+    k.spawn().await?;
+    let kill = k
+        .client
+        .post(
+            &format!("/v1/runs/{run}/tools/kill_operation"),
+            &json!({"operation_id": op}),
+        )
+        .await?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    let alive = docker_exec(
+        &container,
+        &format!(
+            "[ -d /proc/{stranger} ] && grep -q 'sleep.777' /proc/{stranger}/cmdline && echo alive"
+        ),
+    )?;
+    check(alive.trim() == "alive", || {
+        format!("the unrelated process {stranger} was signalled")
+    })?;
+    check(s["status"] == "lost" && s["exit_code"].is_null(), || {
+        format!("{s} (kill answered {kill})")
+    })?;
+    Ok(format!(
+        "unrelated pid {stranger} survived the kill; op lost, never 0"
+    ))
+}
+
+pub async fn daemon_outage(bin: &Path, long: bool) -> anyhow::Result<String> {
+    let sock = std::env::temp_dir().join(format!(
+        "opk-proxy-{}.sock",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    ));
+    let upstream = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(str::to_owned))
+        .unwrap_or_else(|| "/var/run/docker.sock".into());
+    let proxy = DockerProxy::start(&sock, Path::new(&upstream))?;
+    let grace_ms = if long { "3000" } else { "8000" };
+    let env = [
+        ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),
+        ("OPKERNEL_GRACE_MS", grace_ms),
+    ];
+    let k = KernelProcess::start(bin, "outage", &env).await?;
+    let run = unique_run("outage");
+    let op = k
+        .start_bg(&run, &["sh", "-c", "sleep 6; echo survived; exit 5"], 120)
+        .await?;
+    k.container_of(&op).await?;
+    let cut_for = if long {
+        Duration::from_secs(7)
+    } else {
+        Duration::from_secs(3)
+    };
+    let began = Instant::now();
+    proxy.cut();
+    // the kernel keeps serving while Docker is unreachable
+    let s = k.state(&op).await?;
+    check(s["status"] == "running", || {
+        format!("not running during the outage: {s}")
+    })?;
+    tokio::time::sleep(cut_for).await;
+    let during = k.state(&op).await?;
+    proxy.restore()?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    let _ = std::fs::remove_file(proxy.socket());
+    if long {
+        check(
+            during["status"] == "lost" && during["effect"] == "uncertain",
+            || format!("not lost after the grace window: {during}"),
+        )?;
+        check(s["status"] == "lost", || format!("{s}"))?;
+        Ok(format!(
+            "outage {cut_for:?} > grace 3 s: lost after {:.1} s ({})",
+            began.elapsed().as_secs_f64(),
+            s["message"]
+        ))
+    } else {
+        check(during["status"] == "running", || {
+            format!("lost inside the grace window: {during}")
+        })?;
+        check(s["status"] == "completed" && s["exit_code"] == 5, || {
+            format!("{s}")
+        })?;
+        Ok(format!(
+            "outage {cut_for:?} < grace 8 s: op kept running and completed with its code 5"
+        ))
+    }
+}
+
+pub async fn observer_crash(bin: &Path) -> anyhow::Result<String> {
+    let k = KernelProcess::start(bin, "observer", &[]).await?;
+    let run = unique_run("observer");
+    let op = k
+        .start_bg(
+            &run,
+            &[
+                "sh",
+                "-c",
+                "echo once >> /scratch/ran; sleep 4; echo finished",
+            ],
+            120,
+        )
+        .await?;
+    k.container_of(&op).await?;
+    k.client
+        .post(&format!("/v1/drill/observer-fault/{op}"), &json!({}))
+        .await?;
+    let s = k
+        .wait_state(&op, Duration::from_secs(20), |s| {
+            s["attempt"].as_u64() >= Some(2)
+        })
+        .await?;
+    check(s["status"] == "running", || format!("{s}"))?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(
+        s["status"] == "completed" && s["exit_code"] == 0 && s["output_tail"] == "finished\n",
+        || format!("{s}"),
+    )?;
+    let ran = count_lines(&scratch_path(&k, &run, "ran"));
+    check(ran == 1, || format!("command ran {ran} times"))?;
+    // three failures in a row make the op lost with the reason
+    let doomed = k.start_bg(&run, &["sleep", "300"], 600).await?;
+    k.container_of(&doomed).await?;
+    for attempt in 2..=4u64 {
+        k.client
+            .post(&format!("/v1/drill/observer-fault/{doomed}"), &json!({}))
+            .await?;
+        k.wait_state(&doomed, Duration::from_secs(20), |s| {
+            s["attempt"].as_u64() >= Some(attempt) || s["status"] == "lost"
+        })
+        .await?;
+    }
+    let d = k.wait_terminal(&doomed, LONG).await?;
+    check(
+        d["status"] == "lost"
+            && d["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("observer failed"),
+        || format!("{d}"),
+    )?;
+    Ok(format!(
+        "attempt {} attached and completed it (ran once); 3 failed attempts → lost",
+        s["attempt"]
+    ))
+}
