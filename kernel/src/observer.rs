@@ -41,6 +41,8 @@ pub struct ObserverAttempt {
     wake: Arc<tokio::sync::Notify>,
     unreachable_since: Option<Instant>,
     kill: Option<KillProgress>,
+    /// A code file was ignored (its wrapper still ran): look again soon.
+    code_ignored: bool,
 }
 
 impl ObserverAttempt {
@@ -51,6 +53,7 @@ impl ObserverAttempt {
             wake,
             unreachable_since: None,
             kill: None,
+            code_ignored: false,
         }
     }
 
@@ -248,7 +251,11 @@ impl ObserverAttempt {
             }
             // a recorded result beats everything else
             match ops.read_code(&self.op.id) {
-                Ok(code) => return self.finish_with_code(code, &ops).await,
+                Ok(code) => {
+                    if self.finish_with_code(code, &container_id).await? {
+                        return Ok(());
+                    }
+                }
                 Err(OpFileError::Missing(_)) => {}
                 Err(bad) => {
                     // a forged or broken code file: only a dead process makes it final
@@ -289,7 +296,7 @@ impl ObserverAttempt {
                 }
             }
             let mut wait = next_probe.saturating_duration_since(Instant::now());
-            if self.kill.is_some() {
+            if self.kill.is_some() || std::mem::take(&mut self.code_ignored) {
                 wait = wait.min(Duration::from_millis(100));
             } else {
                 let to_deadline = (self.op.deadline_ms() - now_ms()).max(0) as u64;
@@ -339,7 +346,34 @@ impl ObserverAttempt {
         }
     }
 
-    async fn finish_with_code(&mut self, code: i32, ops: &sandbox::OpsDir) -> Step {
+    /// Settles the op with the code its wrapper recorded. Returns false when
+    /// the code cannot be the wrapper's: where commands run as root the
+    /// `.ops` dir is within their reach, so a code file next to a still-live,
+    /// identity-checked wrapper is a forgery and is ignored.
+    async fn finish_with_code(
+        &mut self,
+        mut code: i32,
+        container_id: &str,
+    ) -> Result<bool, ObserverError> {
+        if self.kernel.config.profile.run_as.is_none() && self.op.pid.is_some() {
+            if self.wrapper_alive(container_id).await? {
+                tracing::warn!(op = %self.op.id, code, "ignoring an exit code file while the op's wrapper still runs");
+                self.code_ignored = true;
+                return Ok(false);
+            }
+            // the wrapper renames its code into place before it exits: read
+            // again now that it is gone, so a value read earlier (perhaps a
+            // forgery) is never the one kept
+            match self
+                .kernel
+                .sandbox
+                .ops_dir(&self.op.scratch_key)
+                .read_code(&self.op.id)
+            {
+                Ok(fresh) => code = fresh,
+                Err(_) => return Ok(false),
+            }
+        }
         self.reload_kill_request().await?;
         let outcome = match self.kill {
             Some(kill) => kill.reason.outcome(code, kill.signalled),
@@ -348,8 +382,8 @@ impl ObserverAttempt {
                 killed: false,
             },
         };
-        let _ = ops;
-        self.settle(outcome).await
+        self.settle(outcome).await?;
+        Ok(true)
     }
 
     async fn reload_kill_request(&mut self) -> Step {
@@ -474,7 +508,9 @@ impl ObserverAttempt {
             .await;
         // the code may have landed while probing
         if let Ok(code) = ops.read_code(&self.op.id) {
-            return Ok(Some(self.finish_with_code(code, &ops).await));
+            if self.finish_with_code(code, container_id).await? {
+                return Ok(Some(Ok(())));
+            }
         }
         let lost = |reason: String| Outcome::Lost { reason };
         match probe {
@@ -502,7 +538,9 @@ impl ObserverAttempt {
                 // give a just-exiting wrapper a moment to rename its code file
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 if let Ok(code) = ops.read_code(&self.op.id) {
-                    return Ok(Some(self.finish_with_code(code, &ops).await));
+                    if self.finish_with_code(code, container_id).await? {
+                        return Ok(Some(Ok(())));
+                    }
                 }
                 let reason = if live.pid_reused {
                     "the process vanished without an exit code (its pid now belongs to another process)"

@@ -7,7 +7,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
 
 use axum::body::Body as HttpBody;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{visible_op, ApiError, ApiResult, AppState};
+use super::{visible_op, ApiError, ApiResult, AppState, Params, Seg};
 use crate::auth::Principal;
 
 const CHUNK: u64 = 64 * 1024;
@@ -44,8 +44,8 @@ fn read_from(k: &AppState, scratch_key: &str, op_id: &str, offset: u64, max: u64
 pub async fn raw_log(
     State(k): State<AppState>,
     principal: Principal,
-    Path(id): Path<String>,
-    Query(q): Query<OffsetQuery>,
+    Seg(id): Seg<String>,
+    Params(q): Params<OffsetQuery>,
 ) -> ApiResult<Response> {
     let op = visible_op(&k, &principal, &id).await?;
     let kk = k.clone();
@@ -72,8 +72,8 @@ struct Follow {
 pub async fn console(
     State(k): State<AppState>,
     principal: Principal,
-    Path(id): Path<String>,
-    Query(q): Query<OffsetQuery>,
+    Seg(id): Seg<String>,
+    Params(q): Params<OffsetQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let op = visible_op(&k, &principal, &id).await?;

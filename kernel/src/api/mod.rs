@@ -140,3 +140,31 @@ pub async fn visible_op(
         _ => Err(ApiError::not_found(format!("no operation {id}"))),
     }
 }
+
+/// Query-string extractor whose rejections use the API's error shape.
+pub struct Params<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Params(q.0))
+            .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))
+    }
+}
+
+/// Path-segment extractor whose rejections use the API's error shape.
+pub struct Seg<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Seg<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Seg(p.0))
+            .map_err(|e| ApiError::bad_request(format!("invalid path: {}", e.body_text())))
+    }
+}

@@ -2,13 +2,15 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body};
+use super::{
+    authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body, Seg,
+};
 use crate::auth::{new_token, token_sha256, Principal};
 use crate::lifecycle::KillReason;
 use crate::store::{NewOp, Op, StartRequest};
@@ -100,7 +102,7 @@ fn validate(k: &AppState, req: &RunCommand) -> ApiResult<u64> {
 pub async fn run_command(
     State(k): State<AppState>,
     principal: Principal,
-    Path(run): Path<String>,
+    Seg(run): Seg<String>,
     headers: HeaderMap,
     Body(req): Body<RunCommand>,
 ) -> ApiResult<Json<Value>> {
@@ -213,7 +215,7 @@ pub struct KillOperation {
 pub async fn kill_operation(
     State(k): State<AppState>,
     principal: Principal,
-    Path(run): Path<String>,
+    Seg(run): Seg<String>,
     Body(req): Body<KillOperation>,
 ) -> ApiResult<Json<Value>> {
     authorize_run(&principal, &run)?;
@@ -252,7 +254,7 @@ pub async fn kill_operation(
 pub async fn get_operation(
     State(k): State<AppState>,
     principal: Principal,
-    Path(id): Path<String>,
+    Seg(id): Seg<String>,
 ) -> ApiResult<Json<Value>> {
     let op = visible_op(&k, &principal, &id).await?;
     Ok(Json(op_json(&op)))

@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{authorize_run, ApiError, ApiResult, AppState, Body};
+use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Seg};
 use crate::auth::Principal;
 use crate::store::Report;
 use crate::views::op_json;
@@ -45,8 +45,8 @@ pub async fn wait_report(k: &AppState, run: &str, wait: Duration) -> ApiResult<R
 pub async fn report(
     State(k): State<AppState>,
     principal: Principal,
-    Path(run): Path<String>,
-    Query(q): Query<WaitQuery>,
+    Seg(run): Seg<String>,
+    Params(q): Params<WaitQuery>,
 ) -> ApiResult<Json<Report>> {
     authorize_run(&principal, &run)?;
     let wait = q.wait.unwrap_or(0);
@@ -63,7 +63,7 @@ pub async fn report(
 pub async fn ack(
     State(k): State<AppState>,
     principal: Principal,
-    Path((run, report_id)): Path<(String, String)>,
+    Seg((run, report_id)): Seg<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     authorize_run(&principal, &run)?;
     if uuid::Uuid::parse_str(&report_id).is_err() {
@@ -87,7 +87,7 @@ pub struct Note {
 pub async fn note(
     State(k): State<AppState>,
     principal: Principal,
-    Path(run): Path<String>,
+    Seg(run): Seg<String>,
     Body(note): Body<Note>,
 ) -> ApiResult<Json<Value>> {
     authorize_run(&principal, &run)?;
@@ -106,7 +106,7 @@ pub async fn note(
 pub async fn finish(
     State(k): State<AppState>,
     principal: Principal,
-    Path(run): Path<String>,
+    Seg(run): Seg<String>,
 ) -> ApiResult<Json<Value>> {
     authorize_run(&principal, &run)?;
     let mut events = k.run_events(&run);

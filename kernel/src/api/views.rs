@@ -1,12 +1,12 @@
 //! Operator views (ops, containers), the tool schemas, health, the reaper
 //! endpoint and the drill fault hook.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{require_operator, visible_op, ApiError, ApiResult, AppState};
+use super::{require_operator, visible_op, ApiError, ApiResult, AppState, Params, Seg};
 use crate::auth::Principal;
 use crate::views::op_json;
 
@@ -29,7 +29,7 @@ pub struct ListQuery {
 pub async fn list_ops(
     State(k): State<AppState>,
     principal: Principal,
-    Query(q): Query<ListQuery>,
+    Params(q): Params<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let run = match (&principal, q.run) {
         (Principal::Operator, run) => run,
@@ -83,7 +83,7 @@ pub struct ReapQuery {
 pub async fn reap(
     State(k): State<AppState>,
     principal: Principal,
-    Query(q): Query<ReapQuery>,
+    Params(q): Params<ReapQuery>,
 ) -> ApiResult<Json<Value>> {
     require_operator(&principal)?;
     let decisions = crate::reaper::reap(&k, q.dry_run).await?;
@@ -93,7 +93,7 @@ pub async fn reap(
 pub async fn observer_fault(
     State(k): State<AppState>,
     principal: Principal,
-    Path(id): Path<String>,
+    Seg(id): Seg<String>,
 ) -> ApiResult<Json<Value>> {
     require_operator(&principal)?;
     let op = visible_op(&k, &principal, &id).await?;

@@ -1,0 +1,443 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The trust boundary end to end: run-scoped tokens on every endpoint,
+//! hardened containers as `docker inspect` shows them, the command's reach,
+//! bad input answered with clear 4xx errors and no damage, hostile op files.
+
+use std::process::Command;
+use std::time::Duration;
+
+use opkernel::cli::client::Client;
+use opkernel::drills::harness::{docker_exec, kernel_binary, KernelProcess};
+use opkernel_tests::unique_run;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(60);
+
+async fn kernel(tag: &str, env: &[(&str, &str)]) -> KernelProcess {
+    KernelProcess::start(&kernel_binary().unwrap(), tag, env)
+        .await
+        .unwrap()
+}
+
+async fn run_client(k: &KernelProcess, run: &str) -> Client {
+    let v = k
+        .client
+        .post("/v1/runs", &json!({"run_id": run}))
+        .await
+        .unwrap();
+    let token = v["token"].as_str().unwrap();
+    assert_eq!(token.len(), 64, "256-bit token");
+    Client::new(k.client.base().to_owned(), token.to_owned())
+}
+
+#[tokio::test]
+async fn run_tokens_act_on_their_own_run_only() {
+    let k = kernel("tokens", &[]).await;
+    let (a, b) = (unique_run("a"), unique_run("b"));
+    let ca = run_client(&k, &a).await;
+    let cb = run_client(&k, &b).await;
+    let path = format!("/v1/runs/{b}/tools/run_command");
+    let (s, body) = cb
+        .request(
+            Method::POST,
+            &path,
+            Some(&json!({"command": ["sleep", "30"], "background": true})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{body}");
+    let b_op = body["operation_id"].as_str().unwrap().to_owned();
+    let (s, _) = ca
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{a}/tools/run_command"),
+            Some(&json!({"command": ["true"], "background": true})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "a run token works on its own run");
+
+    let cross: Vec<(Method, String, Option<Value>)> = vec![
+        (
+            Method::POST,
+            format!("/v1/runs/{b}/tools/run_command"),
+            Some(json!({"command": ["true"]})),
+        ),
+        (
+            Method::POST,
+            format!("/v1/runs/{b}/tools/kill_operation"),
+            Some(json!({"operation_id": b_op})),
+        ),
+        (Method::GET, format!("/v1/runs/{b}/report"), None),
+        (
+            Method::POST,
+            format!("/v1/runs/{b}/report/{}/ack", uuid::Uuid::new_v4()),
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/v1/runs/{b}/notes"),
+            Some(json!({"text": "hi"})),
+        ),
+        (Method::POST, format!("/v1/runs/{b}/finish"), None),
+        (Method::GET, format!("/v1/ops?run={b}"), None),
+    ];
+    for (method, path, body) in cross {
+        let (s, resp) = ca
+            .request(method.clone(), &path, body.as_ref(), &[])
+            .await
+            .unwrap();
+        assert_eq!(s, 403, "{method} {path}: {resp}");
+        assert_eq!(resp["error"]["code"], "forbidden");
+    }
+    // another run's op is not found, whether or not it exists
+    for path in [
+        format!("/v1/operations/{b_op}"),
+        format!("/v1/operations/{b_op}/log"),
+        format!("/v1/operations/{b_op}/console"),
+    ] {
+        let (s, resp) = ca.request(Method::GET, &path, None, &[]).await.unwrap();
+        assert_eq!(s, 404, "{path}: {resp}");
+        let (s2, _) = ca
+            .request(
+                Method::GET,
+                &path.replace(&b_op, &uuid::Uuid::new_v4().to_string()),
+                None,
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(s2, 404);
+    }
+    // a's token cannot kill b's op through a's own path either
+    let (s, _) = ca
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{a}/tools/kill_operation"),
+            Some(&json!({"operation_id": b_op})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 404);
+    // operator-only endpoints
+    for (method, path, body) in [
+        (Method::POST, "/v1/runs", json!({"run_id": "x"})),
+        (Method::GET, "/v1/containers", json!({})),
+        (Method::POST, "/v1/reap?dry_run=true", json!({})),
+        (
+            Method::POST,
+            "/v1/tools/run_command",
+            json!({"command": ["true"]}),
+        ),
+    ] {
+        let (s, _) = ca.request(method, path, Some(&body), &[]).await.unwrap();
+        assert_eq!(s, 403, "{path}");
+    }
+    // no token, a wrong token
+    for token in ["", "not-a-token", &"f".repeat(64)] {
+        let c = Client::new(k.client.base().to_owned(), token.to_owned());
+        let (s, resp) = c
+            .request(Method::GET, &format!("/v1/operations/{b_op}"), None, &[])
+            .await
+            .unwrap();
+        assert_eq!(s, 401, "{token}: {resp}");
+    }
+    let (s, _) = cb
+        .request(Method::GET, &format!("/v1/operations/{b_op}"), None, &[])
+        .await
+        .unwrap();
+    assert_eq!(s, 200);
+    // the run comes from the path + token, and a run token only lists its run
+    let listed = ca.get("/v1/ops").await.unwrap();
+    assert!(listed["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|o| o["run_id"] == a.as_str()));
+    assert!(
+        !k.log().contains(ca_token_hint(&k, &a).await.as_str()),
+        "tokens never reach the log"
+    );
+}
+
+/// Registers the run again and returns the new token (tokens are not stored in clear).
+async fn ca_token_hint(k: &KernelProcess, run: &str) -> String {
+    k.client
+        .post("/v1/runs", &json!({"run_id": run}))
+        .await
+        .unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn inspect(container: &str) -> Value {
+    let out = Command::new("docker")
+        .args(["inspect", container])
+        .output()
+        .unwrap();
+    serde_json::from_slice::<Value>(&out.stdout).unwrap()[0].clone()
+}
+
+#[tokio::test]
+async fn run_containers_are_hardened_and_the_command_is_unprivileged() {
+    let k = kernel("harden", &[]).await;
+    let run = unique_run("harden");
+    let op = k.start_bg(&run, &["sleep", "30"], 60).await.unwrap();
+    let container = k.container_of(&op).await.unwrap();
+    let c = inspect(&container);
+    let host = &c["HostConfig"];
+    assert_eq!(host["CapDrop"], json!(["ALL"]));
+    let mut added: Vec<String> = host["CapAdd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().trim_start_matches("CAP_").to_owned())
+        .collect();
+    added.sort();
+    assert_eq!(
+        added,
+        ["DAC_READ_SEARCH", "KILL", "SETGID", "SETUID", "SYS_PTRACE"]
+    );
+    assert_eq!(host["SecurityOpt"], json!(["no-new-privileges"]));
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert_eq!(host["Privileged"], false);
+    assert_eq!(host["NetworkMode"], "none");
+    assert_eq!(host["PidsLimit"], 1024);
+    assert_eq!(host["Memory"], 2i64 << 30);
+    assert_eq!(host["NanoCpus"], 2_000_000_000i64);
+    assert_eq!(host["Init"], true);
+    assert!(host["Tmpfs"]["/tmp"]
+        .as_str()
+        .unwrap()
+        .contains("mode=1777"));
+    let binds: Vec<&str> = host["Binds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap())
+        .collect();
+    let scratch = k.home.join("scratch").display().to_string();
+    assert_eq!(binds.len(), 2);
+    assert!(binds.iter().all(|b| b.starts_with(&scratch)), "{binds:?}");
+    assert!(!c.to_string().contains("docker.sock"));
+
+    // what the command itself can and cannot do
+    let probe = "id -u; touch /scratch/ok && echo scratch-rw; touch /tmp/ok && echo tmp-rw; \
+                 touch /etc/x 2>/dev/null || echo root-ro; touch /scratch/.ops/x 2>/dev/null || echo ops-denied; \
+                 mv /scratch/.ops /scratch/o 2>/dev/null || echo ops-pinned; kill -0 1 2>/dev/null || echo no-signal-pid1; \
+                 grep -c . /proc/net/dev; grep CapEff /proc/self/status";
+    let out = k
+        .client
+        .post(
+            &format!("/v1/runs/{run}/tools/run_command"),
+            &json!({"command": ["sh", "-c", probe]}),
+        )
+        .await
+        .unwrap();
+    let text = out["output"].as_str().unwrap();
+    for want in [
+        "1000\n",
+        "scratch-rw",
+        "tmp-rw",
+        "root-ro",
+        "ops-denied",
+        "ops-pinned",
+        "no-signal-pid1",
+        "CapEff:\t0000000000000000",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in {text}");
+    }
+    // only the loopback interface: 2 header lines + lo
+    assert!(text.contains("\n3\n"), "network interfaces: {text}");
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_errors_and_loses_nothing() {
+    let k = kernel("badinput", &[("OPKERNEL_MAX_OPS_PER_RUN", "2")]).await;
+    let run = unique_run("bad");
+    let good = k
+        .start_bg(&run, &["sh", "-c", "echo kept"], 60)
+        .await
+        .unwrap();
+    k.wait_terminal(&good, T).await.unwrap();
+    let path = format!("/v1/runs/{run}/tools/run_command");
+    let http = reqwest::Client::new();
+    let token = std::fs::read_to_string(k.home.join("operator.token")).unwrap();
+    let raw = |body: Vec<u8>| {
+        http.post(format!("{}{path}", k.client.base()))
+            .bearer_auth(token.trim())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{not json".to_vec(), 400, "invalid JSON"),
+        (
+            br#"{"command": ["true"], "shell": true}"#.to_vec(),
+            400,
+            "unknown field",
+        ),
+        (br#"{"command": "true"}"#.to_vec(), 400, "invalid type"),
+        (br#"{"command": []}"#.to_vec(), 400, "non-empty"),
+        (br#"{"command": ["a\u0000b"]}"#.to_vec(), 400, "NUL"),
+        (
+            br#"{"command": ["true"], "timeout_sec": -5}"#.to_vec(),
+            400,
+            "invalid",
+        ),
+        (
+            json!({"command": ["x".repeat(300_000)]})
+                .to_string()
+                .into_bytes(),
+            400,
+            "limit is",
+        ),
+        (vec![b' '; 2 << 20], 413, "limit"),
+    ];
+    for (body, status, needle) in cases {
+        let resp = raw(body).await.unwrap();
+        assert_eq!(resp.status().as_u16(), status);
+        let v: Value = resp.json().await.unwrap();
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(needle), "{msg} lacks {needle}");
+    }
+    for (p, status) in [
+        ("/v1/runs/a..b/report".to_owned(), 400),
+        (format!("/v1/runs/{}/report", "x".repeat(65)), 400),
+        ("/v1/runs/a%2Fb/report".to_owned(), 400),
+        ("/v1/operations/not-a-uuid".to_owned(), 400),
+        ("/v1/operations/../../etc/passwd".to_owned(), 404),
+        (format!("/v1/runs/{run}/report?wait=999999"), 400),
+        (format!("/v1/runs/{run}/report?wait=abc"), 400),
+    ] {
+        let (s, v) = k.client.request(Method::GET, &p, None, &[]).await.unwrap();
+        assert_eq!(s, status, "{p}: {v}");
+        assert!(v["error"]["message"].is_string(), "{p}: {v}");
+    }
+    // over the per-run limit: 429 naming the limit
+    k.start_bg(&run, &["sleep", "30"], 60).await.unwrap();
+    k.start_bg(&run, &["sleep", "30"], 60).await.unwrap();
+    let (s, v) = k
+        .client
+        .request(
+            Method::POST,
+            &path,
+            Some(&json!({"command": ["true"], "background": true})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 429, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("limit 2"));
+    // a flood of bad requests leaves everything intact
+    for i in 0..300 {
+        let body = match i % 3 {
+            0 => b"{".to_vec(),
+            1 => br#"{"command": []}"#.to_vec(),
+            _ => vec![0xff, 0xfe, 0x00],
+        };
+        assert_eq!(raw(body).await.unwrap().status().as_u16(), 400);
+    }
+    let s = k.state(&good).await.unwrap();
+    assert_eq!(
+        (s["status"].as_str(), s["output_tail"].as_str()),
+        (Some("completed"), Some("kept\n"))
+    );
+    let report = k
+        .client
+        .get(&format!("/v1/runs/{run}/report"))
+        .await
+        .unwrap();
+    assert_eq!(report["resolved"][0]["operation_id"], good.as_str());
+    let conn = rusqlite::Connection::open(k.home.join("kernel.db")).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+#[tokio::test]
+async fn non_loopback_listen_needs_an_explicit_flag() {
+    let home = opkernel_tests::temp_home("remote");
+    let out = Command::new(kernel_binary().unwrap())
+        .args(["serve", "--listen", "0.0.0.0:0", "--home"])
+        .arg(&home)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-remote"));
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[tokio::test]
+async fn a_second_kernel_on_the_same_home_refuses_to_start() {
+    let k = kernel("lock", &[]).await;
+    let out = Command::new(kernel_binary().unwrap())
+        .args(["serve", "--listen", "127.0.0.1:0", "--home"])
+        .arg(&k.home)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another opkernel serve owns"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn hostile_op_files_never_make_the_kernel_misreport() {
+    // commands run as root here, so .ops is within their reach
+    let k = kernel("hostile", &[("OPKERNEL_RUN_AS", "root")]).await;
+    let run = unique_run("hostile");
+    let victim = k
+        .start_bg(&run, &["sh", "-c", "sleep 3; echo real; exit 4"], 60)
+        .await
+        .unwrap();
+    let container = k.container_of(&victim).await.unwrap();
+    // another op of the run forges the victim's code and swaps its log for a symlink to a host file
+    let forge = format!(
+        "printf '0\\n' > /scratch/.ops/{victim}.code.tmp && mv /scratch/.ops/{victim}.code.tmp /scratch/.ops/{victim}.code; \
+         ln -sf /etc/hostname /scratch/.ops/{victim}.log.lnk; head -c 100000 /dev/zero | tr '\\0' 1 > /scratch/.ops/{victim}.pid"
+    );
+    let f = k.start_bg(&run, &["sh", "-c", &forge], 60).await.unwrap();
+    k.wait_terminal(&f, T).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let s = k.state(&victim).await.unwrap();
+    assert_eq!(
+        s["status"], "running",
+        "a forged code next to a live wrapper is ignored: {s}"
+    );
+    let s = k.wait_terminal(&victim, T).await.unwrap();
+    assert_eq!(
+        (s["status"].as_str(), s["exit_code"].as_i64()),
+        (Some("completed"), Some(4)),
+        "{s}"
+    );
+    assert_eq!(s["output_tail"], "real\n");
+    // a symlinked log is never followed out of the scratch dir
+    let sneaky = k
+        .start_bg(&run, &["sh", "-c", "sleep 1; echo x"], 60)
+        .await
+        .unwrap();
+    k.container_of(&sneaky).await.unwrap();
+    docker_exec(&container, &format!("ln -sf /etc/shadow /scratch/.ops/{sneaky}.log.tmp && mv -f /scratch/.ops/{sneaky}.log.tmp /scratch/.ops/{sneaky}.log")).unwrap();
+    let s = k.wait_terminal(&sneaky, T).await.unwrap();
+    assert_eq!(s["status"], "completed");
+    let bytes = k
+        .client
+        .get_bytes(&format!("/v1/operations/{sneaky}/log"))
+        .await
+        .unwrap();
+    assert!(
+        bytes.is_empty(),
+        "symlinked log followed: {}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert!(s["output_tail"].is_null());
+}
