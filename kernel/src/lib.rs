@@ -8,6 +8,8 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod drills;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod kernel;
 pub mod lifecycle;
 pub mod observer;

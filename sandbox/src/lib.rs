@@ -17,3 +17,6 @@ pub use liveness::OpLiveness;
 pub use opfiles::{LogDigest, OpFileError, OpsDir, PidRecord};
 pub use profile::{Profile, RunIdentity};
 pub use wrapper::{MarkedProcess, Signal, WrapperSpec};
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -109,6 +109,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     }
 }
 
+/// Parses a `run_command` body exactly as the endpoint does (for tests and
+/// fuzzing of the request parser).
+pub fn parse_run_command(body: &[u8]) -> Result<ops::RunCommand, String> {
+    serde_json::from_slice(body).map_err(|e| e.to_string())
+}
+
 /// Checks a run id from a path and that the caller may act on it.
 pub fn authorize_run(principal: &Principal, run_id: &str) -> ApiResult<()> {
     sandbox::profile::validate_run_id(run_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
