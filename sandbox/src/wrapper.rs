@@ -143,18 +143,16 @@ pub fn validate_command(command: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Lists every process that carries an op marker: `<pid> <starttime> <op id>`
-/// per line. Needs only `/bin/sh`, `tr` and `grep`.
+/// Lists every process that carries an op marker, in three processes
+/// whatever the number of processes: one `grep` over all environs, one `cat`
+/// of all stat lines. Output: `markers`, `/proc/<pid>/environ:<marker>`
+/// lines, `stats`, stat lines, `end`. Needs `/bin/sh`, `grep -z`, `tr`, `cat`.
 pub fn probe_script() -> String {
     format!(
-        r#"for d in /proc/[0-9]*; do
-  p=${{d#/proc/}}
-  [ "$p" = "$$" ] && continue
-  m=$(tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -m1 '^{var}=') || continue
-  l=$(cat "$d/stat" 2>/dev/null) || continue
-  st=$(set -f; set -- ${{l##*) }}; shift 19; echo "$1")
-  echo "$p $st ${{m#{var}=}}"
-done
+        r#"echo markers
+grep -a -z -o -H '^{var}=[0-9a-f-]*' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
+echo stats
+cat /proc/[0-9]*/stat 2>/dev/null
 echo end
 "#,
         var = MARKER_VAR
@@ -169,39 +167,70 @@ pub struct MarkedProcess {
     pub op_id: String,
 }
 
+/// Field 22 (start time) of a `/proc/<pid>/stat` line, with its pid. The
+/// command name may hold spaces and parentheses: fields are counted after
+/// the last `") "`.
+pub fn parse_stat_line(line: &str) -> Option<(u32, u64)> {
+    let (head, rest) = line.split_once(" (")?;
+    let pid = head.parse().ok()?;
+    let (_, after) = rest.rsplit_once(") ")?;
+    let start = after.split(' ').nth(19)?.parse().ok()?;
+    Some((pid, start))
+}
+
 /// Parses the probe output. The trailing `end` line proves the listing is complete.
 pub fn parse_probe(output: &str) -> Result<Vec<MarkedProcess>, String> {
-    let mut procs = Vec::new();
+    let mut lines = output.lines();
+    if lines.next() != Some("markers") {
+        return Err("probe output does not start with its markers line".into());
+    }
+    let mut markers = Vec::new();
+    let mut in_stats = false;
+    let mut starts = std::collections::HashMap::new();
     let mut complete = false;
-    for line in output.lines() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
+    for line in lines {
+        match (in_stats, line) {
+            (_, "end") => {
+                complete = true;
+                break;
+            }
+            (false, "stats") => in_stats = true,
+            (false, marker) => {
+                let (path, value) = marker
+                    .split_once(":")
+                    .ok_or_else(|| format!("bad marker line {marker:?}"))?;
+                let pid: u32 = path
+                    .strip_prefix("/proc/")
+                    .and_then(|p| p.strip_suffix("/environ"))
+                    .and_then(|p| p.parse().ok())
+                    .ok_or_else(|| format!("bad marker path {path:?}"))?;
+                let op = value
+                    .strip_prefix(MARKER_VAR)
+                    .and_then(|v| v.strip_prefix('='))
+                    .ok_or_else(|| format!("bad marker {value:?}"))?;
+                markers.push((pid, op.to_owned()));
+            }
+            (true, stat) => {
+                // the first line for a pid wins; a command name cannot hold a whole stat line
+                if let Some((pid, start)) = parse_stat_line(stat) {
+                    starts.entry(pid).or_insert(start);
+                }
+            }
         }
-        if line == "end" {
-            complete = true;
-            continue;
-        }
-        let mut fields = line.split_whitespace();
-        let (Some(pid), Some(start), Some(op)) = (fields.next(), fields.next(), fields.next())
-        else {
-            return Err(format!("short probe line {line:?}"));
-        };
-        let pid = pid.parse().map_err(|_| format!("bad pid in {line:?}"))?;
-        let start_ticks = start
-            .parse()
-            .map_err(|_| format!("bad start time in {line:?}"))?;
-        procs.push(MarkedProcess {
-            pid,
-            start_ticks,
-            op_id: op.to_owned(),
-        });
     }
-    if complete {
-        Ok(procs)
-    } else {
-        Err("probe output ended before its end line".into())
+    if !complete {
+        return Err("probe output ended before its end line".into());
     }
+    Ok(markers
+        .into_iter()
+        .filter_map(|(pid, op_id)| {
+            starts.get(&pid).map(|&start_ticks| MarkedProcess {
+                pid,
+                start_ticks,
+                op_id,
+            })
+        })
+        .collect())
 }
 
 /// Unix signals the kernel sends.
@@ -233,12 +262,12 @@ pub fn signal_script(
     validate_op_id(op_id)?;
     Ok(format!(
         r#"want='{var}={op_id}'; wrapper={wrapper_pid}; since={wrapper_start_ticks}
-for d in /proc/[0-9]*; do
-  p=${{d#/proc/}}
+for f in $(grep -l -a -z -x "$want" /proc/[0-9]*/environ 2>/dev/null); do
+  p=${{f#/proc/}}; p=${{p%/environ}}
   [ "$p" = "$$" ] && continue
   [ "$p" = "$wrapper" ] && continue
-  tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "$want" || continue
-  l=$(cat "$d/stat" 2>/dev/null) || continue
+  grep -q -a -z -x "$want" "/proc/$p/environ" 2>/dev/null || continue
+  l=$(cat "/proc/$p/stat" 2>/dev/null) || continue
   st=$(set -f; set -- ${{l##*) }}; shift 19; echo "$1")
   [ "$st" -ge "$since" ] 2>/dev/null || continue
   kill -{sig} "$p" 2>/dev/null && echo "signalled $p"
@@ -350,21 +379,31 @@ mod tests {
     }
 
     #[test]
-    fn probe_output_parses_and_requires_end() {
-        let out = format!("12 3456 {ID}\n13 3460 {ID}\nend\n");
+    fn probe_output_parses_joins_and_requires_end() {
+        let out = format!(
+            "markers\n/proc/12/environ:__OPKERNEL_OP={ID}\n/proc/13/environ:__OPKERNEL_OP={ID}\n/proc/99/environ:__OPKERNEL_OP={ID}\n\
+             stats\n1 (sh) S 0 1 1 0 -1 4194560 1078 0 26 0 1 1 0 0 20 0 1 0 209 1 2\n\
+             12 (bash) S 0 12 12 0 -1 4194560 1078 0 26 0 1 1 0 0 20 0 1 0 3456 1 2\n\
+             13 (a) b) S 0 12 12 0 -1 4194560 1078 0 26 0 1 1 0 0 20 0 1 0 3460 1 2\nend\n"
+        );
         let procs = parse_probe(&out).unwrap();
+        // pid 99 exited between the grep and the cat: left out
         assert_eq!(procs.len(), 2);
         assert_eq!(
-            procs[1],
+            procs[0],
             MarkedProcess {
-                pid: 13,
-                start_ticks: 3460,
+                pid: 12,
+                start_ticks: 3456,
                 op_id: ID.to_owned()
             }
         );
-        assert!(parse_probe("12 3456 x\n").is_err());
-        assert!(parse_probe("12 x y\nend\n").is_err());
-        assert_eq!(parse_probe("end\n").unwrap(), vec![]);
+        assert_eq!(
+            procs[1].start_ticks, 3460,
+            "a command name with ') ' is parsed"
+        );
+        assert!(parse_probe("markers\nstats\n").is_err());
+        assert!(parse_probe("markers\nnonsense\nstats\nend\n").is_err());
+        assert_eq!(parse_probe("markers\nstats\nend\n").unwrap(), vec![]);
     }
 
     #[test]
@@ -373,7 +412,7 @@ mod tests {
         assert!(script.contains(&format!(
             "want='__OPKERNEL_OP={ID}'; wrapper=42; since=1000"
         )));
-        let check = script.find("grep -qx").unwrap();
+        let check = script.find("grep -q -a -z -x").unwrap();
         let start = script.find("-ge \"$since\"").unwrap();
         let kill = script.find("kill -KILL").unwrap();
         assert!(check < kill && start < kill);
