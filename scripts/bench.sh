@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# One-run benchmark of opkernel against raw Docker (release build):
+# start/running latency vs bare API exec and `docker exec -d`, exit-to-report
+# delay, 1,000 concurrent ops (CPU, RSS, exactly-once), and recovery of 500
+# running ops over 50 containers after SIGKILL.
+# Usage: scripts/bench.sh [--quick] [--json]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/docker-up.sh
+scripts/build-image.sh >&2
+cargo build --release --quiet -p opkernel -p opkernel-tests --bins
+export OPKERNEL_BIN="$root/target/release/opkernel"
+exec "$root/target/release/opkernel-bench" "$@"

@@ -1,0 +1,145 @@
+//! `opkernel-bench`: one run of the kernel against raw Docker, side by side.
+//! Driven by `scripts/bench.sh [--quick] [--json]`; the last line of
+//! `--json` output is one JSON object with every figure.
+
+mod latency;
+mod scale;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use opkernel::drills::harness::{kernel_binary, KernelProcess};
+use serde_json::json;
+
+/// Kernel settings for benchmarking: the production defaults.
+pub const BENCH_ENV: &[(&str, &str)] = &[
+    ("OPKERNEL_PROBE_INTERVAL_MS", "5000"),
+    ("OPKERNEL_HEARTBEAT_MS", "10000"),
+    ("OPKERNEL_KILL_GRACE_MS", "5000"),
+    ("OPKERNEL_START_EVIDENCE_MS", "10000"),
+    ("OPKERNEL_LOG", "warn"),
+];
+
+/// Percentile of a sample (nearest rank), in the sample's unit.
+pub fn pct(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Waits for a host file to exist, polling every 100 µs. Returns when it appeared.
+pub fn wait_file(path: &std::path::Path, timeout: Duration) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if path.exists() {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("{} did not appear within {timeout:?}", path.display());
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+pub fn scratch_dir(k: &KernelProcess, run: &str) -> PathBuf {
+    k.home.join("scratch").join(sandbox::profile::scratch_key(run))
+}
+
+fn row(name: &str, samples: &[f64]) {
+    println!(
+        "{:<28} {:>9.1} {:>9.1} {:>9.1} {:>6}",
+        name,
+        pct(samples, 50.0),
+        pct(samples, 90.0),
+        pct(samples, 99.0),
+        samples.len()
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let as_json = args.iter().any(|a| a == "--json");
+    let bin = kernel_binary()?;
+    let samples = if quick { 30 } else { 100 };
+
+    eprintln!("bench: kernel {} ({} mode)", bin.display(), if quick { "quick" } else { "full" });
+    let k = KernelProcess::start(&bin, "bench", BENCH_ENV).await?;
+    let lat = latency::measure(&k, samples).await?;
+    let notify = latency::notify(&k, if quick { 15 } else { 40 }).await?;
+    drop(k);
+
+    let k = KernelProcess::start(&bin, "bench-scale", BENCH_ENV).await?;
+    let conc = scale::concurrent(&k, 1000, 10).await?;
+    drop(k);
+
+    let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
+    let rec = scale::recovery(&mut k, 500, 50).await?;
+    drop(k);
+
+    let p50 = |v: &[f64]| pct(v, 50.0);
+    let figures = json!({
+        "mode": if quick { "quick" } else { "full" },
+        "samples": samples,
+        "start_p50_ms": p50(&lat.start),
+        "start_p90_ms": pct(&lat.start, 90.0),
+        "start_p99_ms": pct(&lat.start, 99.0),
+        "running_p50_ms": p50(&lat.running),
+        "running_p90_ms": pct(&lat.running, 90.0),
+        "running_p99_ms": pct(&lat.running, 99.0),
+        "api_exec_p50_ms": p50(&lat.api),
+        "api_exec_p90_ms": pct(&lat.api, 90.0),
+        "docker_exec_cli_p50_ms": p50(&lat.cli),
+        "docker_exec_cli_p90_ms": pct(&lat.cli, 90.0),
+        "start_ratio_vs_cli": p50(&lat.start) / p50(&lat.cli),
+        "running_ratio_vs_api": p50(&lat.running) / p50(&lat.api),
+        "running_ratio_vs_cli": p50(&lat.running) / p50(&lat.cli),
+        "notify_p50_ms": p50(&notify),
+        "notify_p90_ms": pct(&notify, 90.0),
+        "concurrent_ops": conc.ops,
+        "concurrent_runs": conc.runs,
+        "concurrent_lost": conc.lost,
+        "concurrent_duplicated": conc.duplicated,
+        "concurrent_start_sec": conc.start_sec,
+        "kernel_cpu_pct_idle_wait": conc.cpu_pct_idle,
+        "kernel_peak_rss_mb": conc.peak_rss_mb,
+        "recovery_ops": rec.ops,
+        "recovery_containers": rec.containers,
+        "recovery_sec": rec.seconds,
+        "recovery_delivered": rec.delivered,
+    });
+
+    println!("{:<28} {:>9} {:>9} {:>9} {:>6}", "latency (ms)", "p50", "p90", "p99", "n");
+    row("start reply (kernel)", &lat.start);
+    row("running (kernel)", &lat.running);
+    row("running (bare API exec)", &lat.api);
+    row("running (docker exec -d)", &lat.cli);
+    row("notify (exit -> report)", &notify);
+    println!(
+        "ratios: start/cli {:.3}  running/api {:.3}  running/cli {:.3}",
+        figures["start_ratio_vs_cli"].as_f64().unwrap_or(f64::NAN),
+        figures["running_ratio_vs_api"].as_f64().unwrap_or(f64::NAN),
+        figures["running_ratio_vs_cli"].as_f64().unwrap_or(f64::NAN)
+    );
+    println!(
+        "concurrent: {} ops in {} runs started in {:.1}s; lost {}, duplicated {}; kernel CPU while they wait {:.2}% of a core; peak RSS {:.1} MB",
+        conc.ops, conc.runs, conc.start_sec, conc.lost, conc.duplicated, conc.cpu_pct_idle, conc.peak_rss_mb
+    );
+    println!(
+        "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards",
+        rec.ops, rec.containers, rec.seconds, rec.delivered
+    );
+    if as_json {
+        println!("{figures}");
+    }
+    Ok(())
+}
