@@ -42,7 +42,7 @@ pub enum StartError {
 /// Per live op: its observer's waker, a kill flag and a "done" signal.
 struct OpHandle {
     wake: Arc<Notify>,
-    kill: AtomicBool,
+    kill: Arc<AtomicBool>,
     done: watch::Sender<bool>,
 }
 
@@ -60,6 +60,7 @@ pub struct Kernel {
     containers: Mutex<HashMap<String, ContainerInfo>>,
     run_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     faults: Mutex<HashSet<String>>,
+    started: std::time::Instant,
     _lock: File,
 }
 
@@ -125,6 +126,7 @@ impl Kernel {
             containers: Mutex::default(),
             run_locks: Mutex::default(),
             faults: Mutex::default(),
+            started: std::time::Instant::now(),
             _lock: lock,
         }))
     }
@@ -191,7 +193,7 @@ impl Kernel {
             let (done, _) = watch::channel(false);
             let handle = Arc::new(OpHandle {
                 wake: Arc::new(Notify::new()),
-                kill: AtomicBool::new(false),
+                kill: Arc::new(AtomicBool::new(false)),
                 done,
             });
             handles.insert(op_id.clone(), handle.clone());
@@ -220,17 +222,22 @@ impl Kernel {
         let _ = rx.wait_for(|done| *done).await;
     }
 
+    /// The next safety-net tick. Ticks of all observers fall on one grid of
+    /// `probe_interval`, so they wake in one burst (and share one probe per
+    /// container) instead of spreading wake-ups over the interval.
+    pub fn next_tick(&self) -> std::time::Instant {
+        let every = self.config.probe_interval.as_nanos().max(1);
+        let since = self.started.elapsed().as_nanos();
+        let next = (since / every + 1) * every;
+        self.started + Duration::from_nanos(next as u64)
+    }
+
     /// Wakes an op's observer to act on a kill request at once.
     pub fn poke_kill(&self, op_id: &str) {
         if let Some(h) = self.handle(op_id) {
             h.kill.store(true, Ordering::SeqCst);
             h.wake.notify_one();
         }
-    }
-
-    pub fn kill_pending(&self, op_id: &str) -> bool {
-        self.handle(op_id)
-            .is_some_and(|h| h.kill.load(Ordering::SeqCst))
     }
 
     /// Drill fault hook: the op's observer fails its current attempt.
@@ -384,7 +391,9 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>) {
             break;
         }
         let attempt = op.attempt;
-        let run = tokio::spawn(ObserverAttempt::new(k.clone(), op, handle.wake.clone()).run());
+        let run = tokio::spawn(
+            ObserverAttempt::new(k.clone(), op, handle.wake.clone(), handle.kill.clone()).run(),
+        );
         last_error = match run.await {
             Ok(Ok(())) => match k.store.get_op(&op_id).await {
                 Ok(Some(op)) if !op.status.is_terminal() => "attempt ended without settling".into(),

@@ -4,6 +4,7 @@
 //! the control plane's record. The attempt ends when it settled the op (or
 //! found it settled), or with an error for the supervisor to retry.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,10 +44,17 @@ pub struct ObserverAttempt {
     kill: Option<KillProgress>,
     /// A code file was ignored (its wrapper still ran): look again soon.
     code_ignored: bool,
+    /// Set by a kill request for this op (the durable request is in the row).
+    kill_flag: Arc<AtomicBool>,
 }
 
 impl ObserverAttempt {
-    pub fn new(kernel: Arc<Kernel>, op: Op, wake: Arc<tokio::sync::Notify>) -> Self {
+    pub fn new(
+        kernel: Arc<Kernel>,
+        op: Op,
+        wake: Arc<tokio::sync::Notify>,
+        kill_flag: Arc<AtomicBool>,
+    ) -> Self {
         ObserverAttempt {
             kernel,
             op,
@@ -54,6 +62,7 @@ impl ObserverAttempt {
             unreachable_since: None,
             kill: None,
             code_ignored: false,
+            kill_flag,
         }
     }
 
@@ -206,7 +215,7 @@ impl ObserverAttempt {
             }
             if let Some(cid) = self.op.container_id.clone() {
                 if let Ok(procs) = k.probes.probe(&k.sandbox, &cid, Duration::ZERO).await {
-                    if procs.iter().any(|p| p.op_id == self.op.id) {
+                    if procs.has_op(&self.op.id) {
                         k.store.mark_running(&self.op.id, claimed_at).await?;
                         self.reload().await?;
                         return Ok(true);
@@ -242,15 +251,24 @@ impl ObserverAttempt {
         if !self.confirm_container(&container_id).await? {
             return Ok(());
         }
-        let mut next_probe = Instant::now() + k.config.probe_interval;
+        let mut next_probe = k.next_tick();
         let wake = self.wake.clone();
+        // the code file is read on the first pass, after every file event and
+        // while killing; plain ticks leave it to the probe (a finished
+        // wrapper shows up dead, and settling lost reads the code first)
+        let mut read_code = true;
         loop {
             let notified = wake.notified();
             if k.take_fault(&self.op.id) {
                 return Err(ObserverError::Injected);
             }
             // a recorded result beats everything else
-            match ops.read_code(&self.op.id) {
+            let code = if read_code || self.kill.is_some() {
+                ops.read_code(&self.op.id)
+            } else {
+                Err(OpFileError::Missing(String::new()))
+            };
+            match code {
                 Ok(code) => {
                     if self.finish_with_code(code, &container_id).await? {
                         return Ok(());
@@ -290,19 +308,20 @@ impl ObserverAttempt {
                 }
             }
             if Instant::now() >= next_probe {
-                next_probe = Instant::now() + k.config.probe_interval;
+                next_probe = k.next_tick();
                 if let Some(done) = self.check_liveness(&container_id).await? {
                     return done;
                 }
             }
             let mut wait = next_probe.saturating_duration_since(Instant::now());
-            if self.kill.is_some() || std::mem::take(&mut self.code_ignored) {
+            let recheck = std::mem::take(&mut self.code_ignored);
+            if self.kill.is_some() || recheck {
                 wait = wait.min(Duration::from_millis(100));
             } else {
                 let to_deadline = (self.op.deadline_ms() - now_ms()).max(0) as u64;
                 wait = wait.min(Duration::from_millis(to_deadline.max(10)));
             }
-            let _ = tokio::time::timeout(wait, notified).await;
+            read_code = tokio::time::timeout(wait, notified).await.is_ok() || recheck;
         }
     }
 
@@ -390,7 +409,7 @@ impl ObserverAttempt {
         if self.kill.is_some() {
             return Ok(());
         }
-        if !self.kernel.kill_pending(&self.op.id) && self.op.kill_requested_at.is_none() {
+        if !self.kill_flag.load(Ordering::SeqCst) && self.op.kill_requested_at.is_none() {
             return Ok(());
         }
         self.reload().await?;
@@ -493,83 +512,96 @@ impl ObserverAttempt {
             .probe(&k.sandbox, container_id, Duration::ZERO)
             .await
         {
-            Ok(procs) => Ok(sandbox::liveness::op_liveness(&procs, &self.op.id, rec).wrapper_alive),
+            Ok(procs) => Ok(procs.wrapper(&self.op.id, rec) == Some(true)),
             Err(_) => Ok(true),
         }
+    }
+
+    /// Settles the op as lost, unless its exit code is recorded by now: a
+    /// recorded result beats every other evidence.
+    async fn settle_lost(&mut self, container_id: &str, reason: &str) -> Step {
+        let ops = self.kernel.sandbox.ops_dir(&self.op.scratch_key);
+        if let Ok(code) = ops.read_code(&self.op.id) {
+            if self.finish_with_code(code, container_id).await? {
+                return Ok(());
+            }
+        }
+        self.settle(Outcome::Lost {
+            reason: reason.to_owned(),
+        })
+        .await
     }
 
     /// Safety-net liveness check. Returns `Some` when the op settled.
     async fn check_liveness(&mut self, container_id: &str) -> Result<Option<Step>, ObserverError> {
         let k = self.kernel.clone();
-        let ops = k.sandbox.ops_dir(&self.op.scratch_key);
         let probe = k
             .probes
-            .probe(&k.sandbox, container_id, k.config.probe_interval / 2)
+            .probe(&k.sandbox, container_id, k.config.probe_interval)
             .await;
-        // the code may have landed while probing
-        if let Ok(code) = ops.read_code(&self.op.id) {
-            if self.finish_with_code(code, container_id).await? {
-                return Ok(Some(Ok(())));
-            }
-        }
-        let lost = |reason: String| Outcome::Lost { reason };
         match probe {
             Ok(procs) => {
                 self.unreachable_since = None;
                 let Some(rec) = self.op.pid.clone() else {
                     let started = self.op.started_at.unwrap_or(self.op.created_at);
-                    let marked = procs.iter().any(|p| p.op_id == self.op.id);
+                    let marked = procs.has_op(&self.op.id)
+                        || k.probes
+                            .probe(&k.sandbox, container_id, Duration::ZERO)
+                            .await
+                            .map_or(true, |fresh| fresh.has_op(&self.op.id));
                     if !marked
                         && now_ms() - started > k.config.start_evidence_window.as_millis() as i64
                     {
-                        return Ok(Some(
-                            self.settle(lost(
-                                "the process vanished before recording itself".into(),
-                            ))
-                            .await,
-                        ));
+                        let reason = "the process vanished before recording itself";
+                        return Ok(Some(self.settle_lost(container_id, reason).await));
                     }
                     return Ok(None);
                 };
-                let live = sandbox::liveness::op_liveness(&procs, &self.op.id, &rec);
-                if live.wrapper_alive {
+                let mut wrapper = procs.wrapper(&self.op.id, &rec);
+                if wrapper != Some(true) {
+                    // a cached snapshot may predate the wrapper: only a fresh
+                    // probe is evidence that it is gone
+                    match k
+                        .probes
+                        .probe(&k.sandbox, container_id, Duration::ZERO)
+                        .await
+                    {
+                        Ok(fresh) => wrapper = fresh.wrapper(&self.op.id, &rec),
+                        Err(_) => return Ok(None),
+                    }
+                }
+                if wrapper == Some(true) {
                     return Ok(None);
                 }
                 // give a just-exiting wrapper a moment to rename its code file
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                if let Ok(code) = ops.read_code(&self.op.id) {
-                    if self.finish_with_code(code, container_id).await? {
-                        return Ok(Some(Ok(())));
-                    }
-                }
-                let reason = if live.pid_reused {
+                let reason = if wrapper == Some(false) {
                     "the process vanished without an exit code (its pid now belongs to another process)"
                 } else {
                     "the process vanished without an exit code"
                 };
-                Ok(Some(self.settle(lost(reason.into())).await))
+                Ok(Some(self.settle_lost(container_id, reason).await))
             }
             Err(ProbeFailure::Gone) => {
                 k.forget_container(container_id);
                 Ok(Some(
-                    self.settle(lost("the container was removed".into())).await,
+                    self.settle_lost(container_id, "the container was removed")
+                        .await,
                 ))
             }
             Err(ProbeFailure::Stopped) => {
                 k.forget_container(container_id);
                 Ok(Some(
-                    self.settle(lost("the container stopped".into())).await,
+                    self.settle_lost(container_id, "the container stopped")
+                        .await,
                 ))
             }
             Err(ProbeFailure::Unreachable(msg)) | Err(ProbeFailure::Other(msg)) => {
                 let since = *self.unreachable_since.get_or_insert_with(Instant::now);
                 tracing::warn!(op = %self.op.id, %msg, "container unreachable");
                 if since.elapsed() >= k.config.grace {
-                    let secs = k.config.grace.as_secs();
-                    return Ok(Some(
-                        self.settle(lost(format!("container unreachable for {secs}s")))
-                            .await,
-                    ));
+                    let reason = format!("container unreachable for {}s", k.config.grace.as_secs());
+                    return Ok(Some(self.settle_lost(container_id, &reason).await));
                 }
                 Ok(None)
             }

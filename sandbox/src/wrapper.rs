@@ -143,16 +143,25 @@ pub fn validate_command(command: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Lists every process that carries an op marker, in three processes
-/// whatever the number of processes: one `grep` over all environs, one `cat`
-/// of all stat lines. Output: `markers`, `/proc/<pid>/environ:<marker>`
-/// lines, `stats`, stat lines, `end`. Needs `/bin/sh`, `grep -z`, `tr`, `cat`.
+/// Lists every process that carries an op marker, in a handful of processes
+/// whatever the number of processes: one `grep` over all environs, then the
+/// start times of the marked processes only. Output: `markers`,
+/// `/proc/<pid>/environ:<marker>` lines, `stats`, `<pid> <start>` lines (or
+/// whole stat lines where the image has no awk), `end`. `cat` skips a
+/// process that exits mid-scan and goes on; the parser then drops it.
 pub fn probe_script() -> String {
     format!(
-        r#"echo markers
-grep -a -z -o -H '^{var}=[0-9a-f-]*' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
+        r#"m=$(grep -a -z -o -H '^{var}=[0-9a-f-]*' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n')
+echo markers
+[ -n "$m" ] && printf '%s\n' "$m"
 echo stats
-cat /proc/[0-9]*/stat 2>/dev/null
+if [ -n "$m" ]; then
+  if command -v awk >/dev/null 2>&1; then
+    printf '%s\n' "$m" | sed 's,/environ:.*,/stat,' | xargs cat 2>/dev/null | awk '{{ s = $0; sub(/.*\) /, "", s); split(s, f, " "); print $1, f[20] }}'
+  else
+    printf '%s\n' "$m" | sed 's,/environ:.*,/stat,' | xargs cat 2>/dev/null
+  fi
+fi
 echo end
 "#,
         var = MARKER_VAR
@@ -171,6 +180,12 @@ pub struct MarkedProcess {
 /// command name may hold spaces and parentheses: fields are counted after
 /// the last `") "`.
 pub fn parse_stat_line(line: &str) -> Option<(u32, u64)> {
+    // the reduced form `<pid> <start>`
+    if let Some((pid, start)) = line.split_once(' ') {
+        if let (Ok(pid), Ok(start)) = (pid.parse(), start.parse()) {
+            return Some((pid, start));
+        }
+    }
     let (head, rest) = line.split_once(" (")?;
     let pid = head.parse().ok()?;
     let (_, after) = rest.rsplit_once(") ")?;
@@ -404,6 +419,9 @@ mod tests {
         assert!(parse_probe("markers\nstats\n").is_err());
         assert!(parse_probe("markers\nnonsense\nstats\nend\n").is_err());
         assert_eq!(parse_probe("markers\nstats\nend\n").unwrap(), vec![]);
+        let reduced =
+            format!("markers\n/proc/12/environ:__OPKERNEL_OP={ID}\nstats\n12 3456\nend\n");
+        assert_eq!(parse_probe(&reduced).unwrap()[0].start_ticks, 3456);
     }
 
     #[test]

@@ -506,3 +506,26 @@ async fn start_message_and_limits_are_exact() {
         "{desc}"
     );
 }
+
+#[tokio::test]
+async fn ops_started_after_a_cached_probe_are_never_judged_by_it() {
+    // a long op keeps the container's probe cache warm; every new op starts
+    // after some snapshot was cached and must not be declared lost by it
+    let k = kernel("stale").await;
+    let run = unique_run("stale");
+    k.start_bg(&run, &["sleep", "300"], 600).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(k.start_bg(&run, &["sleep", "1.5"], 60).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(120)).await;
+    }
+    for id in ids {
+        let s = k.wait_terminal(&id, T).await.unwrap();
+        assert_eq!(
+            (s["status"].as_str(), s["exit_code"].as_i64()),
+            (Some("completed"), Some(0)),
+            "{s}"
+        );
+    }
+}

@@ -19,18 +19,37 @@ pub struct Latency {
 
 pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latency> {
     let run = "bench-latency";
-    let warm = k.client.post(&format!("/v1/runs/{run}/tools/run_command"), &json!({"command": ["true"]})).await?;
+    let warm = k
+        .client
+        .post(
+            &format!("/v1/runs/{run}/tools/run_command"),
+            &json!({"command": ["true"]}),
+        )
+        .await?;
     let container = warm["container_id"].as_str().unwrap_or_default().to_owned();
     let dir = scratch_dir(k, run).join("lat");
     std::fs::create_dir_all(&dir)?;
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-    let docker = bollard::Docker::connect_with_local_defaults()?.negotiate_version().await?;
-    let mut lat = Latency { start: vec![], running: vec![], api: vec![], cli: vec![] };
-    let touch = |name: String| vec!["sh".to_owned(), "-c".to_owned(), format!("touch /scratch/lat/{name}")];
+    let docker = bollard::Docker::connect_with_local_defaults()?
+        .negotiate_version()
+        .await?;
+    let mut lat = Latency {
+        start: vec![],
+        running: vec![],
+        api: vec![],
+        cli: vec![],
+    };
+    let touch = |name: String| {
+        vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("touch /scratch/lat/{name}"),
+        ]
+    };
     let timeout = Duration::from_secs(20);
     for i in 0..samples + 3 {
         let keep = i >= 3; // three warm-up rounds
-        // kernel
+                           // kernel
         let t0 = Instant::now();
         let (status, body) = k
             .client
@@ -52,9 +71,23 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
         // bare API exec
         let t0 = Instant::now();
         let exec = docker
-            .create_exec(&container, CreateExecOptions { cmd: Some(touch(format!("a{i}"))), ..Default::default() })
+            .create_exec(
+                &container,
+                CreateExecOptions {
+                    cmd: Some(touch(format!("a{i}"))),
+                    ..Default::default()
+                },
+            )
             .await?;
-        docker.start_exec(&exec.id, Some(StartExecOptions { detach: true, ..Default::default() })).await?;
+        docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: true,
+                    ..Default::default()
+                }),
+            )
+            .await?;
         let path = dir.join(format!("a{i}"));
         let ran = tokio::task::spawn_blocking(move || wait_file(&path, timeout)).await??;
         if keep {
@@ -63,7 +96,14 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
         // docker CLI
         let t0 = Instant::now();
         let out = tokio::process::Command::new("docker")
-            .args(["exec", "-d", &container, "sh", "-c", &format!("touch /scratch/lat/c{i}")])
+            .args([
+                "exec",
+                "-d",
+                &container,
+                "sh",
+                "-c",
+                &format!("touch /scratch/lat/c{i}"),
+            ])
             .output()
             .await?;
         anyhow::ensure!(out.status.success(), "docker exec failed");
@@ -74,14 +114,21 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
         }
     }
     // let the kernel's ops settle before the next phase
-    k.client.post(&format!("/v1/runs/{run}/finish"), &json!({})).await?;
+    k.client
+        .post(&format!("/v1/runs/{run}/finish"), &json!({}))
+        .await?;
     Ok(lat)
 }
 
 /// From the op's own exit timestamp to a waiting report call returning it.
 pub async fn notify(k: &KernelProcess, samples: usize) -> anyhow::Result<Vec<f64>> {
     let run = "bench-notify";
-    k.client.post(&format!("/v1/runs/{run}/tools/run_command"), &json!({"command": ["true"]})).await?;
+    k.client
+        .post(
+            &format!("/v1/runs/{run}/tools/run_command"),
+            &json!({"command": ["true"]}),
+        )
+        .await?;
     let dir = scratch_dir(k, run);
     let mut out = Vec::new();
     for i in 0..samples {
@@ -89,14 +136,25 @@ pub async fn notify(k: &KernelProcess, samples: usize) -> anyhow::Result<Vec<f64
         let op = k.start_bg(run, &["bash", "-c", &script], 60).await?;
         let mut found = false;
         while !found {
-            let report = k.client.get(&format!("/v1/runs/{run}/report?wait=30")).await?;
+            let report = k
+                .client
+                .get(&format!("/v1/runs/{run}/report?wait=30"))
+                .await?;
             let returned = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
-            found = report["resolved"].as_array().into_iter().flatten().any(|r| r["operation_id"] == op.as_str());
+            found = report["resolved"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["operation_id"] == op.as_str());
             if let Some(id) = report["report_id"].as_str() {
-                k.client.post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({})).await?;
+                k.client
+                    .post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({}))
+                    .await?;
             }
             if found {
-                let exited: f64 = std::fs::read_to_string(dir.join(format!("exit-{i}")))?.trim().parse()?;
+                let exited: f64 = std::fs::read_to_string(dir.join(format!("exit-{i}")))?
+                    .trim()
+                    .parse()?;
                 out.push((returned - exited) * 1000.0);
             }
         }

@@ -50,7 +50,9 @@ pub fn wait_file(path: &std::path::Path, timeout: Duration) -> anyhow::Result<In
 }
 
 pub fn scratch_dir(k: &KernelProcess, run: &str) -> PathBuf {
-    k.home.join("scratch").join(sandbox::profile::scratch_key(run))
+    k.home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(run))
 }
 
 fn row(name: &str, samples: &[f64]) {
@@ -72,7 +74,11 @@ async fn main() -> anyhow::Result<()> {
     let bin = kernel_binary()?;
     let samples = if quick { 30 } else { 100 };
 
-    eprintln!("bench: kernel {} ({} mode)", bin.display(), if quick { "quick" } else { "full" });
+    eprintln!(
+        "bench: kernel {} ({} mode)",
+        bin.display(),
+        if quick { "quick" } else { "full" }
+    );
     let k = KernelProcess::start(&bin, "bench", BENCH_ENV).await?;
     let lat = latency::measure(&k, samples).await?;
     let notify = latency::notify(&k, if quick { 15 } else { 40 }).await?;
@@ -118,7 +124,10 @@ async fn main() -> anyhow::Result<()> {
         "recovery_delivered": rec.delivered,
     });
 
-    println!("{:<28} {:>9} {:>9} {:>9} {:>6}", "latency (ms)", "p50", "p90", "p99", "n");
+    println!(
+        "{:<28} {:>9} {:>9} {:>9} {:>6}",
+        "latency (ms)", "p50", "p90", "p99", "n"
+    );
     row("start reply (kernel)", &lat.start);
     row("running (kernel)", &lat.running);
     row("running (bare API exec)", &lat.api);

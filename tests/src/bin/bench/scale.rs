@@ -34,7 +34,9 @@ pub struct Recovery {
 
 fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let (_, rest) = stat.rsplit_once(") ").ok_or_else(|| anyhow::anyhow!("bad stat"))?;
+    let (_, rest) = stat
+        .rsplit_once(") ")
+        .ok_or_else(|| anyhow::anyhow!("bad stat"))?;
     let f: Vec<&str> = rest.split(' ').collect();
     Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
 }
@@ -52,7 +54,14 @@ fn peak_rss_mb(pid: u32) -> anyhow::Result<f64> {
 /// Warms one container per run and puts a gate fifo in each scratch dir.
 async fn prepare_runs(k: &KernelProcess, runs: &[String]) -> anyhow::Result<()> {
     let results: Vec<anyhow::Result<Value>> = futures::stream::iter(runs.iter().cloned())
-        .map(|run| async move { k.client.post(&format!("/v1/runs/{run}/tools/run_command"), &json!({"command": ["true"]})).await })
+        .map(|run| async move {
+            k.client
+                .post(
+                    &format!("/v1/runs/{run}/tools/run_command"),
+                    &json!({"command": ["true"]}),
+                )
+                .await
+        })
         .buffer_unordered(4)
         .collect()
         .await;
@@ -61,14 +70,22 @@ async fn prepare_runs(k: &KernelProcess, runs: &[String]) -> anyhow::Result<()> 
     }
     for run in runs {
         let gate = scratch_dir(k, run).join("gate");
-        let status = std::process::Command::new("mkfifo").args(["-m", "666"]).arg(&gate).status()?;
+        let status = std::process::Command::new("mkfifo")
+            .args(["-m", "666"])
+            .arg(&gate)
+            .status()?;
         anyhow::ensure!(status.success(), "mkfifo {}", gate.display());
     }
     Ok(())
 }
 
 /// Starts `per_run` gated ops in each run, `parallel` requests at a time.
-async fn start_gated(k: &KernelProcess, runs: &[String], per_run: usize, parallel: usize) -> anyhow::Result<Vec<(String, String)>> {
+async fn start_gated(
+    k: &KernelProcess,
+    runs: &[String],
+    per_run: usize,
+    parallel: usize,
+) -> anyhow::Result<Vec<(String, String)>> {
     let jobs: Vec<String> = (0..per_run).flat_map(|_| runs.iter().cloned()).collect();
     let started: Vec<anyhow::Result<(String, String)>> = futures::stream::iter(jobs)
         .map(|run| async move { k.start_bg(&run, GATED, 900).await.map(|id| (run, id)) })
@@ -92,7 +109,10 @@ async fn wait_all_running(k: &KernelProcess, n: usize, timeout: Duration) -> any
         if running >= n {
             return Ok(());
         }
-        anyhow::ensure!(Instant::now() < deadline, "only {running} of {n} ops running after {timeout:?}");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {running} of {n} ops running after {timeout:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -101,7 +121,11 @@ async fn wait_all_running(k: &KernelProcess, n: usize, timeout: Duration) -> any
 async fn release(k: &KernelProcess, runs: &[String]) {
     for run in runs {
         let gate = scratch_dir(k, run).join("gate");
-        if let Ok(f) = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&gate) {
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&gate)
+        {
             drop(f);
         }
     }
@@ -109,18 +133,30 @@ async fn release(k: &KernelProcess, runs: &[String]) {
 
 /// Drains reports of every run (acking them) until `want` deliveries were
 /// seen or nothing arrives for a while. Returns op id → times delivered.
-async fn collect(k: &KernelProcess, runs: &[String], want: usize, timeout: Duration) -> anyhow::Result<HashMap<String, usize>> {
+async fn collect(
+    k: &KernelProcess,
+    runs: &[String],
+    want: usize,
+    timeout: Duration,
+) -> anyhow::Result<HashMap<String, usize>> {
     let deadline = Instant::now() + timeout;
     let mut seen: HashMap<String, usize> = HashMap::new();
     while seen.values().sum::<usize>() < want && Instant::now() < deadline {
         release(k, runs).await;
         for run in runs {
-            let report = k.client.get(&format!("/v1/runs/{run}/report?wait=0")).await?;
+            let report = k
+                .client
+                .get(&format!("/v1/runs/{run}/report?wait=0"))
+                .await?;
             for item in report["resolved"].as_array().into_iter().flatten() {
-                *seen.entry(item["operation_id"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
+                *seen
+                    .entry(item["operation_id"].as_str().unwrap_or_default().to_owned())
+                    .or_default() += 1;
             }
             if let Some(id) = report["report_id"].as_str() {
-                k.client.post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({})).await?;
+                k.client
+                    .post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({}))
+                    .await?;
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -128,7 +164,11 @@ async fn collect(k: &KernelProcess, runs: &[String], want: usize, timeout: Durat
     Ok(seen)
 }
 
-async fn count_outcomes(k: &KernelProcess, ids: &[(String, String)], seen: &HashMap<String, usize>) -> anyhow::Result<(usize, usize)> {
+async fn count_outcomes(
+    k: &KernelProcess,
+    ids: &[(String, String)],
+    seen: &HashMap<String, usize>,
+) -> anyhow::Result<(usize, usize)> {
     let mut lost = 0;
     for (_, id) in ids {
         let s = k.state(id).await?;
@@ -147,7 +187,9 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
     let ids = start_gated(k, &run_ids, ops / runs, 32).await?;
     wait_all_running(k, ids.len(), Duration::from_secs(600)).await?;
     let start_sec = began.elapsed().as_secs_f64();
-    let pid = k.pid().ok_or_else(|| anyhow::anyhow!("kernel not running"))?;
+    let pid = k
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("kernel not running"))?;
     // let start-up work drain, then measure a quiet window
     tokio::time::sleep(Duration::from_secs(3)).await;
     let window = Duration::from_secs(15);
@@ -169,15 +211,16 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
     })
 }
 
-pub async fn recovery(k: &mut KernelProcess, ops: usize, containers: usize) -> anyhow::Result<Recovery> {
+pub async fn recovery(
+    k: &mut KernelProcess,
+    ops: usize,
+    containers: usize,
+) -> anyhow::Result<Recovery> {
     let run_ids: Vec<String> = (0..containers).map(|i| format!("bench-rec-{i}")).collect();
     prepare_runs(k, &run_ids).await?;
     let ids = start_gated(k, &run_ids, ops / containers, 32).await?;
     wait_all_running(k, ids.len(), Duration::from_secs(600)).await?;
-    let before: HashMap<String, u64> = ids
-        .iter()
-        .map(|(_, id)| (id.clone(), 0))
-        .collect();
+    let before: HashMap<String, u64> = ids.iter().map(|(_, id)| (id.clone(), 0)).collect();
     k.sigkill();
     let began = Instant::now();
     k.spawn().await?;
@@ -194,12 +237,19 @@ pub async fn recovery(k: &mut KernelProcess, ops: usize, containers: usize) -> a
         if attached == ids.len() {
             break began.elapsed().as_secs_f64();
         }
-        anyhow::ensure!(began.elapsed() < Duration::from_secs(120), "only {attached} of {} re-attached", ids.len());
+        anyhow::ensure!(
+            began.elapsed() < Duration::from_secs(120),
+            "only {attached} of {} re-attached",
+            ids.len()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let seen = collect(k, &run_ids, ids.len(), Duration::from_secs(300)).await?;
     let (lost, duplicated) = count_outcomes(k, &ids, &seen).await?;
-    anyhow::ensure!(lost == 0 && duplicated == 0, "after recovery: {lost} lost, {duplicated} duplicated");
+    anyhow::ensure!(
+        lost == 0 && duplicated == 0,
+        "after recovery: {lost} lost, {duplicated} duplicated"
+    );
     Ok(Recovery {
         ops: ids.len(),
         containers,
