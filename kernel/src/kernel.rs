@@ -183,6 +183,16 @@ impl Kernel {
 
     /// Starts the supervised observer of an op unless one is running.
     pub fn spawn_observer(self: &Arc<Self>, op_id: String) {
+        self.spawn_supervisor(op_id, None);
+    }
+
+    /// Starts the observer of an op just inserted by this kernel: its first
+    /// attempt needs no separate attempt write (the exec claim records it).
+    pub fn spawn_fresh_observer(self: &Arc<Self>, op: Op) {
+        self.spawn_supervisor(op.id.clone(), Some(op));
+    }
+
+    fn spawn_supervisor(self: &Arc<Self>, op_id: String, fresh: Option<Op>) {
         let handle = {
             let Ok(mut handles) = self.handles.lock() else {
                 return;
@@ -200,7 +210,7 @@ impl Kernel {
             handle
         };
         self.watcher.register(&op_id, handle.wake.clone());
-        tokio::spawn(supervise(self.clone(), op_id, handle));
+        tokio::spawn(supervise(self.clone(), op_id, handle, fresh));
     }
 
     fn release(&self, op_id: &str) {
@@ -367,11 +377,20 @@ impl Kernel {
     }
 }
 
-async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>) {
+async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fresh: Option<Op>) {
     let mut after_failure = false;
     let mut last_error = String::new();
     loop {
-        let op = match k.store.begin_attempt(&op_id, &k.id, after_failure).await {
+        let begun = match fresh.take() {
+            Some(op)
+                if op.status == crate::lifecycle::Status::Starting
+                    && op.exec_claimed_at.is_none() =>
+            {
+                Ok(Some(op))
+            }
+            _ => k.store.begin_attempt(&op_id, &k.id, after_failure).await,
+        };
+        let op = match begun {
             Ok(Some(op)) => op,
             Ok(None) => break,
             Err(e) => {

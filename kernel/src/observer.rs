@@ -68,14 +68,7 @@ impl ObserverAttempt {
 
     pub async fn run(mut self) -> Step {
         if self.op.status == Status::Starting {
-            // only the winner of the claim may create the exec
-            let claimed = self.op.exec_claimed_at.is_none()
-                && self
-                    .kernel
-                    .store
-                    .claim_exec(&self.op.id, &self.kernel.id)
-                    .await?;
-            if claimed && !self.launch().await? {
+            if self.op.exec_claimed_at.is_none() && !self.launch().await? {
                 return Ok(());
             }
             self.reload().await?;
@@ -104,8 +97,9 @@ impl ObserverAttempt {
         Ok(())
     }
 
-    /// Creates the op's one exec. Returns false when the op was settled
-    /// (failed: nothing ran).
+    /// Ensures the run container, wins the exec claim and creates the op's one
+    /// exec. Returns false when the op was settled (failed: nothing ran);
+    /// true when it runs, may run, or another attempt holds the claim.
     async fn launch(&mut self) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
         let identity = match RunIdentity::new(&self.op.run_id, &k.config.profile) {
@@ -128,7 +122,15 @@ impl ObserverAttempt {
                 return Ok(false);
             }
         };
-        k.store.set_container(&self.op.id, &container.id).await?;
+        // only the winner of the claim may create the exec; the claim also
+        // records the container and the first attempt in one write
+        if !k
+            .store
+            .claim_exec(&self.op.id, &k.id, &container.id)
+            .await?
+        {
+            return Ok(true);
+        }
         self.op.container_id = Some(container.id.clone());
         k.watcher
             .watch(k.sandbox.ops_dir(&identity.scratch_key).path());

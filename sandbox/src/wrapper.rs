@@ -59,7 +59,7 @@ fn validate_user(user: &str) -> Result<()> {
 pub struct WrapperSpec<'a> {
     pub op_id: &'a str,
     pub run_as: Option<&'a str>,
-    /// Log size cap in bytes (rounded up to whole KiB).
+    /// Log size cap in bytes; what passes it is dropped (and counted in a mark).
     pub log_cap_bytes: u64,
 }
 
@@ -69,21 +69,23 @@ pub fn wrapper_script(spec: &WrapperSpec<'_>) -> Result<String> {
     if let Some(user) = spec.run_as {
         validate_user(user)?;
     }
-    let cap_kib = spec.log_cap_bytes.div_ceil(1024).max(1);
+    let cap = spec.log_cap_bytes.max(1);
     let run_as = spec.run_as.unwrap_or("");
     Ok(format!(
-        r#"id={id}; ops={ops}; cap_kib={cap_kib}; run_as='{run_as}'
+        r#"id={id}; ops={ops}; cap={cap}; run_as='{run_as}'
 umask 022
-st=$(set -f; read -r l < /proc/$$/stat; set -- ${{l##*) }}; shift 19; echo "$1")
-host=$(cat /proc/sys/kernel/hostname 2>/dev/null)
-printf '%s %s %s\n' "$$" "$st" "$host" > "$ops/$id.pid.tmp" && mv -f "$ops/$id.pid.tmp" "$ops/$id.pid" || exit 125
+read -r l < /proc/$$/stat; r=${{l##*) }}; i=0
+while [ "$i" -lt 19 ]; do r=${{r#* }}; i=$((i+1)); done
+st=${{r%% *}}
+read -r host < /proc/sys/kernel/hostname || host=
+printf '%s %s %s\n' "$$" "$st" "$host" > "$ops/$id.pid" || exit 125
 if [ -n "$run_as" ]; then set -- su -m -s /bin/sh "$run_as" -c 'exec "$@"' opkernel-op "$@"; fi
 if command -v setsid >/dev/null 2>&1; then set -- setsid "$@"; fi
 : > "$ops/$id.log"
 fifo="$ops/$id.fifo"
 capper=
 if mkfifo -m 600 "$fifo" 2>/dev/null; then
-  env -u {marker_var} /bin/sh -c 'dd bs=1024 count="$1" iflag=fullblock 2>/dev/null; n=$(wc -c); if [ "$n" -gt 0 ]; then printf "\n[opkernel: output truncated: %s bytes over the %s KiB cap dropped]\n" "$n" "$1"; fi' opkernel-capper "$cap_kib" < "$fifo" >> "$ops/$id.log" 2>/dev/null &
+  (unset {marker_var}; exec /bin/sh -c 'dd bs=65536 count="$1" iflag=count_bytes 2>/dev/null; n=$(wc -c); if [ "$n" -gt 0 ]; then printf "\n[opkernel: output truncated: %s bytes over the %s byte cap dropped]\n" "$n" "$1"; fi' opkernel-capper "$cap") < "$fifo" >> "$ops/$id.log" 2>/dev/null &
   capper=$!
   "$@" > "$fifo" 2>&1 < /dev/null &
 else
@@ -93,12 +95,17 @@ child=$!
 wait "$child"; code=$?
 rm -f "$fifo"
 if [ -n "$capper" ]; then
-  n=0; while kill -0 "$capper" 2>/dev/null && [ "$n" -lt 400 ]; do sleep 0.005; n=$((n+1)); done
+  trap : USR1
+  (unset {marker_var}; exec /bin/sh -c 'sleep 2; kill -USR1 "$1"' opkernel-timer "$$") 2>/dev/null &
+  timer=$!
+  wait "$capper"
+  kill "$timer" 2>/dev/null
 fi
 printf '%s\n' "$code" > "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code"
 "#,
         id = spec.op_id,
         ops = OPS_MOUNT,
+        cap = cap,
         marker_var = MARKER_VAR,
     ))
 }
@@ -337,15 +344,14 @@ mod tests {
         };
         let script = wrapper_script(&spec).unwrap();
         assert!(script.contains(&format!(
-            "id={ID}; ops=/scratch/.ops; cap_kib=2; run_as='agent'"
+            "id={ID}; ops=/scratch/.ops; cap=1500; run_as='agent'"
         )));
-        assert!(
-            script.contains(r#"> "$ops/$id.pid.tmp" && mv -f "$ops/$id.pid.tmp" "$ops/$id.pid""#)
-        );
+        // one short write: a reader may see it empty or partial, never wrong
+        assert!(script.contains(r#"> "$ops/$id.pid" || exit 125"#));
         assert!(script
             .contains(r#"> "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code""#));
         assert!(script.contains("set -- setsid"));
-        assert!(script.contains("env -u __OPKERNEL_OP"));
+        assert!(script.contains("(unset __OPKERNEL_OP; exec /bin/sh"));
         // the pid file is written before the command is started
         assert!(script.find("$id.pid\"").unwrap() < script.find("child=$!").unwrap());
     }

@@ -529,3 +529,34 @@ async fn ops_started_after_a_cached_probe_are_never_judged_by_it() {
         );
     }
 }
+
+#[tokio::test]
+async fn console_output_is_live_not_buffered_until_exit() {
+    let k = kernel("live").await;
+    let run = unique_run("live");
+    let op = k
+        .start_bg(&run, &["sh", "-c", "echo first; sleep 3; echo second"], 60)
+        .await
+        .unwrap();
+    let began = Instant::now();
+    let mut first_at = None;
+    let mut done_at = None;
+    k.client
+        .sse(&format!("/v1/operations/{op}/console"), |event, _| {
+            if event == "output" && first_at.is_none() {
+                first_at = Some(began.elapsed());
+            }
+            if event == "done" {
+                done_at = Some(began.elapsed());
+                return false;
+            }
+            true
+        })
+        .await
+        .unwrap();
+    let (first, done) = (first_at.unwrap(), done_at.unwrap());
+    assert!(
+        done >= first + Duration::from_secs(2),
+        "first output at {first:?}, done at {done:?}"
+    );
+}

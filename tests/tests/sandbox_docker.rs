@@ -246,3 +246,25 @@ async fn identity_probe_and_tree_kill() {
         Err(OpFileError::Missing(_))
     ));
 }
+
+#[tokio::test]
+async fn a_background_child_holding_the_output_does_not_hold_the_exit_code() {
+    let fx = SandboxFixture::new("straggler").await;
+    let run = opkernel_tests::unique_run("straggler");
+    let began = std::time::Instant::now();
+    let (id, code) =
+        run_to_code(&fx, &run, &["sh", "-c", "sleep 30 & echo started"], 1 << 20).await;
+    assert_eq!(code, 0);
+    let waited = began.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "the code waited {waited:?} for the straggler"
+    );
+    let identity = RunIdentity::new(&run, &opkernel_tests::test_profile()).unwrap();
+    let (log, _) = fx
+        .sandbox
+        .ops_dir(&identity.scratch_key)
+        .log_tail(&id, 100)
+        .unwrap();
+    assert_eq!(log, b"started\n");
+}

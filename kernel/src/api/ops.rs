@@ -137,15 +137,18 @@ pub async fn run_command(
 /// for a background op, at its end for a foreground one.
 async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<Value>> {
     let background = start.background;
-    let op = match k.store.insert_op(start).await? {
-        NewOp::Created(op) | NewOp::Existing(op) => op,
+    let (op, fresh) = match k.store.insert_op(start).await? {
+        NewOp::Created(op) => (op, true),
+        NewOp::Existing(op) => (op, false),
         NewOp::KeyConflict(id) => {
             return Err(ApiError::conflict(format!(
                 "Idempotency-Key was already used for operation {id} with a different request"
             )))
         }
     };
-    if !op.status.is_terminal() {
+    if fresh {
+        k.spawn_fresh_observer(op.clone());
+    } else if !op.status.is_terminal() {
         k.spawn_observer(op.id.clone());
     }
     if background {

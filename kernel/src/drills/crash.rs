@@ -179,9 +179,12 @@ pub async fn crash_around_create(bin: &Path) -> anyhow::Result<String> {
     else {
         anyhow::bail!("insert failed")
     };
-    check(store.claim_exec(&claimed.id, "dead-kernel").await?, || {
-        "claim failed".into()
-    })?;
+    check(
+        store
+            .claim_exec(&claimed.id, "dead-kernel", &orphan.id)
+            .await?,
+        || "claim failed".into(),
+    )?;
     drop(store);
     k.spawn().await?;
     let a = k.wait_terminal(&unclaimed.id, LONG).await?;

@@ -251,13 +251,20 @@ impl Store {
     /// The claim that guards the only exec of an op: succeeds once, for a
     /// `starting` op that was never claimed. The caller that wins is the only
     /// one allowed to create the exec.
-    pub async fn claim_exec(&self, id: &str, kernel_id: &str) -> StoreResult<bool> {
-        let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
+    pub async fn claim_exec(
+        &self,
+        id: &str,
+        kernel_id: &str,
+        container_id: &str,
+    ) -> StoreResult<bool> {
+        let (id, kernel_id, container_id) =
+            (id.to_owned(), kernel_id.to_owned(), container_id.to_owned());
         self.call(move |conn| {
             let n = conn.execute(
-                "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3 \
+                "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
+                 attempt = MAX(attempt, 1), heartbeat_at = ?2 \
                  WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL",
-                params![id, now_ms(), kernel_id],
+                params![id, now_ms(), kernel_id, container_id],
             )?;
             Ok(n == 1)
         })
@@ -468,8 +475,10 @@ mod tests {
     async fn exec_claim_is_won_once() {
         let store = test_store();
         let op = created(&store, req(None, "true")).await;
-        assert!(store.claim_exec(&op.id, "k").await.unwrap());
-        assert!(!store.claim_exec(&op.id, "k").await.unwrap());
+        assert!(store.claim_exec(&op.id, "k", "c1").await.unwrap());
+        assert!(!store.claim_exec(&op.id, "k", "c2").await.unwrap());
+        let row = store.get_op(&op.id).await.unwrap().unwrap();
+        assert_eq!((row.attempt, row.container_id.as_deref()), (1, Some("c1")));
         assert!(store.mark_running(&op.id, 5).await.unwrap());
         assert!(!store.mark_running(&op.id, 6).await.unwrap());
         assert_eq!(
