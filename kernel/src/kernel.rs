@@ -145,8 +145,10 @@ impl Kernel {
                                     && info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY)
                                         == Some(&sandbox::profile::scratch_key(run))
                             });
-                    if run_ok {
+                    if run_ok && self.sandbox.owns(&info) {
                         self.remember_container(&info);
+                    } else if run_ok {
+                        tracing::info!(container = %info.name, "managed container of another kernel home; left alone");
                     } else {
                         tracing::warn!(container = %info.name, "managed container with unconfirmed labels; never used");
                     }

@@ -324,6 +324,7 @@ impl ObserverAttempt {
                 wait = wait.min(Duration::from_millis(to_deadline.max(10)));
             }
             read_code = tokio::time::timeout(wait, notified).await.is_ok() || recheck;
+            tracing::debug!(op = %self.op.id, read_code, "observer woke");
         }
     }
 
@@ -332,11 +333,12 @@ impl ObserverAttempt {
         let k = self.kernel.clone();
         match k.sandbox.inspect(container_id).await {
             Ok(info) => {
-                let ok = info
-                    .labels
-                    .get(sandbox::profile::LABEL_MANAGED)
-                    .map(String::as_str)
-                    == Some("true")
+                let ok = k.sandbox.owns(&info)
+                    && info
+                        .labels
+                        .get(sandbox::profile::LABEL_MANAGED)
+                        .map(String::as_str)
+                        == Some("true")
                     && info.labels.get(sandbox::profile::LABEL_RUN_ID) == Some(&self.op.run_id)
                     && info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY)
                         == Some(&self.op.scratch_key);

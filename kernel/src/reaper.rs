@@ -63,6 +63,13 @@ pub async fn reap(k: &Kernel, dry_run: bool) -> Result<Vec<ReapDecision>, StoreE
             decisions.push(keep("its scratch key label does not match its run".into()));
             continue;
         }
+        if !k.sandbox.owns(&c) {
+            decisions.push(keep(format!(
+                "it belongs to another kernel home ({})",
+                c.scratch_source.as_deref().unwrap_or("no /scratch mount")
+            )));
+            continue;
+        }
         if let Some(op) = live_ops.iter().find(|op| {
             op.container_id.as_deref() == Some(&c.id)
                 || (op.run_id == run && op.container_id.is_none())

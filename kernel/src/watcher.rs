@@ -23,6 +23,7 @@ impl OpsWatcher {
         let dispatch = wakers.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(event) = res else { return };
+            tracing::trace!(?event, "inotify");
             for path in &event.paths {
                 wake_for(&dispatch, path);
             }
@@ -99,8 +100,49 @@ fn wake_for(wakers: &Wakers, path: &Path) {
         return;
     }
     if let Ok(map) = wakers.lock() {
-        if let Some(waker) = map.get(op_id) {
-            waker.notify_one();
+        let known = map.get(op_id).map(|waker| waker.notify_one()).is_some();
+        tracing::debug!(file = name, known, "ops file event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_renamed_code_file_wakes_its_op_every_time() {
+        let dir = std::env::temp_dir().join(format!("opk-watch-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let watcher = OpsWatcher::new();
+        watcher.watch(&dir);
+        let mut slow = Vec::new();
+        for i in 0..200 {
+            let id = uuid::Uuid::new_v4().to_string();
+            let waker = Arc::new(Notify::new());
+            watcher.register(&id, waker.clone());
+            // the wrapper's pattern: a pid file, then code via temp file + rename
+            std::fs::write(dir.join(format!("{id}.pid")), "1 2 h\n").unwrap();
+            tokio::time::timeout(Duration::from_secs(2), waker.notified())
+                .await
+                .unwrap();
+            std::fs::write(dir.join(format!("{id}.code.tmp")), "0\n").unwrap();
+            std::fs::rename(
+                dir.join(format!("{id}.code.tmp")),
+                dir.join(format!("{id}.code")),
+            )
+            .unwrap();
+            let began = std::time::Instant::now();
+            if tokio::time::timeout(Duration::from_secs(2), waker.notified())
+                .await
+                .is_err()
+                || began.elapsed() > Duration::from_millis(200)
+            {
+                slow.push((i, began.elapsed()));
+            }
+            watcher.unregister(&id);
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(slow.is_empty(), "missed or slow wake-ups: {slow:?}");
     }
 }

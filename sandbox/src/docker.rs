@@ -43,7 +43,7 @@ pub struct ContainerInfo {
     pub hostname: String,
     /// Docker's state word: created, running, exited, ...
     pub state: String,
-    /// Host directory mounted at `/scratch` (inspect only).
+    /// Host directory mounted at `/scratch`: tells which kernel home owns it.
     pub scratch_source: Option<String>,
 }
 
@@ -95,6 +95,16 @@ impl Sandbox {
         self.scratch_root.join(scratch_key)
     }
 
+    /// Whether a container's `/scratch` is this sandbox's scratch dir for its
+    /// key: containers of another kernel home are never used or touched.
+    pub fn owns(&self, info: &ContainerInfo) -> bool {
+        let Some(key) = info.labels.get(crate::profile::LABEL_SCRATCH_KEY) else {
+            return false;
+        };
+        let ours = self.scratch_dir(key).display().to_string();
+        info.scratch_source.as_deref() == Some(ours.as_str())
+    }
+
     pub fn ops_dir(&self, scratch_key: &str) -> OpsDir {
         OpsDir::new(self.scratch_dir(scratch_key).join(".ops"))
     }
@@ -137,6 +147,15 @@ impl Sandbox {
                             reason,
                         }
                     })?;
+                    if !self.owns(&info) {
+                        return Err(SandboxError::Foreign {
+                            name: identity.name.clone(),
+                            reason: format!(
+                                "its /scratch is {}, not this kernel's (another kernel home owns it)",
+                                info.scratch_source.as_deref().unwrap_or("not mounted")
+                            ),
+                        });
+                    }
                     if info.running {
                         return Ok(info);
                     }
@@ -230,7 +249,12 @@ impl Sandbox {
                     // list does not report the hostname; Docker defaults it to the short id
                     hostname: String::new(),
                     state,
-                    scratch_source: None,
+                    scratch_source: c
+                        .mounts
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find(|m| m.destination.as_deref() == Some(SCRATCH_MOUNT))
+                        .and_then(|m| m.source),
                 }
             })
             .collect())

@@ -441,3 +441,61 @@ async fn hostile_op_files_never_make_the_kernel_misreport() {
     );
     assert!(s["output_tail"].is_null());
 }
+
+#[tokio::test]
+async fn another_kernel_homes_containers_are_never_used_or_reaped() {
+    let a = kernel("home-a", &[]).await;
+    let b = kernel("home-b", &[("OPKERNEL_REAP_TTL_SECONDS", "0")]).await;
+    let run = unique_run("shared");
+    let op = a.start_bg(&run, &["true"], 60).await.unwrap();
+    let container = a.wait_terminal(&op, T).await.unwrap()["container_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // the same run id on another home: a clear refusal, nothing runs in a's container
+    let other = b
+        .start_bg(&run, &["sh", "-c", "echo intruder > /scratch/x"], 60)
+        .await
+        .unwrap();
+    let s = b.wait_terminal(&other, T).await.unwrap();
+    assert_eq!(s["status"], "failed", "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("another kernel home"),
+        "{s}"
+    );
+    assert!(!a
+        .home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(&run))
+        .join("x")
+        .exists());
+    // b's reaper keeps a's container, even with a zero ttl, and says why
+    let reaped = b
+        .client
+        .post("/v1/reap?dry_run=false", &json!({}))
+        .await
+        .unwrap();
+    let mine = reaped["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["container_id"] == container.as_str())
+        .unwrap();
+    assert_eq!(mine["action"], "keep", "{mine}");
+    assert!(
+        mine["reason"]
+            .as_str()
+            .unwrap()
+            .contains("another kernel home"),
+        "{mine}"
+    );
+    assert!(Command::new("docker")
+        .args(["inspect", &container])
+        .output()
+        .unwrap()
+        .status
+        .success());
+}
