@@ -96,7 +96,7 @@ wait "$child"; code=$?
 rm -f "$fifo"
 if [ -n "$capper" ]; then
   trap : USR1
-  (unset {marker_var}; exec /bin/sh -c 'sleep 2; kill -USR1 "$1"' opkernel-timer "$$") 2>/dev/null &
+  (unset {marker_var}; exec /bin/sh -c 'sleep 2; kill -USR1 "$1"' opkernel-timer "$$") </dev/null >/dev/null 2>&1 &
   timer=$!
   wait "$capper"
   kill "$timer" 2>/dev/null
