@@ -12,7 +12,7 @@ use sandbox::{OpFileError, PidRecord, RunIdentity, SandboxError, Signal, Wrapper
 
 use crate::kernel::Kernel;
 use crate::lifecycle::{KillReason, Outcome, Status};
-use crate::probes::ProbeFailure;
+use crate::probes::{ProbeFailure, Watched};
 use crate::store::{now_ms, Op};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,23 @@ pub struct ObserverAttempt {
     code_ignored: bool,
     /// Set by a kill request for this op (the durable request is in the row).
     kill_flag: Arc<AtomicBool>,
+    /// Raised by the container monitor when a probe did not find the wrapper alive.
+    alarm: Arc<AtomicBool>,
+}
+
+/// Removes an op from its container monitor when the attempt ends, however it ends.
+struct MonitorGuard {
+    kernel: Arc<Kernel>,
+    container_id: String,
+    op_id: String,
+}
+
+impl Drop for MonitorGuard {
+    fn drop(&mut self) {
+        self.kernel
+            .monitors
+            .unwatch(&self.container_id, &self.op_id);
+    }
 }
 
 impl ObserverAttempt {
@@ -63,6 +80,7 @@ impl ObserverAttempt {
             kill: None,
             code_ignored: false,
             kill_flag,
+            alarm: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -259,6 +277,7 @@ impl ObserverAttempt {
         // while killing; plain ticks leave it to the probe (a finished
         // wrapper shows up dead, and settling lost reads the code first)
         let mut read_code = true;
+        let mut monitored: Option<MonitorGuard> = None;
         loop {
             let notified = wake.notified();
             if k.take_fault(&self.op.id) {
@@ -309,13 +328,39 @@ impl ObserverAttempt {
                     return done;
                 }
             }
-            if Instant::now() >= next_probe {
+            // once the wrapper's identity is known the container monitor
+            // watches it; until then this observer ticks itself
+            if monitored.is_none() {
+                if let Some(rec) = self.op.pid.clone() {
+                    k.monitors.watch(
+                        &k,
+                        &container_id,
+                        &self.op.id,
+                        Watched {
+                            rec,
+                            wake: self.wake.clone(),
+                            alarm: self.alarm.clone(),
+                        },
+                    );
+                    monitored = Some(MonitorGuard {
+                        kernel: k.clone(),
+                        container_id: container_id.clone(),
+                        op_id: self.op.id.clone(),
+                    });
+                }
+            }
+            let tick_due = monitored.is_none() && Instant::now() >= next_probe;
+            if self.alarm.swap(false, Ordering::SeqCst) || tick_due {
                 next_probe = k.next_tick();
                 if let Some(done) = self.check_liveness(&container_id).await? {
                     return done;
                 }
             }
-            let mut wait = next_probe.saturating_duration_since(Instant::now());
+            let mut wait = if monitored.is_some() {
+                Duration::from_secs(3600)
+            } else {
+                next_probe.saturating_duration_since(Instant::now())
+            };
             let recheck = std::mem::take(&mut self.code_ignored);
             if self.kill.is_some() || recheck {
                 wait = wait.min(Duration::from_millis(100));
