@@ -130,15 +130,8 @@ impl ObserverAttempt {
                 return Ok(false);
             }
         };
-        let container = match k.ensure_container(&identity).await {
-            Ok(c) => c,
-            Err(e) => {
-                self.settle(Outcome::Failed {
-                    error: format!("run container unavailable: {e}"),
-                })
-                .await?;
-                return Ok(false);
-            }
+        let Some(container) = self.run_container(&identity).await? else {
+            return Ok(false);
         };
         // only the winner of the claim may create the exec; the claim also
         // records the container and the first attempt in one write
@@ -171,16 +164,10 @@ impl ObserverAttempt {
             // nothing ran; ensure the run container afresh and launch once more
             k.forget_container(&container.id);
             k.probes.forget(&container.id);
-            container = match k.ensure_container(&identity).await {
-                Ok(c) => c,
-                Err(e) => {
-                    self.settle(Outcome::Failed {
-                        error: format!("run container unavailable: {e}"),
-                    })
-                    .await?;
-                    return Ok(false);
-                }
+            let Some(fresh) = self.run_container(&identity).await? else {
+                return Ok(false);
             };
+            container = fresh;
             k.store.set_container(&self.op.id, &container.id).await?;
             self.op.container_id = Some(container.id.clone());
             started = now_ms();
@@ -213,6 +200,24 @@ impl ObserverAttempt {
             Err(e) => {
                 tracing::warn!(op = %self.op.id, %e, "exec start outcome unknown; settling by evidence");
                 Ok(true)
+            }
+        }
+    }
+
+    /// The run container, or `None` after settling the op as failed (the
+    /// container could not be had, so nothing ran).
+    async fn run_container(
+        &self,
+        identity: &RunIdentity,
+    ) -> Result<Option<sandbox::ContainerInfo>, ObserverError> {
+        match self.kernel.ensure_container(identity).await {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => {
+                self.settle(Outcome::Failed {
+                    error: format!("run container unavailable: {e}"),
+                })
+                .await?;
+                Ok(None)
             }
         }
     }

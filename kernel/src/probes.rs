@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandbox::{MarkedProcess, PidRecord, Sandbox, SandboxError};
+use sandbox::{PidRecord, Sandbox, SandboxError};
 
 /// Why a probe gave no process list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,34 +21,7 @@ pub enum ProbeFailure {
     Other(String),
 }
 
-/// One probe of a container, indexed once so that every observer's check is O(1).
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    by_pid: HashMap<u32, MarkedProcess>,
-    ops: std::collections::HashSet<String>,
-}
-
-impl Snapshot {
-    pub fn new(procs: Vec<MarkedProcess>) -> Snapshot {
-        let ops = procs.iter().map(|p| p.op_id.clone()).collect();
-        let by_pid = procs.into_iter().map(|p| (p.pid, p)).collect();
-        Snapshot { by_pid, ops }
-    }
-
-    /// The identity check of an op's wrapper: its recorded pid carries the
-    /// op's marker and the recorded start time. `None` when the pid is
-    /// absent; `Some(false)` when it belongs to another process.
-    pub fn wrapper(&self, op_id: &str, rec: &PidRecord) -> Option<bool> {
-        self.by_pid
-            .get(&rec.pid)
-            .map(|p| p.op_id == op_id && p.start_ticks == rec.start_ticks)
-    }
-
-    /// Whether any process carries the op's marker.
-    pub fn has_op(&self, op_id: &str) -> bool {
-        self.ops.contains(op_id)
-    }
-}
+pub use sandbox::liveness::Snapshot;
 
 pub type ProbeResult = Result<Arc<Snapshot>, ProbeFailure>;
 
@@ -111,46 +84,6 @@ impl ProbeCache {
         if let Ok(mut slots) = self.slots.lock() {
             slots.remove(container_id);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn proc(pid: u32, start: u64, op: &str) -> MarkedProcess {
-        MarkedProcess {
-            pid,
-            start_ticks: start,
-            op_id: op.to_owned(),
-        }
-    }
-
-    #[test]
-    fn snapshot_checks_identity_by_pid_marker_and_start() {
-        let snap = Snapshot::new(vec![
-            proc(10, 500, "a"),
-            proc(11, 501, "a"),
-            proc(12, 9, "b"),
-        ]);
-        let rec = |pid, start| PidRecord {
-            pid,
-            start_ticks: start,
-            hostname: String::new(),
-        };
-        assert_eq!(snap.wrapper("a", &rec(10, 500)), Some(true));
-        assert_eq!(
-            snap.wrapper("a", &rec(10, 499)),
-            Some(false),
-            "start time differs"
-        );
-        assert_eq!(
-            snap.wrapper("a", &rec(12, 9)),
-            Some(false),
-            "another op's process"
-        );
-        assert_eq!(snap.wrapper("a", &rec(13, 500)), None);
-        assert!(snap.has_op("b") && !snap.has_op("c"));
     }
 }
 

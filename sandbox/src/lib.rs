@@ -13,7 +13,7 @@ pub mod wrapper;
 
 pub use docker::{unix_now, ContainerInfo, Sandbox, TopProcess};
 pub use error::{Result, SandboxError};
-pub use liveness::OpLiveness;
+pub use liveness::{OpLiveness, Snapshot};
 pub use opfiles::{LogDigest, OpFileError, OpsDir, PidRecord};
 pub use profile::{Profile, RunIdentity};
 pub use wrapper::{MarkedProcess, Signal, WrapperSpec};

@@ -22,24 +22,60 @@ impl OpLiveness {
     }
 }
 
-pub fn op_liveness(procs: &[MarkedProcess], op_id: &str, record: &PidRecord) -> OpLiveness {
-    let mut live = OpLiveness {
-        wrapper_alive: false,
-        pid_reused: false,
-        remaining: 0,
-    };
-    for p in procs {
-        if p.pid == record.pid {
-            if p.op_id == op_id && p.start_ticks == record.start_ticks {
-                live.wrapper_alive = true;
-            } else {
-                live.pid_reused = true;
-            }
-        } else if p.op_id == op_id && p.start_ticks >= record.start_ticks {
-            live.remaining += 1;
+/// One probe of a container, indexed once so that each op's identity check
+/// is O(1). The only definition of "this pid is the op's wrapper".
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    by_pid: std::collections::HashMap<u32, MarkedProcess>,
+    per_op: std::collections::HashMap<String, Vec<u64>>,
+}
+
+impl Snapshot {
+    pub fn new(procs: Vec<MarkedProcess>) -> Snapshot {
+        let mut per_op: std::collections::HashMap<String, Vec<u64>> =
+            std::collections::HashMap::new();
+        for p in &procs {
+            per_op
+                .entry(p.op_id.clone())
+                .or_default()
+                .push(p.start_ticks);
+        }
+        let by_pid = procs.into_iter().map(|p| (p.pid, p)).collect();
+        Snapshot { by_pid, per_op }
+    }
+
+    /// The identity check of an op's wrapper: its recorded pid carries the
+    /// op's marker and the recorded start time. `None` when the pid is
+    /// absent; `Some(false)` when it belongs to another process.
+    pub fn wrapper(&self, op_id: &str, rec: &PidRecord) -> Option<bool> {
+        self.by_pid
+            .get(&rec.pid)
+            .map(|p| p.op_id == op_id && p.start_ticks == rec.start_ticks)
+    }
+
+    /// Whether any process carries the op's marker.
+    pub fn has_op(&self, op_id: &str) -> bool {
+        self.per_op.contains_key(op_id)
+    }
+
+    /// The op's liveness: its wrapper, and the rest of its tree (processes
+    /// with its marker that started no earlier than the wrapper).
+    pub fn liveness(&self, op_id: &str, rec: &PidRecord) -> OpLiveness {
+        let wrapper = self.wrapper(op_id, rec);
+        let marked_since = self.per_op.get(op_id).map_or(0, |starts| {
+            starts.iter().filter(|&&s| s >= rec.start_ticks).count()
+        });
+        let wrapper_alive = wrapper == Some(true);
+        OpLiveness {
+            wrapper_alive,
+            pid_reused: wrapper == Some(false),
+            remaining: marked_since - usize::from(wrapper_alive),
         }
     }
-    live
+}
+
+pub fn op_liveness(procs: &[MarkedProcess], op_id: &str, record: &PidRecord) -> OpLiveness {
+    Snapshot::new(procs.to_vec()).liveness(op_id, record)
 }
 
 #[cfg(test)]
@@ -82,5 +118,46 @@ mod tests {
     fn processes_older_than_the_wrapper_are_not_the_ops() {
         let live = op_liveness(&[proc(7, 100, "a")], "a", &REC);
         assert_eq!(live.remaining, 0);
+    }
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use super::*;
+
+    fn proc(pid: u32, start: u64, op: &str) -> MarkedProcess {
+        MarkedProcess {
+            pid,
+            start_ticks: start,
+            op_id: op.to_owned(),
+        }
+    }
+
+    #[test]
+    fn snapshot_checks_identity_by_pid_marker_and_start() {
+        let snap = Snapshot::new(vec![
+            proc(10, 500, "a"),
+            proc(11, 501, "a"),
+            proc(12, 9, "b"),
+        ]);
+        let rec = |pid, start| PidRecord {
+            pid,
+            start_ticks: start,
+            hostname: String::new(),
+        };
+        assert_eq!(snap.wrapper("a", &rec(10, 500)), Some(true));
+        assert_eq!(
+            snap.wrapper("a", &rec(10, 499)),
+            Some(false),
+            "start time differs"
+        );
+        assert_eq!(
+            snap.wrapper("a", &rec(12, 9)),
+            Some(false),
+            "another op's process"
+        );
+        assert_eq!(snap.wrapper("a", &rec(13, 500)), None);
+        assert!(snap.has_op("b") && !snap.has_op("c"));
+        assert_eq!(snap.liveness("a", &rec(10, 500)).remaining, 1);
     }
 }
