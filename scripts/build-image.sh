@@ -50,5 +50,8 @@ agent:x:1000:
 nogroup:x:65534:
 GROUP
 
-DOCKER_BUILDKIT=0 docker build -q --label "opkernel.recipe=$recipe" -t "$image" "$work" >/dev/null
+if ! DOCKER_BUILDKIT=0 docker build -q --label "opkernel.recipe=$recipe" -t "$image" "$work" >"$work/build.log" 2>&1; then
+  cat "$work/build.log" >&2
+  exit 1
+fi
 echo "built $image (recipe $recipe, $(docker image inspect -f '{{ .Size }}' "$image") bytes)"
