@@ -4,6 +4,7 @@
 # delay, 1,000 concurrent ops (CPU, RSS, exactly-once), and recovery of 500
 # running ops over 50 containers after SIGKILL.
 # Usage: scripts/bench.sh [--quick] [--json]
+#        scripts/bench.sh --recovery-only OPS CONTAINERS
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -1,6 +1,7 @@
 //! `opkernel-bench`: one run of the kernel against raw Docker, side by side.
 //! Driven by `scripts/bench.sh [--quick] [--json]`; the last line of
 //! `--json` output is one JSON object with every figure.
+//! `--recovery-only OPS CONTAINERS` runs only the recovery measurement.
 
 mod latency;
 mod scale;
@@ -73,6 +74,17 @@ async fn main() -> anyhow::Result<()> {
     let as_json = args.iter().any(|a| a == "--json");
     let bin = kernel_binary()?;
     let samples = if quick { 30 } else { 100 };
+    if let Some(i) = args.iter().position(|a| a == "--recovery-only") {
+        let num = |j: usize| args.get(i + j).and_then(|v| v.parse::<usize>().ok());
+        let (ops, containers) = (num(1).unwrap_or(100), num(2).unwrap_or(10));
+        let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
+        let rec = scale::recovery(&mut k, ops, containers).await?;
+        println!(
+            "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards",
+            rec.ops, rec.containers, rec.seconds, rec.delivered
+        );
+        return Ok(());
+    }
 
     eprintln!(
         "bench: kernel {} ({} mode)",
