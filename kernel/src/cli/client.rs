@@ -70,26 +70,32 @@ impl Client {
         anyhow!("cannot reach the kernel at {}: {e}", self.base)
     }
 
-    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let resp = self
-            .http
-            .get(self.url(path))
+    /// Sends with the bearer token; a connection failure or an error
+    /// status becomes an error carrying the API's message.
+    async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        let resp = req
             .bearer_auth(&self.token)
             .send()
             .await
             .map_err(|e| self.send_err(e))?;
-        Ok(Self::check(resp).await?.json().await?)
+        Self::check(resp).await
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        Ok(self
+            .send(self.http.get(self.url(path)))
+            .await?
+            .json()
+            .await?)
     }
 
     pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
-        let resp = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| self.send_err(e))?;
-        Ok(Self::check(resp).await?.bytes().await?.to_vec())
+        Ok(self
+            .send(self.http.get(self.url(path)))
+            .await?
+            .bytes()
+            .await?
+            .to_vec())
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
@@ -102,16 +108,11 @@ impl Client {
         body: &Value,
         idempotency_key: Option<&str>,
     ) -> anyhow::Result<Value> {
-        let mut req = self
-            .http
-            .post(self.url(path))
-            .bearer_auth(&self.token)
-            .json(body);
+        let mut req = self.http.post(self.url(path)).json(body);
         if let Some(key) = idempotency_key {
             req = req.header("Idempotency-Key", key);
         }
-        let resp = req.send().await.map_err(|e| self.send_err(e))?;
-        Ok(Self::check(resp).await?.json().await?)
+        Ok(self.send(req).await?.json().await?)
     }
 
     /// Streams an SSE endpoint, calling `on_event(event, data)` per event
@@ -122,14 +123,10 @@ impl Client {
         mut on_event: impl FnMut(&str, &str) -> bool,
     ) -> anyhow::Result<()> {
         use futures::StreamExt;
-        let resp = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| self.send_err(e))?;
-        let mut stream = Self::check(resp).await?.bytes_stream();
+        let mut stream = self
+            .send(self.http.get(self.url(path)))
+            .await?
+            .bytes_stream();
         let mut buf = String::new();
         let (mut event, mut data) = (String::new(), String::new());
         while let Some(chunk) = stream.next().await {
