@@ -1,54 +1,17 @@
-//! One observer attempt of one op. Attempt 1 of a never-claimed `starting`
-//! op wins the exec claim and launches the command; every other path only
-//! attaches: through the `.pid`/`.code` files, identity-checked probes and
-//! the control plane's record. The attempt ends when it settled the op (or
-//! found it settled), or with an error for the supervisor to retry.
+//! Watching a running op until it is terminal: file events, the container
+//! monitor's alarms, kill and timeout sequences, and the liveness verdicts.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox::{OpFileError, PidRecord, RunIdentity, SandboxError, Signal, WrapperSpec};
+use sandbox::{OpFileError, PidRecord, Signal};
 
+use super::{KillProgress, ObserverAttempt, ObserverError, Step};
 use crate::kernel::Kernel;
-use crate::lifecycle::{KillReason, Outcome, Status};
+use crate::lifecycle::{KillReason, Outcome};
 use crate::probes::{ProbeFailure, Watched};
-use crate::store::{now_ms, Op};
-
-#[derive(Debug, thiserror::Error)]
-pub enum ObserverError {
-    #[error("control plane: {0}")]
-    Store(#[from] crate::store::StoreError),
-    #[error("op {0} vanished from the control plane")]
-    Vanished(String),
-    #[error("fault injected by a drill")]
-    Injected,
-}
-
-type Step = Result<(), ObserverError>;
-
-/// Kill progress of the current attempt.
-#[derive(Debug, Clone, Copy)]
-struct KillProgress {
-    reason: KillReason,
-    term_at: Option<Instant>,
-    kill_at: Option<Instant>,
-    signalled: bool,
-}
-
-pub struct ObserverAttempt {
-    kernel: Arc<Kernel>,
-    op: Op,
-    wake: Arc<tokio::sync::Notify>,
-    unreachable_since: Option<Instant>,
-    kill: Option<KillProgress>,
-    /// A code file was ignored (its wrapper still ran): look again soon.
-    code_ignored: bool,
-    /// Set by a kill request for this op (the durable request is in the row).
-    kill_flag: Arc<AtomicBool>,
-    /// Raised by the container monitor when a probe did not find the wrapper alive.
-    alarm: Arc<AtomicBool>,
-}
+use crate::store::now_ms;
 
 /// Removes an op from its container monitor when the attempt ends, however it ends.
 struct MonitorGuard {
@@ -66,203 +29,8 @@ impl Drop for MonitorGuard {
 }
 
 impl ObserverAttempt {
-    pub fn new(
-        kernel: Arc<Kernel>,
-        op: Op,
-        wake: Arc<tokio::sync::Notify>,
-        kill_flag: Arc<AtomicBool>,
-    ) -> Self {
-        ObserverAttempt {
-            kernel,
-            op,
-            wake,
-            unreachable_since: None,
-            kill: None,
-            code_ignored: false,
-            kill_flag,
-            alarm: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    pub async fn run(mut self) -> Step {
-        if self.op.status == Status::Starting {
-            if self.op.exec_claimed_at.is_none() && !self.launch().await? {
-                return Ok(());
-            }
-            self.reload().await?;
-            if self.op.status == Status::Starting && !self.settle_start_by_evidence().await? {
-                return Ok(());
-            }
-        }
-        if self.op.status.is_terminal() {
-            return Ok(());
-        }
-        self.attach().await
-    }
-
-    async fn reload(&mut self) -> Step {
-        self.op = self
-            .kernel
-            .store
-            .get_op(&self.op.id)
-            .await?
-            .ok_or_else(|| ObserverError::Vanished(self.op.id.clone()))?;
-        Ok(())
-    }
-
-    async fn settle(&self, outcome: Outcome) -> Step {
-        self.kernel.settle(&self.op, outcome).await?;
-        Ok(())
-    }
-
-    /// Ensures the run container, wins the exec claim and creates the op's one
-    /// exec. Returns false when the op was settled (failed: nothing ran);
-    /// true when it runs, may run, or another attempt holds the claim.
-    async fn launch(&mut self) -> Result<bool, ObserverError> {
-        let k = self.kernel.clone();
-        let identity = match RunIdentity::new(&self.op.run_id, &k.config.profile) {
-            Ok(identity) => identity,
-            Err(e) => {
-                self.settle(Outcome::Failed {
-                    error: e.to_string(),
-                })
-                .await?;
-                return Ok(false);
-            }
-        };
-        let Some(container) = self.run_container(&identity).await? else {
-            return Ok(false);
-        };
-        // only the winner of the claim may create the exec; the claim also
-        // records the container and the first attempt in one write
-        if !k
-            .store
-            .claim_exec(&self.op.id, &k.id, &container.id)
-            .await?
-        {
-            return Ok(true);
-        }
-        self.op.container_id = Some(container.id.clone());
-        k.watcher
-            .watch(k.sandbox.ops_dir(&identity.scratch_key).path());
-        let spec = WrapperSpec {
-            op_id: &self.op.id,
-            run_as: k.config.profile.run_as.as_deref(),
-            log_cap_bytes: k.config.log_cap_bytes,
-        };
-        let mut container = container;
-        let mut started = now_ms();
-        let mut launched = k
-            .sandbox
-            .launch(&container.id, &spec, &self.op.command)
-            .await;
-        if matches!(
-            launched,
-            Err(SandboxError::NotFound(_) | SandboxError::Conflict(_))
-        ) {
-            // the cached container was removed or stopped: no exec exists, so
-            // nothing ran; ensure the run container afresh and launch once more
-            k.forget_container(&container.id);
-            k.probes.forget(&container.id);
-            let Some(fresh) = self.run_container(&identity).await? else {
-                return Ok(false);
-            };
-            container = fresh;
-            k.store.set_container(&self.op.id, &container.id).await?;
-            self.op.container_id = Some(container.id.clone());
-            started = now_ms();
-            launched = k
-                .sandbox
-                .launch(&container.id, &spec, &self.op.command)
-                .await;
-        }
-        match launched {
-            Ok(_) => {
-                k.store.mark_running(&self.op.id, started).await?;
-                Ok(true)
-            }
-            // the engine answered no: the exec was not created or not started
-            Err(
-                e @ (SandboxError::Refused { .. }
-                | SandboxError::NotFound(_)
-                | SandboxError::Conflict(_)
-                | SandboxError::Invalid(_)
-                | SandboxError::Foreign { .. }),
-            ) => {
-                k.forget_container(&identity.name);
-                self.settle(Outcome::Failed {
-                    error: format!("docker refused the command: {e}"),
-                })
-                .await?;
-                Ok(false)
-            }
-            // unclear whether it started: the evidence decides
-            Err(e) => {
-                tracing::warn!(op = %self.op.id, %e, "exec start outcome unknown; settling by evidence");
-                Ok(true)
-            }
-        }
-    }
-
-    /// The run container, or `None` after settling the op as failed (the
-    /// container could not be had, so nothing ran).
-    async fn run_container(
-        &self,
-        identity: &RunIdentity,
-    ) -> Result<Option<sandbox::ContainerInfo>, ObserverError> {
-        match self.kernel.ensure_container(identity).await {
-            Ok(c) => Ok(Some(c)),
-            Err(e) => {
-                self.settle(Outcome::Failed {
-                    error: format!("run container unavailable: {e}"),
-                })
-                .await?;
-                Ok(None)
-            }
-        }
-    }
-
-    /// A claimed op still `starting` (launch answer lost, or the kernel died
-    /// mid-launch): the pid/code files and marker processes decide.
-    /// Returns false when the op was settled.
-    async fn settle_start_by_evidence(&mut self) -> Result<bool, ObserverError> {
-        let k = self.kernel.clone();
-        let ops = k.sandbox.ops_dir(&self.op.scratch_key);
-        k.watcher.watch(ops.path());
-        let claimed_at = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
-        let wake = self.wake.clone();
-        loop {
-            let notified = wake.notified();
-            if ops.read_code(&self.op.id).is_ok() || ops.read_pid(&self.op.id).is_ok() {
-                k.store.mark_running(&self.op.id, claimed_at).await?;
-                self.reload().await?;
-                return Ok(true);
-            }
-            if let Some(cid) = self.op.container_id.clone() {
-                if let Ok(procs) = k.probes.probe(&k.sandbox, &cid, Duration::ZERO).await {
-                    if procs.has_op(&self.op.id) {
-                        k.store.mark_running(&self.op.id, claimed_at).await?;
-                        self.reload().await?;
-                        return Ok(true);
-                    }
-                }
-            }
-            let waited = (now_ms() - claimed_at).max(0) as u64;
-            if waited >= k.config.start_evidence_window.as_millis() as u64 {
-                self.settle(Outcome::Failed {
-                    error:
-                        "the command never started: no pid file, exit code or process of it exists"
-                            .into(),
-                })
-                .await?;
-                return Ok(false);
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
-        }
-    }
-
     /// Watches a running op until it is terminal.
-    async fn attach(&mut self) -> Step {
+    pub(super) async fn attach(&mut self) -> Step {
         let k = self.kernel.clone();
         let ops = k.sandbox.ops_dir(&self.op.scratch_key);
         k.watcher.watch(ops.path());
@@ -377,7 +145,6 @@ impl ObserverAttempt {
             tracing::debug!(op = %self.op.id, read_code, "observer woke");
         }
     }
-
     /// Checks the op's recorded container still is the run's container.
     async fn confirm_container(&mut self, container_id: &str) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
@@ -418,7 +185,6 @@ impl ObserverAttempt {
             Err(_) => Ok(true),
         }
     }
-
     /// Settles the op with the code its wrapper recorded. Returns false when
     /// the code cannot be the wrapper's: where commands run as root the
     /// `.ops` dir is within their reach, so a code file next to a still-live,
@@ -458,7 +224,6 @@ impl ObserverAttempt {
         self.settle(outcome).await?;
         Ok(true)
     }
-
     async fn reload_kill_request(&mut self) -> Step {
         if self.kill.is_some() {
             return Ok(());
@@ -470,7 +235,6 @@ impl ObserverAttempt {
         self.adopt_kill_request();
         Ok(())
     }
-
     /// Starts the kill sequence if the op row carries a kill request.
     fn adopt_kill_request(&mut self) {
         if self.kill.is_some() {
@@ -485,7 +249,6 @@ impl ObserverAttempt {
             });
         }
     }
-
     /// One step of TERM → grace → KILL. Returns `Some` when the op settled.
     async fn advance_kill(&mut self, container_id: &str) -> Result<Option<Step>, ObserverError> {
         let k = self.kernel.clone();
@@ -539,7 +302,6 @@ impl ObserverAttempt {
         self.kill = Some(kill);
         Ok(None)
     }
-
     async fn signal(
         &self,
         container_id: &str,
@@ -555,7 +317,6 @@ impl ObserverAttempt {
         tracing::info!(op = %self.op.id, signal = signal.name(), pids = ?hit, "signalled op");
         Ok(hit)
     }
-
     async fn wrapper_alive(&self, container_id: &str) -> Result<bool, ObserverError> {
         let k = &self.kernel;
         let Some(rec) = &self.op.pid else {
@@ -570,7 +331,6 @@ impl ObserverAttempt {
             Err(_) => Ok(true),
         }
     }
-
     /// Settles the op as lost, unless its exit code is recorded by now: a
     /// recorded result beats every other evidence.
     async fn settle_lost(&mut self, container_id: &str, reason: &str) -> Step {
@@ -585,7 +345,6 @@ impl ObserverAttempt {
         })
         .await
     }
-
     /// Safety-net liveness check. Returns `Some` when the op settled.
     async fn check_liveness(&mut self, container_id: &str) -> Result<Option<Step>, ObserverError> {
         let k = self.kernel.clone();
