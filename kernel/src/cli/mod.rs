@@ -152,6 +152,15 @@ pub fn exit_status_of(op: &Value) -> i32 {
     }
 }
 
+/// An op as JSON, or as its one-line description.
+fn print_op(op: &Value, json: bool) {
+    if json {
+        print_json(op)
+    } else {
+        println!("{}", describe(op))
+    }
+}
+
 fn describe(op: &Value) -> String {
     let mut line = format!(
         "{} {} attempt={} exit_code={} killed={}",
@@ -230,22 +239,14 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
                     &json!({"operation_id": operation_id}),
                 )
                 .await?;
-            if json {
-                print_json(&op)
-            } else {
-                println!("{}", describe(&op))
-            }
+            print_op(&op, json);
             Ok(0)
         }
         Command::State { operation_id, json } => {
             let op = client
                 .get(&format!("/v1/operations/{operation_id}"))
                 .await?;
-            if json {
-                print_json(&op)
-            } else {
-                println!("{}", describe(&op))
-            }
+            print_op(&op, json);
             Ok(0)
         }
         Command::Logs {
