@@ -111,6 +111,12 @@ async fn the_cli_drives_a_whole_run() {
     k.wait_terminal(&bg_id, Duration::from_secs(30))
         .await
         .unwrap();
+    // the op is accepted as `starting`; `ps` is checked once it runs
+    k.wait_state(&long_id, Duration::from_secs(30), |s| {
+        s["status"] == "running"
+    })
+    .await
+    .unwrap();
     let ps = stdout(&cli(&k, &["ps", "--run", &run]));
     assert!(
         ps.contains(&long_id) && ps.contains("running") && ps.contains("sleep 300"),
