@@ -34,6 +34,12 @@ pub struct Config {
     pub reap_interval: Duration,
     /// Enables the fault hooks used by recovery drills.
     pub drills: bool,
+    /// Bound of one Docker request, seconds. A start request that runs past
+    /// it has an unknown outcome: the op is settled by evidence.
+    pub docker_timeout_secs: u64,
+    /// An observer attempt that ran this long before failing was healthy:
+    /// its failure starts the "failed attempts in a row" count again.
+    pub attempt_healthy: Duration,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -48,14 +54,17 @@ impl Config {
     pub fn from_env(home: PathBuf, listen: SocketAddr) -> Config {
         let mut profile = Profile::default();
         if let Ok(image) = std::env::var("OPKERNEL_IMAGE") {
-            if image != profile.image {
-                // a foreign image may have no `agent` user: run as root unless told
-                profile.run_as = None;
-            }
             profile.image = image;
         }
+        // the drop to an unprivileged user is never turned off silently: only
+        // an explicit `root` runs commands as root; an image without the
+        // user is refused when its first container is made (and at start)
         if let Ok(user) = std::env::var("OPKERNEL_RUN_AS") {
-            profile.run_as = (!user.is_empty() && user != "root").then_some(user);
+            match user.trim() {
+                "" => {}
+                "root" => profile.run_as = None,
+                name => profile.run_as = Some(name.to_owned()),
+            }
         }
         if let Ok(network) = std::env::var("OPKERNEL_NETWORK") {
             profile.network = network;
@@ -91,6 +100,11 @@ impl Config {
                 env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300).max(1),
             ),
             drills: std::env::var("OPKERNEL_DRILLS").is_ok_and(|v| v == "1"),
+            docker_timeout_secs: env_u64(
+                "OPKERNEL_DOCKER_TIMEOUT_SECONDS",
+                sandbox::docker::REQUEST_TIMEOUT_SECS,
+            ),
+            attempt_healthy: Duration::from_millis(env_u64("OPKERNEL_ATTEMPT_HEALTHY_MS", 60_000)),
         }
     }
 

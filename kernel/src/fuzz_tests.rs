@@ -42,7 +42,7 @@ proptest! {
                 output_tail: Some(tail.clone()),
             })
             .collect();
-        let text = render(&resolved, &[], &notes);
+        let text = render(&resolved, &[], &notes, 0);
         prop_assert!(text.starts_with("[Background operations report]\n"));
         prop_assert!(text.ends_with("Incorporate these results and continue.\n"));
         prop_assert!(text.len() <= MAX_REPORT_TEXT + 40 * 200 + 4 * 400);

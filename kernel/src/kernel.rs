@@ -17,7 +17,7 @@ use crate::lifecycle::Outcome;
 use crate::observer::ObserverAttempt;
 use crate::probes::ProbeCache;
 use crate::report::cut_tail;
-use crate::store::{Op, Settlement, Store};
+use crate::store::{AttemptStart, Op, Settlement, Store};
 use crate::watcher::OpsWatcher;
 
 /// Failed observer attempts in a row after which an op is lost.
@@ -60,6 +60,9 @@ pub struct Kernel {
     run_events: Mutex<HashMap<String, watch::Sender<u64>>>,
     containers: Mutex<HashMap<String, ContainerInfo>>,
     run_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per run: launches hold it shared from container to exec; the reaper
+    /// holds it exclusively while it decides and removes.
+    run_gates: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
     faults: Mutex<HashSet<String>>,
     started: std::time::Instant,
     _lock: File,
@@ -74,6 +77,40 @@ fn kernel_identity() -> String {
         .unwrap_or("0")
         .to_owned();
     format!("{}:{}:{}", boot.trim(), std::process::id(), start)
+}
+
+/// Creates `path` as an empty 0600 file unless it exists, and makes it 0600.
+fn private_file(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Refuses to start when the run image lacks the user commands are dropped
+/// to (the drop is never turned off silently). An engine that cannot answer
+/// now defers the check to the first container, which makes it again.
+async fn check_run_user(sandbox: &Sandbox, config: &Config) -> Result<(), StartError> {
+    match sandbox.check_run_user(&config.profile).await {
+        Ok(user) => {
+            tracing::info!(image = %config.profile.image, uid = user.uid, gid = user.gid, "run user checked");
+            Ok(())
+        }
+        Err(e @ sandbox::SandboxError::Invalid(_)) => Err(StartError::Sandbox(e)),
+        Err(e) => {
+            tracing::warn!(%e, image = %config.profile.image, "cannot check the run user now; each run container checks it");
+            Ok(())
+        }
+    }
 }
 
 fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -91,8 +128,11 @@ impl Kernel {
         let home = config.home.clone();
         std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o711)
+            .mode(0o700)
             .create(&home)
+            .map_err(home_error(&home))?;
+        // the home holds the control plane, tokens and every run's files
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700))
             .map_err(home_error(&home))?;
         let lock_path = home.join("kernel.lock");
         let lock = File::options()
@@ -106,12 +146,27 @@ impl Kernel {
         }
         let operator_token =
             crate::auth::load_or_create_operator_token(&home).map_err(home_error(&home))?;
-        let store = Store::open(&home.join("kernel.db"))?;
+        let db = home.join("kernel.db");
+        // SQLite gives its -wal and -shm files the database file's mode
+        private_file(&db).map_err(home_error(&db))?;
+        for file in [home.join("kernel.db-wal"), home.join("kernel.db-shm")] {
+            if file.exists() {
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                    .map_err(home_error(&file))?;
+            }
+        }
+        let store = Store::open(&db)?;
         let scratch = config.scratch_root();
         std::fs::create_dir_all(&scratch).map_err(home_error(&scratch))?;
         std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
             .map_err(home_error(&scratch))?;
-        let sandbox = Sandbox::connect(config.docker_socket.as_deref(), scratch).await?;
+        let sandbox = Sandbox::connect_with_timeout(
+            config.docker_socket.as_deref(),
+            scratch,
+            config.docker_timeout_secs,
+        )
+        .await?;
+        check_run_user(&sandbox, &config).await?;
         let id = kernel_identity();
         store.register_kernel(&id).await?;
         Ok(Arc::new(Kernel {
@@ -127,6 +182,7 @@ impl Kernel {
             run_events: Mutex::default(),
             containers: Mutex::default(),
             run_locks: Mutex::default(),
+            run_gates: Mutex::default(),
             faults: Mutex::default(),
             started: std::time::Instant::now(),
             _lock: lock,
@@ -355,6 +411,23 @@ impl Kernel {
         Ok(info)
     }
 
+    fn run_gate(&self, run_id: &str) -> Arc<tokio::sync::RwLock<()>> {
+        let mut gates = self.run_gates.lock().unwrap_or_else(|e| e.into_inner());
+        gates.entry(run_id.to_owned()).or_default().clone()
+    }
+
+    /// Held by a launch from ensuring the run container until its exec
+    /// exists: the reaper cannot remove the container in between.
+    pub async fn launch_gate(&self, run_id: &str) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        self.run_gate(run_id).read_owned().await
+    }
+
+    /// Held by the reaper while it re-checks a run and removes its
+    /// container: no launch of the run is between container and exec.
+    pub async fn reap_gate(&self, run_id: &str) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.run_gate(run_id).write_owned().await
+    }
+
     fn known_container(&self, name: &str) -> Option<ContainerInfo> {
         let map = self.containers.lock().ok()?;
         map.values().find(|c| c.name == name && c.running).cloned()
@@ -381,8 +454,18 @@ impl Kernel {
     }
 }
 
+/// How the attempt after a failed one begins: a failure after a healthy
+/// stretch (at least `healthy`) is not "in a row" with earlier ones.
+pub fn attempt_start_after_failure(ran_for: Duration, healthy: Duration) -> AttemptStart {
+    if ran_for >= healthy {
+        AttemptStart::AfterIsolatedFailure
+    } else {
+        AttemptStart::AfterFailureInARow
+    }
+}
+
 async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fresh: Option<Op>) {
-    let mut after_failure = false;
+    let mut start = AttemptStart::Clean;
     let mut last_error = String::new();
     loop {
         let begun = match fresh.take() {
@@ -392,7 +475,7 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
             {
                 Ok(Some(op))
             }
-            _ => k.store.begin_attempt(&op_id, &k.id, after_failure).await,
+            _ => k.store.begin_attempt(&op_id, &k.id, start).await,
         };
         let op = match begun {
             Ok(Some(op)) => op,
@@ -414,6 +497,7 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
             break;
         }
         let attempt = op.attempt;
+        let began = std::time::Instant::now();
         let run = tokio::spawn(
             ObserverAttempt::new(k.clone(), op, handle.wake.clone(), handle.kill.clone()).run(),
         );
@@ -427,7 +511,7 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
             Err(join) => join.to_string(),
         };
         tracing::warn!(op = %op_id, attempt, error = %last_error, "observer attempt failed; restarting");
-        after_failure = true;
+        start = attempt_start_after_failure(began.elapsed(), k.config.attempt_healthy);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     k.release(&op_id);
@@ -455,5 +539,23 @@ impl Kernel {
         if let Err(e) = self.sandbox.remove_scratch(&key) {
             tracing::warn!(%e, "cannot remove one-shot scratch dir");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_close_together_count_in_a_row() {
+        let healthy = Duration::from_secs(60);
+        assert_eq!(
+            attempt_start_after_failure(Duration::from_millis(200), healthy),
+            AttemptStart::AfterFailureInARow
+        );
+        assert_eq!(
+            attempt_start_after_failure(Duration::from_secs(3600), healthy),
+            AttemptStart::AfterIsolatedFailure
+        );
     }
 }

@@ -85,10 +85,18 @@ pub const EFFECT_UNCERTAIN: &str = "uncertain";
 /// non-terminal row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// The command ended on its own or on a kill (`killed`: a signal reached it).
     Completed { exit_code: i32, killed: bool },
-    TimedOut { exit_code: Option<i32> },
+    /// The deadline passed and the kernel signalled the command. Its effect
+    /// is uncertain: it was cut off mid-work.
+    TimedOut {
+        exit_code: Option<i32>,
+        killed: bool,
+    },
+    /// The process vanished without a code, or could not be observed.
     Lost { reason: String },
-    Failed { error: String },
+    /// Nothing ran: Docker said no, or a kill came before the exec.
+    Failed { error: String, killed: bool },
 }
 
 impl Outcome {
@@ -125,15 +133,23 @@ impl KillReason {
         }
     }
 
-    /// The outcome of a signalled op once its exit code is known.
+    /// The outcome of an op with a kill request once its exit code is
+    /// known. Only a signal that reached the command makes it killed or
+    /// timed out: a command that ended on its own before any signal (a
+    /// deadline racing a natural exit) completed with its own code.
     pub fn outcome(self, exit_code: i32, signalled: bool) -> Outcome {
-        match self {
-            KillReason::Kill => Outcome::Completed {
+        match (self, signalled) {
+            (_, false) => Outcome::Completed {
                 exit_code,
-                killed: signalled,
+                killed: false,
             },
-            KillReason::Timeout => Outcome::TimedOut {
+            (KillReason::Kill, true) => Outcome::Completed {
+                exit_code,
+                killed: true,
+            },
+            (KillReason::Timeout, true) => Outcome::TimedOut {
                 exit_code: Some(exit_code),
+                killed: true,
             },
         }
     }
@@ -189,7 +205,23 @@ mod tests {
         assert_eq!(
             KillReason::Timeout.outcome(137, true),
             Outcome::TimedOut {
-                exit_code: Some(137)
+                exit_code: Some(137),
+                killed: true
+            }
+        );
+        // a deadline racing a natural exit: nothing was signalled
+        assert_eq!(
+            KillReason::Timeout.outcome(0, false),
+            Outcome::Completed {
+                exit_code: 0,
+                killed: false
+            }
+        );
+        assert_eq!(
+            KillReason::Kill.outcome(0, false),
+            Outcome::Completed {
+                exit_code: 0,
+                killed: false
             }
         );
         assert_eq!(Outcome::Lost { reason: "x".into() }.status(), Status::Lost);

@@ -10,6 +10,38 @@ pub const TAIL_BYTES: usize = 2048;
 pub const TAIL_LINES: usize = 20;
 /// Bound of a report's text; tails that would pass it are left out.
 pub const MAX_REPORT_TEXT: usize = 64 * 1024;
+/// Resolved ops in one report; the rest wait for the next one.
+pub const MAX_REPORT_ITEMS: usize = 100;
+/// Bytes of notes in one report; notes past it wait for the next one
+/// (a note is never cut: each is at most [`MAX_NOTE_BYTES`]).
+pub const MAX_REPORT_NOTE_BYTES: usize = 32 * 1024;
+/// Bytes of one note.
+pub const MAX_NOTE_BYTES: usize = 16 * 1024;
+/// Still-running ops listed by name in one report.
+pub const MAX_RUNNING_LINES: usize = 50;
+/// Bytes of an op's argv kept in reports and list views.
+pub const MAX_VIEW_ARGV_BYTES: usize = 4 * 1024;
+
+/// An argv cut to at most `max` bytes (whole arguments first, then a cut
+/// last argument, on a char boundary), and whether anything was cut.
+pub fn bounded_argv(argv: &[String], max: usize) -> (Vec<String>, bool) {
+    let mut out = Vec::new();
+    let mut used = 0;
+    for arg in argv {
+        if used + arg.len() <= max {
+            used += arg.len();
+            out.push(arg.clone());
+            continue;
+        }
+        let mut end = max - used;
+        while !arg.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push(format!("{}…", &arg[..end]));
+        return (out, true);
+    }
+    (out, false)
+}
 
 /// The last `TAIL_BYTES` of `log`, as text, cut at a line start when the
 /// cut falls inside a line (unless that leaves nothing).
@@ -86,8 +118,14 @@ pub fn resolution_line(item: &ReportItem) -> String {
     }
 }
 
-/// The full report text.
-pub fn render(resolved: &[ReportItem], running: &[RunningItem], notes: &[String]) -> String {
+/// The full report text. `more` counts results and notes held back for
+/// the next report (by the item and note bounds).
+pub fn render(
+    resolved: &[ReportItem],
+    running: &[RunningItem],
+    notes: &[String],
+    more: usize,
+) -> String {
     let mut out = String::from("[Background operations report]\n");
     if !notes.is_empty() {
         out.push_str("Notes from the user:\n");
@@ -114,15 +152,26 @@ pub fn render(resolved: &[ReportItem], running: &[RunningItem], notes: &[String]
             out.push_str(&block);
         }
     }
+    if more > 0 {
+        out.push_str(&format!(
+            "({more} more results or notes wait for the next report: ask for it right after this one.)\n"
+        ));
+    }
     if !running.is_empty() {
         out.push_str("Still running in the background:\n");
-        for r in running {
+        for r in running.iter().take(MAX_RUNNING_LINES) {
             out.push_str(&format!(
                 "- {} `{}` (running {}, timeout {}s)\n",
                 r.operation_id,
                 command_line(&r.command),
                 human_duration(r.running_sec),
                 r.timeout_sec
+            ));
+        }
+        if running.len() > MAX_RUNNING_LINES {
+            out.push_str(&format!(
+                "- … and {} more (see `opkernel ps`)\n",
+                running.len() - MAX_RUNNING_LINES
             ));
         }
     }
@@ -186,7 +235,7 @@ mod tests {
             running_sec: 130,
             timeout_sec: 900,
         }];
-        let text = render(&resolved, &running, &[]);
+        let text = render(&resolved, &running, &[], 0);
         assert_eq!(
             text,
             "[Background operations report]\n\
@@ -208,6 +257,7 @@ mod tests {
             ],
             &[],
             &["use the staging db".into()],
+            0,
         );
         assert!(text.contains("Notes from the user:\n- use the staging db\n"));
         assert!(text.contains("- op1 killed: exit_code=143 (4m12s)"));
@@ -221,7 +271,7 @@ mod tests {
         let many: Vec<_> = (0..200)
             .map(|_| item(Status::Completed, Some(0), false, None, Some(&tail)))
             .collect();
-        let text = render(&many, &[], &[]);
+        let text = render(&many, &[], &[], 0);
         // tails stop at the bound; every op keeps its one headline line
         assert!(
             text.len() < MAX_REPORT_TEXT + many.len() * 120,
@@ -230,6 +280,34 @@ mod tests {
         );
         assert_eq!(text.matches("- op1 finished").count(), 200);
         assert!(text.contains("output tail left out"));
+    }
+
+    #[test]
+    fn held_back_results_and_long_running_lists_are_marked() {
+        let running: Vec<_> = (0..60)
+            .map(|i| RunningItem {
+                operation_id: format!("op{i}"),
+                command: vec!["sleep".into(), "9".into()],
+                running_sec: 1,
+                timeout_sec: 9,
+            })
+            .collect();
+        let text = render(&[], &running, &[], 7);
+        assert!(text.contains("(7 more results or notes wait for the next report"));
+        assert_eq!(text.matches("`sleep 9`").count(), MAX_RUNNING_LINES);
+        assert!(text.contains("- … and 10 more"));
+    }
+
+    #[test]
+    fn argv_views_are_bounded() {
+        let argv = vec!["sh".to_owned(), "-c".to_owned(), "é".repeat(300_000)];
+        let (cut, was_cut) = bounded_argv(&argv, MAX_VIEW_ARGV_BYTES);
+        assert!(was_cut);
+        assert_eq!(&cut[..2], &argv[..2]);
+        assert!(cut.iter().map(String::len).sum::<usize>() <= MAX_VIEW_ARGV_BYTES + 3);
+        assert!(cut[2].ends_with('…'));
+        let short = vec!["true".to_owned()];
+        assert_eq!(bounded_argv(&short, 10), (short.clone(), false));
     }
 
     #[test]

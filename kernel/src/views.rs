@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 
+use crate::report::{bounded_argv, MAX_VIEW_ARGV_BYTES};
 use crate::store::{now_ms, Op};
 
 /// RFC 3339 UTC time of a unix-millisecond timestamp.
@@ -32,10 +33,12 @@ pub fn rfc3339(ms: i64) -> String {
 pub fn op_json(op: &Op) -> Value {
     let end = op.finished_at.unwrap_or_else(now_ms);
     let started = op.started_at.map(rfc3339);
+    let (command, command_truncated) = bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES);
     json!({
         "operation_id": op.id,
         "run_id": op.run_id,
-        "command": op.command,
+        "command": command,
+        "command_truncated": command_truncated,
         "background": op.background,
         "status": op.status.as_str(),
         "exit_code": op.exit_code,

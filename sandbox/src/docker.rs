@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    TopOptionsBuilder,
+    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, TopOptionsBuilder,
 };
 use bollard::{ClientVersion, Docker};
 use futures::StreamExt;
@@ -30,7 +30,10 @@ const FALLBACK_API: ClientVersion = ClientVersion {
     major_version: 1,
     minor_version: 41,
 };
-const REQUEST_TIMEOUT_SECS: u64 = 60;
+/// Default bound of one Docker request.
+pub const REQUEST_TIMEOUT_SECS: u64 = 60;
+/// Bytes of an image's `/etc/passwd` read to resolve the run user.
+const MAX_PASSWD_BYTES: usize = 1 << 20;
 const MAX_HELPER_OUTPUT: usize = 4 << 20;
 
 /// A run container as Docker describes it.
@@ -45,6 +48,41 @@ pub struct ContainerInfo {
     pub state: String,
     /// Host directory mounted at `/scratch`: tells which kernel home owns it.
     pub scratch_source: Option<String>,
+}
+
+/// The numeric identity commands of a run run as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The content of the first file in a tar archive (what the archive API
+/// returns for one path), bounded by the archive itself.
+fn first_tar_file(tar: &[u8]) -> Option<&[u8]> {
+    let header = tar.get(..512)?;
+    let size_field = std::str::from_utf8(&header[124..136]).ok()?;
+    let size =
+        usize::from_str_radix(size_field.trim_matches(|c: char| c == '\0' || c == ' '), 8).ok()?;
+    if size > MAX_PASSWD_BYTES {
+        return None;
+    }
+    tar.get(512..512 + size)
+}
+
+/// uid and gid of `user` in `/etc/passwd` text.
+pub fn find_passwd_user(passwd: &str, user: &str) -> Option<RunUser> {
+    passwd.lines().find_map(|line| {
+        let mut f = line.split(':');
+        if f.next()? != user {
+            return None;
+        }
+        let _password = f.next()?;
+        Some(RunUser {
+            uid: f.next()?.parse().ok()?,
+            gid: f.next()?.parse().ok()?,
+        })
+    })
 }
 
 /// One row of `docker top` (host pids).
@@ -66,12 +104,21 @@ impl Sandbox {
     /// Connects to `docker_socket` (a unix socket path) or the local default,
     /// negotiating the API version; a daemon that is down now is not an error.
     pub async fn connect(docker_socket: Option<&str>, scratch_root: PathBuf) -> Result<Self> {
+        Self::connect_with_timeout(docker_socket, scratch_root, REQUEST_TIMEOUT_SECS).await
+    }
+
+    /// [`Sandbox::connect`] with a bound (seconds) on every Docker request.
+    pub async fn connect_with_timeout(
+        docker_socket: Option<&str>,
+        scratch_root: PathBuf,
+        timeout_secs: u64,
+    ) -> Result<Self> {
         let socket = docker_socket
             .map(str::to_owned)
             .or_else(|| std::env::var("DOCKER_HOST").ok())
             .unwrap_or_else(|| "unix:///var/run/docker.sock".to_owned());
         let path = socket.trim_start_matches("unix://");
-        let docker = Docker::connect_with_unix(path, REQUEST_TIMEOUT_SECS, &FALLBACK_API)?;
+        let docker = Docker::connect_with_unix(path, timeout_secs.max(1), &FALLBACK_API)?;
         let docker = match docker.clone().negotiate_version().await {
             Ok(negotiated) => negotiated,
             Err(err) => {
@@ -109,15 +156,100 @@ impl Sandbox {
         OpsDir::new(self.scratch_dir(scratch_key).join(".ops"))
     }
 
-    /// Creates `<scratch>/<key>/` (writable by the sandbox user) and its
-    /// root-owned `.ops/` (writable only by the wrapper).
+    /// Creates `<scratch>/<key>/` (mode 0700, root's until
+    /// [`Sandbox::hand_scratch_to`] gives it to the run user) and its
+    /// root-owned `.ops/` (writable only by the wrapper). The parent is
+    /// root-owned 0711: no other host user can plant anything in it.
     pub fn prepare_scratch(&self, scratch_key: &str) -> Result<PathBuf> {
         let dir = self.scratch_dir(scratch_key);
         let ops = dir.join(".ops");
         std::fs::create_dir_all(&ops).map_err(|e| SandboxError::io(&ops, e))?;
-        set_mode(&dir, 0o777)?;
+        set_mode(&dir, 0o700)?;
         set_mode(&ops, 0o755)?;
         Ok(dir)
+    }
+
+    /// Gives the run's scratch dir (not its `.ops/`) to the run user.
+    pub fn hand_scratch_to(&self, scratch_key: &str, owner: RunUser) -> Result<()> {
+        let dir = self.scratch_dir(scratch_key);
+        std::os::unix::fs::chown(&dir, Some(owner.uid), Some(owner.gid))
+            .map_err(|e| SandboxError::io(&dir, e))?;
+        set_mode(&dir, 0o700)
+    }
+
+    /// The uid and gid of `profile.run_as` in the container's image, read
+    /// from its `/etc/passwd` without running anything in it; root when the
+    /// profile runs commands as root. An image without that user is refused
+    /// with a clear error: the drop to an unprivileged user is never turned
+    /// off silently.
+    pub async fn run_user(&self, container_id: &str, profile: &Profile) -> Result<RunUser> {
+        let Some(user) = profile.run_as.as_deref() else {
+            return Ok(RunUser { uid: 0, gid: 0 });
+        };
+        let no_user = |why: String| {
+            SandboxError::Invalid(format!(
+                "image {} cannot run commands as {user:?}: {why}. Set OPKERNEL_RUN_AS to a user the image has, \
+                 or OPKERNEL_RUN_AS=root to run commands as root (a root command can forge its own result)",
+                profile.image
+            ))
+        };
+        let options = DownloadFromContainerOptionsBuilder::default()
+            .path("/etc/passwd")
+            .build();
+        let mut stream = self
+            .docker
+            .download_from_container(container_id, Some(options));
+        let mut tar = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            match chunk.map_err(SandboxError::from) {
+                Ok(bytes) if tar.len() < MAX_PASSWD_BYTES + 1024 => tar.extend_from_slice(&bytes),
+                Ok(_) => return Err(no_user("its /etc/passwd is too large".into())),
+                Err(SandboxError::NotFound(_)) => {
+                    return Err(no_user("it has no /etc/passwd".into()))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let passwd =
+            first_tar_file(&tar).ok_or_else(|| no_user("its /etc/passwd is unreadable".into()))?;
+        find_passwd_user(&String::from_utf8_lossy(passwd), user)
+            .ok_or_else(|| no_user("no such user in its /etc/passwd".into()))
+    }
+
+    /// Checks, before any run container exists, that `profile.image` has the
+    /// run user: creates a container of the image (never started, not
+    /// labelled as managed), reads its `/etc/passwd` and removes it.
+    pub async fn check_run_user(&self, profile: &Profile) -> Result<RunUser> {
+        let config = bollard::models::ContainerCreateBody {
+            image: Some(profile.image.clone()),
+            cmd: Some(vec!["/opkernel-user-check".to_owned()]),
+            network_disabled: Some(true),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                config,
+            )
+            .await?;
+        let user = self.run_user(&created.id, profile).await;
+        let _ = self.remove(&created.id).await;
+        user
+    }
+
+    /// Docker's record of an exec: `None` while it runs, else its exit
+    /// status. Records vanish minutes after the exec ends and on a daemon
+    /// restart (an error then): never the source of an op's exit code, only
+    /// corroboration.
+    pub async fn exec_status(&self, exec_id: &str) -> Result<Option<i64>> {
+        let info = self.docker.inspect_exec(exec_id).await?;
+        if info.running.unwrap_or(false) {
+            return Ok(None);
+        }
+        info.exit_code
+            .map(Some)
+            .ok_or_else(|| SandboxError::NotFound(format!("exec {exec_id} has no exit status")))
     }
 
     /// Removes a run's scratch dir (only ever the dir of the given key).
@@ -159,7 +291,7 @@ impl Sandbox {
                     if info.running {
                         return Ok(info);
                     }
-                    self.start(&info.id).await?;
+                    self.start_as_run(&info.id, identity, profile).await?;
                     return self.inspect(&info.id).await;
                 }
                 Err(SandboxError::NotFound(_)) => {}
@@ -172,7 +304,7 @@ impl Sandbox {
                 .build();
             match self.docker.create_container(Some(options), config).await {
                 Ok(created) => {
-                    self.start(&created.id).await?;
+                    self.start_as_run(&created.id, identity, profile).await?;
                     return self.inspect(&created.id).await;
                 }
                 // someone (a lost earlier response, a concurrent call) made it: check and reuse
@@ -186,6 +318,28 @@ impl Sandbox {
             "container {} kept changing while it was being ensured",
             identity.name
         )))
+    }
+
+    /// Starts a run container once its scratch dir belongs to the run user.
+    /// An image without that user: the container is removed and the error
+    /// says what to set.
+    async fn start_as_run(
+        &self,
+        id: &str,
+        identity: &RunIdentity,
+        profile: &Profile,
+    ) -> Result<()> {
+        let owner = match self.run_user(id, profile).await {
+            Ok(owner) => owner,
+            Err(e @ SandboxError::Invalid(_)) => {
+                let _ = self.remove(id).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        self.prepare_scratch(&identity.scratch_key)?;
+        self.hand_scratch_to(&identity.scratch_key, owner)?;
+        self.start(id).await
     }
 
     async fn start(&self, id: &str) -> Result<()> {
@@ -415,4 +569,36 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_users_are_found_by_name_only() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1001::/scratch:/bin/sh\nbad:x:zz:1::/:/bin/sh\n";
+        assert_eq!(
+            find_passwd_user(passwd, "agent"),
+            Some(RunUser {
+                uid: 1000,
+                gid: 1001
+            })
+        );
+        assert_eq!(find_passwd_user(passwd, "age"), None);
+        assert_eq!(find_passwd_user(passwd, "bad"), None);
+        assert_eq!(find_passwd_user("", "root"), None);
+    }
+
+    #[test]
+    fn the_first_tar_member_is_read_within_its_size() {
+        let mut tar = vec![0u8; 512];
+        tar[..6].copy_from_slice(b"passwd");
+        tar[124..136].copy_from_slice(b"00000000005\0");
+        tar.extend_from_slice(b"hello, and more");
+        assert_eq!(first_tar_file(&tar), Some(&b"hello"[..]));
+        assert_eq!(first_tar_file(&tar[..100]), None);
+        tar[124..136].copy_from_slice(b"77777777777\0");
+        assert_eq!(first_tar_file(&tar), None);
+    }
 }

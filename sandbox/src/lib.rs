@@ -11,7 +11,7 @@ pub mod opfiles;
 pub mod profile;
 pub mod wrapper;
 
-pub use docker::{unix_now, ContainerInfo, Sandbox, TopProcess};
+pub use docker::{find_passwd_user, unix_now, ContainerInfo, RunUser, Sandbox, TopProcess};
 pub use error::{Result, SandboxError};
 pub use liveness::{OpLiveness, Snapshot};
 pub use opfiles::{LogDigest, OpFileError, OpsDir, PidRecord};

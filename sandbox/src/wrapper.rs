@@ -95,13 +95,28 @@ child=$!
 wait "$child"; code=$?
 rm -f "$fifo"
 if [ -n "$capper" ]; then
+  # a process the command left behind may hold the fifo open: wait for the
+  # capper at most 2 s, then stop it, so the log is final before the code
   trap : USR1
-  (unset {marker_var}; exec /bin/sh -c 'sleep 2; kill -USR1 "$1"' opkernel-timer "$$") </dev/null >/dev/null 2>&1 &
+  (unset {marker_var}; exec /bin/sh -c 'trap "kill \$s 2>/dev/null; exit 0" TERM; sleep 2 & s=$!; wait "$s"; kill -USR1 "$1"' opkernel-timer "$$") </dev/null >/dev/null 2>&1 &
   timer=$!
   wait "$capper"
+  if kill -0 "$capper" 2>/dev/null; then
+    kids=
+    for s in /proc/[0-9]*/stat; do
+      read -r l < "$s" 2>/dev/null || continue
+      r=${{l##*) }}; r=${{r#* }}; pp=${{r%% *}}
+      [ "$pp" = "$capper" ] && {{ p=${{s#/proc/}}; kids="$kids ${{p%/stat}}"; }}
+    done
+    kill -9 "$capper" $kids 2>/dev/null
+    wait "$capper" 2>/dev/null
+    printf '\n[opkernel: output written after the command exited is not captured]\n' >> "$ops/$id.log"
+  fi
   kill "$timer" 2>/dev/null
+  wait "$timer" 2>/dev/null
 fi
-printf '%s\n' "$code" > "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code"
+printf '%s\n' "$code" > "$ops/$id.code.tmp" && mv -f "$ops/$id.code.tmp" "$ops/$id.code" && exit "$code"
+exit 125
 "#,
         id = spec.op_id,
         ops = OPS_MOUNT,

@@ -15,7 +15,7 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{visible_op, ApiError, ApiResult, AppState, Params, Seg};
+use super::{visible_op, ApiResult, AppState, Params, Seg};
 use crate::auth::Principal;
 
 const CHUNK: u64 = 64 * 1024;
@@ -40,7 +40,8 @@ fn read_from(k: &AppState, scratch_key: &str, op_id: &str, offset: u64, max: u64
     buf
 }
 
-/// The op's log bytes from `offset` (at most 64 MiB per call).
+/// The op's log bytes from `offset`, streamed in chunks (at most 64 MiB
+/// per call): memory per reader is one chunk, whatever the log's size.
 pub async fn raw_log(
     State(k): State<AppState>,
     principal: Principal,
@@ -48,15 +49,34 @@ pub async fn raw_log(
     Params(q): Params<OffsetQuery>,
 ) -> ApiResult<Response> {
     let op = visible_op(&k, &principal, &id).await?;
-    let kk = k.clone();
-    let bytes = tokio::task::spawn_blocking(move || {
-        read_from(&kk, &op.scratch_key, &op.id, q.offset, MAX_RAW)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let state = (
+        k,
+        op.scratch_key,
+        op.id,
+        q.offset,
+        q.offset.saturating_add(MAX_RAW),
+    );
+    let stream = futures::stream::unfold(state, |(k, key, id, off, end)| async move {
+        if off >= end {
+            return None;
+        }
+        let want = CHUNK.min(end - off);
+        let (kk, kkey, kid) = (k.clone(), key.clone(), id.clone());
+        let chunk = tokio::task::spawn_blocking(move || read_from(&kk, &kkey, &kid, off, want))
+            .await
+            .unwrap_or_default();
+        if chunk.is_empty() {
+            return None;
+        }
+        let next = off + chunk.len() as u64;
+        Some((
+            Ok::<_, Infallible>(axum::body::Bytes::from(chunk)),
+            (k, key, id, next, end),
+        ))
+    });
     Ok((
         [(header::CONTENT_TYPE, "application/octet-stream")],
-        HttpBody::from(bytes),
+        HttpBody::from_stream(stream),
     )
         .into_response())
 }
@@ -67,6 +87,11 @@ struct Follow {
     scratch_key: String,
     offset: u64,
     finished: bool,
+    /// Bumped when an op of the run settles: the only time the control
+    /// plane is asked again (output is followed from the file).
+    settled: tokio::sync::watch::Receiver<u64>,
+    /// The op's status must be read (first pass, or after a settle).
+    check_status: bool,
 }
 
 pub async fn console(
@@ -83,11 +108,13 @@ pub async fn console(
         .and_then(|v| v.parse().ok())
         .unwrap_or(q.offset);
     let state = Follow {
+        settled: k.run_events(&op.run_id),
         k,
         op_id: op.id,
         scratch_key: op.scratch_key,
         offset: resume,
         finished: false,
+        check_status: true,
     };
     let stream = futures::stream::unfold(state, |mut s| async move {
         if s.finished {
@@ -112,6 +139,20 @@ pub async fn console(
                     .data(data.to_string());
                 return Some((Ok(event), s));
             }
+            if !s.check_status {
+                // new output is looked for in the file; the status only
+                // after a settle notification of the op's run
+                let settled = s.settled.changed();
+                if tokio::time::timeout(Duration::from_millis(150), settled)
+                    .await
+                    .is_ok()
+                {
+                    s.check_status = true;
+                }
+                continue;
+            }
+            s.check_status = false;
+            s.settled.borrow_and_update();
             let op = match s.k.store.get_op(&s.op_id).await {
                 Ok(Some(op)) => op,
                 _ => {
@@ -148,7 +189,6 @@ pub async fn console(
                 });
                 return Some((Ok(Event::default().event("done").data(data.to_string())), s));
             }
-            tokio::time::sleep(Duration::from_millis(150)).await;
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))

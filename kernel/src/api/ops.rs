@@ -13,7 +13,7 @@ use super::{
 };
 use crate::auth::{new_token, token_sha256, Principal};
 use crate::lifecycle::KillReason;
-use crate::store::{NewOp, Op, StartRequest};
+use crate::store::{Admission, NewOp, Op, StartRequest};
 use crate::views::op_json;
 
 #[derive(Debug, Deserialize)]
@@ -109,19 +109,6 @@ pub async fn run_command(
     authorize_run(&principal, &run)?;
     let timeout = validate(&k, &req)?;
     let key = idempotency_key(&headers)?;
-    let (run_live, total_live) = k.store.live_counts(&run).await?;
-    if run_live >= k.config.max_live_ops_per_run {
-        return Err(ApiError::too_many(format!(
-            "run {run} already has {run_live} live operations (limit {})",
-            k.config.max_live_ops_per_run
-        )));
-    }
-    if total_live >= k.config.max_live_ops {
-        return Err(ApiError::too_many(format!(
-            "the kernel already has {total_live} live operations (limit {})",
-            k.config.max_live_ops
-        )));
-    }
     let start = StartRequest {
         scratch_key: sandbox::profile::scratch_key(&run),
         run_id: run,
@@ -137,7 +124,13 @@ pub async fn run_command(
 /// for a background op, at its end for a foreground one.
 async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<Value>> {
     let background = start.background;
-    let (op, fresh) = match k.store.insert_op(start).await? {
+    // the limits are checked in the insert's transaction: an idempotent
+    // retry finds its op first, and concurrent starts cannot pass together
+    let limits = Admission {
+        max_live_per_run: k.config.max_live_ops_per_run,
+        max_live: k.config.max_live_ops,
+    };
+    let (op, fresh) = match k.store.insert_op(start, limits).await? {
         NewOp::Created(op) => (op, true),
         NewOp::Existing(op) => (op, false),
         NewOp::KeyConflict(id) => {
@@ -145,6 +138,7 @@ async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<V
                 "Idempotency-Key was already used for operation {id} with a different request"
             )))
         }
+        NewOp::Refused(why) => return Err(ApiError::too_many(why)),
     };
     if fresh {
         k.spawn_fresh_observer(op.clone());

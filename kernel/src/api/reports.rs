@@ -14,7 +14,8 @@ use crate::views::op_json;
 
 /// Longest a report call may wait.
 pub const MAX_REPORT_WAIT_SEC: u64 = 3600;
-pub const MAX_NOTE_BYTES: usize = 16 * 1024;
+use crate::report::MAX_NOTE_BYTES;
+use crate::store::MAX_PENDING_NOTES;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -96,7 +97,11 @@ pub async fn note(
             "note text must be non-empty, without NUL bytes and at most {MAX_NOTE_BYTES} bytes"
         )));
     }
-    let id = k.store.add_note(&run, &note.text).await?;
+    let Some(id) = k.store.add_note(&run, &note.text).await? else {
+        return Err(ApiError::too_many(format!(
+            "run {run} already holds {MAX_PENDING_NOTES} undelivered notes; they reach the agent with its next report"
+        )));
+    };
     k.bump_run(&run);
     Ok(Json(json!({"run_id": run, "note_id": id})))
 }

@@ -326,6 +326,11 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
                 for op in done["operations"].as_array().into_iter().flatten() {
                     println!("{}", describe(op));
                 }
+                // what the agent had not yet been told, notes included: the
+                // report is acked above, so this is its one showing
+                if let Some(text) = done["report"]["text"].as_str() {
+                    print!("{text}");
+                }
             }
             Ok(0)
         }

@@ -169,13 +169,21 @@ pub async fn crash_around_create(bin: &Path) -> anyhow::Result<String> {
         timeout_sec: 60,
         idempotency_key: None,
     };
-    let crate::store::NewOp::Created(unclaimed) =
-        store.insert_op(start("echo a >> /scratch/ran-a")).await?
+    let crate::store::NewOp::Created(unclaimed) = store
+        .insert_op(
+            start("echo a >> /scratch/ran-a"),
+            crate::store::Admission::UNLIMITED,
+        )
+        .await?
     else {
         anyhow::bail!("insert failed")
     };
-    let crate::store::NewOp::Created(claimed) =
-        store.insert_op(start("echo b >> /scratch/ran-b")).await?
+    let crate::store::NewOp::Created(claimed) = store
+        .insert_op(
+            start("echo b >> /scratch/ran-b"),
+            crate::store::Admission::UNLIMITED,
+        )
+        .await?
     else {
         anyhow::bail!("insert failed")
     };

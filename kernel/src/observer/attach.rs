@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 
 use sandbox::{OpFileError, PidRecord, Signal};
 
-use super::{KillProgress, ObserverAttempt, ObserverError, Step};
+use super::{mono_deadline, KillProgress, ObserverAttempt, ObserverError, Step};
 use crate::kernel::Kernel;
 use crate::lifecycle::{KillReason, Outcome};
 use crate::probes::{ProbeFailure, Watched};
-use crate::store::now_ms;
 
 /// Removes an op from its container monitor when the attempt ends, however it ends.
 struct MonitorGuard {
@@ -44,6 +43,10 @@ impl ObserverAttempt {
         if !self.confirm_container(&container_id).await? {
             return Ok(());
         }
+        // both budgets count from the recorded start; measured monotonically
+        let budget_start = self.op.budget_start_ms();
+        self.deadline = mono_deadline(budget_start, Duration::from_secs(self.op.timeout_sec));
+        self.evidence_deadline = mono_deadline(budget_start, k.config.start_evidence_window);
         let mut next_probe = k.next_tick();
         let wake = self.wake.clone();
         // the code file is read on the first pass, after every file event and
@@ -87,7 +90,7 @@ impl ObserverAttempt {
                 }
             }
             self.reload_kill_request().await?;
-            if self.kill.is_none() && now_ms() >= self.op.deadline_ms() {
+            if self.kill.is_none() && Instant::now() >= self.deadline {
                 // the first recorded reason wins: an earlier kill request stays a kill
                 self.op = k
                     .store
@@ -138,8 +141,8 @@ impl ObserverAttempt {
             if self.kill.is_some() || recheck {
                 wait = wait.min(Duration::from_millis(100));
             } else {
-                let to_deadline = (self.op.deadline_ms() - now_ms()).max(0) as u64;
-                wait = wait.min(Duration::from_millis(to_deadline.max(10)));
+                let to_deadline = self.deadline.saturating_duration_since(Instant::now());
+                wait = wait.min(to_deadline.max(Duration::from_millis(10)));
             }
             read_code = tokio::time::timeout(wait, notified).await.is_ok() || recheck;
             tracing::debug!(op = %self.op.id, read_code, "observer woke");
@@ -186,16 +189,18 @@ impl ObserverAttempt {
         }
     }
     /// Settles the op with the code its wrapper recorded. Returns false when
-    /// the code cannot be the wrapper's: where commands run as root the
-    /// `.ops` dir is within their reach, so a code file next to a still-live,
-    /// identity-checked wrapper is a forgery and is ignored.
+    /// the code cannot be judged yet. Where commands run as root the `.ops`
+    /// dir is within their reach: a code file next to a still-live,
+    /// identity-checked wrapper is ignored, and once the wrapper is gone the
+    /// code is believed only if the wrapper ended normally, as Docker's own
+    /// record of its exec (out of the command's reach) shows.
     async fn finish_with_code(
         &mut self,
         mut code: i32,
         container_id: &str,
     ) -> Result<bool, ObserverError> {
-        if self.kernel.config.profile.run_as.is_none() && self.op.pid.is_some() {
-            if self.wrapper_alive(container_id).await? {
+        if self.kernel.config.profile.run_as.is_none() {
+            if self.op.pid.is_some() && self.wrapper_alive(container_id).await? {
                 tracing::warn!(op = %self.op.id, code, "ignoring an exit code file while the op's wrapper still runs");
                 self.code_ignored = true;
                 return Ok(false);
@@ -212,6 +217,17 @@ impl ObserverAttempt {
                 Ok(fresh) => code = fresh,
                 Err(_) => return Ok(false),
             }
+            match self.wrapper_ended_normally(code).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.code_ignored = true;
+                    return Ok(false);
+                }
+                Err(reason) => {
+                    self.settle(Outcome::Lost { reason }).await?;
+                    return Ok(true);
+                }
+            }
         }
         self.reload_kill_request().await?;
         let outcome = match self.kill {
@@ -223,6 +239,30 @@ impl ObserverAttempt {
         };
         self.settle(outcome).await?;
         Ok(true)
+    }
+    /// Root mode: whether the wrapper's exec ended with `code` as its own
+    /// exit status (the wrapper exits with the code it recorded). `Ok(false)`
+    /// while the exec still runs; `Err(reason)` when the code is not to be
+    /// believed.
+    async fn wrapper_ended_normally(&self, code: i32) -> Result<bool, String> {
+        let Some(exec_id) = &self.op.exec_id else {
+            return Err(format!(
+                "exit code file says {code}, but the wrapper's end cannot be confirmed (no exec recorded); \
+                 commands run as root can forge it"
+            ));
+        };
+        match self.kernel.sandbox.exec_status(exec_id).await {
+            Ok(None) => Ok(false),
+            Ok(Some(status)) if status == i64::from(code) => Ok(true),
+            Ok(Some(status)) => Err(format!(
+                "the wrapper did not end normally (its exec exited {status}); the exit code file's {code} \
+                 is not believed"
+            )),
+            Err(e) => Err(format!(
+                "exit code file says {code}, but the wrapper's end cannot be confirmed ({e}); commands run \
+                 as root can forge it"
+            )),
+        }
     }
     async fn reload_kill_request(&mut self) -> Step {
         if self.kill.is_some() {
@@ -245,7 +285,8 @@ impl ObserverAttempt {
                 reason,
                 term_at: None,
                 kill_at: None,
-                signalled: false,
+                // a signal sent before a restart still counts
+                signalled: self.op.kill_signalled,
             });
         }
     }
@@ -257,9 +298,7 @@ impl ObserverAttempt {
         };
         let Some(rec) = self.op.pid.clone() else {
             // nothing to signal until the wrapper recorded itself
-            if now_ms() - self.op.budget_start_ms()
-                > k.config.start_evidence_window.as_millis() as i64
-            {
+            if Instant::now() > self.evidence_deadline {
                 return Ok(Some(
                     self.settle(Outcome::Lost {
                         reason: "killed before the op recorded its process".into(),
@@ -290,7 +329,12 @@ impl ObserverAttempt {
         };
         if let Some(signal) = signal {
             match self.signal(container_id, &rec, signal).await {
-                Ok(hit) => kill.signalled |= !hit.is_empty(),
+                Ok(hit) if !hit.is_empty() && !kill.signalled => {
+                    // durable before it counts, so a restart keeps it
+                    k.store.record_signalled(&self.op.id).await?;
+                    kill.signalled = true;
+                }
+                Ok(_) => {}
                 Err(e) => tracing::warn!(op = %self.op.id, %e, "signal failed; retrying"),
             }
             let now = Instant::now();
@@ -356,15 +400,12 @@ impl ObserverAttempt {
             Ok(procs) => {
                 self.unreachable_since = None;
                 let Some(rec) = self.op.pid.clone() else {
-                    let started = self.op.started_at.unwrap_or(self.op.created_at);
                     let marked = procs.has_op(&self.op.id)
                         || k.probes
                             .probe(&k.sandbox, container_id, Duration::ZERO)
                             .await
                             .map_or(true, |fresh| fresh.has_op(&self.op.id));
-                    if !marked
-                        && now_ms() - started > k.config.start_evidence_window.as_millis() as i64
-                    {
+                    if !marked && Instant::now() > self.evidence_deadline {
                         let reason = "the process vanished before recording itself";
                         return Ok(Some(self.settle_lost(container_id, reason).await));
                     }

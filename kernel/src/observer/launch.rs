@@ -1,7 +1,7 @@
 //! Starting an op: the run container, the exec claim and the one exec, or,
 //! for a claimed op still `starting`, the evidence that settles it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sandbox::{RunIdentity, SandboxError, WrapperSpec};
 
@@ -15,27 +15,35 @@ impl ObserverAttempt {
     /// true when it runs, may run, or another attempt holds the claim.
     pub(super) async fn launch(&mut self) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
+        if self.cancelled_before_start().await? {
+            return Ok(false);
+        }
         let identity = match RunIdentity::new(&self.op.run_id, &k.config.profile) {
             Ok(identity) => identity,
             Err(e) => {
                 self.settle(Outcome::Failed {
                     error: e.to_string(),
+                    killed: false,
                 })
                 .await?;
                 return Ok(false);
             }
         };
+        // the reaper decides about this run's container only while no launch
+        // holds the gate, and re-checks the control plane under it
+        let _gate = k.launch_gate(&self.op.run_id).await;
         let Some(container) = self.run_container(&identity).await? else {
             return Ok(false);
         };
         // only the winner of the claim may create the exec; the claim also
-        // records the container and the first attempt in one write
+        // records the container and the first attempt in one write, and
+        // loses to a kill request recorded before it
         if !k
             .store
             .claim_exec(&self.op.id, &k.id, &container.id)
             .await?
         {
-            return Ok(true);
+            return Ok(!self.cancelled_before_start().await?);
         }
         self.op.container_id = Some(container.id.clone());
         k.watcher
@@ -72,7 +80,8 @@ impl ObserverAttempt {
                 .await;
         }
         match launched {
-            Ok(_) => {
+            Ok(exec_id) => {
+                k.store.record_exec(&self.op.id, &exec_id).await?;
                 k.store.mark_running(&self.op.id, started).await?;
                 Ok(true)
             }
@@ -87,6 +96,7 @@ impl ObserverAttempt {
                 k.forget_container(&identity.name);
                 self.settle(Outcome::Failed {
                     error: format!("docker refused the command: {e}"),
+                    killed: false,
                 })
                 .await?;
                 Ok(false)
@@ -97,6 +107,22 @@ impl ObserverAttempt {
                 Ok(true)
             }
         }
+    }
+    /// A kill recorded before the exec claim wins: the op never runs and
+    /// ends `failed` (nothing ran) with `killed`. Returns true when it settled.
+    async fn cancelled_before_start(&mut self) -> Result<bool, ObserverError> {
+        self.reload().await?;
+        let unclaimed = self.op.status == crate::lifecycle::Status::Starting
+            && self.op.exec_claimed_at.is_none();
+        if !(unclaimed && self.op.kill_requested_at.is_some()) {
+            return Ok(self.op.status.is_terminal());
+        }
+        self.settle(Outcome::Failed {
+            error: "cancelled before start".into(),
+            killed: true,
+        })
+        .await?;
+        Ok(true)
     }
     /// The run container, or `None` after settling the op as failed (the
     /// container could not be had, so nothing ran).
@@ -109,20 +135,27 @@ impl ObserverAttempt {
             Err(e) => {
                 self.settle(Outcome::Failed {
                     error: format!("run container unavailable: {e}"),
+                    killed: false,
                 })
                 .await?;
                 Ok(None)
             }
         }
     }
-    /// A claimed op still `starting` (launch answer lost, or the kernel died
-    /// mid-launch): the pid/code files and marker processes decide.
+    /// A claimed op still `starting` (the start request's answer was lost or
+    /// timed out, or the kernel died mid-launch): the pid/code files and
+    /// marker processes decide. Without any evidence by the grace window
+    /// after the claim the op is `lost` with effect uncertain: Docker may
+    /// still run a queued exec, so "nothing ran" (`failed`) would be a guess.
     /// Returns false when the op was settled.
     pub(super) async fn settle_start_by_evidence(&mut self) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
         let ops = k.sandbox.ops_dir(&self.op.scratch_key);
         k.watcher.watch(ops.path());
         let claimed_at = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
+        // measured on the monotonic clock from the claim's wall time, read once
+        let window = k.config.grace.max(k.config.start_evidence_window);
+        let give_up = crate::observer::mono_deadline(claimed_at, window);
         let wake = self.wake.clone();
         loop {
             let notified = wake.notified();
@@ -140,12 +173,13 @@ impl ObserverAttempt {
                     }
                 }
             }
-            let waited = (now_ms() - claimed_at).max(0) as u64;
-            if waited >= k.config.start_evidence_window.as_millis() as u64 {
-                self.settle(Outcome::Failed {
-                    error:
-                        "the command never started: no pid file, exit code or process of it exists"
-                            .into(),
+            if Instant::now() >= give_up {
+                self.settle(Outcome::Lost {
+                    reason: format!(
+                        "the start of the command was not confirmed: no pid file, exit code or process \
+                         of it appeared within {}s of its launch (it may still have run)",
+                        window.as_secs()
+                    ),
                 })
                 .await?;
                 return Ok(false);

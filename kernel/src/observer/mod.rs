@@ -6,7 +6,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::kernel::Kernel;
 use crate::lifecycle::{KillReason, Outcome, Status};
@@ -23,6 +23,14 @@ pub enum ObserverError {
 }
 
 type Step = Result<(), ObserverError>;
+
+/// The instant `budget` after the wall-clock time `wall_start_ms`, on the
+/// monotonic clock. The wall clock is read once, here: waits measured from
+/// the result never move with a later clock step.
+pub fn mono_deadline(wall_start_ms: i64, budget: Duration) -> Instant {
+    let left = wall_start_ms + budget.as_millis() as i64 - crate::store::now_ms();
+    Instant::now() + Duration::from_millis(left.max(0) as u64)
+}
 
 /// Kill progress of the current attempt.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +53,10 @@ pub struct ObserverAttempt {
     kill_flag: Arc<AtomicBool>,
     /// Raised by the container monitor when a probe did not find the wrapper alive.
     alarm: Arc<AtomicBool>,
+    /// The op's timeout and start-evidence deadlines (monotonic), set when
+    /// the attach loop begins.
+    deadline: Instant,
+    evidence_deadline: Instant,
 }
 
 mod attach;
@@ -66,6 +78,8 @@ impl ObserverAttempt {
             code_ignored: false,
             kill_flag,
             alarm: Arc::new(AtomicBool::new(false)),
+            deadline: Instant::now(),
+            evidence_deadline: Instant::now(),
         }
     }
     pub async fn run(mut self) -> Step {

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
-pub use ops::{NewOp, Op, Settlement, StartRequest};
-pub use reports::{Report, ReportItem, RunningItem};
+pub use ops::{Admission, AttemptStart, NewOp, Op, Settlement, StartRequest};
+pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -27,7 +27,10 @@ pub enum StoreError {
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Numbered migrations, applied in order inside one transaction each.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/0001_control_plane.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/0001_control_plane.sql")),
+    (2, include_str!("../../migrations/0002_review_fixes.sql")),
+];
 
 #[derive(Clone)]
 pub struct Store {
@@ -79,11 +82,22 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
     Ok(())
 }
 
+/// A step applied to the wall clock by the `clock-step` drill (0 otherwise).
+static WALL_CLOCK_STEP_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Wall-clock time, unix milliseconds: for records, never for measuring waits.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
+    let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    wall + WALL_CLOCK_STEP_MS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Steps this process's view of the wall clock, as an NTP step or an
+/// operator's `date -s` would (drills only).
+pub fn step_wall_clock(ms: i64) {
+    WALL_CLOCK_STEP_MS.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -109,6 +123,56 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn failed_attempts_count_in_a_row_only() {
+        use crate::store::{Admission, AttemptStart, NewOp, StartRequest};
+        let store = super::test_store();
+        let req = StartRequest {
+            run_id: "r".into(),
+            scratch_key: "k".into(),
+            command: vec!["true".into()],
+            background: true,
+            timeout_sec: 60,
+            idempotency_key: None,
+        };
+        let NewOp::Created(op) = store.insert_op(req, Admission::UNLIMITED).await.unwrap() else {
+            panic!()
+        };
+        let begin = |start| {
+            let store = store.clone();
+            let id = op.id.clone();
+            async move { store.begin_attempt(&id, "k", start).await.unwrap().unwrap() }
+        };
+        // three transient failures, each after a healthy stretch: never 3 in a row
+        for _ in 0..3 {
+            assert_eq!(
+                begin(AttemptStart::AfterIsolatedFailure)
+                    .await
+                    .failed_attempts,
+                1
+            );
+        }
+        assert_eq!(
+            begin(AttemptStart::AfterFailureInARow)
+                .await
+                .failed_attempts,
+            2
+        );
+        assert_eq!(
+            begin(AttemptStart::AfterFailureInARow)
+                .await
+                .failed_attempts,
+            3
+        );
+        assert_eq!(begin(AttemptStart::Clean).await.failed_attempts, 3);
+        assert_eq!(
+            begin(AttemptStart::AfterIsolatedFailure)
+                .await
+                .failed_attempts,
+            1
+        );
+    }
+
+    #[tokio::test]
     async fn reopening_keeps_the_schema_version() {
         let path = std::env::temp_dir().join(format!("opkernel-mig-{}.db", uuid::Uuid::new_v4()));
         drop(super::Store::open(&path).unwrap());
@@ -117,6 +181,6 @@ mod tests {
             .call(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
             .await
             .unwrap();
-        assert_eq!(v, 1);
+        assert_eq!(v, super::MIGRATIONS.len() as i64);
     }
 }

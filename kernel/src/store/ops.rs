@@ -30,6 +30,11 @@ pub struct Op {
     pub killed: bool,
     pub kill_requested_at: Option<i64>,
     pub kill_reason: Option<KillReason>,
+    /// A kill or timeout signal reached the op's processes (durable, so a
+    /// kill interrupted by a restart still ends `killed`).
+    pub kill_signalled: bool,
+    /// The Docker exec that ran the op's wrapper, when known.
+    pub exec_id: Option<String>,
     pub effect: Option<String>,
     pub error: Option<String>,
     pub output_tail: Option<String>,
@@ -51,56 +56,63 @@ impl Op {
     }
 }
 
-const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
+/// Every column of an op row, in the order [`op_from_row`] does not rely on:
+/// rows are read by column name.
+pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
     exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
-    heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, effect, error, output_tail, \
-    log_sha256, log_size, kernel_id, report_id, delivered_inline";
+    heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, exec_id, \
+    effect, error, output_tail, log_sha256, log_size, kernel_id, report_id, delivered_inline";
 
+/// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
 pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
-    let command: String = row.get(2)?;
-    let status: String = row.get(5)?;
     let corrupt = |what: String| {
         rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
     };
-    let pid: Option<i64> = row.get(11)?;
-    let start: Option<i64> = row.get(12)?;
-    let kill_reason: Option<String> = row.get(21)?;
+    let command: String = row.get("command")?;
+    let status: String = row.get("status")?;
+    let pid: Option<i64> = row.get("pid")?;
+    let start: Option<i64> = row.get("proc_start_ticks")?;
+    let kill_reason: Option<String> = row.get("kill_reason")?;
     Ok(Op {
-        id: row.get(0)?,
-        run_id: row.get(1)?,
+        id: row.get("id")?,
+        run_id: row.get("run_id")?,
         command: serde_json::from_str(&command).map_err(|e| corrupt(e.to_string()))?,
-        background: row.get(3)?,
-        timeout_sec: row.get::<_, i64>(4)? as u64,
+        background: row.get("background")?,
+        timeout_sec: row.get::<_, i64>("timeout_sec")? as u64,
         status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?,
-        attempt: row.get::<_, i64>(6)? as u32,
-        failed_attempts: row.get::<_, i64>(7)? as u32,
-        exec_claimed_at: row.get(8)?,
-        scratch_key: row.get(9)?,
-        container_id: row.get(10)?,
+        attempt: row.get::<_, i64>("attempt")? as u32,
+        failed_attempts: row.get::<_, i64>("failed_attempts")? as u32,
+        exec_claimed_at: row.get("exec_claimed_at")?,
+        scratch_key: row.get("scratch_key")?,
+        container_id: row.get("container_id")?,
         pid: match (pid, start) {
             (Some(pid), Some(start)) => Some(sandbox::PidRecord {
                 pid: pid as u32,
                 start_ticks: start as u64,
-                hostname: row.get::<_, Option<String>>(13)?.unwrap_or_default(),
+                hostname: row
+                    .get::<_, Option<String>>("hostname")?
+                    .unwrap_or_default(),
             }),
             _ => None,
         },
-        created_at: row.get(14)?,
-        started_at: row.get(15)?,
-        heartbeat_at: row.get(16)?,
-        finished_at: row.get(17)?,
-        exit_code: row.get(18)?,
-        killed: row.get(19)?,
-        kill_requested_at: row.get(20)?,
+        created_at: row.get("created_at")?,
+        started_at: row.get("started_at")?,
+        heartbeat_at: row.get("heartbeat_at")?,
+        finished_at: row.get("finished_at")?,
+        exit_code: row.get("exit_code")?,
+        killed: row.get("killed")?,
+        kill_requested_at: row.get("kill_requested_at")?,
         kill_reason: kill_reason.as_deref().and_then(KillReason::parse),
-        effect: row.get(22)?,
-        error: row.get(23)?,
-        output_tail: row.get(24)?,
-        log_sha256: row.get(25)?,
-        log_size: row.get::<_, Option<i64>>(26)?.map(|v| v as u64),
-        kernel_id: row.get(27)?,
-        report_id: row.get(28)?,
-        delivered_inline: row.get(29)?,
+        kill_signalled: row.get("kill_signalled")?,
+        exec_id: row.get("exec_id")?,
+        effect: row.get("effect")?,
+        error: row.get("error")?,
+        output_tail: row.get("output_tail")?,
+        log_sha256: row.get("log_sha256")?,
+        log_size: row.get::<_, Option<i64>>("log_size")?.map(|v| v as u64),
+        kernel_id: row.get("kernel_id")?,
+        report_id: row.get("report_id")?,
+        delivered_inline: row.get("delivered_inline")?,
     })
 }
 
@@ -123,6 +135,22 @@ impl StartRequest {
     }
 }
 
+/// Live-op limits checked in the insert's own transaction, so concurrent
+/// starts cannot pass them together.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    pub max_live_per_run: u64,
+    pub max_live: u64,
+}
+
+impl Admission {
+    /// No limit (tests, drills and tools that write rows directly).
+    pub const UNLIMITED: Admission = Admission {
+        max_live_per_run: u64::MAX,
+        max_live: u64::MAX,
+    };
+}
+
 /// The result of inserting a start.
 #[derive(Debug)]
 pub enum NewOp {
@@ -131,6 +159,20 @@ pub enum NewOp {
     Existing(Op),
     /// The idempotency key was seen before with a different request.
     KeyConflict(String),
+    /// A live-op limit is reached: nothing was inserted.
+    Refused(String),
+}
+
+/// How an observer attempt begins, for the "failed attempts in a row" count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptStart {
+    /// The previous attempt (if any) did not fail.
+    Clean,
+    /// The previous attempt failed right after the one before it failed.
+    AfterFailureInARow,
+    /// The previous attempt failed after a healthy stretch: the count
+    /// starts again at one.
+    AfterIsolatedFailure,
 }
 
 /// The terminal write of an op.
@@ -139,6 +181,34 @@ pub struct Settlement {
     pub outcome: Outcome,
     pub output_tail: Option<String>,
     pub log: Option<sandbox::LogDigest>,
+}
+
+/// Why a new op of `run_id` may not be admitted now, if it may not.
+fn admission_refusal(
+    conn: &Connection,
+    run_id: &str,
+    limits: Admission,
+) -> StoreResult<Option<String>> {
+    let sql = format!(
+        "SELECT COUNT(*), COALESCE(SUM(run_id = ?1), 0) FROM ops WHERE status IN ({})",
+        live_sql()
+    );
+    let (total, run): (i64, i64) =
+        conn.query_row(&sql, [run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (total, run) = (total as u64, run as u64);
+    Ok(if run >= limits.max_live_per_run {
+        Some(format!(
+            "run {run_id} already has {run} live operations (limit {})",
+            limits.max_live_per_run
+        ))
+    } else if total >= limits.max_live {
+        Some(format!(
+            "the kernel already has {total} live operations (limit {})",
+            limits.max_live
+        ))
+    } else {
+        None
+    })
 }
 
 fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
@@ -152,9 +222,9 @@ fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
 }
 
 impl Store {
-    pub async fn insert_op(&self, req: StartRequest) -> StoreResult<NewOp> {
+    pub async fn insert_op(&self, req: StartRequest, limits: Admission) -> StoreResult<NewOp> {
         self.call(move |conn| {
-            let tx = conn.transaction()?;
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let request_sha = req.fingerprint();
             if let Some(key) = &req.idempotency_key {
                 let seen: Option<(String, String)> = tx
@@ -172,10 +242,15 @@ impl Store {
                     return Ok(NewOp::Existing(op));
                 }
             }
+            if let Some(refusal) = admission_refusal(&tx, &req.run_id, limits)? {
+                return Ok(NewOp::Refused(refusal));
+            }
             let id = uuid::Uuid::new_v4().to_string();
             let now = now_ms();
+            // a new op reopens a finished run: its container is needed again
             tx.execute(
-                "INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?1, ?2)",
+                "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) \
+                 ON CONFLICT (run_id) DO UPDATE SET finished_at = NULL",
                 params![req.run_id, now],
             )?;
             tx.execute(
@@ -233,24 +308,10 @@ impl Store {
         .await
     }
 
-    /// Live ops of a run and of the whole kernel, for admission limits.
-    pub async fn live_counts(&self, run_id: &str) -> StoreResult<(u64, u64)> {
-        let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            let sql = format!(
-                "SELECT COUNT(*), COALESCE(SUM(run_id = ?1), 0) FROM ops WHERE status IN ({})",
-                live_sql()
-            );
-            let (total, run): (i64, i64) =
-                conn.query_row(&sql, [run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            Ok((run as u64, total as u64))
-        })
-        .await
-    }
-
     /// The claim that guards the only exec of an op: succeeds once, for a
-    /// `starting` op that was never claimed. The caller that wins is the only
-    /// one allowed to create the exec.
+    /// `starting` op that was never claimed and has no kill request (a kill
+    /// that arrives before the exec wins: the op never runs). The caller
+    /// that wins is the only one allowed to create the exec.
     pub async fn claim_exec(
         &self,
         id: &str,
@@ -263,7 +324,8 @@ impl Store {
             let n = conn.execute(
                 "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
                  attempt = MAX(attempt, 1), heartbeat_at = ?2 \
-                 WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL",
+                 WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL \
+                 AND kill_requested_at IS NULL",
                 params![id, now_ms(), kernel_id, container_id],
             )?;
             Ok(n == 1)
@@ -293,6 +355,32 @@ impl Store {
                 params![id, started_at],
             )?;
             Ok(n == 1)
+        })
+        .await
+    }
+
+    /// Records the Docker exec that runs the op's wrapper.
+    pub async fn record_exec(&self, id: &str, exec_id: &str) -> StoreResult<()> {
+        let (id, exec_id) = (id.to_owned(), exec_id.to_owned());
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE ops SET exec_id = ?2 WHERE id = ?1",
+                params![id, exec_id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records that a kill or timeout signal reached the op's processes.
+    pub async fn record_signalled(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE ops SET kill_signalled = 1 WHERE id = ?1 AND kill_signalled = 0",
+                [id],
+            )?;
+            Ok(())
         })
         .await
     }
@@ -327,24 +415,30 @@ impl Store {
         .await
     }
 
-    /// Starts the next observer attempt: bumps `attempt` (and
-    /// `failed_attempts` when the previous attempt failed) and records the
-    /// observing kernel. Returns the op, or `None` if it is already terminal.
+    /// Starts the next observer attempt: bumps `attempt`, counts failed
+    /// attempts in a row (an isolated failure starts the count again) and
+    /// records the observing kernel. Returns the op, or `None` if it is
+    /// already terminal.
     pub async fn begin_attempt(
         &self,
         id: &str,
         kernel_id: &str,
-        after_failure: bool,
+        start: AttemptStart,
     ) -> StoreResult<Option<Op>> {
         let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
+        let failed = match start {
+            AttemptStart::Clean => "failed_attempts",
+            AttemptStart::AfterFailureInARow => "failed_attempts + 1",
+            AttemptStart::AfterIsolatedFailure => "1",
+        };
         self.call(move |conn| {
             conn.execute(
                 &format!(
-                    "UPDATE ops SET attempt = attempt + 1, failed_attempts = failed_attempts + ?3, \
-                     kernel_id = ?2, heartbeat_at = ?4 WHERE id = ?1 AND status IN ({})",
+                    "UPDATE ops SET attempt = attempt + 1, failed_attempts = {failed}, \
+                     kernel_id = ?2, heartbeat_at = ?3 WHERE id = ?1 AND status IN ({})",
                     live_sql()
                 ),
-                params![id, kernel_id, after_failure as i64, now_ms()],
+                params![id, kernel_id, now_ms()],
             )?;
             Ok(get(conn, &id)?.filter(|op| !op.status.is_terminal()))
         })
@@ -358,9 +452,11 @@ impl Store {
         self.call(move |conn| {
             let (exit_code, killed, effect, error) = match &s.outcome {
                 Outcome::Completed { exit_code, killed } => (Some(*exit_code), *killed, None, None),
-                Outcome::TimedOut { exit_code } => (*exit_code, true, None, None),
+                Outcome::TimedOut { exit_code, killed } => {
+                    (*exit_code, *killed, Some(EFFECT_UNCERTAIN), None)
+                }
                 Outcome::Lost { reason } => (None, false, Some(EFFECT_UNCERTAIN), Some(reason.clone())),
-                Outcome::Failed { error } => (None, false, None, Some(error.clone())),
+                Outcome::Failed { error, killed } => (None, *killed, None, Some(error.clone())),
             };
             let n = conn.execute(
                 &format!(
@@ -449,7 +545,7 @@ mod tests {
     }
 
     async fn created(store: &Store, r: StartRequest) -> Op {
-        match store.insert_op(r).await.unwrap() {
+        match store.insert_op(r, Admission::UNLIMITED).await.unwrap() {
             NewOp::Created(op) => op,
             other => panic!("{other:?}"),
         }
@@ -459,12 +555,19 @@ mod tests {
     async fn idempotency_key_returns_the_same_op_or_conflicts() {
         let store = test_store();
         let op = created(&store, req(Some("k1"), "true")).await;
-        match store.insert_op(req(Some("k1"), "true")).await.unwrap() {
+        match store
+            .insert_op(req(Some("k1"), "true"), Admission::UNLIMITED)
+            .await
+            .unwrap()
+        {
             NewOp::Existing(again) => assert_eq!(again.id, op.id),
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            store.insert_op(req(Some("k1"), "false")).await.unwrap(),
+            store
+                .insert_op(req(Some("k1"), "false"), Admission::UNLIMITED)
+                .await
+                .unwrap(),
             NewOp::KeyConflict(_)
         ));
         let other = created(&store, req(None, "true")).await;
@@ -516,7 +619,7 @@ mod tests {
             (Status::Completed, Some(0), None)
         );
         assert!(store
-            .begin_attempt(&op.id, "k", false)
+            .begin_attempt(&op.id, "k", AttemptStart::Clean)
             .await
             .unwrap()
             .is_none());

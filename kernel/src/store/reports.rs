@@ -5,10 +5,16 @@
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
-use super::ops::op_from_row;
+use super::ops::{op_from_row, COLUMNS};
 use super::{now_ms, Op, Store, StoreError, StoreResult};
 use crate::lifecycle::{live_sql, terminal_sql, Status};
-use crate::report::render;
+use crate::report::{
+    bounded_argv, render, MAX_NOTE_BYTES, MAX_REPORT_ITEMS, MAX_REPORT_NOTE_BYTES,
+    MAX_VIEW_ARGV_BYTES,
+};
+
+/// Pending (undelivered) notes a run may hold.
+pub const MAX_PENDING_NOTES: u64 = 64;
 
 /// One resolved op in a report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +47,9 @@ pub struct Report {
     pub resolved: Vec<ReportItem>,
     pub running: Vec<RunningItem>,
     pub notes: Vec<String>,
+    /// Results and notes held back for the next report by the size bounds.
+    #[serde(default)]
+    pub more_pending: usize,
     pub text: String,
 }
 
@@ -49,7 +58,7 @@ impl ReportItem {
         let end = op.finished_at.unwrap_or_else(now_ms);
         ReportItem {
             operation_id: op.id.clone(),
-            command: op.command.clone(),
+            command: bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES).0,
             status: op.status,
             exit_code: op.exit_code,
             killed: op.killed,
@@ -62,12 +71,16 @@ impl ReportItem {
     }
 }
 
+/// Background ops only: a foreground op's result goes to its caller
+/// inline and never appears in a report, resolved or running.
+const BACKGROUND: &str = "background = 1";
+
 fn running_items(conn: &Connection, run_id: &str) -> StoreResult<Vec<RunningItem>> {
     let now = now_ms();
     Ok(query_ops(
         conn,
         &format!(
-            "run_id = ?1 AND status IN ({}) ORDER BY created_at",
+            "run_id = ?1 AND {BACKGROUND} AND status IN ({}) ORDER BY created_at",
             live_sql()
         ),
         run_id,
@@ -75,7 +88,7 @@ fn running_items(conn: &Connection, run_id: &str) -> StoreResult<Vec<RunningItem
     .iter()
     .map(|op| RunningItem {
         operation_id: op.id.clone(),
-        command: op.command.clone(),
+        command: bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES).0,
         running_sec: ((now - op.budget_start_ms()).max(0) / 1000) as u64,
         timeout_sec: op.timeout_sec,
     })
@@ -83,15 +96,36 @@ fn running_items(conn: &Connection, run_id: &str) -> StoreResult<Vec<RunningItem
 }
 
 fn query_ops(conn: &Connection, filter: &str, run_id: &str) -> StoreResult<Vec<Op>> {
-    let sql = format!(
-        "SELECT id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
-         exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
-         heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, effect, error, output_tail, \
-         log_sha256, log_size, kernel_id, report_id, delivered_inline FROM ops WHERE {filter}"
-    );
+    let sql = format!("SELECT {COLUMNS} FROM ops WHERE {filter}");
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map([run_id], op_from_row)?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The resolved ops and notes that fit one report (at most
+/// [`MAX_REPORT_ITEMS`] results, notes up to [`MAX_REPORT_NOTE_BYTES`], at
+/// least one note), and how many of the given ones wait for the next report.
+/// `resolved` holds at most one op more than fits, so `more` may count
+/// fewer than all that wait; the mark only has to say that more come.
+fn within_bounds(
+    mut resolved: Vec<Op>,
+    mut notes: Vec<(i64, String)>,
+) -> (Vec<Op>, Vec<(i64, String)>, usize) {
+    let mut more = resolved.len().saturating_sub(MAX_REPORT_ITEMS);
+    resolved.truncate(MAX_REPORT_ITEMS);
+    let mut bytes = 0;
+    let fit = notes
+        .iter()
+        .position(|(_, t)| {
+            bytes += t.len();
+            bytes > MAX_REPORT_NOTE_BYTES
+        })
+        .unwrap_or(notes.len())
+        .max(1)
+        .min(notes.len());
+    more += notes.len() - fit;
+    notes.truncate(fit);
+    (resolved, notes, more)
 }
 
 fn unacked(conn: &Connection, run_id: &str) -> StoreResult<Option<Report>> {
@@ -116,8 +150,8 @@ impl Store {
         self.call(move |conn| {
             let sql = format!(
                 "SELECT EXISTS (SELECT 1 FROM reports WHERE run_id = ?1 AND acked_at IS NULL) \
-                 OR EXISTS (SELECT 1 FROM ops WHERE run_id = ?1 AND status IN ({}) AND report_id IS NULL \
-                            AND delivered_inline = 0) \
+                 OR EXISTS (SELECT 1 FROM ops WHERE run_id = ?1 AND {BACKGROUND} AND status IN ({}) \
+                            AND report_id IS NULL AND delivered_inline = 0) \
                  OR EXISTS (SELECT 1 FROM notes WHERE run_id = ?1 AND report_id IS NULL)",
                 terminal_sql()
             );
@@ -139,9 +173,10 @@ impl Store {
             let resolved = query_ops(
                 &tx,
                 &format!(
-                    "run_id = ?1 AND status IN ({}) AND report_id IS NULL AND delivered_inline = 0 \
-                     ORDER BY finished_at, id",
-                    terminal_sql()
+                    "run_id = ?1 AND {BACKGROUND} AND status IN ({}) AND report_id IS NULL \
+                     AND delivered_inline = 0 ORDER BY finished_at, id LIMIT {}",
+                    terminal_sql(),
+                    MAX_REPORT_ITEMS + 1
                 ),
                 &run_id,
             )?;
@@ -155,16 +190,18 @@ impl Store {
             if resolved.is_empty() && notes.is_empty() {
                 return Ok(None);
             }
+            let (resolved, notes, more) = within_bounds(resolved, notes);
             let items: Vec<ReportItem> = resolved.iter().map(ReportItem::from_op).collect();
             let running = running_items(&tx, &run_id)?;
             let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
             let report = Report {
                 report_id: Some(uuid::Uuid::new_v4().to_string()),
                 run_id: run_id.clone(),
-                text: render(&items, &running, &note_texts),
+                text: render(&items, &running, &note_texts, more),
                 resolved: items,
                 running,
                 notes: note_texts,
+                more_pending: more,
             };
             let body = serde_json::to_string(&report).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             tx.execute(
@@ -196,11 +233,12 @@ impl Store {
             let running = running_items(conn, &run_id)?;
             Ok(Report {
                 report_id: None,
-                text: render(&[], &running, &[]),
+                text: render(&[], &running, &[], 0),
                 run_id,
                 resolved: Vec::new(),
                 running,
                 notes: Vec::new(),
+                more_pending: 0,
             })
         })
         .await
@@ -224,9 +262,26 @@ impl Store {
         .await
     }
 
-    pub async fn add_note(&self, run_id: &str, text: &str) -> StoreResult<i64> {
+    /// Adds a note; `None` when the run already holds
+    /// [`MAX_PENDING_NOTES`] undelivered notes (nothing is added).
+    pub async fn add_note(&self, run_id: &str, text: &str) -> StoreResult<Option<i64>> {
         let (run_id, text) = (run_id.to_owned(), text.to_owned());
+        if text.len() > MAX_NOTE_BYTES {
+            return Err(StoreError::Corrupt(format!(
+                "note of {} bytes over the {MAX_NOTE_BYTES} byte bound",
+                text.len()
+            )));
+        }
         self.call(move |conn| {
+            let conn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let pending: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM notes WHERE run_id = ?1 AND report_id IS NULL",
+                [&run_id],
+                |r| r.get(0),
+            )?;
+            if pending as u64 >= MAX_PENDING_NOTES {
+                return Ok(None);
+            }
             conn.execute(
                 "INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?1, ?2)",
                 params![run_id, now_ms()],
@@ -235,7 +290,9 @@ impl Store {
                 "INSERT INTO notes (run_id, text, created_at) VALUES (?1, ?2, ?3)",
                 params![run_id, text, now_ms()],
             )?;
-            Ok(conn.last_insert_rowid())
+            let id = conn.last_insert_rowid();
+            conn.commit()?;
+            Ok(Some(id))
         })
         .await
     }
@@ -252,20 +309,30 @@ impl Store {
 mod tests {
     use super::*;
     use crate::lifecycle::Outcome;
-    use crate::store::{test_store, NewOp, Settlement, StartRequest};
+    use crate::store::{test_store, Admission, NewOp, Settlement, StartRequest};
 
-    async fn finished_op(store: &Store, run: &str, code: i32) -> String {
+    async fn new_op(store: &Store, run: &str, background: bool) -> String {
         let req = StartRequest {
             run_id: run.into(),
             scratch_key: "k".into(),
             command: vec!["true".into()],
-            background: true,
+            background,
             timeout_sec: 60,
             idempotency_key: None,
         };
-        let NewOp::Created(op) = store.insert_op(req).await.unwrap() else {
+        let NewOp::Created(op) = store.insert_op(req, Admission::UNLIMITED).await.unwrap() else {
             panic!()
         };
+        op.id
+    }
+
+    async fn finished_op(store: &Store, run: &str, code: i32) -> String {
+        let id = new_op(store, run, true).await;
+        settle(store, &id, code).await;
+        id
+    }
+
+    async fn settle(store: &Store, id: &str, code: i32) {
         let s = Settlement {
             outcome: Outcome::Completed {
                 exit_code: code,
@@ -274,8 +341,86 @@ mod tests {
             output_tail: None,
             log: None,
         };
-        assert!(store.settle(&op.id, s).await.unwrap());
-        op.id
+        assert!(store.settle(id, s).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn foreground_ops_never_appear_in_reports() {
+        let store = test_store();
+        let live_fg = new_op(&store, "r", false).await;
+        let done_fg = new_op(&store, "r", false).await;
+        settle(&store, &done_fg, 0).await;
+        assert!(
+            !store.has_pending("r").await.unwrap(),
+            "a foreground result wakes no report waiter"
+        );
+        let bg = finished_op(&store, "r", 3).await;
+        let report = store.drain_report("r").await.unwrap().unwrap();
+        let ids: Vec<_> = report.resolved.iter().map(|i| &i.operation_id).collect();
+        assert_eq!(ids, vec![&bg]);
+        assert!(report.running.is_empty(), "{:?}", report.running);
+        assert!(!report.text.contains(&live_fg) && !report.text.contains(&done_fg));
+        assert!(store.empty_report("r").await.unwrap().running.is_empty());
+        // the foreground op's own delivery is untouched: it is not marked delivered by a report
+        assert_eq!(
+            store.get_op(&done_fg).await.unwrap().unwrap().report_id,
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn reports_are_bounded_and_hold_the_rest_back_without_loss() {
+        let store = test_store();
+        let mut all = std::collections::HashSet::new();
+        for _ in 0..(MAX_REPORT_ITEMS + 5) {
+            all.insert(finished_op(&store, "r", 0).await);
+        }
+        let big = "n".repeat(MAX_NOTE_BYTES);
+        for _ in 0..3 {
+            store.add_note("r", &big).await.unwrap().unwrap();
+        }
+        let first = store.drain_report("r").await.unwrap().unwrap();
+        assert_eq!(first.resolved.len(), MAX_REPORT_ITEMS);
+        assert_eq!(first.notes.len(), 2, "two 16 KiB notes fit 32 KiB");
+        assert!(first.more_pending >= 2);
+        assert!(first
+            .text
+            .contains("more results or notes wait for the next report"));
+        store
+            .ack_report("r", first.report_id.as_deref().unwrap())
+            .await
+            .unwrap();
+        assert!(store.has_pending("r").await.unwrap());
+        let second = store.drain_report("r").await.unwrap().unwrap();
+        assert_eq!(
+            (
+                second.resolved.len(),
+                second.notes.len(),
+                second.more_pending
+            ),
+            (5, 1, 0)
+        );
+        let delivered: std::collections::HashSet<_> = first
+            .resolved
+            .iter()
+            .chain(&second.resolved)
+            .map(|i| i.operation_id.clone())
+            .collect();
+        assert_eq!(delivered, all, "every result exactly once");
+    }
+
+    #[tokio::test]
+    async fn pending_notes_are_bounded() {
+        let store = test_store();
+        for _ in 0..MAX_PENDING_NOTES {
+            assert!(store.add_note("r", "x").await.unwrap().is_some());
+        }
+        assert!(store.add_note("r", "x").await.unwrap().is_none());
+        assert!(store.add_note("other", "x").await.unwrap().is_some());
+        assert!(store
+            .add_note("r", &"y".repeat(MAX_NOTE_BYTES + 1))
+            .await
+            .is_err());
     }
 
     #[tokio::test]

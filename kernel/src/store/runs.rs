@@ -61,6 +61,39 @@ impl Store {
         .await
     }
 
+    /// The run's live ops (none once every op is terminal).
+    pub async fn run_ops_live(&self, run_id: &str) -> StoreResult<Vec<crate::store::Op>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT {} FROM ops WHERE run_id = ?1 AND status IN ({})",
+                super::ops::COLUMNS,
+                crate::lifecycle::live_sql()
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt.query_map([run_id], super::ops::op_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// Whether every op of the run is terminal and every background result
+    /// and note went into a report (a foreground result goes to its caller):
+    /// the run's files are no longer needed to deliver anything.
+    pub async fn run_delivered(&self, run_id: &str) -> StoreResult<bool> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT NOT EXISTS (SELECT 1 FROM ops WHERE run_id = ?1 AND (status IN ({live}) \
+                     OR (background = 1 AND report_id IS NULL AND delivered_inline = 0))) \
+                 AND NOT EXISTS (SELECT 1 FROM notes WHERE run_id = ?1 AND report_id IS NULL)",
+                live = crate::lifecycle::live_sql()
+            );
+            Ok(conn.query_row(&sql, [run_id], |r| r.get(0))?)
+        })
+        .await
+    }
+
     /// Latest activity (op creation or end) of a run, unix ms.
     pub async fn run_last_activity(&self, run_id: &str) -> StoreResult<Option<i64>> {
         let run_id = run_id.to_owned();
