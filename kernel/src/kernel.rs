@@ -324,6 +324,18 @@ impl Kernel {
         true
     }
 
+    /// Drill hook: a spurious wake-up of the op's observer (as any file
+    /// event is); an observer must take it calmly.
+    pub fn wake_observer(&self, op_id: &str) -> bool {
+        if !self.config.drills {
+            return false;
+        }
+        if let Some(h) = self.handle(op_id) {
+            h.wake.notify_one();
+        }
+        true
+    }
+
     pub fn take_fault(&self, op_id: &str) -> bool {
         self.config.drills && self.faults.lock().is_ok_and(|mut f| f.remove(op_id))
     }

@@ -87,3 +87,23 @@ async fn unacked_report() {
 async fn observer_crash() {
     drill("observer-crash").await;
 }
+
+#[tokio::test]
+async fn slow_start() {
+    drill("slow-start").await;
+}
+
+#[tokio::test]
+async fn kill_before_start() {
+    drill("kill-before-start").await;
+}
+
+#[tokio::test]
+async fn clock_step() {
+    drill("clock-step").await;
+}
+
+#[tokio::test]
+async fn kill_interrupted_term() {
+    drill("kill-interrupted-term").await;
+}

@@ -47,7 +47,10 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/containers", get(views::containers))
         .route("/v1/reap", post(views::reap));
     if kernel.config.drills {
-        app = app.route("/v1/drill/observer-fault/{id}", post(views::observer_fault));
+        app = app
+            .route("/v1/drill/observer-fault/{id}", post(views::observer_fault))
+            .route("/v1/drill/observer-wake/{id}", post(views::observer_wake))
+            .route("/v1/drill/clock-step", post(views::clock_step));
     }
     app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .fallback(|| async { ApiError::not_found("no such endpoint") })

@@ -6,7 +6,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{require_operator, visible_op, ApiError, ApiResult, AppState, Params, Seg};
+use super::{require_operator, visible_op, ApiError, ApiResult, AppState, Body, Params, Seg};
 use crate::auth::Principal;
 use crate::views::op_json;
 
@@ -105,4 +105,45 @@ pub async fn observer_fault(
     Ok(Json(
         json!({"operation_id": op.id, "fault": "observer attempt fails at its next step"}),
     ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockStep {
+    ms: i64,
+}
+
+/// Drill hook: steps the kernel's view of the wall clock, as an NTP step or
+/// `date -s` would.
+pub async fn clock_step(
+    State(k): State<AppState>,
+    principal: Principal,
+    Body(step): Body<ClockStep>,
+) -> ApiResult<Json<Value>> {
+    require_operator(&principal)?;
+    if !k.config.drills {
+        return Err(ApiError::not_found(
+            "fault hooks need a kernel started with drills enabled",
+        ));
+    }
+    crate::store::step_wall_clock(step.ms);
+    Ok(Json(
+        json!({"stepped_ms": step.ms, "now": crate::views::rfc3339(crate::store::now_ms())}),
+    ))
+}
+
+/// Drill hook: a spurious wake-up of an op's observer.
+pub async fn observer_wake(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+) -> ApiResult<Json<Value>> {
+    require_operator(&principal)?;
+    let op = visible_op(&k, &principal, &id).await?;
+    if !k.wake_observer(&op.id) {
+        return Err(ApiError::not_found(
+            "fault hooks need a kernel started with drills enabled",
+        ));
+    }
+    Ok(Json(json!({"operation_id": op.id, "woken": true})))
 }

@@ -7,6 +7,7 @@ mod crash;
 mod faults;
 pub mod harness;
 pub mod proxy;
+mod review;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,10 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("crash-around-create", "crashes around container creation and exec claim: container adopted, never twinned, nothing run twice"),
     ("unacked-report", "an unacked report is re-served identically after a restart, never duplicated"),
     ("observer-crash", "a crashed observer's next attempt attaches; the command ran once; 3 failures make it lost"),
+    ("slow-start", "an exec start that outlives the request timeout: runs once when released, lost (uncertain) when dropped, never failed on a guess"),
+    ("kill-before-start", "a kill during container creation wins: failed, killed, the command never runs"),
+    ("clock-step", "a forward wall-clock step does not time out running ops"),
+    ("kill-interrupted-term", "a TERM-honouring command killed across a kernel restart ends killed 143"),
 ];
 
 fn drill(name: &str, bin: PathBuf) -> Option<DrillFuture> {
@@ -53,6 +58,12 @@ fn drill(name: &str, bin: PathBuf) -> Option<DrillFuture> {
         "crash-around-create" => Box::pin(async move { crash::crash_around_create(&bin).await }),
         "unacked-report" => Box::pin(async move { crash::unacked_report(&bin).await }),
         "observer-crash" => Box::pin(async move { faults::observer_crash(&bin).await }),
+        "slow-start" => Box::pin(async move { review::slow_start(&bin).await }),
+        "kill-before-start" => Box::pin(async move { review::kill_before_start(&bin).await }),
+        "clock-step" => Box::pin(async move { review::clock_step(&bin).await }),
+        "kill-interrupted-term" => {
+            Box::pin(async move { review::kill_interrupted_term(&bin).await })
+        }
         _ => return None,
     })
 }

@@ -1,17 +1,35 @@
 //! A unix-socket proxy in front of the Docker socket that a drill can cut
-//! (the kernel sees the daemon as unreachable) and restore, without touching
-//! the real daemon.
+//! (the kernel sees the daemon as unreachable) and restore, or that holds
+//! chosen requests (a slow daemon), without touching the real daemon.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// What happens to a request the proxy holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// Requests pass.
+    Off,
+    /// Requests whose request line contains every one of these substrings
+    /// wait (the daemon is slow to answer them).
+    Matching(Vec<String>),
+    /// Held requests go on to the daemon now.
+    Release,
+    /// Held requests are dropped with their connection: the daemon never
+    /// sees them.
+    Drop,
+}
 
 pub struct DockerProxy {
     path: PathBuf,
     upstream: PathBuf,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    hold: watch::Sender<Hold>,
 }
 
 impl DockerProxy {
@@ -20,6 +38,7 @@ impl DockerProxy {
             path: path.to_owned(),
             upstream: upstream.to_owned(),
             tasks: Arc::default(),
+            hold: watch::channel(Hold::Off).0,
         };
         proxy.listen()?;
         Ok(proxy)
@@ -29,17 +48,32 @@ impl DockerProxy {
         &self.path
     }
 
+    /// Holds every later request whose request line contains all of `parts`
+    /// (e.g. `["/exec/", "/start"]`) until [`Hold::Release`] or [`Hold::Drop`].
+    pub fn hold(&self, parts: &[&str]) {
+        let parts = parts.iter().map(|p| (*p).to_owned()).collect();
+        self.hold.send_replace(Hold::Matching(parts));
+    }
+
+    /// Lets held requests go on (`Release`) or drops them (`Drop`); later
+    /// requests pass.
+    pub fn end_hold(&self, how: Hold) {
+        self.hold.send_replace(how);
+    }
+
     fn listen(&self) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&self.path);
         let listener = UnixListener::bind(&self.path)?;
         let upstream = self.upstream.clone();
         let tasks = self.tasks.clone();
+        let hold = self.hold.subscribe();
         let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
+                let hold = hold.clone();
                 let conn = tokio::spawn(async move {
-                    if let Ok(mut server) = UnixStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    if let Ok(server) = UnixStream::connect(&upstream).await {
+                        relay(client, server, hold).await;
                     }
                 });
                 if let Ok(mut t) = tasks.lock() {
@@ -67,6 +101,40 @@ impl DockerProxy {
     pub fn restore(&self) -> std::io::Result<()> {
         self.listen()
     }
+}
+
+/// Copies both ways; a client write that starts a held request waits for
+/// the hold to end (HTTP/1.1 clients send one request at a time per
+/// connection, each starting with its request line).
+async fn relay(client: UnixStream, server: UnixStream, mut hold: watch::Receiver<Hold>) {
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let down = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match client_rx.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let line = String::from_utf8_lossy(&buf[..n.min(512)]);
+        let line = line.lines().next().unwrap_or_default().to_owned();
+        let held = matches!(&*hold.borrow_and_update(), Hold::Matching(parts) if parts.iter().all(|p| line.contains(p.as_str())));
+        if held {
+            let ended = hold
+                .wait_for(|h| matches!(h, Hold::Release | Hold::Drop | Hold::Off))
+                .await
+                .map(|h| h.clone());
+            if !matches!(ended, Ok(Hold::Release | Hold::Off)) {
+                break;
+            }
+        }
+        if server_tx.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    down.abort();
 }
 
 impl Drop for DockerProxy {

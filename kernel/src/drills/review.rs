@@ -1,0 +1,199 @@
+//! Drills for the review's findings: a slow Docker start, a kill that
+//! arrives before the exec, a wall-clock step, a kill interrupted by a
+//! restart of a command that honours SIGTERM.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::harness::KernelProcess;
+use super::proxy::{DockerProxy, Hold};
+use super::{check, count_lines, scratch_path, unique_run, LONG};
+
+/// A proxy in front of the real Docker socket, for one drill.
+pub(super) fn docker_proxy() -> anyhow::Result<(DockerProxy, PathBuf)> {
+    let sock = std::env::temp_dir().join(format!(
+        "opk-proxy-{}.sock",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    ));
+    let upstream = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(str::to_owned))
+        .unwrap_or_else(|| "/var/run/docker.sock".into());
+    Ok((DockerProxy::start(&sock, Path::new(&upstream))?, sock))
+}
+
+/// The exec start of an op outlives the Docker request timeout. Released
+/// later, the command runs once and completes; dropped, the op is lost
+/// with effect uncertain. Never `failed` ("nothing ran") on a guess.
+pub async fn slow_start(bin: &Path) -> anyhow::Result<String> {
+    let (proxy, sock) = docker_proxy()?;
+    let env = [
+        ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),
+        ("OPKERNEL_DOCKER_TIMEOUT_SECONDS", "2"),
+        ("OPKERNEL_START_EVIDENCE_MS", "1000"),
+        ("OPKERNEL_GRACE_MS", "9000"),
+    ];
+    let k = KernelProcess::start(bin, "slowstart", &env).await?;
+    let run = unique_run("slowstart");
+    // the run container exists before the hold
+    let warm = k.start_bg(&run, &["true"], 60).await?;
+    k.wait_terminal(&warm, LONG).await?;
+    let append = |file: &str| format!("echo \"$__OPKERNEL_OP\" >> /scratch/{file}; exit 4");
+
+    proxy.hold(&["/exec/", "/start"]);
+    let a = k
+        .start_bg(&run, &["sh", "-c", &append("ran-a")], 60)
+        .await?;
+    // past the request timeout and the start-evidence window
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let during = k.state(&a).await?;
+    check(during["status"] == "starting", || {
+        format!("a start of unknown outcome was settled on a guess: {during}")
+    })?;
+    proxy.end_hold(Hold::Release);
+    let a_end = k.wait_terminal(&a, LONG).await?;
+    check(
+        a_end["status"] == "completed" && a_end["exit_code"] == 4,
+        || format!("released start: {a_end}"),
+    )?;
+    check(count_lines(&scratch_path(&k, &run, "ran-a")) == 1, || {
+        "the released command did not run exactly once".into()
+    })?;
+
+    proxy.hold(&["/exec/", "/start"]);
+    let b = k
+        .start_bg(&run, &["sh", "-c", &append("ran-b")], 60)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    proxy.end_hold(Hold::Drop);
+    let b_end = k.wait_terminal(&b, LONG).await?;
+    check(
+        b_end["status"] == "lost" && b_end["effect"] == "uncertain" && b_end["exit_code"].is_null(),
+        || format!("dropped start: {b_end}"),
+    )?;
+    check(!scratch_path(&k, &run, "ran-b").exists(), || {
+        "the dropped start ran".into()
+    })?;
+    let _ = std::fs::remove_file(proxy.socket());
+    Ok(format!(
+        "start held past the 2 s request timeout: released -> ran once, completed 4; dropped -> lost, effect uncertain ({})",
+        b_end["message"]
+    ))
+}
+
+/// A kill that arrives while the run container is being created wins: the
+/// command never runs, and the op is failed with killed.
+pub async fn kill_before_start(bin: &Path) -> anyhow::Result<String> {
+    let (proxy, sock) = docker_proxy()?;
+    let env = [("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default())];
+    let k = KernelProcess::start(bin, "killfirst", &env).await?;
+    let run = unique_run("killfirst");
+    proxy.hold(&["/containers/create"]);
+    let op = k
+        .start_bg(&run, &["sh", "-c", "echo ran >> /scratch/ran"], 60)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let client = k.client.clone();
+    let path = format!("/v1/runs/{run}/tools/kill_operation");
+    let body = json!({ "operation_id": op });
+    let kill = tokio::spawn(async move { client.post(&path, &body).await });
+    k.wait_state(&op, Duration::from_secs(10), |s| {
+        s["kill_requested"] == true
+    })
+    .await?;
+    proxy.end_hold(Hold::Release);
+    let s = k.wait_terminal(&op, LONG).await?;
+    let _ = kill.await;
+    check(
+        s["status"] == "failed" && s["killed"] == true && s["message"] == "cancelled before start",
+        || format!("kill before the exec: {s}"),
+    )?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    check(!scratch_path(&k, &run, "ran").exists(), || {
+        "the command ran although its kill came first".into()
+    })?;
+    // the run goes on: its next op runs in the container made meanwhile
+    let next = k.start_bg(&run, &["true"], 60).await?;
+    let n = k.wait_terminal(&next, LONG).await?;
+    check(n["status"] == "completed", || format!("next op: {n}"))?;
+    let _ = std::fs::remove_file(proxy.socket());
+    Ok("kill during container creation: failed, killed, 'cancelled before start'; the command never ran".into())
+}
+
+/// The wall clock steps two hours forward under a running op: its timeout
+/// is measured on the monotonic clock, so it does not fire.
+pub async fn clock_step(bin: &Path) -> anyhow::Result<String> {
+    let k = KernelProcess::start(bin, "clock", &[]).await?;
+    let run = unique_run("clock");
+    let op = k
+        .start_bg(&run, &["sh", "-c", "sleep 4; exit 0"], 60)
+        .await?;
+    k.container_of(&op).await?;
+    k.client
+        .post("/v1/drill/clock-step", &json!({"ms": 2 * 3600 * 1000}))
+        .await?;
+    // a spurious wake-up makes the observer look at its deadline at once
+    k.client
+        .post(&format!("/v1/drill/observer-wake/{op}"), &json!({}))
+        .await?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(s["status"] == "completed" && s["exit_code"] == 0, || {
+        format!("a forward clock step timed the op out: {s}")
+    })?;
+    // a real timeout still fires on time after the step
+    let slow = k.start_bg(&run, &["sleep", "30"], 2).await?;
+    let t = k.wait_terminal(&slow, Duration::from_secs(20)).await?;
+    check(
+        t["status"] == "timed_out" && t["effect"] == "uncertain",
+        || format!("timeout after the step: {t}"),
+    )?;
+    Ok("wall clock stepped +2 h: the running op completed 0; a 2 s timeout still fired".into())
+}
+
+/// A kill of a command that honours SIGTERM (slowly) is interrupted by a
+/// kernel SIGKILL after the TERM: after the restart the op ends `killed`
+/// with 143, because the signal was recorded durably.
+pub async fn kill_interrupted_term(bin: &Path) -> anyhow::Result<String> {
+    let mut k =
+        KernelProcess::start(bin, "killterm", &[("OPKERNEL_KILL_GRACE_MS", "5000")]).await?;
+    let run = unique_run("killterm");
+    let op = k
+        .start_bg(
+            &run,
+            &[
+                "bash",
+                "-c",
+                "trap 'sleep 3; exit 143' TERM; sleep 300 & wait",
+            ],
+            600,
+        )
+        .await?;
+    k.container_of(&op).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = k.client.clone();
+    let path = format!("/v1/runs/{run}/tools/kill_operation");
+    let body = json!({ "operation_id": op });
+    let kill = tokio::spawn(async move { client.post(&path, &body).await });
+    k.wait_state(&op, Duration::from_secs(10), |s| {
+        s["kill_requested"] == true
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    k.sigkill();
+    let _ = kill.await;
+    let s = k.state_offline(&op)?;
+    check(s.0 == "running", || {
+        format!("op settled before the restart: {s:?}")
+    })?;
+    // the command ends on the TERM while the kernel is down
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    k.spawn().await?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(
+        s["status"] == "completed" && s["exit_code"] == 143 && s["killed"] == true,
+        || format!("a TERM-ended kill across a restart: {s}"),
+    )?;
+    Ok("TERM sent, kernel SIGKILLed, command ended 143 while down: completed 143, killed".into())
+}
