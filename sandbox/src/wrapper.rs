@@ -79,7 +79,7 @@ while [ "$i" -lt 19 ]; do r=${{r#* }}; i=$((i+1)); done
 st=${{r%% *}}
 read -r host < /proc/sys/kernel/hostname || host=
 printf '%s %s %s\n' "$$" "$st" "$host" > "$ops/$id.pid" || exit 125
-if [ -n "$run_as" ]; then set -- su -m -s /bin/sh "$run_as" -c 'exec "$@"' opkernel-op "$@"; fi
+if [ -n "$run_as" ]; then set -- su -m -s /bin/sh -c 'exec "$@"' -- "$run_as" opkernel-op "$@"; fi
 if command -v setsid >/dev/null 2>&1; then set -- setsid "$@"; fi
 : > "$ops/$id.log"
 fifo="$ops/$id.fifo"

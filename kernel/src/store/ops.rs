@@ -575,6 +575,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn admission_is_checked_in_the_insert_and_retries_pass_it() {
+        let store = test_store();
+        let one = Admission {
+            max_live_per_run: 1,
+            max_live: 10,
+        };
+        let NewOp::Created(a) = store.insert_op(req(Some("k1"), "true"), one).await.unwrap() else {
+            panic!()
+        };
+        // the retry of an admitted start finds its op, limit or not
+        match store.insert_op(req(Some("k1"), "true"), one).await.unwrap() {
+            NewOp::Existing(again) => assert_eq!(again.id, a.id),
+            other => panic!("{other:?}"),
+        }
+        match store.insert_op(req(Some("k2"), "true"), one).await.unwrap() {
+            NewOp::Refused(why) => assert!(why.contains("limit 1"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // concurrent starts cannot pass the limit together
+        let store2 = test_store();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let s = store2.clone();
+                tokio::spawn(async move { s.insert_op(req(None, "true"), one).await.unwrap() })
+            })
+            .collect();
+        let mut created = 0;
+        for t in tasks {
+            created += matches!(t.await.unwrap(), NewOp::Created(_)) as usize;
+        }
+        assert_eq!(created, 1);
+    }
+
+    #[tokio::test]
+    async fn a_kill_before_the_claim_wins() {
+        let store = test_store();
+        let op = created(&store, req(None, "true")).await;
+        store.request_kill(&op.id, KillReason::Kill).await.unwrap();
+        assert!(!store.claim_exec(&op.id, "k", "c1").await.unwrap());
+        let row = store.get_op(&op.id).await.unwrap().unwrap();
+        assert_eq!(row.exec_claimed_at, None, "nothing may be executed");
+    }
+
+    #[tokio::test]
     async fn exec_claim_is_won_once() {
         let store = test_store();
         let op = created(&store, req(None, "true")).await;

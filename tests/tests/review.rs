@@ -1,0 +1,327 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! End-to-end guards of the review's findings against the real engine:
+//! private host files, no silent root, root-mode forgeries, the reaper
+//! against new ops on finished runs, foreground ops out of reports, the
+//! CLI's finish, and the wrapper's leftovers.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
+use std::time::Duration;
+
+use opkernel::drills::harness::{kernel_binary, KernelProcess};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+const T: Duration = Duration::from_secs(60);
+
+async fn kernel(tag: &str, env: &[(&str, &str)]) -> KernelProcess {
+    KernelProcess::start(&kernel_binary().unwrap(), tag, env)
+        .await
+        .unwrap()
+}
+
+fn unique_run(tag: &str) -> String {
+    opkernel_tests::unique_run(tag)
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn top(container: &str) -> String {
+    let out = Command::new("docker")
+        .args(["top", container, "-o", "pid,args"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn host_files_are_private_and_scratch_goes_with_its_container() {
+    let k = kernel("private", &[]).await;
+    assert_eq!(mode(&k.home), 0o700, "home");
+    assert_eq!(mode(&k.home.join("kernel.db")), 0o600, "control plane");
+    assert_eq!(
+        mode(&k.home.join("operator.token")),
+        0o600,
+        "operator token"
+    );
+    let run = unique_run("private");
+    let op = k
+        .start_bg(&run, &["sh", "-c", "id -u; echo $HOME"], 60)
+        .await
+        .unwrap();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(s["status"], "completed", "{s}");
+    assert_eq!(s["output_tail"], "1000\n/scratch\n");
+    let scratch_root = k.home.join("scratch");
+    assert_eq!(mode(&scratch_root), 0o711);
+    assert_eq!(std::fs::metadata(&scratch_root).unwrap().uid(), 0);
+    let dir = scratch_root.join(sandbox::profile::scratch_key(&run));
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.mode() & 0o7777),
+        (1000, 0o700),
+        "scratch dir"
+    );
+    let ops = std::fs::metadata(dir.join(".ops")).unwrap();
+    assert_eq!(ops.uid(), 0, ".ops stays root's");
+    // finishing delivers every result; the reaper then takes container and files
+    k.client
+        .post(&format!("/v1/runs/{run}/finish"), &json!({}))
+        .await
+        .unwrap();
+    let reaped = k.client.post("/v1/reap", &json!({})).await.unwrap();
+    let mine: Vec<_> = reaped["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["run_id"] == run.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1, "{reaped}");
+    assert_eq!(mine[0]["removed"], true, "{reaped}");
+    assert!(
+        mine[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("scratch dir removed"),
+        "{reaped}"
+    );
+    assert!(!dir.exists(), "scratch dir outlived its delivered run");
+}
+
+#[tokio::test]
+async fn the_drop_to_the_run_user_is_never_turned_off_silently() {
+    // another image tag (as a user's own image would be) still drops to the user
+    let tag = "opkernel-sandbox:review-foreign";
+    let tagged = Command::new("docker")
+        .args(["tag", &opkernel_tests::image(), tag])
+        .status()
+        .unwrap();
+    assert!(tagged.success());
+    let k = kernel("foreign", &[("OPKERNEL_IMAGE", tag)]).await;
+    let run = unique_run("foreign");
+    let op = k.start_bg(&run, &["id", "-u"], 60).await.unwrap();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(s["output_tail"], "1000\n", "{s}");
+    drop(k);
+    // an image without the user: the kernel refuses to start, and says why
+    let home = opkernel_tests::temp_home("nouser");
+    let out = Command::new(kernel_binary().unwrap())
+        .args(["serve", "--listen", "127.0.0.1:0", "--home"])
+        .arg(&home)
+        .env("OPKERNEL_RUN_AS", "nosuchuser")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("cannot run commands as \"nosuchuser\"")
+            && err.contains("OPKERNEL_RUN_AS=root"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[tokio::test]
+async fn in_root_mode_a_forged_code_is_not_believed() {
+    let k = kernel("rootmode", &[("OPKERNEL_RUN_AS", "root")]).await;
+    let run = unique_run("rootmode");
+    let forge = "echo 0 > /scratch/.ops/$__OPKERNEL_OP.code; kill -9 $PPID; exit 3";
+    let op = k.start_bg(&run, &["sh", "-c", forge], 60).await.unwrap();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(s["status"], "lost", "a forged 0 was believed: {s}");
+    assert_eq!(s["effect"], "uncertain");
+    assert!(s["exit_code"].is_null());
+    // honest commands keep their codes, as root
+    let op = k
+        .start_bg(&run, &["sh", "-c", "id -u; exit 3"], 60)
+        .await
+        .unwrap();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(
+        (s["status"].as_str(), s["exit_code"].as_i64()),
+        (Some("completed"), Some(3)),
+        "{s}"
+    );
+    assert_eq!(s["output_tail"], "0\n");
+}
+
+#[tokio::test]
+async fn new_ops_on_a_finished_run_are_never_reaped_from_under_them() {
+    let k = kernel("finished", &[]).await;
+    let run = unique_run("finished");
+    let first = k.start_bg(&run, &["true"], 60).await.unwrap();
+    k.wait_terminal(&first, T).await.unwrap();
+    k.client
+        .post(&format!("/v1/runs/{run}/finish"), &json!({}))
+        .await
+        .unwrap();
+    // the reaper runs over and over while new ops of the finished run start
+    let client = k.client.clone();
+    let reaper = tokio::spawn(async move {
+        for _ in 0..40 {
+            let _ = client.post("/v1/reap", &json!({})).await;
+        }
+    });
+    let mut ops = Vec::new();
+    for _ in 0..10 {
+        ops.push(
+            k.start_bg(&run, &["sh", "-c", "sleep 0.2; echo x >> /scratch/n"], 60)
+                .await
+                .unwrap(),
+        );
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    reaper.await.unwrap();
+    for op in &ops {
+        let s = k.wait_terminal(op, T).await.unwrap();
+        assert_eq!(
+            (s["status"].as_str(), s["exit_code"].as_i64()),
+            (Some("completed"), Some(0)),
+            "{s}"
+        );
+    }
+    let n = std::fs::read_to_string(
+        k.home
+            .join("scratch")
+            .join(sandbox::profile::scratch_key(&run))
+            .join("n"),
+    )
+    .unwrap();
+    assert_eq!(n.lines().count(), 10);
+}
+
+#[tokio::test]
+async fn foreground_results_stay_out_of_reports() {
+    let k = kernel("fgreport", &[]).await;
+    let run = unique_run("fgreport");
+    let bg = k
+        .start_bg(&run, &["sh", "-c", "sleep 2; exit 1"], 60)
+        .await
+        .unwrap();
+    let client = k.client.clone();
+    let fg_path = format!("/v1/runs/{run}/tools/run_command");
+    let fg = tokio::spawn(async move {
+        client
+            .post(
+                &fg_path,
+                &json!({"command": ["sh", "-c", "sleep 1; echo inline"], "background": false}),
+            )
+            .await
+            .unwrap()
+    });
+    // reports drained while the foreground op runs and right after it ended
+    let mut reports = Vec::new();
+    for _ in 0..2 {
+        let r = k
+            .client
+            .get(&format!("/v1/runs/{run}/report?wait=5"))
+            .await
+            .unwrap();
+        if let Some(id) = r["report_id"].as_str() {
+            k.client
+                .post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({}))
+                .await
+                .unwrap();
+        }
+        reports.push(r);
+    }
+    let fg = fg.await.unwrap();
+    assert_eq!(fg["status"], "completed");
+    assert_eq!(fg["output"], "inline\n", "{fg}");
+    let fg_id = fg["operation_id"].as_str().unwrap();
+    for r in &reports {
+        assert!(
+            !r.to_string().contains(fg_id),
+            "foreground op in a report: {r}"
+        );
+    }
+    let delivered: Vec<_> = reports
+        .iter()
+        .flat_map(|r| r["resolved"].as_array().unwrap().clone())
+        .map(|i| i["operation_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(delivered, vec![bg]);
+}
+
+#[tokio::test]
+async fn cli_finish_shows_the_undelivered_report_with_its_notes() {
+    let k = kernel("clifinish", &[]).await;
+    let run = unique_run("clifinish");
+    let op = k
+        .start_bg(&run, &["sh", "-c", "echo done-here"], 60)
+        .await
+        .unwrap();
+    k.wait_terminal(&op, T).await.unwrap();
+    k.client
+        .post(
+            &format!("/v1/runs/{run}/notes"),
+            &json!({"text": "please wrap up"}),
+        )
+        .await
+        .unwrap();
+    let out = Command::new(kernel_binary().unwrap())
+        .args(["finish", "--run", &run])
+        .env("OPKERNEL_URL", k.client.base())
+        .env("OPKERNEL_HOME", &k.home)
+        .env_remove("OPKERNEL_TOKEN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("please wrap up"),
+        "the note was consumed unseen: {text}"
+    );
+    assert!(text.contains("[Background operations report]"), "{text}");
+    // it was acked: nothing is served again
+    let again = k
+        .client
+        .get(&format!("/v1/runs/{run}/report"))
+        .await
+        .unwrap();
+    assert!(again["report_id"].is_null(), "{again}");
+}
+
+#[tokio::test]
+async fn the_wrapper_leaves_nothing_behind_and_its_log_is_final() {
+    let k = kernel("leftovers", &[]).await;
+    let run = unique_run("leftovers");
+    let op = k.start_bg(&run, &["true"], 60).await.unwrap();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    let container = s["container_id"].as_str().unwrap().to_owned();
+    let procs = top(&container);
+    assert!(
+        !procs.contains("sleep 2"),
+        "the wrapper's timer left a sleep behind: {procs}"
+    );
+    // a process the command leaves behind holds the output pipe: the log is
+    // closed off (with a mark) before the code, so its digest is final
+    let op = k
+        .start_bg(&run, &["sh", "-c", "(sleep 3; echo late) & echo early"], 60)
+        .await
+        .unwrap();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(s["exit_code"], 0, "{s}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = std::fs::read(
+        k.home
+            .join("scratch")
+            .join(sandbox::profile::scratch_key(&run))
+            .join(format!(".ops/{op}.log")),
+    )
+    .unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.starts_with("early\n"), "{text}");
+    assert!(
+        text.contains("output written after the command exited is not captured"),
+        "{text}"
+    );
+    assert!(!text.contains("late"), "{text}");
+    assert_eq!(s["log_size"].as_u64(), Some(log.len() as u64), "{s}");
+    assert_eq!(
+        s["log_sha256"].as_str(),
+        Some(hex::encode(Sha256::digest(&log)).as_str())
+    );
+}
