@@ -26,6 +26,44 @@ proptest! {
     }
 
     #[test]
+    fn fuzz_pid_file_parser_structured(
+        pid in 1u32..,
+        start in any::<u64>(),
+        host in "[a-z0-9][a-z0-9.-]{0,11}",
+        flip in any::<proptest::sample::Index>(),
+        with in proptest::sample::select(vec![b' ', b'\n', b'0', b'-', b'+', b'x', b'\t', 0u8]),
+    ) {
+        let valid = format!("{pid} {start} {host}\n");
+        let rec = parse_pid_record("p", &valid);
+        prop_assert_eq!(rec, Ok(crate::opfiles::PidRecord { pid, start_ticks: start, hostname: host.clone() }));
+        // one byte changed: accepted only if it still reads as the canonical form
+        let mut bytes = valid.clone().into_bytes();
+        let at = flip.index(bytes.len());
+        bytes[at] = with;
+        let near = String::from_utf8_lossy(&bytes).into_owned();
+        if let Ok(r) = parse_pid_record("p", &near) {
+            let host = if r.hostname.is_empty() { String::new() } else { format!(" {}", r.hostname) };
+            prop_assert_eq!(near, format!("{} {}{host}\n", r.pid, r.start_ticks));
+        }
+    }
+
+    #[test]
+    fn fuzz_code_file_parser_structured(
+        code in 0i64..2000,
+        form in proptest::sample::select(vec!["{}\n", "0{}\n", "+{}\n", "-{}\n", "{}", "{} \n", " {}\n", "{}\n\n"]),
+    ) {
+        let text = form.replace("{}", &code.to_string());
+        let canonical = text == format!("{code}\n") && code <= 255;
+        match parse_exit_code("c", &text) {
+            Ok(got) => {
+                prop_assert!(canonical, "accepted {:?}", text);
+                prop_assert_eq!(i64::from(got), code);
+            }
+            Err(_) => prop_assert!(!canonical, "refused {:?}", text),
+        }
+    }
+
+    #[test]
     fn fuzz_code_file_parser(text in ".{0,80}") {
         if let Ok(code) = parse_exit_code("c", &text) {
             prop_assert!((0..=255).contains(&code));
@@ -52,6 +90,27 @@ proptest! {
         if validate_op_id(&id).is_ok() {
             prop_assert!(id.len() == 36 && !id.contains('/') && !id.contains('.'));
         }
+    }
+
+    #[test]
+    fn fuzz_op_ids_structured(
+        id in "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        at in 0usize..36,
+        with in proptest::sample::select(vec!['a', 'f', 'g', 'A', '0', '9', '-', '/', '.', ' ', '\0', 'é']),
+        cut in 0usize..37,
+    ) {
+        prop_assert!(validate_op_id(&id).is_ok());
+        // one character replaced: valid only where it still fits the uuid shape
+        let mut chars: Vec<char> = id.chars().collect();
+        chars[at] = with;
+        let near: String = chars.into_iter().collect();
+        let dash = matches!(at, 8 | 13 | 18 | 23);
+        let fits = if dash { with == '-' } else { with.is_ascii_digit() || ('a'..='f').contains(&with) };
+        prop_assert_eq!(validate_op_id(&near).is_ok(), fits, "{:?}", near);
+        // shortened or lengthened: never valid
+        prop_assert!(validate_op_id(&id[..cut.min(35)]).is_err());
+        let longer = format!("{id}0");
+        prop_assert!(validate_op_id(&longer).is_err());
     }
 
     #[test]

@@ -55,8 +55,8 @@ pub fn parse_pid_record(name: &str, text: &str) -> Result<PidRecord, OpFileError
         return Err(OpFileError::Partial(name.to_owned(), clip(text)));
     }
     let garbage = || OpFileError::Garbage(name.to_owned(), clip(text));
-    let pid: u32 = fields[0].parse().map_err(|_| garbage())?;
-    let start_ticks: u64 = fields[1].parse().map_err(|_| garbage())?;
+    let pid: u32 = canonical_decimal(fields[0]).ok_or_else(garbage)?;
+    let start_ticks: u64 = canonical_decimal(fields[1]).ok_or_else(garbage)?;
     if pid == 0 || fields.len() > 3 {
         return Err(garbage());
     }
@@ -79,10 +79,19 @@ pub fn parse_exit_code(name: &str, text: &str) -> Result<i32, OpFileError> {
     let Some(line) = text.strip_suffix('\n') else {
         return Err(OpFileError::Partial(name.to_owned(), clip(text)));
     };
-    match line.parse::<i32>() {
-        Ok(code) if (0..=255).contains(&code) && !line.starts_with('+') => Ok(code),
+    match canonical_decimal::<i32>(line) {
+        Some(code) if (0..=255).contains(&code) => Ok(code),
         _ => Err(OpFileError::Garbage(name.to_owned(), clip(text))),
     }
+}
+
+/// A number exactly as `printf %d` writes it: digits only, no sign, no
+/// leading zero. Anything else is not what the wrapper wrote.
+fn canonical_decimal<T: std::str::FromStr>(s: &str) -> Option<T> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits && (s == "0" || !s.starts_with('0')))
+        .then(|| s.parse().ok())
+        .flatten()
 }
 
 fn clip(text: &str) -> String {

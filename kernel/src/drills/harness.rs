@@ -94,8 +94,13 @@ impl KernelProcess {
             let text = std::fs::read(self.log_path()).unwrap_or_default();
             let fresh =
                 String::from_utf8_lossy(&text[(seen as usize).min(text.len())..]).into_owned();
-            if let Some(rest) = fresh.split("opkernel listening on ").nth(1) {
-                break rest
+            // only a whole line: the log may be read mid-write
+            if let Some((line, _)) = fresh
+                .split("opkernel listening on ")
+                .nth(1)
+                .and_then(|rest| rest.split_once('\n'))
+            {
+                break line
                     .split_whitespace()
                     .next()
                     .unwrap_or_default()
