@@ -101,15 +101,8 @@ pub async fn kill_interrupted(bin: &Path) -> anyhow::Result<String> {
         .await?;
     k.container_of(&op).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let client = k.client.clone();
-    let path = format!("/v1/runs/{run}/tools/kill_operation");
-    let body = json!({"operation_id": op});
-    let kill = tokio::spawn(async move { client.post(&path, &body).await });
     // TERM is sent and ignored; the kernel dies during the grace pause
-    k.wait_state(&op, Duration::from_secs(10), |s| {
-        s["kill_requested"] == true
-    })
-    .await?;
+    let kill = k.kill_in_background(&run, &op).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     k.sigkill();
     let _ = kill.await;

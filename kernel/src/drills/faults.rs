@@ -8,7 +8,6 @@ use anyhow::Context;
 use serde_json::json;
 
 use super::harness::{docker_exec, KernelProcess};
-use super::proxy::DockerProxy;
 use super::{check, count_lines, ops_path, scratch_path, unique_run, LONG};
 
 /// Kills an op's wrapper first (so it cannot write a code), then the
@@ -148,15 +147,7 @@ pub async fn pid_reused(bin: &Path) -> anyhow::Result<String> {
 }
 
 pub async fn daemon_outage(bin: &Path, long: bool) -> anyhow::Result<String> {
-    let sock = std::env::temp_dir().join(format!(
-        "opk-proxy-{}.sock",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    ));
-    let upstream = std::env::var("DOCKER_HOST")
-        .ok()
-        .and_then(|h| h.strip_prefix("unix://").map(str::to_owned))
-        .unwrap_or_else(|| "/var/run/docker.sock".into());
-    let proxy = DockerProxy::start(&sock, Path::new(&upstream))?;
+    let (proxy, sock) = super::review::docker_proxy()?;
     let grace_ms = if long { "3000" } else { "8000" };
     let env = [
         ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),

@@ -190,6 +190,23 @@ impl KernelProcess {
         Ok(body["operation_id"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// Sends `kill_operation` for `op` without waiting for its answer (the
+    /// call waits for the kill to finish) and returns once the kill request
+    /// is recorded. The task's result is the kill call's answer.
+    pub async fn kill_in_background(
+        &self,
+        run: &str,
+        op: &str,
+    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Value>>> {
+        let client = self.client.clone();
+        let path = format!("/v1/runs/{run}/tools/kill_operation");
+        let body = json!({ "operation_id": op });
+        let kill = tokio::spawn(async move { client.post(&path, &body).await });
+        self.wait_state(op, Duration::from_secs(10), |s| s["kill_requested"] == true)
+            .await?;
+        Ok(kill)
+    }
+
     pub async fn state(&self, op: &str) -> anyhow::Result<Value> {
         self.client.get(&format!("/v1/operations/{op}")).await
     }

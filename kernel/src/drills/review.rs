@@ -95,14 +95,7 @@ pub async fn kill_before_start(bin: &Path) -> anyhow::Result<String> {
         .start_bg(&run, &["sh", "-c", "echo ran >> /scratch/ran"], 60)
         .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let client = k.client.clone();
-    let path = format!("/v1/runs/{run}/tools/kill_operation");
-    let body = json!({ "operation_id": op });
-    let kill = tokio::spawn(async move { client.post(&path, &body).await });
-    k.wait_state(&op, Duration::from_secs(10), |s| {
-        s["kill_requested"] == true
-    })
-    .await?;
+    let kill = k.kill_in_background(&run, &op).await?;
     proxy.end_hold(Hold::Release);
     let s = k.wait_terminal(&op, LONG).await?;
     let _ = kill.await;
@@ -172,14 +165,7 @@ pub async fn kill_interrupted_term(bin: &Path) -> anyhow::Result<String> {
         .await?;
     k.container_of(&op).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let client = k.client.clone();
-    let path = format!("/v1/runs/{run}/tools/kill_operation");
-    let body = json!({ "operation_id": op });
-    let kill = tokio::spawn(async move { client.post(&path, &body).await });
-    k.wait_state(&op, Duration::from_secs(10), |s| {
-        s["kill_requested"] == true
-    })
-    .await?;
+    let kill = k.kill_in_background(&run, &op).await?;
     tokio::time::sleep(Duration::from_millis(800)).await;
     k.sigkill();
     let _ = kill.await;

@@ -3,6 +3,7 @@
 //! `--json` output is one JSON object with every figure.
 //! `--recovery-only OPS CONTAINERS` runs only the recovery measurement.
 
+mod abuse;
 mod latency;
 mod scale;
 
@@ -86,6 +87,15 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
+    if args.iter().any(|a| a == "--abuse-only") {
+        let k = KernelProcess::start(&bin, "bench-abuse", BENCH_ENV).await?;
+        let a = abuse::measure(&k).await?;
+        println!(
+            "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms",
+            a.readers, a.log_bytes_each >> 20, a.sse_clients, a.peak_rss_mb, a.start_p50_before_ms, a.start_p50_during_ms
+        );
+        return Ok(());
+    }
     eprintln!(
         "bench: kernel {} ({} mode)",
         bin.display(),
@@ -102,6 +112,10 @@ async fn main() -> anyhow::Result<()> {
 
     let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
     let rec = scale::recovery(&mut k, 500, 50).await?;
+    drop(k);
+
+    let k = KernelProcess::start(&bin, "bench-abuse", BENCH_ENV).await?;
+    let abuse = abuse::measure(&k).await?;
     drop(k);
 
     let p50 = |v: &[f64]| pct(v, 50.0);
@@ -134,6 +148,13 @@ async fn main() -> anyhow::Result<()> {
         "recovery_containers": rec.containers,
         "recovery_sec": rec.seconds,
         "recovery_delivered": rec.delivered,
+        "abuse_log_readers": abuse.readers,
+        "abuse_log_bytes_each": abuse.log_bytes_each,
+        "abuse_sse_clients": abuse.sse_clients,
+        "abuse_kernel_peak_rss_mb": abuse.peak_rss_mb,
+        "abuse_other_run_start_p50_before_ms": abuse.start_p50_before_ms,
+        "abuse_other_run_start_p50_during_ms": abuse.start_p50_during_ms,
+        "abuse_start_ratio": abuse.start_p50_during_ms / abuse.start_p50_before_ms,
     });
 
     println!(
@@ -158,6 +179,15 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards",
         rec.ops, rec.containers, rec.seconds, rec.delivered
+    );
+    println!(
+        "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms",
+        abuse.readers,
+        abuse.log_bytes_each >> 20,
+        abuse.sse_clients,
+        abuse.peak_rss_mb,
+        abuse.start_p50_before_ms,
+        abuse.start_p50_during_ms
     );
     if as_json {
         println!("{figures}");

@@ -41,7 +41,7 @@ fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
 }
 
-fn peak_rss_mb(pid: u32) -> anyhow::Result<f64> {
+pub fn peak_rss_mb(pid: u32) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kb: f64 = status
         .lines()
