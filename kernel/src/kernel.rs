@@ -65,6 +65,8 @@ pub struct Kernel {
     run_gates: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
     faults: Mutex<HashSet<String>>,
     started: std::time::Instant,
+    /// One (wall ms, monotonic) reading: every deadline is placed through it.
+    pub clock_origin: (i64, std::time::Instant),
     _lock: File,
 }
 
@@ -185,6 +187,7 @@ impl Kernel {
             run_gates: Mutex::default(),
             faults: Mutex::default(),
             started: std::time::Instant::now(),
+            clock_origin: (crate::store::now_ms(), std::time::Instant::now()),
             _lock: lock,
         }))
     }
@@ -513,7 +516,19 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
         let run = tokio::spawn(
             ObserverAttempt::new(k.clone(), op, handle.wake.clone(), handle.kill.clone()).run(),
         );
-        last_error = match run.await {
+        // an attempt that stays healthy ends any run of failures, also across restarts
+        let healthy = {
+            let (k, id) = (k.clone(), op_id.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(k.config.attempt_healthy).await;
+                if let Err(e) = k.store.reset_failed_attempts(&id).await {
+                    tracing::warn!(op = %id, %e, "cannot reset the failed-attempt count");
+                }
+            })
+        };
+        let ended = run.await;
+        healthy.abort();
+        last_error = match ended {
             Ok(Ok(())) => match k.store.get_op(&op_id).await {
                 Ok(Some(op)) if !op.status.is_terminal() => "attempt ended without settling".into(),
                 _ => break,

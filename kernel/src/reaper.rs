@@ -246,9 +246,12 @@ async fn remove_under_gate(
     decision: &mut ReapDecision,
 ) -> Result<(), StoreError> {
     let _gate = k.reap_gate(run).await;
-    if let Some(op) = k.store.run_ops_live(run).await?.first() {
+    // decide again from fresh facts: an op admitted (and perhaps already
+    // ended, reopening a finished run) since the first look keeps it
+    let live = k.store.run_ops_live(run).await?;
+    if let Err(reason) = decide_reap(&facts(k, c, &live).await?) {
         decision.action = "keep";
-        decision.reason = format!("op {} of the run started while the reaper decided", op.id);
+        decision.reason = format!("kept on a second look under the run's gate: {reason}");
         return Ok(());
     }
     match tokio::time::timeout(Duration::from_secs(30), k.sandbox.remove(&c.id)).await {
@@ -259,15 +262,33 @@ async fn remove_under_gate(
             tracing::info!(container = %c.name, reason = %decision.reason, "reaped container");
         }
         Ok(Err(e)) => {
+            // it may be half gone: the next launch must look it up afresh
+            k.forget_container(&c.id);
             tracing::warn!(container = %c.name, %e, "reaper could not remove container");
             return Ok(());
         }
         Err(_) => {
+            k.forget_container(&c.id);
             tracing::warn!(container = %c.name, "reaper: remove timed out");
             return Ok(());
         }
     }
-    if k.store.run_delivered(run).await? {
+    // the scratch dir is shared by every container of the run (a profile
+    // change makes a second one): it goes with the last of them
+    let others = k.sandbox.list_managed().await.map(|list| {
+        list.iter().any(|o| {
+            o.id != c.id
+                && o.labels
+                    .get(sandbox::profile::LABEL_RUN_ID)
+                    .map(String::as_str)
+                    == Some(run)
+        })
+    });
+    if !matches!(others, Ok(false)) {
+        decision
+            .reason
+            .push_str("; scratch dir kept for the run's other container");
+    } else if k.store.run_delivered(run).await? {
         let key = sandbox::profile::scratch_key(run);
         k.watcher.unwatch(k.sandbox.ops_dir(&key).path());
         match k.sandbox.remove_scratch(&key) {

@@ -414,9 +414,20 @@ impl Sandbox {
             .collect())
     }
 
-    /// Creates and starts the op's exec (detached). This is the only place a
-    /// command is ever executed.
+    /// Creates and starts the op's exec (detached).
     pub async fn launch(
+        &self,
+        container_id: &str,
+        spec: &WrapperSpec<'_>,
+        command: &[String],
+    ) -> Result<String> {
+        let exec_id = self.create_op_exec(container_id, spec, command).await?;
+        self.start_op_exec(&exec_id).await?;
+        Ok(exec_id)
+    }
+
+    /// Creates the op's exec (nothing runs yet).
+    pub async fn create_op_exec(
         &self,
         container_id: &str,
         spec: &WrapperSpec<'_>,
@@ -440,16 +451,22 @@ impl Sandbox {
                 },
             )
             .await?;
+        Ok(exec.id)
+    }
+
+    /// Starts a created op exec, detached. The only place a command is ever
+    /// executed.
+    pub async fn start_op_exec(&self, exec_id: &str) -> Result<()> {
         self.docker
             .start_exec(
-                &exec.id,
+                exec_id,
                 Some(StartExecOptions {
                     detach: true,
                     ..Default::default()
                 }),
             )
             .await?;
-        Ok(exec.id)
+        Ok(())
     }
 
     /// Runs a kernel helper script as root in the container and returns its stdout.

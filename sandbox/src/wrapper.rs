@@ -100,8 +100,8 @@ if [ -n "$capper" ]; then
   trap : USR1
   (unset {marker_var}; exec /bin/sh -c 'trap "kill \$s 2>/dev/null; exit 0" TERM; sleep 2 & s=$!; wait "$s"; kill -USR1 "$1"' opkernel-timer "$$") </dev/null >/dev/null 2>&1 &
   timer=$!
-  wait "$capper"
-  if kill -0 "$capper" 2>/dev/null; then
+  wait "$capper"; st=$?
+  if [ "$st" -gt 128 ] && kill -0 "$capper" 2>/dev/null; then
     kids=
     for s in /proc/[0-9]*/stat; do
       read -r l < "$s" 2>/dev/null || continue

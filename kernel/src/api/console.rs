@@ -176,6 +176,8 @@ pub async fn console(
                         .await
                         .unwrap_or_default();
                 if !rest.is_empty() {
+                    // the op is terminal: the next empty read ends the stream
+                    s.check_status = true;
                     continue;
                 }
                 s.finished = true;

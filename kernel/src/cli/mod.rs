@@ -312,14 +312,20 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Finish { run, json } => {
-            let done = client
+            let mut done = client
                 .post(&format!("/v1/runs/{run}/finish"), &json!({}))
                 .await?;
-            if let Some(id) = done["report"]["report_id"].as_str() {
+            // a report holds at most so much: ack and fetch until nothing is pending
+            let mut texts = Vec::new();
+            let mut report = done["report"].clone();
+            while let Some(id) = report["report_id"].as_str().map(str::to_owned) {
+                texts.push(str_of(&report["text"]));
                 client
                     .post(&format!("/v1/runs/{run}/report/{id}/ack"), &json!({}))
                     .await?;
+                report = client.get(&format!("/v1/runs/{run}/report")).await?;
             }
+            done["report_texts"] = json!(texts);
             if json {
                 print_json(&done);
             } else {
@@ -328,7 +334,7 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
                 }
                 // what the agent had not yet been told, notes included: the
                 // report is acked above, so this is its one showing
-                if let Some(text) = done["report"]["text"].as_str() {
+                for text in &texts {
                     print!("{text}");
                 }
             }

@@ -45,8 +45,14 @@ impl ObserverAttempt {
         }
         // both budgets count from the recorded start; measured monotonically
         let budget_start = self.op.budget_start_ms();
-        self.deadline = mono_deadline(budget_start, Duration::from_secs(self.op.timeout_sec));
-        self.evidence_deadline = mono_deadline(budget_start, k.config.start_evidence_window);
+        let origin = k.clock_origin;
+        self.deadline = mono_deadline(
+            origin,
+            budget_start,
+            Duration::from_secs(self.op.timeout_sec),
+        );
+        self.evidence_deadline =
+            mono_deadline(origin, budget_start, k.config.start_evidence_window);
         let mut next_probe = k.next_tick();
         let wake = self.wake.clone();
         // the code file is read on the first pass, after every file event and
@@ -258,6 +264,8 @@ impl ObserverAttempt {
                 "the wrapper did not end normally (its exec exited {status}); the exit code file's {code} \
                  is not believed"
             )),
+            // the daemon is unreachable: ask again (the liveness grace bounds it)
+            Err(e) if e.is_unreachable() => Ok(false),
             Err(e) => Err(format!(
                 "exit code file says {code}, but the wrapper's end cannot be confirmed ({e}); commands run \
                  as root can forge it"

@@ -55,10 +55,7 @@ impl ObserverAttempt {
         };
         let mut container = container;
         let mut started = now_ms();
-        let mut launched = k
-            .sandbox
-            .launch(&container.id, &spec, &self.op.command)
-            .await;
+        let mut launched = self.exec(&container.id, &spec).await?;
         if matches!(
             launched,
             Err(SandboxError::NotFound(_) | SandboxError::Conflict(_))
@@ -74,15 +71,16 @@ impl ObserverAttempt {
             k.store.set_container(&self.op.id, &container.id).await?;
             self.op.container_id = Some(container.id.clone());
             started = now_ms();
-            launched = k
-                .sandbox
-                .launch(&container.id, &spec, &self.op.command)
-                .await;
+            launched = self.exec(&container.id, &spec).await?;
         }
         match launched {
-            Ok(exec_id) => {
-                k.store.record_exec(&self.op.id, &exec_id).await?;
+            Ok(()) => {
                 k.store.mark_running(&self.op.id, started).await?;
+                Ok(true)
+            }
+            // a gateway or daemon failure: the start may still have happened
+            Err(e @ SandboxError::Refused { status: 500.., .. }) => {
+                tracing::warn!(op = %self.op.id, %e, "exec start outcome unknown; settling by evidence");
                 Ok(true)
             }
             // the engine answered no: the exec was not created or not started
@@ -107,6 +105,25 @@ impl ObserverAttempt {
                 Ok(true)
             }
         }
+    }
+    /// Creates the op's exec, records it (so its record can corroborate the
+    /// op's end), then starts it.
+    async fn exec(
+        &self,
+        container_id: &str,
+        spec: &WrapperSpec<'_>,
+    ) -> Result<sandbox::Result<()>, ObserverError> {
+        let k = &self.kernel;
+        let exec_id = match k
+            .sandbox
+            .create_op_exec(container_id, spec, &self.op.command)
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => return Ok(Err(e)),
+        };
+        k.store.record_exec(&self.op.id, &exec_id).await?;
+        Ok(k.sandbox.start_op_exec(&exec_id).await)
     }
     /// A kill recorded before the exec claim wins: the op never runs and
     /// ends `failed` (nothing ran) with `killed`. Returns true when it settled.
@@ -154,8 +171,11 @@ impl ObserverAttempt {
         k.watcher.watch(ops.path());
         let claimed_at = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
         // measured on the monotonic clock from the claim's wall time, read once
+        // the grace window runs from the claim, and from now: a start request
+        // may itself have taken up to the Docker timeout to fail
         let window = k.config.grace.max(k.config.start_evidence_window);
-        let give_up = crate::observer::mono_deadline(claimed_at, window);
+        let give_up = crate::observer::mono_deadline(k.clock_origin, claimed_at, window)
+            .max(Instant::now() + window);
         let wake = self.wake.clone();
         loop {
             let notified = wake.notified();

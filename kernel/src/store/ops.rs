@@ -359,6 +359,19 @@ impl Store {
         .await
     }
 
+    /// Clears the count of failed observer attempts (an attempt stayed healthy).
+    pub async fn reset_failed_attempts(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE ops SET failed_attempts = 0 WHERE id = ?1 AND failed_attempts > 0",
+                [id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Records the Docker exec that runs the op's wrapper.
     pub async fn record_exec(&self, id: &str, exec_id: &str) -> StoreResult<()> {
         let (id, exec_id) = (id.to_owned(), exec_id.to_owned());
