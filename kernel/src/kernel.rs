@@ -65,8 +65,6 @@ pub struct Kernel {
     run_gates: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
     faults: Mutex<HashSet<String>>,
     started: std::time::Instant,
-    /// One (wall ms, monotonic) reading: every deadline is placed through it.
-    pub clock_origin: (i64, std::time::Instant),
     _lock: File,
 }
 
@@ -187,7 +185,6 @@ impl Kernel {
             run_gates: Mutex::default(),
             faults: Mutex::default(),
             started: std::time::Instant::now(),
-            clock_origin: (crate::store::now_ms(), std::time::Instant::now()),
             _lock: lock,
         }))
     }

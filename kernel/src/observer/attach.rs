@@ -45,14 +45,8 @@ impl ObserverAttempt {
         }
         // both budgets count from the recorded start; measured monotonically
         let budget_start = self.op.budget_start_ms();
-        let origin = k.clock_origin;
-        self.deadline = mono_deadline(
-            origin,
-            budget_start,
-            Duration::from_secs(self.op.timeout_sec),
-        );
-        self.evidence_deadline =
-            mono_deadline(origin, budget_start, k.config.start_evidence_window);
+        self.deadline = mono_deadline(budget_start, Duration::from_secs(self.op.timeout_sec));
+        self.evidence_deadline = mono_deadline(budget_start, k.config.start_evidence_window);
         let mut next_probe = k.next_tick();
         let wake = self.wake.clone();
         // the code file is read on the first pass, after every file event and

@@ -174,8 +174,8 @@ impl ObserverAttempt {
         // the grace window runs from the claim, and from now: a start request
         // may itself have taken up to the Docker timeout to fail
         let window = k.config.grace.max(k.config.start_evidence_window);
-        let give_up = crate::observer::mono_deadline(k.clock_origin, claimed_at, window)
-            .max(Instant::now() + window);
+        let give_up =
+            crate::observer::mono_deadline(claimed_at, window).max(Instant::now() + window);
         let wake = self.wake.clone();
         loop {
             let notified = wake.notified();

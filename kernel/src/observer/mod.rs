@@ -25,19 +25,13 @@ pub enum ObserverError {
 type Step = Result<(), ObserverError>;
 
 /// The instant `budget` after the wall-clock time `wall_start_ms`, on the
-/// monotonic clock, through `origin`: one (wall, monotonic) reading taken
-/// when the kernel started. A clock step while the kernel runs never moves
-/// a deadline, whichever attempt computes it.
-pub fn mono_deadline(origin: (i64, Instant), wall_start_ms: i64, budget: Duration) -> Instant {
-    let (origin_wall, origin_mono) = origin;
-    let offset = wall_start_ms + budget.as_millis() as i64 - origin_wall;
-    if offset >= 0 {
-        origin_mono + Duration::from_millis(offset as u64)
-    } else {
-        origin_mono
-            .checked_sub(Duration::from_millis(offset.unsigned_abs()))
-            .unwrap_or(origin_mono)
-    }
+/// monotonic clock. The wall clock is read once per attempt, here: waits
+/// measured from the result never move with a later clock step. (A start
+/// time is recorded in wall time, so an attempt begun after a step reads it
+/// against the stepped clock.)
+pub fn mono_deadline(wall_start_ms: i64, budget: Duration) -> Instant {
+    let left = wall_start_ms + budget.as_millis() as i64 - crate::store::now_ms();
+    Instant::now() + Duration::from_millis(left.max(0) as u64)
 }
 
 /// Kill progress of the current attempt.
