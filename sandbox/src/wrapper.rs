@@ -98,7 +98,7 @@ if [ -n "$capper" ]; then
   # a process the command left behind may hold the fifo open: wait for the
   # capper at most 2 s, then stop it, so the log is final before the code
   trap : USR1
-  (unset {marker_var}; exec /bin/sh -c 'trap "kill \$s 2>/dev/null; exit 0" TERM; sleep 2 & s=$!; wait "$s"; kill -USR1 "$1"' opkernel-timer "$$") </dev/null >/dev/null 2>&1 &
+  (unset {marker_var}; exec /bin/sh -c 'trap "kill \$! 2>/dev/null; exit 0" TERM; sleep 2 & wait "$!"; kill -USR1 "$1"' opkernel-timer "$$") </dev/null >/dev/null 2>&1 &
   timer=$!
   wait "$capper"; st=$?
   if [ "$st" -gt 128 ] && kill -0 "$capper" 2>/dev/null; then
