@@ -90,18 +90,25 @@ pub async fn reap(
     Ok(Json(json!({"dry_run": q.dry_run, "decisions": decisions})))
 }
 
+/// Operator only, and only on a kernel started with drills enabled.
+fn require_drills(k: &AppState, principal: &Principal) -> ApiResult<()> {
+    require_operator(principal)?;
+    if !k.config.drills {
+        return Err(ApiError::not_found(
+            "fault hooks need a kernel started with drills enabled",
+        ));
+    }
+    Ok(())
+}
+
 pub async fn observer_fault(
     State(k): State<AppState>,
     principal: Principal,
     Seg(id): Seg<String>,
 ) -> ApiResult<Json<Value>> {
-    require_operator(&principal)?;
+    require_drills(&k, &principal)?;
     let op = visible_op(&k, &principal, &id).await?;
-    if !k.inject_observer_fault(&op.id) {
-        return Err(ApiError::not_found(
-            "fault hooks need a kernel started with drills enabled",
-        ));
-    }
+    k.inject_observer_fault(&op.id);
     Ok(Json(
         json!({"operation_id": op.id, "fault": "observer attempt fails at its next step"}),
     ))
@@ -120,12 +127,7 @@ pub async fn clock_step(
     principal: Principal,
     Body(step): Body<ClockStep>,
 ) -> ApiResult<Json<Value>> {
-    require_operator(&principal)?;
-    if !k.config.drills {
-        return Err(ApiError::not_found(
-            "fault hooks need a kernel started with drills enabled",
-        ));
-    }
+    require_drills(&k, &principal)?;
     crate::store::step_wall_clock(step.ms);
     Ok(Json(
         json!({"stepped_ms": step.ms, "now": crate::views::rfc3339(crate::store::now_ms())}),
@@ -138,12 +140,8 @@ pub async fn observer_wake(
     principal: Principal,
     Seg(id): Seg<String>,
 ) -> ApiResult<Json<Value>> {
-    require_operator(&principal)?;
+    require_drills(&k, &principal)?;
     let op = visible_op(&k, &principal, &id).await?;
-    if !k.wake_observer(&op.id) {
-        return Err(ApiError::not_found(
-            "fault hooks need a kernel started with drills enabled",
-        ));
-    }
+    k.wake_observer(&op.id);
     Ok(Json(json!({"operation_id": op.id, "woken": true})))
 }

@@ -50,10 +50,6 @@ impl Op {
     pub fn budget_start_ms(&self) -> i64 {
         self.started_at.unwrap_or(self.created_at)
     }
-
-    pub fn deadline_ms(&self) -> i64 {
-        self.budget_start_ms() + (self.timeout_sec as i64) * 1000
-    }
 }
 
 /// Every column of an op row, in the order [`op_from_row`] does not rely on:
