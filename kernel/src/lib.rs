@@ -10,6 +10,7 @@ pub mod config;
 pub mod drills;
 #[cfg(test)]
 mod fuzz_tests;
+pub mod inbox;
 pub mod kernel;
 pub mod lifecycle;
 pub mod observer;
@@ -18,6 +19,7 @@ pub mod reaper;
 pub mod report;
 pub mod serve;
 pub mod store;
+pub mod sync;
 pub mod tools;
 pub mod views;
 pub mod watcher;

@@ -3,10 +3,13 @@
 //! containers, not with ops.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox::{PidRecord, Sandbox, SandboxError};
+use sandbox::{OpBackend, PidRecord, SandboxError};
+
+use crate::inbox::{Inbox, Wake};
+use crate::sync::Lock;
 
 /// Why a probe gave no process list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +32,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<(Instant, ProbeResult)>>>;
 
 #[derive(Default)]
 pub struct ProbeCache {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Lock<HashMap<String, Slot>>,
 }
 
 fn classify(err: SandboxError) -> ProbeFailure {
@@ -47,14 +50,12 @@ impl ProbeCache {
     /// A probe of `container_id` no older than `max_age`.
     pub async fn probe(
         &self,
-        sandbox: &Sandbox,
+        backend: &dyn OpBackend,
         container_id: &str,
         max_age: Duration,
     ) -> ProbeResult {
         let slot = {
-            let Ok(mut slots) = self.slots.lock() else {
-                return Err(ProbeFailure::Other("probe cache poisoned".into()));
-            };
+            let mut slots = self.slots.lock();
             slots.entry(container_id.to_owned()).or_default().clone()
         };
         let mut guard = slot.lock().await;
@@ -66,7 +67,7 @@ impl ProbeCache {
         let started = Instant::now();
         let result = match tokio::time::timeout(
             Duration::from_secs(20),
-            sandbox.probe(container_id),
+            backend.probe(container_id),
         )
         .await
         {
@@ -81,93 +82,116 @@ impl ProbeCache {
     }
 
     pub fn forget(&self, container_id: &str) {
-        if let Ok(mut slots) = self.slots.lock() {
-            slots.remove(container_id);
-        }
+        self.slots.lock().remove(container_id);
     }
 }
 
-/// An op a container monitor watches: its wrapper's identity, its
-/// observer's waker, and the alarm the monitor raises.
+/// The grid every safety-net tick falls on: ticks of all observers and
+/// monitors land in one burst per `every` (and share one probe per
+/// container) instead of spreading wake-ups over the interval.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticks {
+    origin: Instant,
+    every: Duration,
+}
+
+impl Ticks {
+    pub fn new(every: Duration) -> Ticks {
+        Ticks {
+            origin: Instant::now(),
+            every,
+        }
+    }
+
+    pub fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// The next point on the grid after now.
+    pub fn next(&self) -> Instant {
+        let every = self.every.as_nanos().max(1);
+        let since = self.origin.elapsed().as_nanos();
+        let next = (since / every + 1) * every;
+        self.origin + Duration::from_nanos(next as u64)
+    }
+}
+
+/// An op a container monitor watches: its wrapper's identity and its
+/// observer's inbox, where the monitor posts [`Wake::Alarm`].
 pub struct Watched {
     pub rec: PidRecord,
-    pub wake: Arc<tokio::sync::Notify>,
-    pub alarm: Arc<std::sync::atomic::AtomicBool>,
+    pub inbox: Arc<Inbox>,
 }
 
 /// The ops one container monitor watches, by op id.
-type WatchedOps = Arc<Mutex<HashMap<String, Watched>>>;
+type WatchedOps = Arc<Lock<HashMap<String, Watched>>>;
 
-/// One task per container with watched ops: every interval it takes one
-/// probe and wakes only the observers whose wrapper it did not find alive
-/// (all of them when the probe failed). Observers of healthy ops sleep.
-#[derive(Default)]
+/// One task per container with watched ops: every tick it takes one probe
+/// and alarms only the observers whose wrapper it did not find alive (all
+/// of them when the probe failed). Observers of healthy ops sleep.
+#[derive(Clone)]
 pub struct Monitors {
-    containers: Mutex<HashMap<String, WatchedOps>>,
+    shared: Arc<MonitorsShared>,
+}
+
+struct MonitorsShared {
+    containers: Lock<HashMap<String, WatchedOps>>,
+    backend: Arc<dyn OpBackend>,
+    probes: Arc<ProbeCache>,
+    ticks: Ticks,
 }
 
 impl Monitors {
-    /// Adds an op to its container's monitor, starting the monitor if needed.
-    pub fn watch(
-        &self,
-        kernel: &Arc<crate::kernel::Kernel>,
-        container_id: &str,
-        op_id: &str,
-        watched: Watched,
-    ) {
-        let Ok(mut containers) = self.containers.lock() else {
-            return;
-        };
-        if let Some(ops) = containers.get(container_id) {
-            if let Ok(mut ops) = ops.lock() {
-                ops.insert(op_id.to_owned(), watched);
-                return;
-            }
+    pub fn new(backend: Arc<dyn OpBackend>, probes: Arc<ProbeCache>, ticks: Ticks) -> Monitors {
+        Monitors {
+            shared: Arc::new(MonitorsShared {
+                containers: Lock::default(),
+                backend,
+                probes,
+                ticks,
+            }),
         }
-        let ops = Arc::new(Mutex::new(HashMap::from([(op_id.to_owned(), watched)])));
+    }
+
+    /// Adds an op to its container's monitor, starting the monitor if needed.
+    pub fn watch(&self, container_id: &str, op_id: &str, watched: Watched) {
+        let mut containers = self.shared.containers.lock();
+        if let Some(ops) = containers.get(container_id) {
+            ops.lock().insert(op_id.to_owned(), watched);
+            return;
+        }
+        let ops = Arc::new(Lock::new(HashMap::from([(op_id.to_owned(), watched)])));
         containers.insert(container_id.to_owned(), ops.clone());
-        tokio::spawn(monitor(kernel.clone(), container_id.to_owned(), ops));
+        tokio::spawn(monitor(self.shared.clone(), container_id.to_owned(), ops));
     }
 
     pub fn unwatch(&self, container_id: &str, op_id: &str) {
-        if let Ok(containers) = self.containers.lock() {
-            if let Some(ops) = containers.get(container_id) {
-                if let Ok(mut ops) = ops.lock() {
-                    ops.remove(op_id);
-                }
-            }
+        if let Some(ops) = self.shared.containers.lock().get(container_id) {
+            ops.lock().remove(op_id);
         }
     }
 }
 
-async fn monitor(
-    k: Arc<crate::kernel::Kernel>,
-    container_id: String,
-    ops: Arc<Mutex<HashMap<String, Watched>>>,
-) {
+async fn monitor(m: Arc<MonitorsShared>, container_id: String, ops: WatchedOps) {
     loop {
-        tokio::time::sleep_until(k.next_tick().into()).await;
+        tokio::time::sleep_until(m.ticks.next().into()).await;
         {
             // a monitor with nothing left to watch ends (under the map lock,
             // so a concurrent watch starts a fresh monitor)
-            let Ok(mut containers) = k.monitors.containers.lock() else {
-                return;
-            };
-            if ops.lock().map_or(true, |o| o.is_empty()) {
+            let mut containers = m.containers.lock();
+            if ops.lock().is_empty() {
                 containers.remove(&container_id);
                 return;
             }
         }
-        let probe = k
+        let probe = m
             .probes
-            .probe(&k.sandbox, &container_id, k.config.probe_interval)
+            .probe(m.backend.as_ref(), &container_id, m.ticks.every())
             .await;
-        let Ok(ops) = ops.lock() else { return };
-        for (op_id, w) in ops.iter() {
+        for (op_id, w) in ops.lock().iter() {
             let healthy = matches!(&probe, Ok(snap) if snap.wrapper(op_id, &w.rec) == Some(true));
             if !healthy {
-                w.alarm.store(true, std::sync::atomic::Ordering::SeqCst);
-                w.wake.notify_one();
+                w.inbox.post(Wake::Alarm);
             }
         }
     }

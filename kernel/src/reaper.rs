@@ -5,18 +5,24 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::kernel::Kernel;
 use crate::store::{now_ms, StoreError};
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReapAction {
+    Keep,
+    Remove,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ReapDecision {
     pub container_id: String,
     pub name: String,
     pub run_id: Option<String>,
-    /// `remove` or `keep`.
-    pub action: &'static str,
+    pub action: ReapAction,
     pub reason: String,
     /// True when the container was actually removed (never in a dry run).
     pub removed: bool,
@@ -32,6 +38,10 @@ fn is_idle_process(command: &str) -> bool {
 /// What the reaper knows about one managed container when it decides.
 #[derive(Debug, Clone)]
 pub struct ReapFacts {
+    pub container_id: String,
+    pub name: String,
+    /// Its run label as found (for the report), valid or not.
+    pub run_label: Option<String>,
     /// The run id from its label, when it is a valid run id.
     pub run_id: Option<String>,
     /// Its scratch key label matches its run.
@@ -57,6 +67,9 @@ impl Default for ReapFacts {
     /// Nothing known yet: no run, nothing found.
     fn default() -> Self {
         ReapFacts {
+            container_id: String::new(),
+            name: String::new(),
+            run_label: None,
             run_id: None,
             scratch_key_matches: false,
             owned: Ok(()),
@@ -72,9 +85,49 @@ impl Default for ReapFacts {
     }
 }
 
-/// The reaper's verdict on one container: `Some(reason)` to remove it,
-/// `Err(reason)` to keep it. Pure: every fact is gathered beforehand.
-pub fn decide_reap(f: &ReapFacts) -> Result<String, String> {
+/// The reaper's decisions on every managed container, from facts gathered
+/// beforehand. Pure: the removal loop carries them out.
+pub fn decide_reap(facts: &[ReapFacts]) -> Vec<ReapDecision> {
+    facts
+        .iter()
+        .map(|f| {
+            let (action, reason) = match verdict(f) {
+                Ok(reason) => (ReapAction::Remove, reason),
+                Err(reason) => (ReapAction::Keep, reason),
+            };
+            ReapDecision {
+                container_id: f.container_id.clone(),
+                name: f.name.clone(),
+                run_id: f.run_label.clone(),
+                action,
+                reason,
+                removed: false,
+            }
+        })
+        .collect()
+}
+
+/// What becomes of a run's scratch dir once one of its containers is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScratchFate {
+    Remove,
+    Keep(&'static str),
+}
+
+/// The scratch dir is shared by every container of the run (a profile
+/// change makes a second one): it goes with the last of them, and only
+/// once every result of the run was delivered. Undecidable keeps it.
+pub fn scratch_fate(other_containers: Option<bool>, delivered: bool) -> ScratchFate {
+    match (other_containers, delivered) {
+        (Some(false), true) => ScratchFate::Remove,
+        (Some(false), false) => ScratchFate::Keep("until its results are delivered"),
+        _ => ScratchFate::Keep("for the run's other container"),
+    }
+}
+
+/// The verdict on one container: `Ok(reason)` to remove it, `Err(reason)`
+/// to keep it.
+pub fn verdict(f: &ReapFacts) -> Result<String, String> {
     if f.run_id.is_none() {
         return Err("its run label cannot be confirmed".into());
     }
@@ -129,6 +182,9 @@ async fn facts(
     live_ops: &[crate::store::Op],
 ) -> Result<ReapFacts, StoreError> {
     let mut f = ReapFacts {
+        container_id: c.id.clone(),
+        name: c.name.clone(),
+        run_label: c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned(),
         run_id: c
             .labels
             .get(sandbox::profile::LABEL_RUN_ID)
@@ -142,7 +198,7 @@ async fn facts(
     };
     let key = sandbox::profile::scratch_key(&run);
     f.scratch_key_matches = c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) == Some(&key);
-    if !k.sandbox.owns(c) {
+    if !k.backend.owns(c) {
         f.owned = Err(c
             .scratch_source
             .clone()
@@ -161,18 +217,18 @@ async fn facts(
     if f.live_op.is_some() {
         return Ok(f);
     }
-    let ops_dir = k.sandbox.ops_dir(&key);
+    let ops_dir = k.backend.ops_dir(&key);
     f.open_op_files = open_op_files(ops_dir.path());
     f.running = c.running;
     if c.running {
-        f.marked_process = match k.sandbox.probe(&c.id).await {
+        f.marked_process = match k.backend.probe(&c.id).await {
             Ok(procs) => Ok(procs
                 .first()
                 .map(|p| format!("op {} still has processes (pid {})", p.op_id, p.pid))),
             Err(e) => Err(e.to_string()),
         };
         if matches!(f.marked_process, Ok(None)) {
-            f.unknown_process = match k.sandbox.top(&c.id).await {
+            f.unknown_process = match k.backend.top(&c.id).await {
                 Ok(top) => Ok(top
                     .into_iter()
                     .find(|p| !is_idle_process(&p.command))
@@ -199,8 +255,10 @@ async fn facts(
     Ok(f)
 }
 
+/// One pass of the reaper: facts about every managed container, the pure
+/// decisions, then (unless a dry run) the removals.
 pub async fn reap(k: &Kernel, dry_run: bool) -> Result<Vec<ReapDecision>, StoreError> {
-    let containers = match k.sandbox.list_managed().await {
+    let containers = match k.backend.list_managed().await {
         Ok(list) => list,
         Err(e) => {
             tracing::warn!(%e, "reaper: cannot list containers");
@@ -208,37 +266,26 @@ pub async fn reap(k: &Kernel, dry_run: bool) -> Result<Vec<ReapDecision>, StoreE
         }
     };
     let live_ops = k.store.live_ops().await?;
-    let mut decisions = Vec::new();
-    for c in containers {
-        let f = facts(k, &c, &live_ops).await?;
-        let mut decision = ReapDecision {
-            container_id: c.id.clone(),
-            name: c.name.clone(),
-            run_id: c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned(),
-            action: "keep",
-            reason: String::new(),
-            removed: false,
-        };
-        match decide_reap(&f) {
-            Err(reason) => decision.reason = reason,
-            Ok(reason) => {
-                decision.action = "remove";
-                decision.reason = reason;
-                if let (false, Some(run)) = (dry_run, f.run_id.as_deref()) {
-                    remove_under_gate(k, &c, run, &mut decision).await?;
-                }
-            }
+    let mut all = Vec::with_capacity(containers.len());
+    for c in &containers {
+        all.push(facts(k, c, &live_ops).await?);
+    }
+    let mut decisions = decide_reap(&all);
+    if dry_run {
+        return Ok(decisions);
+    }
+    for ((decision, f), c) in decisions.iter_mut().zip(&all).zip(&containers) {
+        if let (true, Some(run)) = (decision.action == ReapAction::Remove, f.run_id.as_deref()) {
+            remove_under_gate(k, c, run, decision).await?;
         }
-        decisions.push(decision);
     }
     Ok(decisions)
 }
 
 /// Removes a container the reaper decided on, holding the run's gate (no
-/// launch of the run is between container and exec) and re-checking the
-/// control plane under it: an op admitted since the decision keeps the
-/// container. The scratch dir goes with it once every result of the run
-/// was delivered.
+/// launch of the run is between container and exec) and deciding again
+/// from fresh facts under it: an op admitted since the first look (and
+/// perhaps already ended, reopening a finished run) keeps the container.
 async fn remove_under_gate(
     k: &Kernel,
     c: &sandbox::ContainerInfo,
@@ -246,36 +293,31 @@ async fn remove_under_gate(
     decision: &mut ReapDecision,
 ) -> Result<(), StoreError> {
     let _gate = k.reap_gate(run).await;
-    // decide again from fresh facts: an op admitted (and perhaps already
-    // ended, reopening a finished run) since the first look keeps it
     let live = k.store.run_ops_live(run).await?;
-    if let Err(reason) = decide_reap(&facts(k, c, &live).await?) {
-        decision.action = "keep";
+    if let Err(reason) = verdict(&facts(k, c, &live).await?) {
+        decision.action = ReapAction::Keep;
         decision.reason = format!("kept on a second look under the run's gate: {reason}");
         return Ok(());
     }
-    match tokio::time::timeout(Duration::from_secs(30), k.sandbox.remove(&c.id)).await {
+    let removed = tokio::time::timeout(Duration::from_secs(30), k.backend.remove(&c.id)).await;
+    // removed or half gone: the next launch must look it up afresh
+    k.forget_container(&c.id);
+    match removed {
         Ok(Ok(_)) => {
             decision.removed = true;
-            k.forget_container(&c.id);
             k.probes.forget(&c.id);
             tracing::info!(container = %c.name, reason = %decision.reason, "reaped container");
         }
         Ok(Err(e)) => {
-            // it may be half gone: the next launch must look it up afresh
-            k.forget_container(&c.id);
             tracing::warn!(container = %c.name, %e, "reaper could not remove container");
             return Ok(());
         }
         Err(_) => {
-            k.forget_container(&c.id);
             tracing::warn!(container = %c.name, "reaper: remove timed out");
             return Ok(());
         }
     }
-    // the scratch dir is shared by every container of the run (a profile
-    // change makes a second one): it goes with the last of them
-    let others = k.sandbox.list_managed().await.map(|list| {
+    let others = k.backend.list_managed().await.ok().map(|list| {
         list.iter().any(|o| {
             o.id != c.id
                 && o.labels
@@ -284,23 +326,20 @@ async fn remove_under_gate(
                     == Some(run)
         })
     });
-    if !matches!(others, Ok(false)) {
-        decision
+    match scratch_fate(others, k.store.run_delivered(run).await?) {
+        ScratchFate::Keep(why) => decision
             .reason
-            .push_str("; scratch dir kept for the run's other container");
-    } else if k.store.run_delivered(run).await? {
-        let key = sandbox::profile::scratch_key(run);
-        k.watcher.unwatch(k.sandbox.ops_dir(&key).path());
-        match k.sandbox.remove_scratch(&key) {
-            Ok(()) => decision
-                .reason
-                .push_str("; scratch dir removed (every result delivered)"),
-            Err(e) => tracing::warn!(%e, "reaper could not remove a scratch dir"),
+            .push_str(&format!("; scratch dir kept {why}")),
+        ScratchFate::Remove => {
+            let key = sandbox::profile::scratch_key(run);
+            k.watcher.unwatch(k.backend.ops_dir(&key).path());
+            match k.backend.remove_scratch(&key) {
+                Ok(()) => decision
+                    .reason
+                    .push_str("; scratch dir removed (every result delivered)"),
+                Err(e) => tracing::warn!(%e, "reaper could not remove a scratch dir"),
+            }
         }
-    } else {
-        decision
-            .reason
-            .push_str("; scratch dir kept until its results are delivered");
     }
     Ok(())
 }
@@ -365,11 +404,11 @@ mod tests {
 
     #[test]
     fn decide_reap_keeps_anything_live_or_undecidable() {
-        assert!(decide_reap(&removable()).is_ok());
+        assert!(verdict(&removable()).is_ok());
         let keep = |change: &dyn Fn(&mut ReapFacts), why: &str| {
             let mut f = removable();
             change(&mut f);
-            let reason = decide_reap(&f).expect_err(why);
+            let reason = verdict(&f).expect_err(why);
             assert!(reason.contains(why), "{reason} lacks {why}");
         };
         keep(&|f| f.run_id = None, "run label");
@@ -400,11 +439,61 @@ mod tests {
         let mut f = removable();
         f.run_finished = true;
         f.idle_ms = 0;
-        assert_eq!(decide_reap(&f).unwrap(), "run finished and no op is live");
+        assert_eq!(verdict(&f).unwrap(), "run finished and no op is live");
         let mut f = removable();
         f.running = false;
         f.marked_process = Err("not running".into());
-        assert!(decide_reap(&f).is_ok());
+        assert!(verdict(&f).is_ok());
+    }
+
+    #[test]
+    fn decide_reap_decides_each_container_on_its_own_facts() {
+        let named = |id: &str, change: &dyn Fn(&mut ReapFacts)| {
+            let mut f = removable();
+            f.container_id = id.into();
+            f.name = format!("opk-{id}");
+            f.run_label = Some("r".into());
+            change(&mut f);
+            f
+        };
+        let facts = [
+            named("a", &|_| {}),
+            named("b", &|f| f.live_op = Some(("o".into(), "running".into()))),
+            named("c", &|f| {
+                f.run_id = None;
+                f.run_label = Some("../bad".into());
+            }),
+        ];
+        let got: Vec<(String, ReapAction, Option<String>)> = decide_reap(&facts)
+            .into_iter()
+            .map(|d| (d.container_id, d.action, d.run_id))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), ReapAction::Remove, Some("r".into())),
+                ("b".into(), ReapAction::Keep, Some("r".into())),
+                ("c".into(), ReapAction::Keep, Some("../bad".into())),
+            ]
+        );
+        assert!(
+            decide_reap(&facts).iter().all(|d| !d.removed),
+            "deciding removes nothing"
+        );
+        assert!(decide_reap(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_scratch_dir_goes_with_the_last_container_once_delivered() {
+        assert_eq!(scratch_fate(Some(false), true), ScratchFate::Remove);
+        assert!(
+            matches!(scratch_fate(Some(false), false), ScratchFate::Keep(w) if w.contains("delivered"))
+        );
+        assert!(
+            matches!(scratch_fate(Some(true), true), ScratchFate::Keep(w) if w.contains("other container"))
+        );
+        // the container list could not be had: keep
+        assert!(matches!(scratch_fate(None, true), ScratchFate::Keep(_)));
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     let listen = config.listen;
     let kernel = Kernel::open(config).await?;
     let started = std::time::Instant::now();
-    let attached = kernel.recover().await?;
+    let attached = crate::observer::recover(&kernel).await?;
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
     kernel.spawn_housekeeping();
     crate::reaper::spawn_periodic(kernel.clone());

@@ -1,6 +1,7 @@
-//! JSON views of ops for the API and the CLI (field names from SPEC §8).
+//! Typed views of ops and containers: the API serializes them and the CLI
+//! reads them back (field names from SPEC §8).
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use crate::report::{bounded_argv, MAX_VIEW_ARGV_BYTES};
 use crate::store::{now_ms, Op};
@@ -30,37 +31,121 @@ pub fn rfc3339(ms: i64) -> String {
     )
 }
 
-pub fn op_json(op: &Op) -> Value {
-    let end = op.finished_at.unwrap_or_else(now_ms);
-    let started = op.started_at.map(rfc3339);
-    let (command, command_truncated) = bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES);
-    json!({
-        "operation_id": op.id,
-        "run_id": op.run_id,
-        "command": command,
-        "command_truncated": command_truncated,
-        "background": op.background,
-        "status": op.status.as_str(),
-        "exit_code": op.exit_code,
-        "killed": op.killed,
-        "effect": op.effect,
-        "attempt": op.attempt,
-        "container_id": op.container_id,
-        "pid": op.pid.as_ref().map(|p| p.pid),
-        "created_at": rfc3339(op.created_at),
-        "started_at": started,
-        "heartbeat_at": op.heartbeat_at.map(rfc3339),
-        "finished_at": op.finished_at.map(rfc3339),
-        "duration_sec": ((end - op.budget_start_ms()).max(0) as f64) / 1000.0,
-        "timeout_sec": op.timeout_sec,
-        "kill_requested": op.kill_requested_at.is_some(),
-        "output_tail": op.output_tail,
-        "log_sha256": op.log_sha256,
-        "log_size": op.log_size,
-        "message": op.error,
-        "delivered": op.report_id.is_some() || op.delivered_inline,
-        "report_id": op.report_id,
-    })
+/// An op as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpView {
+    pub operation_id: String,
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub command_truncated: bool,
+    pub background: bool,
+    pub status: String,
+    pub exit_code: Option<i32>,
+    pub killed: bool,
+    pub effect: Option<String>,
+    pub attempt: u32,
+    pub container_id: Option<String>,
+    pub pid: Option<u32>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub heartbeat_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_sec: f64,
+    pub timeout_sec: u64,
+    pub kill_requested: bool,
+    pub output_tail: Option<String>,
+    pub log_sha256: Option<String>,
+    pub log_size: Option<u64>,
+    /// The op's error, or what the answering call has to say about it.
+    pub message: Option<String>,
+    pub delivered: bool,
+    pub report_id: Option<String>,
+    /// A foreground op's output (in its reply only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+impl OpView {
+    pub fn of(op: &Op) -> OpView {
+        let end = op.finished_at.unwrap_or_else(now_ms);
+        let (command, command_truncated) = bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES);
+        OpView {
+            operation_id: op.id.clone(),
+            run_id: op.run_id.clone(),
+            command,
+            command_truncated,
+            background: op.background,
+            status: op.status.as_str().to_owned(),
+            exit_code: op.exit_code,
+            killed: op.killed,
+            effect: op.effect.clone(),
+            attempt: op.attempt,
+            container_id: op.container_id.clone(),
+            pid: op.pid.as_ref().map(|p| p.pid),
+            created_at: rfc3339(op.created_at),
+            started_at: op.started_at.map(rfc3339),
+            heartbeat_at: op.heartbeat_at.map(rfc3339),
+            finished_at: op.finished_at.map(rfc3339),
+            duration_sec: ((end - op.budget_start_ms()).max(0) as f64) / 1000.0,
+            timeout_sec: op.timeout_sec,
+            kill_requested: op.kill_requested_at.is_some(),
+            output_tail: op.output_tail.clone(),
+            log_sha256: op.log_sha256.clone(),
+            log_size: op.log_size,
+            message: op.error.clone(),
+            delivered: op.report_id.is_some() || op.delivered_inline,
+            report_id: op.report_id.clone(),
+            output: None,
+        }
+    }
+
+    /// The view with `message` set to what the answering call says.
+    pub fn saying(mut self, message: impl Into<String>) -> OpView {
+        self.message = Some(message.into());
+        self
+    }
+}
+
+/// `GET /v1/ops`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpList {
+    pub operations: Vec<OpView>,
+}
+
+/// A managed container as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerView {
+    pub container_id: String,
+    pub name: String,
+    pub state: String,
+    pub run_id: Option<String>,
+    pub scratch_key: Option<String>,
+    pub run_fingerprint: Option<String>,
+    pub created_at: Option<String>,
+    /// In this kernel's registry of run containers.
+    pub registered: bool,
+}
+
+/// `GET /v1/containers`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerList {
+    pub containers: Vec<ContainerView>,
+}
+
+/// `POST /v1/runs/{run}/finish`: every outcome, and the report of what
+/// was not yet delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinishView {
+    pub run_id: String,
+    pub operations: Vec<OpView>,
+    pub report: Option<crate::store::Report>,
+}
+
+/// `POST /v1/reap`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReapList {
+    pub dry_run: bool,
+    pub decisions: Vec<crate::reaper::ReapDecision>,
 }
 
 #[cfg(test)]

@@ -4,16 +4,18 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use notify::{RecursiveMode, Watcher};
-use tokio::sync::Notify;
 
-type Wakers = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
+use crate::inbox::{Inbox, Wake};
+use crate::sync::Lock;
+
+type Wakers = Arc<Lock<HashMap<String, Arc<Inbox>>>>;
 
 pub struct OpsWatcher {
-    watcher: Mutex<Option<notify::RecommendedWatcher>>,
-    watched: Mutex<HashSet<PathBuf>>,
+    watcher: Lock<Option<notify::RecommendedWatcher>>,
+    watched: Lock<HashSet<PathBuf>>,
     wakers: Wakers,
 }
 
@@ -31,24 +33,19 @@ impl OpsWatcher {
         .map_err(|e| tracing::warn!(%e, "file events unavailable; observers fall back to polling"))
         .ok();
         OpsWatcher {
-            watcher: Mutex::new(watcher),
-            watched: Mutex::default(),
+            watcher: Lock::new(watcher),
+            watched: Lock::default(),
             wakers,
         }
     }
 
     /// Watches a run's `.ops` directory (idempotent).
     pub fn watch(&self, dir: &Path) {
-        let Ok(mut watched) = self.watched.lock() else {
-            return;
-        };
+        let mut watched = self.watched.lock();
         if watched.contains(dir) {
             return;
         }
-        let Ok(mut guard) = self.watcher.lock() else {
-            return;
-        };
-        if let Some(w) = guard.as_mut() {
+        if let Some(w) = self.watcher.lock().as_mut() {
             match w.watch(dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     watched.insert(dir.to_owned());
@@ -60,26 +57,21 @@ impl OpsWatcher {
 
     /// Forgets a directory (after its scratch dir was removed).
     pub fn unwatch(&self, dir: &Path) {
-        if let (Ok(mut watched), Ok(mut guard)) = (self.watched.lock(), self.watcher.lock()) {
-            if watched.remove(dir) {
-                if let Some(w) = guard.as_mut() {
-                    let _ = w.unwatch(dir);
-                }
+        let mut watched = self.watched.lock();
+        if watched.remove(dir) {
+            if let Some(w) = self.watcher.lock().as_mut() {
+                let _ = w.unwatch(dir);
             }
         }
     }
 
-    /// Registers the waker of an op; file events for it call `notify_one`.
-    pub fn register(&self, op_id: &str, waker: Arc<Notify>) {
-        if let Ok(mut map) = self.wakers.lock() {
-            map.insert(op_id.to_owned(), waker);
-        }
+    /// Registers the inbox of an op; file events for it post [`Wake::File`].
+    pub fn register(&self, op_id: &str, inbox: Arc<Inbox>) {
+        self.wakers.lock().insert(op_id.to_owned(), inbox);
     }
 
     pub fn unregister(&self, op_id: &str) {
-        if let Ok(mut map) = self.wakers.lock() {
-            map.remove(op_id);
-        }
+        self.wakers.lock().remove(op_id);
     }
 }
 
@@ -99,10 +91,12 @@ fn wake_for(wakers: &Wakers, path: &Path) {
     if ext != "code" && ext != "pid" {
         return;
     }
-    if let Ok(map) = wakers.lock() {
-        let known = map.get(op_id).map(|waker| waker.notify_one()).is_some();
-        tracing::debug!(file = name, known, "ops file event");
-    }
+    let known = wakers
+        .lock()
+        .get(op_id)
+        .map(|inbox| inbox.post(Wake::File))
+        .is_some();
+    tracing::debug!(file = name, known, "ops file event");
 }
 
 #[cfg(test)]
@@ -119,13 +113,13 @@ mod tests {
         let mut slow = Vec::new();
         for i in 0..200 {
             let id = uuid::Uuid::new_v4().to_string();
-            let waker = Arc::new(Notify::new());
-            watcher.register(&id, waker.clone());
+            let inbox = Arc::new(Inbox::default());
+            watcher.register(&id, inbox.clone());
             // the wrapper's pattern: a pid file, then code via temp file + rename
             std::fs::write(dir.join(format!("{id}.pid")), "1 2 h\n").unwrap();
-            tokio::time::timeout(Duration::from_secs(2), waker.notified())
-                .await
-                .unwrap();
+            assert!(inbox.wait(Duration::from_secs(2)).await.has(Wake::File));
+            // drain the pid file's further events, so only the rename can wake it below
+            while inbox.wait(Duration::from_millis(5)).await != crate::inbox::Wakes::NONE {}
             std::fs::write(dir.join(format!("{id}.code.tmp")), "0\n").unwrap();
             std::fs::rename(
                 dir.join(format!("{id}.code.tmp")),
@@ -133,9 +127,7 @@ mod tests {
             )
             .unwrap();
             let began = std::time::Instant::now();
-            if tokio::time::timeout(Duration::from_secs(2), waker.notified())
-                .await
-                .is_err()
+            if !inbox.wait(Duration::from_secs(2)).await.has(Wake::File)
                 || began.elapsed() > Duration::from_millis(200)
             {
                 slow.push((i, began.elapsed()));

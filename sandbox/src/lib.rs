@@ -4,6 +4,7 @@
 //! the pid/code/log wrapper, reads the op files, probes and signals op
 //! processes with identity checks. It knows nothing of the control plane.
 
+pub mod backend;
 pub mod docker;
 pub mod error;
 pub mod liveness;
@@ -11,6 +12,7 @@ pub mod opfiles;
 pub mod profile;
 pub mod wrapper;
 
+pub use backend::OpBackend;
 pub use docker::{find_passwd_user, unix_now, ContainerInfo, RunUser, Sandbox, TopProcess};
 pub use error::{Result, SandboxError};
 pub use liveness::{OpLiveness, Snapshot};

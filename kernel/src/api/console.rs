@@ -29,7 +29,7 @@ pub struct OffsetQuery {
 }
 
 fn read_from(k: &AppState, scratch_key: &str, op_id: &str, offset: u64, max: u64) -> Vec<u8> {
-    let Ok(mut file) = k.sandbox.ops_dir(scratch_key).open_log(op_id) else {
+    let Ok(mut file) = k.backend.ops_dir(scratch_key).open_log(op_id) else {
         return Vec::new();
     };
     if file.seek(SeekFrom::Start(offset)).is_err() {

@@ -14,7 +14,7 @@ use super::{
 use crate::auth::{new_token, token_sha256, Principal};
 use crate::lifecycle::KillReason;
 use crate::store::{Admission, NewOp, Op, StartRequest};
-use crate::views::op_json;
+use crate::views::OpView;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,7 +105,7 @@ pub async fn run_command(
     Seg(run): Seg<String>,
     headers: HeaderMap,
     Body(req): Body<RunCommand>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<OpView>> {
     authorize_run(&principal, &run)?;
     let timeout = validate(&k, &req)?;
     let key = idempotency_key(&headers)?;
@@ -122,7 +122,7 @@ pub async fn run_command(
 
 /// Inserts the op durably, hands it to its observer and answers: at once
 /// for a background op, at its end for a foreground one.
-async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<Value>> {
+async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<OpView>> {
     let background = start.background;
     // the limits are checked in the insert's transaction: an idempotent
     // retry finds its op first, and concurrent starts cannot pass together
@@ -141,19 +141,19 @@ async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<V
         NewOp::Refused(why) => return Err(ApiError::too_many(why)),
     };
     if fresh {
-        k.spawn_fresh_observer(op.clone());
+        crate::observer::spawn_fresh(k, op.clone());
     } else if !op.status.is_terminal() {
-        k.spawn_observer(op.id.clone());
+        crate::observer::spawn(k, op.id.clone());
     }
     if background {
-        let mut body = op_json(&op);
-        body["message"] = json!(started_message(&op.id, op.timeout_sec));
-        return Ok(Json(body));
+        return Ok(Json(
+            OpView::of(&op).saying(started_message(&op.id, op.timeout_sec)),
+        ));
     }
     Ok(Json(wait_foreground(k, &op).await?))
 }
 
-async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<Value> {
+async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
     let budget =
         Duration::from_secs(op.timeout_sec) + k.config.kill_grace * 3 + Duration::from_secs(30);
     let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
@@ -165,15 +165,16 @@ async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<Value> {
     if op.status.is_terminal() {
         k.store.mark_delivered_inline(&op.id).await?;
     }
-    let mut body = op_json(&op);
     let output = k
-        .sandbox
+        .backend
         .ops_dir(&op.scratch_key)
         .log_tail(&op.id, 64 * 1024)
         .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
         .unwrap_or_default();
-    body["output"] = json!(output);
-    Ok(body)
+    Ok(OpView {
+        output: Some(output),
+        ..OpView::of(&op)
+    })
 }
 
 /// A foreground command in a throwaway container, removed afterwards.
@@ -181,7 +182,7 @@ pub async fn run_oneshot(
     State(k): State<AppState>,
     principal: Principal,
     Body(req): Body<RunCommand>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<OpView>> {
     require_operator(&principal)?;
     if req.background {
         return Err(ApiError::bad_request(
@@ -214,7 +215,7 @@ pub async fn kill_operation(
     principal: Principal,
     Seg(run): Seg<String>,
     Body(req): Body<KillOperation>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<OpView>> {
     authorize_run(&principal, &run)?;
     let op = visible_op(&k, &principal, &req.operation_id).await?;
     if op.run_id != run {
@@ -224,12 +225,11 @@ pub async fn kill_operation(
         )));
     }
     if op.status.is_terminal() {
-        let mut body = op_json(&op);
-        body["message"] = json!(format!("operation already ended: {}", op.status.as_str()));
-        return Ok(Json(body));
+        let ended = format!("operation already ended: {}", op.status.as_str());
+        return Ok(Json(OpView::of(&op).saying(ended)));
     }
     k.store.request_kill(&op.id, KillReason::Kill).await?;
-    k.spawn_observer(op.id.clone());
+    crate::observer::spawn(&k, op.id.clone());
     k.poke_kill(&op.id);
     // give the TERM → grace → KILL sequence time to finish, then answer with the state
     let budget = k.config.kill_grace * 2 + Duration::from_secs(5);
@@ -239,20 +239,19 @@ pub async fn kill_operation(
         .get_op(&op.id)
         .await?
         .ok_or_else(|| ApiError::internal("operation vanished"))?;
-    let mut body = op_json(&op);
-    body["message"] = json!(if op.status.is_terminal() {
+    let message = if op.status.is_terminal() {
         format!("operation killed: {}", op.status.as_str())
     } else {
         "kill under way: SIGTERM sent, SIGKILL follows after the grace period; the outcome arrives as a normal resolution".to_owned()
-    });
-    Ok(Json(body))
+    };
+    Ok(Json(OpView::of(&op).saying(message)))
 }
 
 pub async fn get_operation(
     State(k): State<AppState>,
     principal: Principal,
     Seg(id): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<OpView>> {
     let op = visible_op(&k, &principal, &id).await?;
-    Ok(Json(op_json(&op)))
+    Ok(Json(OpView::of(&op)))
 }

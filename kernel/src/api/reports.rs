@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Seg};
 use crate::auth::Principal;
 use crate::store::Report;
-use crate::views::op_json;
+use crate::views::{FinishView, OpView};
 
 /// Longest a report call may wait.
 pub const MAX_REPORT_WAIT_SEC: u64 = 3600;
@@ -112,7 +112,7 @@ pub async fn finish(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<FinishView>> {
     authorize_run(&principal, &run)?;
     let mut events = k.run_events(&run);
     let ops = loop {
@@ -125,9 +125,9 @@ pub async fn finish(
     };
     k.store.mark_run_finished(&run).await?;
     let report = k.store.drain_report(&run).await?;
-    Ok(Json(json!({
-        "run_id": run,
-        "operations": ops.iter().map(op_json).collect::<Vec<_>>(),
-        "report": report,
-    })))
+    Ok(Json(FinishView {
+        run_id: run,
+        operations: ops.iter().map(OpView::of).collect(),
+        report,
+    }))
 }

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{require_operator, visible_op, ApiError, ApiResult, AppState, Body, Params, Seg};
 use crate::auth::Principal;
-use crate::views::op_json;
+use crate::views::{ContainerList, ContainerView, OpList, OpView, ReapList};
 
 pub async fn health(State(k): State<AppState>) -> Json<Value> {
     Json(json!({"ok": true, "kernel_id": k.id}))
@@ -30,7 +30,7 @@ pub async fn list_ops(
     State(k): State<AppState>,
     principal: Principal,
     Params(q): Params<ListQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<OpList>> {
     let run = match (&principal, q.run) {
         (Principal::Operator, run) => run,
         (Principal::Run(own), None) => Some(own.clone()),
@@ -46,31 +46,33 @@ pub async fn list_ops(
         .store
         .list_ops(run, q.limit.unwrap_or(200).min(5000))
         .await?;
-    Ok(Json(
-        json!({"operations": ops.iter().map(op_json).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(OpList {
+        operations: ops.iter().map(OpView::of).collect(),
+    }))
 }
 
-pub async fn containers(State(k): State<AppState>, principal: Principal) -> ApiResult<Json<Value>> {
+pub async fn containers(
+    State(k): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<ContainerList>> {
     require_operator(&principal)?;
     let registered = k.registered_containers();
-    let list = k.sandbox.list_managed().await?;
-    let rows: Vec<Value> = list
+    let list = k.backend.list_managed().await?;
+    let label = |c: &sandbox::ContainerInfo, name: &str| c.labels.get(name).cloned();
+    let containers = list
         .iter()
-        .map(|c| {
-            json!({
-                "container_id": c.id,
-                "name": c.name,
-                "state": c.state,
-                "run_id": c.labels.get(sandbox::profile::LABEL_RUN_ID),
-                "scratch_key": c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY),
-                "run_fingerprint": c.labels.get(sandbox::profile::LABEL_FINGERPRINT),
-                "created_at": c.labels.get(sandbox::profile::LABEL_CREATED_AT),
-                "registered": registered.contains(&c.id),
-            })
+        .map(|c| ContainerView {
+            container_id: c.id.clone(),
+            name: c.name.clone(),
+            state: c.state.clone(),
+            run_id: label(c, sandbox::profile::LABEL_RUN_ID),
+            scratch_key: label(c, sandbox::profile::LABEL_SCRATCH_KEY),
+            run_fingerprint: label(c, sandbox::profile::LABEL_FINGERPRINT),
+            created_at: label(c, sandbox::profile::LABEL_CREATED_AT),
+            registered: registered.contains(&c.id),
         })
         .collect();
-    Ok(Json(json!({"containers": rows})))
+    Ok(Json(ContainerList { containers }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,10 +86,13 @@ pub async fn reap(
     State(k): State<AppState>,
     principal: Principal,
     Params(q): Params<ReapQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ReapList>> {
     require_operator(&principal)?;
     let decisions = crate::reaper::reap(&k, q.dry_run).await?;
-    Ok(Json(json!({"dry_run": q.dry_run, "decisions": decisions})))
+    Ok(Json(ReapList {
+        dry_run: q.dry_run,
+        decisions,
+    }))
 }
 
 /// Operator only, and only on a kernel started with drills enabled.

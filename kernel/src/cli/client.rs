@@ -89,6 +89,23 @@ impl Client {
             .await?)
     }
 
+    /// `get`, read as a typed view.
+    pub async fn get_as<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let v = self.get(path).await?;
+        serde_json::from_value(v).with_context(|| format!("unexpected answer from GET {path}"))
+    }
+
+    /// `post_with`, read as a typed view.
+    pub async fn post_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<T> {
+        let v = self.post_with(path, body, idempotency_key).await?;
+        serde_json::from_value(v).with_context(|| format!("unexpected answer from POST {path}"))
+    }
+
     pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
         Ok(self
             .send(self.http.get(self.url(path)))

@@ -1,0 +1,108 @@
+//! How an op's observer is woken. Every source (a file event on its
+//! `.pid`/`.code`, its container monitor's alarm, a kill request, a drill's
+//! fault) posts one [`Wake`] to the op's [`Inbox`]; the observer takes all
+//! pending wakes at once. Posting never blocks, never fails and never grows
+//! memory: wakes of one kind coalesce.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// Why an observer is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Wake {
+    /// The op's `.pid` or `.code` file appeared or changed.
+    File = 1,
+    /// The container monitor's probe did not find the op's wrapper alive.
+    Alarm = 2,
+    /// A kill request was recorded for the op.
+    Kill = 4,
+    /// A drill asked the current observer attempt to fail.
+    Fault = 8,
+}
+
+/// The set of wakes taken at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wakes(u8);
+
+impl Wakes {
+    pub const NONE: Wakes = Wakes(0);
+
+    pub fn of(wakes: &[Wake]) -> Wakes {
+        Wakes(wakes.iter().fold(0, |bits, w| bits | *w as u8))
+    }
+
+    pub fn has(self, wake: Wake) -> bool {
+        self.0 & wake as u8 != 0
+    }
+}
+
+/// One op's wake-ups; shared by its observer attempts and their sources.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    pending: AtomicU8,
+    notify: Notify,
+}
+
+impl Inbox {
+    pub fn post(&self, wake: Wake) {
+        self.pending.fetch_or(wake as u8, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// Takes what is pending without waiting.
+    pub fn take(&self) -> Wakes {
+        Wakes(self.pending.swap(0, Ordering::SeqCst))
+    }
+
+    /// Waits up to `limit` for a wake (returns at once if one is pending),
+    /// then takes everything pending; `Wakes::NONE` when the time ran out.
+    pub async fn wait(&self, limit: Duration) -> Wakes {
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            let _ = tokio::time::timeout(limit, self.notify.notified()).await;
+        }
+        self.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wakes_coalesce_and_none_is_lost() {
+        let inbox = Inbox::default();
+        inbox.post(Wake::File);
+        inbox.post(Wake::File);
+        inbox.post(Wake::Kill);
+        let got = inbox.wait(Duration::from_secs(5)).await;
+        assert!(got.has(Wake::File) && got.has(Wake::Kill) && !got.has(Wake::Alarm));
+        assert_eq!(inbox.wait(Duration::from_millis(20)).await, Wakes::NONE);
+        // a post while nobody waits is kept for the next wait
+        inbox.post(Wake::Alarm);
+        let began = std::time::Instant::now();
+        assert_eq!(
+            inbox.wait(Duration::from_secs(5)).await,
+            Wakes::of(&[Wake::Alarm])
+        );
+        assert!(began.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn a_post_wakes_a_waiting_observer() {
+        let inbox = std::sync::Arc::new(Inbox::default());
+        let waiter = {
+            let inbox = inbox.clone();
+            tokio::spawn(async move { inbox.wait(Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        inbox.post(Wake::Fault);
+        let got = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("woken")
+            .expect("joined");
+        assert!(got.has(Wake::Fault));
+    }
+}

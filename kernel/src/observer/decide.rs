@@ -1,0 +1,577 @@
+//! The pure decision core of an op's observer. Everything an attempt knows
+//! arrives as an [`Evidence`] value next to its [`State`]; [`next`] answers
+//! with one [`Action`], which the executor (`watch.rs`, `launch.rs`) carries
+//! out before it asks again. Nothing here does I/O or reads a clock, so each
+//! invariant of ARCHITECTURE.md that an observer enforces is a table test
+//! below.
+//!
+//! The executor's side of the contract:
+//! - every step starts with the code file read, the pid file read (while no
+//!   pid is recorded), the wakes taken and one clock reading;
+//! - every probe and every launch-status answer is followed by a fresh read
+//!   of the code file, so a verdict is always judged against a code read
+//!   after the evidence it rests on;
+//! - a signal drops the step's probe (it predates the signal).
+
+use std::time::{Duration, Instant};
+
+use sandbox::{PidRecord, SandboxError, Signal};
+
+use crate::inbox::{Wake, Wakes};
+use crate::lifecycle::{KillReason, Outcome};
+
+/// How soon to look again while a kill is under way or a code file awaits
+/// its wrapper's end.
+pub const RECHECK: Duration = Duration::from_millis(100);
+/// How often an op whose start Docker did not confirm is looked at.
+pub const START_POLL: Duration = Duration::from_millis(250);
+/// The longest sleep of a monitored op (its container monitor alarms it).
+pub const IDLE: Duration = Duration::from_secs(3600);
+/// The shortest wait before a timeout is due.
+const MIN_WAIT: Duration = Duration::from_millis(10);
+
+/// The configured durations the decisions use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// TERM → KILL, and KILL → "is anything left?".
+    pub kill_grace: Duration,
+    /// An unreachable daemon or container makes the op `lost` after this.
+    pub grace: Duration,
+    /// How long a started op may take to show evidence of itself.
+    pub start_evidence: Duration,
+}
+
+impl Timing {
+    /// The start-evidence window: a start Docker confirmed shows its pid
+    /// file within moments; an unconfirmed one may still be queued in the
+    /// daemon, so it gets the grace window too.
+    pub fn evidence_window(&self, start: Start) -> Duration {
+        match start {
+            Start::Confirmed => self.start_evidence,
+            Start::Unconfirmed => self.start_evidence.max(self.grace),
+        }
+    }
+}
+
+/// One reading of both clocks, taken once per attempt: wall-clock times of
+/// the control plane become monotonic instants through it, so a later step
+/// of the wall clock moves no deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    pub wall_ms: i64,
+    pub mono: Instant,
+}
+
+impl Clock {
+    /// The monotonic instant of a wall-clock time.
+    pub fn instant(&self, wall_ms: i64) -> Instant {
+        let delta = Duration::from_millis(wall_ms.abs_diff(self.wall_ms));
+        if wall_ms >= self.wall_ms {
+            self.mono + delta
+        } else {
+            self.mono.checked_sub(delta).unwrap_or(self.mono)
+        }
+    }
+}
+
+/// The one start-evidence rule: an op must show evidence of itself (pid
+/// file, code file or a marked process) within `window` of the later of
+/// its exec claim and the moment this attempt began watching. No attempt
+/// concludes "no evidence" without having watched a full window itself: a
+/// start request may have taken up to the Docker timeout to fail, and a
+/// restarted kernel missed the file events of its downtime.
+pub fn evidence_deadline(clock: &Clock, claimed_ms: i64, window: Duration) -> Instant {
+    clock.instant(claimed_ms).max(clock.mono) + window
+}
+
+/// Whether Docker confirmed the op's start (the row is `running`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    Unconfirmed,
+    Confirmed,
+}
+
+/// Where a kill stands in this attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillPhase {
+    /// Recorded, no signal sent by this attempt yet.
+    Requested,
+    TermSent {
+        at: Instant,
+    },
+    KillSent {
+        at: Instant,
+    },
+}
+
+/// A durable kill request as this attempt carries it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kill {
+    pub reason: KillReason,
+    pub phase: KillPhase,
+    /// A signal reached the op's processes (durable: counts across restarts).
+    pub signalled: bool,
+}
+
+impl Kill {
+    /// Takes up a recorded kill request: the sequence starts over at TERM,
+    /// and a signal sent before a restart still counts.
+    pub fn adopt(reason: KillReason, signalled: bool) -> Kill {
+        Kill {
+            reason,
+            phase: KillPhase::Requested,
+            signalled,
+        }
+    }
+
+    /// The kill after `signal` was sent at `at`; `hit` when it reached a process.
+    pub fn sent(self, signal: Signal, at: Instant, hit: bool) -> Kill {
+        Kill {
+            phase: match signal {
+                Signal::Term => KillPhase::TermSent { at },
+                Signal::Kill => KillPhase::KillSent { at },
+            },
+            signalled: self.signalled || hit,
+            ..self
+        }
+    }
+}
+
+/// What an attempt carries from step to step.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub start: Start,
+    /// The wrapper's identity, once recorded in the control plane.
+    pub pid: Option<PidRecord>,
+    pub kill: Option<Kill>,
+    /// Commands run as root: a code file is believed only when the
+    /// wrapper's own launch ended with the same code.
+    pub root_mode: bool,
+    /// The op's timeout, counted from its recorded start.
+    pub timeout_at: Instant,
+    /// See [`evidence_deadline`].
+    pub evidence_by: Instant,
+    /// The next safety-net tick of an op no container monitor watches yet.
+    pub next_tick: Instant,
+    /// Since when probes fail to reach the container.
+    pub unreachable_since: Option<Instant>,
+    pub timing: Timing,
+}
+
+impl State {
+    /// Notes what a probe says about reachability.
+    pub fn observe(&mut self, probe: &Probe, now: Instant) {
+        match probe.view {
+            ProbeView::Seen { .. } => self.unreachable_since = None,
+            ProbeView::Unreachable(_) => {
+                self.unreachable_since.get_or_insert(now);
+            }
+            ProbeView::Gone | ProbeView::Stopped => {}
+        }
+    }
+
+    /// The outcome of a recorded exit code, given the kill request (only a
+    /// signal that reached the command makes it killed or timed out).
+    pub fn outcome_of(&self, code: i32) -> Outcome {
+        match self.kill {
+            Some(kill) => kill.reason.outcome(code, kill.signalled),
+            None => Outcome::Completed {
+                exit_code: code,
+                killed: false,
+            },
+        }
+    }
+}
+
+/// The op's `.code` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeFile {
+    Missing,
+    Recorded(i32),
+    /// Empty, partial or garbage: settles nothing while the wrapper lives.
+    Unusable(String),
+}
+
+/// A probe's view of the op's wrapper (identity-checked by pid, start time
+/// and marker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrapper {
+    Alive,
+    Absent,
+    /// The recorded pid belongs to another process now.
+    PidReused,
+    /// No pid is recorded: there is no identity to check.
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeView {
+    Seen {
+        wrapper: Wrapper,
+        /// Some process carries the op's marker.
+        marked: bool,
+    },
+    Gone,
+    Stopped,
+    /// The daemon or container did not answer (or answered garbage).
+    Unreachable(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub view: ProbeView,
+    /// Taken for this question, not served from the shared cache.
+    pub fresh: bool,
+}
+
+/// How the wrapper's own launch ended, as the backend (out of the
+/// command's reach) records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchEnd {
+    Running,
+    Exited(i64),
+    Unreachable,
+    /// No launch id was recorded for the op.
+    NotRecorded,
+    Unconfirmable(String),
+}
+
+/// What one step of an attempt found.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    pub now: Instant,
+    pub wakes: Wakes,
+    /// The safety-net tick of an unmonitored op fell due in this step.
+    pub tick: bool,
+    pub code: CodeFile,
+    /// The `.pid` file, read while no pid is recorded.
+    pub pid_file: Option<PidRecord>,
+    pub probe: Option<Probe>,
+    pub launch_end: Option<LaunchEnd>,
+}
+
+impl Evidence {
+    /// The cheap facts of a step; probes and launch ends come on request.
+    pub fn new(now: Instant, wakes: Wakes, code: CodeFile) -> Evidence {
+        Evidence {
+            now,
+            wakes,
+            tick: false,
+            code,
+            pid_file: None,
+            probe: None,
+            launch_end: None,
+        }
+    }
+}
+
+/// What the executor does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// The compare-and-set terminal write.
+    Settle(Outcome),
+    /// Evidence shows the unconfirmed start happened: the row becomes `running`.
+    ConfirmStart,
+    RecordPid(PidRecord),
+    /// Record a timeout kill request (the first recorded reason wins).
+    RequestTimeout,
+    Signal {
+        signal: Signal,
+        rec: PidRecord,
+    },
+    /// Probe the container; `fresh` refuses a cached snapshot.
+    Probe {
+        fresh: bool,
+    },
+    /// Ask the backend how the wrapper's launch ended.
+    AskLaunchEnd,
+    /// Wait for a wake or this long, then gather a new step.
+    Wait(Duration),
+}
+
+fn lost(reason: impl Into<String>) -> Action {
+    Action::Settle(Outcome::Lost {
+        reason: reason.into(),
+    })
+}
+
+/// The next action of an attempt, given its state and this step's evidence.
+pub fn next(s: &State, e: &Evidence) -> Action {
+    match s.start {
+        Start::Unconfirmed => next_unconfirmed(s, e),
+        Start::Confirmed => next_confirmed(s, e),
+    }
+}
+
+/// A claimed op whose start Docker did not confirm: any file or marked
+/// process confirms it; none by the evidence deadline makes it `lost`
+/// (Docker may still run a queued start, so "nothing ran" would be a
+/// guess). Never launched again.
+fn next_unconfirmed(s: &State, e: &Evidence) -> Action {
+    if e.code != CodeFile::Missing || e.pid_file.is_some() {
+        return Action::ConfirmStart;
+    }
+    match &e.probe {
+        None => return Action::Probe { fresh: true },
+        Some(Probe {
+            view: ProbeView::Seen { marked: true, .. },
+            ..
+        }) => return Action::ConfirmStart,
+        Some(_) => {}
+    }
+    if e.now >= s.evidence_by {
+        return lost(format!(
+            "the start of the command was not confirmed: no pid file, exit code or process of it \
+             appeared within {}s of its launch (it may still have run)",
+            s.timing.evidence_window(Start::Unconfirmed).as_secs()
+        ));
+    }
+    Action::Wait(START_POLL)
+}
+
+/// A started op: a recorded result first, then the pid record, the
+/// timeout, the kill sequence and the liveness safety net.
+fn next_confirmed(s: &State, e: &Evidence) -> Action {
+    let look_again_soon = match judge_code(s, e) {
+        Judged::Act(action) => return action,
+        Judged::LookAgainSoon => true,
+        Judged::Nothing => false,
+    };
+    if let (None, Some(rec)) = (&s.pid, &e.pid_file) {
+        return Action::RecordPid(rec.clone());
+    }
+    if s.kill.is_none() && e.now >= s.timeout_at {
+        return Action::RequestTimeout;
+    }
+    if let Some(action) = s.kill.and_then(|kill| step_kill(s, kill, e)) {
+        return action;
+    }
+    if let Some(action) = check_liveness(s, e) {
+        return action;
+    }
+    Action::Wait(wait_for(s, e, look_again_soon))
+}
+
+enum Judged {
+    Act(Action),
+    LookAgainSoon,
+    Nothing,
+}
+
+/// A recorded result beats the container; an unusable one counts only
+/// once its wrapper is proven gone.
+fn judge_code(s: &State, e: &Evidence) -> Judged {
+    match &e.code {
+        CodeFile::Missing => Judged::Nothing,
+        CodeFile::Recorded(code) if !s.root_mode => {
+            Judged::Act(Action::Settle(s.outcome_of(*code)))
+        }
+        CodeFile::Recorded(code) => judge_root_code(s, e, *code),
+        CodeFile::Unusable(bad) => match wrapper_gone(s, e) {
+            Err(probe) => Judged::Act(probe),
+            Ok(true) => Judged::Act(lost(format!("exit code unusable: {bad}"))),
+            Ok(false) => Judged::Nothing,
+        },
+    }
+}
+
+/// Root mode: the `.ops` dir is within the command's reach. A code next to
+/// a live wrapper is ignored; once the wrapper is gone, the code is
+/// believed only if the wrapper's launch exited with that same code.
+fn judge_root_code(s: &State, e: &Evidence, code: i32) -> Judged {
+    if s.pid.is_some() {
+        match wrapper_gone(s, e) {
+            Err(probe) => return Judged::Act(probe),
+            Ok(false) => return Judged::LookAgainSoon,
+            Ok(true) => {}
+        }
+    }
+    let forgeable = "commands run as root can forge it";
+    match &e.launch_end {
+        None => Judged::Act(Action::AskLaunchEnd),
+        Some(LaunchEnd::Exited(status)) if *status == i64::from(code) => {
+            Judged::Act(Action::Settle(s.outcome_of(code)))
+        }
+        Some(LaunchEnd::Running | LaunchEnd::Unreachable) => Judged::LookAgainSoon,
+        Some(LaunchEnd::Exited(status)) => Judged::Act(lost(format!(
+            "the wrapper did not end normally (its exec exited {status}); the exit code file's {code} \
+             is not believed"
+        ))),
+        Some(LaunchEnd::NotRecorded) => Judged::Act(lost(format!(
+            "exit code file says {code}, but the wrapper's end cannot be confirmed (no exec recorded); \
+             {forgeable}"
+        ))),
+        Some(LaunchEnd::Unconfirmable(why)) => Judged::Act(lost(format!(
+            "exit code file says {code}, but the wrapper's end cannot be confirmed ({why}); {forgeable}"
+        ))),
+    }
+}
+
+/// Whether a fresh probe proves the identity-checked wrapper gone. `Ok(false)`
+/// when it lives, no pid is recorded, or the probe failed (not proof);
+/// `Err(action)` when a fresh probe must be taken first.
+fn wrapper_gone(s: &State, e: &Evidence) -> Result<bool, Action> {
+    if s.pid.is_none() {
+        return Ok(false);
+    }
+    match &e.probe {
+        Some(Probe { fresh: true, view }) => Ok(matches!(
+            view,
+            ProbeView::Seen {
+                wrapper: Wrapper::Absent | Wrapper::PidReused,
+                ..
+            }
+        )),
+        _ => Err(Action::Probe { fresh: true }),
+    }
+}
+
+/// One step of TERM → grace → KILL (→ grace → KILL again while the
+/// wrapper lives). Nothing is signalled before the wrapper recorded itself.
+fn step_kill(s: &State, kill: Kill, e: &Evidence) -> Option<Action> {
+    let Some(rec) = &s.pid else {
+        return (e.now > s.evidence_by).then(|| lost("killed before the op recorded its process"));
+    };
+    let signal = |signal| Action::Signal {
+        signal,
+        rec: rec.clone(),
+    };
+    let grace_over = |at: Instant| e.now.saturating_duration_since(at) >= s.timing.kill_grace;
+    match kill.phase {
+        KillPhase::Requested => Some(signal(Signal::Term)),
+        KillPhase::TermSent { at } if grace_over(at) => Some(signal(Signal::Kill)),
+        KillPhase::KillSent { at } if grace_over(at) => match wrapper_gone(s, e) {
+            Err(probe) => Some(probe),
+            Ok(true) => Some(lost(
+                "the process vanished without an exit code while being killed",
+            )),
+            Ok(false) => Some(signal(Signal::Kill)),
+        },
+        _ => None,
+    }
+}
+
+/// The safety net, on a monitor's alarm or an unmonitored op's tick: a
+/// cached probe first, a fresh one before any verdict of death.
+fn check_liveness(s: &State, e: &Evidence) -> Option<Action> {
+    if !(e.wakes.has(Wake::Alarm) || e.tick) {
+        return None;
+    }
+    let Some(probe) = &e.probe else {
+        return Some(Action::Probe { fresh: false });
+    };
+    match (&probe.view, &s.pid) {
+        (ProbeView::Seen { marked: true, .. }, None) => None,
+        (ProbeView::Seen { .. }, None) if !probe.fresh => Some(Action::Probe { fresh: true }),
+        (ProbeView::Seen { .. }, None) => (e.now > s.evidence_by)
+            .then(|| lost("the process vanished before recording itself")),
+        (ProbeView::Seen { wrapper, .. }, Some(_)) => match wrapper {
+            Wrapper::Alive => None,
+            _ if !probe.fresh => Some(Action::Probe { fresh: true }),
+            Wrapper::PidReused => Some(lost(
+                "the process vanished without an exit code (its pid now belongs to another process)",
+            )),
+            Wrapper::Absent | Wrapper::Unknown => {
+                Some(lost("the process vanished without an exit code"))
+            }
+        },
+        (ProbeView::Gone, _) => Some(lost("the container was removed")),
+        (ProbeView::Stopped, _) => Some(lost("the container stopped")),
+        (ProbeView::Unreachable(_), _) => {
+            let since = s.unreachable_since.unwrap_or(e.now);
+            (e.now.saturating_duration_since(since) >= s.timing.grace).then(|| {
+                lost(format!(
+                    "container unreachable for {}s",
+                    s.timing.grace.as_secs()
+                ))
+            })
+        }
+    }
+}
+
+/// How long to sleep: a monitored op until its monitor or a file wakes
+/// it, an unmonitored one until its next tick; never past the timeout, and
+/// briefly while a kill is under way or a code awaits its wrapper's end.
+fn wait_for(s: &State, e: &Evidence, look_again_soon: bool) -> Duration {
+    let mut until = match s.pid {
+        Some(_) => e.now + IDLE,
+        None => s.next_tick,
+    };
+    if s.kill.is_some() || look_again_soon {
+        until = until.min(e.now + RECHECK);
+    } else {
+        until = until.min(s.timeout_at.max(e.now + MIN_WAIT));
+    }
+    until.saturating_duration_since(e.now)
+}
+
+/// How Docker answered the one launch of an op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchVerdict {
+    /// It started: the row becomes `running`.
+    Started,
+    /// The container vanished under the cached registry entry: no exec
+    /// exists, so nothing ran; ensure the container afresh and launch once more.
+    StaleContainer,
+    /// The engine said no: nothing ran (`failed`).
+    Refused(String),
+    /// Whether it started is unknown: the evidence decides, never a guess.
+    Unknown,
+}
+
+/// Classifies a launch's answer. A 5xx (or a timeout, or a dropped
+/// connection) may hide a start that happened; only an explicit refusal
+/// means nothing ran.
+pub fn launch_verdict(result: &sandbox::Result<()>, retried: bool) -> LaunchVerdict {
+    match result {
+        Ok(()) => LaunchVerdict::Started,
+        Err(SandboxError::NotFound(_) | SandboxError::Conflict(_)) if !retried => {
+            LaunchVerdict::StaleContainer
+        }
+        Err(SandboxError::Refused { status: 500.., .. }) => LaunchVerdict::Unknown,
+        Err(
+            e @ (SandboxError::Refused { .. }
+            | SandboxError::NotFound(_)
+            | SandboxError::Conflict(_)
+            | SandboxError::Invalid(_)
+            | SandboxError::Foreign { .. }),
+        ) => LaunchVerdict::Refused(format!("docker refused the command: {e}")),
+        Err(_) => LaunchVerdict::Unknown,
+    }
+}
+
+/// An unclaimed op before its launch: a kill recorded before the exec
+/// claim wins, and the op ends `failed` (nothing ran) with `killed`.
+pub fn cancelled_before_start(claimed: bool, kill_requested: bool) -> Option<Outcome> {
+    (!claimed && kill_requested).then(|| Outcome::Failed {
+        error: "cancelled before start".into(),
+        killed: true,
+    })
+}
+
+/// Facts about the container an op's row names, as inspected at attach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerFacts {
+    /// Managed label, this home's scratch mount, the op's run and scratch key.
+    pub identity_matches: bool,
+    pub hostname: String,
+}
+
+/// Whether the recorded container still is the op's; `Some(outcome)` when not.
+pub fn judge_container(c: &ContainerFacts, pid: Option<&PidRecord>) -> Option<Outcome> {
+    if !c.identity_matches {
+        return Some(Outcome::Lost {
+            reason: "the recorded container's identity cannot be confirmed".into(),
+        });
+    }
+    let foreign_pid = pid.is_some_and(|rec| {
+        !c.hostname.is_empty() && !rec.hostname.is_empty() && rec.hostname != c.hostname
+    });
+    foreign_pid.then(|| Outcome::Lost {
+        reason: "the pid file belongs to another container".into(),
+    })
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,0 +1,888 @@
+//! Table tests of the decision core: one row per situation, each named for
+//! the invariant of ARCHITECTURE.md it holds.
+
+use super::*;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn rec() -> PidRecord {
+    PidRecord {
+        pid: 42,
+        start_ticks: 1000,
+        hostname: "box".into(),
+    }
+}
+
+struct World {
+    t0: Instant,
+}
+
+impl World {
+    fn new() -> World {
+        World { t0: Instant::now() }
+    }
+    fn at(&self, secs: u64) -> Instant {
+        self.t0 + Duration::from_secs(secs)
+    }
+    /// A confirmed op with its pid recorded, started at t0, timeout 100 s,
+    /// evidence window 10 s, grace 60 s, kill grace 5 s.
+    fn running(&self) -> State {
+        State {
+            start: Start::Confirmed,
+            pid: Some(rec()),
+            kill: None,
+            root_mode: false,
+            timeout_at: self.at(100),
+            evidence_by: self.at(10),
+            next_tick: self.at(5),
+            unreachable_since: None,
+            timing: Timing {
+                kill_grace: 5 * SEC,
+                grace: 60 * SEC,
+                start_evidence: 10 * SEC,
+            },
+        }
+    }
+    fn step(&self, secs: u64) -> Evidence {
+        Evidence::new(self.at(secs), Wakes::NONE, CodeFile::Missing)
+    }
+}
+
+fn seen(wrapper: Wrapper, marked: bool, fresh: bool) -> Option<Probe> {
+    Some(Probe {
+        view: ProbeView::Seen { wrapper, marked },
+        fresh,
+    })
+}
+
+fn failed(view: ProbeView, fresh: bool) -> Option<Probe> {
+    Some(Probe { view, fresh })
+}
+
+fn settled(action: &Action) -> Option<&Outcome> {
+    match action {
+        Action::Settle(outcome) => Some(outcome),
+        _ => None,
+    }
+}
+
+fn is_lost(action: &Action) -> bool {
+    matches!(action, Action::Settle(Outcome::Lost { .. }))
+}
+
+fn completed(code: i32, killed: bool) -> Action {
+    Action::Settle(Outcome::Completed {
+        exit_code: code,
+        killed,
+    })
+}
+
+type Case = (&'static str, State, Evidence, fn(&Action) -> bool);
+
+fn check(cases: Vec<Case>) {
+    let mut failures = Vec::new();
+    for (name, state, evidence, ok) in cases {
+        let action = next(&state, &evidence);
+        if !ok(&action) {
+            failures.push(format!("{name}: got {action:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn a_recorded_result_beats_the_container() {
+    let w = World::new();
+    let alarm = |secs, code, probe| Evidence {
+        wakes: Wakes::of(&[Wake::Alarm]),
+        code,
+        probe,
+        ..w.step(secs)
+    };
+    let mut unreachable = w.running();
+    unreachable.unreachable_since = Some(w.at(0));
+    check(vec![
+        (
+            "code and a removed container",
+            w.running(),
+            alarm(1, CodeFile::Recorded(3), failed(ProbeView::Gone, true)),
+            |a| *a == completed(3, false),
+        ),
+        (
+            "code and an unreachable daemon past the grace",
+            unreachable,
+            alarm(
+                90,
+                CodeFile::Recorded(0),
+                failed(ProbeView::Unreachable("down".into()), false),
+            ),
+            |a| *a == completed(0, false),
+        ),
+        (
+            "code and a dead wrapper",
+            w.running(),
+            alarm(1, CodeFile::Recorded(7), seen(Wrapper::Absent, false, true)),
+            |a| *a == completed(7, false),
+        ),
+        (
+            "code before any pid was recorded",
+            State {
+                pid: None,
+                ..w.running()
+            },
+            w.step(1).with_code(CodeFile::Recorded(0)),
+            |a| *a == completed(0, false),
+        ),
+        (
+            "no code: a removed container is lost",
+            w.running(),
+            alarm(1, CodeFile::Missing, failed(ProbeView::Gone, false)),
+            is_lost,
+        ),
+        (
+            "no code: a stopped container is lost",
+            w.running(),
+            alarm(1, CodeFile::Missing, failed(ProbeView::Stopped, false)),
+            is_lost,
+        ),
+    ]);
+}
+
+impl Evidence {
+    fn with_code(self, code: CodeFile) -> Evidence {
+        Evidence { code, ..self }
+    }
+}
+
+#[test]
+fn lost_is_never_zero_and_completion_carries_the_recorded_code() {
+    // every combination of the step's facts: a Completed outcome only ever
+    // carries the code the wrapper recorded, and Lost carries none by type
+    let w = World::new();
+    let codes = [
+        CodeFile::Missing,
+        CodeFile::Recorded(0),
+        CodeFile::Recorded(5),
+        CodeFile::Unusable("garbage".into()),
+    ];
+    let probes = [
+        None,
+        seen(Wrapper::Alive, true, true),
+        seen(Wrapper::Absent, false, true),
+        seen(Wrapper::PidReused, false, false),
+        failed(ProbeView::Gone, true),
+        failed(ProbeView::Unreachable("x".into()), true),
+    ];
+    let ends = [
+        None,
+        Some(LaunchEnd::Exited(0)),
+        Some(LaunchEnd::Exited(5)),
+        Some(LaunchEnd::Running),
+    ];
+    let mut seen_outcomes = 0;
+    for root_mode in [false, true] {
+        for code in &codes {
+            for probe in &probes {
+                for end in &ends {
+                    for wakes in [Wakes::NONE, Wakes::of(&[Wake::Alarm])] {
+                        let state = State {
+                            root_mode,
+                            ..w.running()
+                        };
+                        let e = Evidence {
+                            wakes,
+                            code: code.clone(),
+                            probe: probe.clone(),
+                            launch_end: end.clone(),
+                            ..w.step(200)
+                        };
+                        let action = next(&state, &e);
+                        match settled(&action) {
+                            Some(Outcome::Completed { exit_code, .. })
+                            | Some(Outcome::TimedOut {
+                                exit_code: Some(exit_code),
+                                ..
+                            }) => {
+                                seen_outcomes += 1;
+                                assert_eq!(
+                                    *code,
+                                    CodeFile::Recorded(*exit_code),
+                                    "{action:?} from {e:?}"
+                                );
+                            }
+                            Some(Outcome::Failed { .. }) => {
+                                panic!("an attached op never fails: {action:?} from {e:?}")
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen_outcomes > 0);
+}
+
+#[test]
+fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
+    let w = World::new();
+    let root = || State {
+        root_mode: true,
+        ..w.running()
+    };
+    let step = |code, probe, end| Evidence {
+        code,
+        probe,
+        launch_end: end,
+        ..w.step(1)
+    };
+    check(vec![
+        (
+            "root: a code next to a live wrapper is ignored for now",
+            root(),
+            step(
+                CodeFile::Recorded(0),
+                seen(Wrapper::Alive, true, true),
+                None,
+            ),
+            |a| *a == Action::Wait(RECHECK),
+        ),
+        (
+            "root: a cached probe is no proof; probe afresh",
+            root(),
+            step(
+                CodeFile::Recorded(0),
+                seen(Wrapper::Absent, false, false),
+                None,
+            ),
+            |a| *a == Action::Probe { fresh: true },
+        ),
+        (
+            "root: a failed probe is no proof of death",
+            root(),
+            step(
+                CodeFile::Recorded(0),
+                failed(ProbeView::Unreachable("x".into()), true),
+                None,
+            ),
+            |a| *a == Action::Wait(RECHECK),
+        ),
+        (
+            "root: wrapper gone, ask how its launch ended",
+            root(),
+            step(
+                CodeFile::Recorded(0),
+                seen(Wrapper::Absent, false, true),
+                None,
+            ),
+            |a| *a == Action::AskLaunchEnd,
+        ),
+        (
+            "root: the launch ended with the same code",
+            root(),
+            step(
+                CodeFile::Recorded(3),
+                seen(Wrapper::Absent, false, true),
+                Some(LaunchEnd::Exited(3)),
+            ),
+            |a| *a == completed(3, false),
+        ),
+        (
+            "root: a forged code (launch ended otherwise) is lost",
+            root(),
+            step(
+                CodeFile::Recorded(0),
+                seen(Wrapper::PidReused, false, true),
+                Some(LaunchEnd::Exited(137)),
+            ),
+            is_lost,
+        ),
+        (
+            "root: no launch recorded, nothing corroborates",
+            root(),
+            step(
+                CodeFile::Recorded(0),
+                seen(Wrapper::Absent, false, true),
+                Some(LaunchEnd::NotRecorded),
+            ),
+            is_lost,
+        ),
+        (
+            "root: the launch still runs",
+            root(),
+            step(
+                CodeFile::Recorded(0),
+                seen(Wrapper::Absent, false, true),
+                Some(LaunchEnd::Running),
+            ),
+            |a| *a == Action::Wait(RECHECK),
+        ),
+        (
+            "unusable code while the wrapper lives settles nothing",
+            w.running(),
+            step(
+                CodeFile::Unusable("x".into()),
+                seen(Wrapper::Alive, true, true),
+                None,
+            ),
+            |a| matches!(a, Action::Wait(_)),
+        ),
+        (
+            "unusable code: judged only on a fresh probe",
+            w.running(),
+            step(CodeFile::Unusable("x".into()), None, None),
+            |a| *a == Action::Probe { fresh: true },
+        ),
+        (
+            "unusable code and a dead wrapper: lost",
+            w.running(),
+            step(
+                CodeFile::Unusable("x".into()),
+                seen(Wrapper::Absent, false, true),
+                None,
+            ),
+            is_lost,
+        ),
+        (
+            "unusable code, no pid recorded: wait for the wrapper",
+            State {
+                pid: None,
+                ..w.running()
+            },
+            step(CodeFile::Unusable("x".into()), None, None),
+            |a| matches!(a, Action::Wait(_)),
+        ),
+    ]);
+}
+
+#[test]
+fn nothing_is_signalled_or_declared_dead_without_proof() {
+    let w = World::new();
+    let killing = |phase| State {
+        kill: Some(Kill {
+            reason: KillReason::Kill,
+            phase,
+            signalled: false,
+        }),
+        ..w.running()
+    };
+    let unrecorded_kill = State {
+        pid: None,
+        ..killing(KillPhase::Requested)
+    };
+    let alarm = |probe| Evidence {
+        wakes: Wakes::of(&[Wake::Alarm]),
+        probe,
+        ..w.step(1)
+    };
+    check(vec![
+        (
+            "a kill before the pid is recorded signals nothing",
+            unrecorded_kill.clone(),
+            w.step(1),
+            |a| matches!(a, Action::Wait(d) if *d <= RECHECK),
+        ),
+        (
+            "... and is lost only after the evidence window",
+            unrecorded_kill,
+            w.step(11),
+            is_lost,
+        ),
+        (
+            "TERM goes to the recorded wrapper's identity",
+            killing(KillPhase::Requested),
+            w.step(1),
+            |a| {
+                *a == Action::Signal {
+                    signal: Signal::Term,
+                    rec: rec(),
+                }
+            },
+        ),
+        (
+            "KILL only after the grace",
+            killing(KillPhase::TermSent { at: w.at(1) }),
+            w.step(3),
+            |a| matches!(a, Action::Wait(_)),
+        ),
+        (
+            "KILL after the grace",
+            killing(KillPhase::TermSent { at: w.at(1) }),
+            w.step(6),
+            |a| {
+                matches!(
+                    a,
+                    Action::Signal {
+                        signal: Signal::Kill,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "after KILL and a grace, only a fresh probe judges",
+            killing(KillPhase::KillSent { at: w.at(1) }),
+            w.step(7),
+            |a| *a == Action::Probe { fresh: true },
+        ),
+        (
+            "after KILL, a live wrapper gets KILL again",
+            killing(KillPhase::KillSent { at: w.at(1) }),
+            Evidence {
+                probe: seen(Wrapper::Alive, true, true),
+                ..w.step(7)
+            },
+            |a| {
+                matches!(
+                    a,
+                    Action::Signal {
+                        signal: Signal::Kill,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "after KILL, a vanished wrapper without a code is lost",
+            killing(KillPhase::KillSent { at: w.at(1) }),
+            Evidence {
+                probe: seen(Wrapper::Absent, false, true),
+                ..w.step(7)
+            },
+            is_lost,
+        ),
+        (
+            "a cached probe missing the wrapper is not a death verdict",
+            w.running(),
+            alarm(seen(Wrapper::Absent, false, false)),
+            |a| *a == Action::Probe { fresh: true },
+        ),
+        (
+            "a fresh probe missing the wrapper is",
+            w.running(),
+            alarm(seen(Wrapper::Absent, false, true)),
+            is_lost,
+        ),
+        (
+            "a reused pid is not the wrapper",
+            w.running(),
+            alarm(seen(Wrapper::PidReused, true, true)),
+            is_lost,
+        ),
+        (
+            "an alarm first takes the shared (cached) probe",
+            w.running(),
+            alarm(None),
+            |a| *a == Action::Probe { fresh: false },
+        ),
+        (
+            "no alarm, no tick: no probe at all",
+            w.running(),
+            w.step(1),
+            |a| matches!(a, Action::Wait(_)),
+        ),
+        (
+            "no pid yet but a marked process: alive",
+            State {
+                pid: None,
+                ..w.running()
+            },
+            Evidence {
+                tick: true,
+                probe: seen(Wrapper::Unknown, true, false),
+                ..w.step(20)
+            },
+            |a| matches!(a, Action::Wait(_)),
+        ),
+        (
+            "no pid, nothing marked in a fresh probe, window over: lost",
+            State {
+                pid: None,
+                ..w.running()
+            },
+            Evidence {
+                tick: true,
+                probe: seen(Wrapper::Unknown, false, true),
+                ..w.step(20)
+            },
+            is_lost,
+        ),
+        (
+            "no pid, nothing marked, within the window: wait",
+            State {
+                pid: None,
+                ..w.running()
+            },
+            Evidence {
+                tick: true,
+                probe: seen(Wrapper::Unknown, false, true),
+                ..w.step(2)
+            },
+            |a| matches!(a, Action::Wait(_)),
+        ),
+    ]);
+}
+
+#[test]
+fn an_unreachable_container_is_lost_only_after_the_grace() {
+    let w = World::new();
+    let since = |secs| State {
+        unreachable_since: Some(w.at(secs)),
+        ..w.running()
+    };
+    let alarm = |secs| Evidence {
+        wakes: Wakes::of(&[Wake::Alarm]),
+        probe: failed(ProbeView::Unreachable("timeout".into()), false),
+        ..w.step(secs)
+    };
+    check(vec![
+        ("inside the grace", since(0), alarm(59), |a| {
+            matches!(a, Action::Wait(_))
+        }),
+        ("past the grace", since(0), alarm(60), is_lost),
+    ]);
+    let mut s = w.running();
+    s.observe(
+        &failed(ProbeView::Unreachable("x".into()), true).unwrap(),
+        w.at(3),
+    );
+    s.observe(
+        &failed(ProbeView::Unreachable("x".into()), true).unwrap(),
+        w.at(9),
+    );
+    assert_eq!(
+        s.unreachable_since,
+        Some(w.at(3)),
+        "the first failure starts the grace"
+    );
+    s.observe(&seen(Wrapper::Alive, true, true).unwrap(), w.at(10));
+    assert_eq!(s.unreachable_since, None, "an answer ends it");
+}
+
+#[test]
+fn timeouts_count_from_the_recorded_start() {
+    // started 30 s ago with a 60 s budget: due in 30 s by any later reading
+    let clock = Clock {
+        wall_ms: 1_000_000,
+        mono: Instant::now(),
+    };
+    let started = clock.wall_ms - 30_000;
+    let due = clock.instant(started + 60_000);
+    assert_eq!(due, clock.mono + 30 * SEC);
+    // a restart 20 s later reads both clocks again: the same instant
+    let later = Clock {
+        wall_ms: clock.wall_ms + 20_000,
+        mono: clock.mono + 20 * SEC,
+    };
+    assert_eq!(later.instant(started + 60_000), due);
+    // a deadline already past stays past (no fresh budget after a restart)
+    assert!(later.instant(started + 10_000) < later.mono);
+
+    let w = World::new();
+    check(vec![
+        (
+            "before the deadline: wait no longer than it",
+            w.running(),
+            w.step(90),
+            |a| *a == Action::Wait(10 * SEC),
+        ),
+        (
+            "at the deadline: record the timeout request",
+            w.running(),
+            w.step(100),
+            |a| *a == Action::RequestTimeout,
+        ),
+        (
+            "an earlier kill request is not replaced by a timeout",
+            State {
+                kill: Some(Kill::adopt(KillReason::Kill, false)),
+                ..w.running()
+            },
+            w.step(100),
+            |a| {
+                matches!(
+                    a,
+                    Action::Signal {
+                        signal: Signal::Term,
+                        ..
+                    }
+                )
+            },
+        ),
+    ]);
+}
+
+#[test]
+fn a_kill_is_carried_through_restarts() {
+    let w = World::new();
+    let adopted = |reason, signalled| State {
+        kill: Some(Kill::adopt(reason, signalled)),
+        ..w.running()
+    };
+    let code = |c| w.step(1).with_code(CodeFile::Recorded(c));
+    check(vec![
+        (
+            "signalled before the restart: killed",
+            adopted(KillReason::Kill, true),
+            code(143),
+            |a| *a == completed(143, true),
+        ),
+        (
+            "a timeout signalled before the restart: timed out",
+            adopted(KillReason::Timeout, true),
+            code(137),
+            |a| {
+                *a == Action::Settle(Outcome::TimedOut {
+                    exit_code: Some(137),
+                    killed: true,
+                })
+            },
+        ),
+        (
+            "never signalled: the command's own result",
+            adopted(KillReason::Timeout, false),
+            code(0),
+            |a| *a == completed(0, false),
+        ),
+        (
+            "the sequence starts over at TERM",
+            adopted(KillReason::Kill, true),
+            w.step(1),
+            |a| {
+                matches!(
+                    a,
+                    Action::Signal {
+                        signal: Signal::Term,
+                        ..
+                    }
+                )
+            },
+        ),
+    ]);
+    let k = Kill::adopt(KillReason::Kill, false);
+    let term = k.sent(Signal::Term, w.at(1), false);
+    assert_eq!(term.phase, KillPhase::TermSent { at: w.at(1) });
+    assert!(!term.signalled, "a signal that hit nothing does not count");
+    assert!(term.sent(Signal::Kill, w.at(6), true).signalled);
+    assert!(
+        Kill::adopt(KillReason::Kill, true)
+            .sent(Signal::Term, w.at(1), false)
+            .signalled,
+        "a signal before a restart still counts"
+    );
+}
+
+#[test]
+fn an_unconfirmed_start_is_settled_by_evidence_and_never_run_again() {
+    let w = World::new();
+    let unconfirmed = State {
+        start: Start::Unconfirmed,
+        pid: None,
+        evidence_by: w.at(60),
+        ..w.running()
+    };
+    let step = |secs, code, pid_file, probe| Evidence {
+        code,
+        pid_file,
+        probe,
+        ..w.step(secs)
+    };
+    check(vec![
+        (
+            "a pid file confirms it",
+            unconfirmed.clone(),
+            step(1, CodeFile::Missing, Some(rec()), None),
+            |a| *a == Action::ConfirmStart,
+        ),
+        (
+            "a code file confirms it (even an unusable one)",
+            unconfirmed.clone(),
+            step(1, CodeFile::Unusable("x".into()), None, None),
+            |a| *a == Action::ConfirmStart,
+        ),
+        (
+            "no file: look for a marked process",
+            unconfirmed.clone(),
+            step(1, CodeFile::Missing, None, None),
+            |a| *a == Action::Probe { fresh: true },
+        ),
+        (
+            "a marked process confirms it",
+            unconfirmed.clone(),
+            step(
+                1,
+                CodeFile::Missing,
+                None,
+                seen(Wrapper::Unknown, true, true),
+            ),
+            |a| *a == Action::ConfirmStart,
+        ),
+        (
+            "nothing yet: wait",
+            unconfirmed.clone(),
+            step(
+                59,
+                CodeFile::Missing,
+                None,
+                failed(ProbeView::Unreachable("x".into()), true),
+            ),
+            |a| *a == Action::Wait(START_POLL),
+        ),
+        (
+            "nothing by the deadline: lost, effect uncertain",
+            unconfirmed.clone(),
+            step(
+                60,
+                CodeFile::Missing,
+                None,
+                seen(Wrapper::Unknown, false, true),
+            ),
+            |a| matches!(a, Action::Settle(Outcome::Lost { reason }) if reason.contains("may still have run")),
+        ),
+        (
+            "a kill waits for evidence: nothing to signal",
+            State {
+                kill: Some(Kill::adopt(KillReason::Kill, false)),
+                ..unconfirmed
+            },
+            step(
+                1,
+                CodeFile::Missing,
+                None,
+                seen(Wrapper::Unknown, false, true),
+            ),
+            |a| *a == Action::Wait(START_POLL),
+        ),
+    ]);
+}
+
+#[test]
+fn the_start_evidence_window_has_one_start() {
+    let t = Timing {
+        kill_grace: 5 * SEC,
+        grace: 60 * SEC,
+        start_evidence: 10 * SEC,
+    };
+    assert_eq!(t.evidence_window(Start::Confirmed), 10 * SEC);
+    assert_eq!(t.evidence_window(Start::Unconfirmed), 60 * SEC);
+    let clock = Clock {
+        wall_ms: 1_000_000,
+        mono: Instant::now(),
+    };
+    // claimed long ago (a restart, or a start request that took the Docker
+    // timeout to fail): the window runs from when this attempt watches
+    assert_eq!(
+        evidence_deadline(&clock, clock.wall_ms - 120_000, 10 * SEC),
+        clock.mono + 10 * SEC
+    );
+    // a claim "in the future" (the wall clock stepped back): from the claim
+    assert_eq!(
+        evidence_deadline(&clock, clock.wall_ms + 5_000, 10 * SEC),
+        clock.mono + 15 * SEC
+    );
+}
+
+#[test]
+fn waits_follow_the_op() {
+    let w = World::new();
+    let unmonitored = State {
+        pid: None,
+        ..w.running()
+    };
+    check(vec![
+        (
+            "a monitored op sleeps until the timeout",
+            w.running(),
+            w.step(1),
+            |a| *a == Action::Wait(99 * SEC),
+        ),
+        (
+            "an unmonitored op ticks itself",
+            unmonitored,
+            w.step(1),
+            |a| *a == Action::Wait(4 * SEC),
+        ),
+        (
+            "a pid file is recorded before anything else",
+            State {
+                pid: None,
+                kill: Some(Kill::adopt(KillReason::Kill, false)),
+                ..w.running()
+            },
+            Evidence {
+                pid_file: Some(rec()),
+                ..w.step(1)
+            },
+            |a| *a == Action::RecordPid(rec()),
+        ),
+    ]);
+}
+
+#[test]
+fn only_an_explicit_refusal_means_nothing_ran() {
+    use sandbox::SandboxError as E;
+    let refused = |status| E::Refused {
+        status,
+        message: "no".into(),
+    };
+    let table: Vec<(sandbox::Result<()>, bool, LaunchVerdict)> = vec![
+        (Ok(()), false, LaunchVerdict::Started),
+        (
+            Err(E::NotFound("c".into())),
+            false,
+            LaunchVerdict::StaleContainer,
+        ),
+        (
+            Err(E::Conflict("not running".into())),
+            false,
+            LaunchVerdict::StaleContainer,
+        ),
+        (Err(refused(500)), false, LaunchVerdict::Unknown),
+        (Err(refused(503)), true, LaunchVerdict::Unknown),
+        (
+            Err(E::Unreachable("timed out".into())),
+            false,
+            LaunchVerdict::Unknown,
+        ),
+    ];
+    for (result, retried, want) in table {
+        assert_eq!(launch_verdict(&result, retried), want, "{result:?}");
+    }
+    for (result, retried) in [
+        (Err(refused(400)), false),
+        (Err(E::NotFound("c".into())), true),
+        (Err(E::Invalid("bad".into())), false),
+    ] {
+        assert!(
+            matches!(launch_verdict(&result, retried), LaunchVerdict::Refused(_)),
+            "{result:?}"
+        );
+    }
+    assert!(cancelled_before_start(false, true).is_some());
+    assert_eq!(
+        cancelled_before_start(true, true),
+        None,
+        "a claimed op is never cancelled as unstarted"
+    );
+    assert_eq!(cancelled_before_start(false, false), None);
+}
+
+#[test]
+fn the_recorded_container_must_still_be_the_ops() {
+    let ok = ContainerFacts {
+        identity_matches: true,
+        hostname: "box".into(),
+    };
+    assert_eq!(judge_container(&ok, Some(&rec())), None);
+    assert_eq!(judge_container(&ok, None), None);
+    let other_host = ContainerFacts {
+        hostname: "other".into(),
+        ..ok.clone()
+    };
+    assert!(judge_container(&other_host, Some(&rec())).is_some());
+    let foreign = ContainerFacts {
+        identity_matches: false,
+        ..ok
+    };
+    assert!(judge_container(&foreign, None).is_some());
+}

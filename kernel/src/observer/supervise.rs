@@ -1,0 +1,148 @@
+//! The op supervisor: one supervised observer per live op, restarted as
+//! the next attempt when one fails (three failed attempts in a row make the
+//! op lost), and recovery at start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::ObserverAttempt;
+use crate::kernel::{Kernel, OpHandle, StartError};
+use crate::lifecycle::{Outcome, Status};
+use crate::store::{AttemptStart, Op};
+
+/// Failed observer attempts in a row after which an op is lost.
+pub const MAX_FAILED_ATTEMPTS: u32 = 3;
+
+/// Starts the supervised observer of an op unless one is running.
+pub fn spawn(k: &Arc<Kernel>, op_id: String) {
+    spawn_supervisor(k, op_id, None);
+}
+
+/// Starts the observer of an op just inserted by this kernel: its first
+/// attempt needs no separate attempt write (the exec claim records it).
+pub fn spawn_fresh(k: &Arc<Kernel>, op: Op) {
+    spawn_supervisor(k, op.id.clone(), Some(op));
+}
+
+fn spawn_supervisor(k: &Arc<Kernel>, op_id: String, fresh: Option<Op>) {
+    if let Some(handle) = k.claim_handle(&op_id) {
+        tokio::spawn(supervise(k.clone(), op_id, handle, fresh));
+    }
+}
+
+/// Rebuilds the container registry and starts an observer for every
+/// non-terminal op. Returns how many were attached.
+pub async fn recover(k: &Arc<Kernel>) -> Result<usize, StartError> {
+    k.recover_registry().await;
+    let live = k.store.live_ops().await?;
+    for op in &live {
+        spawn(k, op.id.clone());
+    }
+    Ok(live.len())
+}
+
+/// How the attempt after a failed one begins: a failure after a healthy
+/// stretch (at least `healthy`) is not "in a row" with earlier ones.
+pub fn attempt_start_after_failure(ran_for: Duration, healthy: Duration) -> AttemptStart {
+    if ran_for >= healthy {
+        AttemptStart::AfterIsolatedFailure
+    } else {
+        AttemptStart::AfterFailureInARow
+    }
+}
+
+/// The op row for the next attempt, or `None` when the op is terminal.
+async fn begin(
+    k: &Kernel,
+    op_id: &str,
+    fresh: Option<Op>,
+    start: AttemptStart,
+) -> Result<Option<Op>, crate::store::StoreError> {
+    match fresh {
+        Some(op) if op.status == Status::Starting && op.exec_claimed_at.is_none() => Ok(Some(op)),
+        _ => k.store.begin_attempt(op_id, &k.id, start).await,
+    }
+}
+
+async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fresh: Option<Op>) {
+    let mut start = AttemptStart::Clean;
+    let mut last_error = String::new();
+    loop {
+        let op = match begin(&k, &op_id, fresh.take(), start).await {
+            Ok(Some(op)) => op,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!(op = %op_id, %e, "cannot begin observer attempt");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if op.failed_attempts >= MAX_FAILED_ATTEMPTS {
+            let reason = format!(
+                "observer failed {} attempts in a row; last error: {last_error}",
+                op.failed_attempts
+            );
+            if let Err(e) = k.settle(&op, Outcome::Lost { reason }).await {
+                tracing::error!(op = %op_id, %e, "cannot settle op after failed attempts");
+            }
+            break;
+        }
+        let attempt = op.attempt;
+        let began = std::time::Instant::now();
+        match run_attempt(&k, op, &handle).await {
+            Some(error) => last_error = error,
+            None => break,
+        }
+        tracing::warn!(op = %op_id, attempt, error = %last_error, "observer attempt failed; restarting");
+        start = attempt_start_after_failure(began.elapsed(), k.config.attempt_healthy);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    k.release_handle(&op_id);
+}
+
+/// Runs one attempt; `Some(error)` when it failed and the op is still live.
+async fn run_attempt(k: &Arc<Kernel>, op: Op, handle: &OpHandle) -> Option<String> {
+    let op_id = op.id.clone();
+    let run = tokio::spawn(ObserverAttempt::new(k.clone(), op, handle.inbox.clone()).run());
+    // an attempt that stays healthy ends any run of failures, also across restarts
+    let healthy = {
+        let (k, id) = (k.clone(), op_id.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(k.config.attempt_healthy).await;
+            if let Err(e) = k.store.reset_failed_attempts(&id).await {
+                tracing::warn!(op = %id, %e, "cannot reset the failed-attempt count");
+            }
+        })
+    };
+    let ended = run.await;
+    healthy.abort();
+    match ended {
+        Ok(Ok(())) => match k.store.get_op(&op_id).await {
+            Ok(Some(op)) if !op.status.is_terminal() => {
+                Some("attempt ended without settling".into())
+            }
+            _ => None,
+        },
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(join) if join.is_panic() => Some("observer panicked".into()),
+        Err(join) => Some(join.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_close_together_count_in_a_row() {
+        let healthy = Duration::from_secs(60);
+        assert_eq!(
+            attempt_start_after_failure(Duration::from_millis(200), healthy),
+            AttemptStart::AfterFailureInARow
+        );
+        assert_eq!(
+            attempt_start_after_failure(Duration::from_secs(3600), healthy),
+            AttemptStart::AfterIsolatedFailure
+        );
+    }
+}

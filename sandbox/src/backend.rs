@@ -1,0 +1,125 @@
+//! The seam between the kernel and whatever runs its commands. The kernel
+//! asks for containers, launches, probes, signals and removals only through
+//! [`OpBackend`]; [`Sandbox`] (Docker) implements it, unit tests use a fake,
+//! and a second backend (Kubernetes, later) would implement it too.
+
+use futures::future::BoxFuture;
+
+use crate::docker::{ContainerInfo, RunUser, Sandbox, TopProcess};
+use crate::error::Result;
+use crate::opfiles::{OpsDir, PidRecord};
+use crate::profile::{Profile, RunIdentity};
+use crate::wrapper::{MarkedProcess, Signal, WrapperSpec};
+
+/// What the kernel needs from a sandbox backend. Every call is bounded by
+/// the backend's own request timeout; errors are typed [`crate::SandboxError`]s.
+pub trait OpBackend: Send + Sync + 'static {
+    /// The host directory holding a run's `.ops` files.
+    fn ops_dir(&self, scratch_key: &str) -> OpsDir;
+    /// Whether a container's scratch mount is this kernel home's.
+    fn owns(&self, info: &ContainerInfo) -> bool;
+    /// Removes a run's scratch dir (after its container is gone).
+    fn remove_scratch(&self, scratch_key: &str) -> Result<()>;
+    /// The user commands are dropped to, as the run image defines it.
+    fn check_run_user<'a>(&'a self, profile: &'a Profile) -> BoxFuture<'a, Result<RunUser>>;
+    /// The run's container, created (hardened, labelled) when missing.
+    fn ensure_container<'a>(
+        &'a self,
+        identity: &'a RunIdentity,
+        profile: &'a Profile,
+    ) -> BoxFuture<'a, Result<ContainerInfo>>;
+    fn inspect<'a>(&'a self, id_or_name: &'a str) -> BoxFuture<'a, Result<ContainerInfo>>;
+    /// Every container labelled as managed by opkernel.
+    fn list_managed(&self) -> BoxFuture<'_, Result<Vec<ContainerInfo>>>;
+    /// Creates the op's launch (nothing runs yet); returns its id.
+    fn create_launch<'a>(
+        &'a self,
+        container_id: &'a str,
+        spec: &'a WrapperSpec<'a>,
+        command: &'a [String],
+    ) -> BoxFuture<'a, Result<String>>;
+    /// Starts a created launch: the only place a command is ever executed.
+    fn start_launch<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<()>>;
+    /// The launch's own exit status (`None` while it runs), out of the command's reach.
+    fn launch_status<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<Option<i64>>>;
+    /// Every process in the container that carries an op marker.
+    fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>>;
+    /// Signals the op's identity-checked processes (never its wrapper); returns the pids hit.
+    fn signal_op<'a>(
+        &'a self,
+        container_id: &'a str,
+        op_id: &'a str,
+        record: &'a PidRecord,
+        signal: Signal,
+    ) -> BoxFuture<'a, Result<Vec<u32>>>;
+    /// The container's process table, as the host sees it.
+    fn top<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<TopProcess>>>;
+    /// Force-removes a container; `Ok(false)` when it was already gone.
+    fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>>;
+}
+
+impl OpBackend for Sandbox {
+    fn ops_dir(&self, scratch_key: &str) -> OpsDir {
+        Sandbox::ops_dir(self, scratch_key)
+    }
+    fn owns(&self, info: &ContainerInfo) -> bool {
+        Sandbox::owns(self, info)
+    }
+    fn remove_scratch(&self, scratch_key: &str) -> Result<()> {
+        Sandbox::remove_scratch(self, scratch_key)
+    }
+    fn check_run_user<'a>(&'a self, profile: &'a Profile) -> BoxFuture<'a, Result<RunUser>> {
+        Box::pin(Sandbox::check_run_user(self, profile))
+    }
+    fn ensure_container<'a>(
+        &'a self,
+        identity: &'a RunIdentity,
+        profile: &'a Profile,
+    ) -> BoxFuture<'a, Result<ContainerInfo>> {
+        Box::pin(Sandbox::ensure_container(self, identity, profile))
+    }
+    fn inspect<'a>(&'a self, id_or_name: &'a str) -> BoxFuture<'a, Result<ContainerInfo>> {
+        Box::pin(Sandbox::inspect(self, id_or_name))
+    }
+    fn list_managed(&self) -> BoxFuture<'_, Result<Vec<ContainerInfo>>> {
+        Box::pin(Sandbox::list_managed(self))
+    }
+    fn create_launch<'a>(
+        &'a self,
+        container_id: &'a str,
+        spec: &'a WrapperSpec<'a>,
+        command: &'a [String],
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(Sandbox::create_op_exec(self, container_id, spec, command))
+    }
+    fn start_launch<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Sandbox::start_op_exec(self, launch_id))
+    }
+    fn launch_status<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<Option<i64>>> {
+        Box::pin(Sandbox::exec_status(self, launch_id))
+    }
+    fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>> {
+        Box::pin(Sandbox::probe(self, container_id))
+    }
+    fn signal_op<'a>(
+        &'a self,
+        container_id: &'a str,
+        op_id: &'a str,
+        record: &'a PidRecord,
+        signal: Signal,
+    ) -> BoxFuture<'a, Result<Vec<u32>>> {
+        Box::pin(Sandbox::signal_op(
+            self,
+            container_id,
+            op_id,
+            record,
+            signal,
+        ))
+    }
+    fn top<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<TopProcess>>> {
+        Box::pin(Sandbox::top(self, container_id))
+    }
+    fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Sandbox::remove(self, container_id))
+    }
+}
