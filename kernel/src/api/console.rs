@@ -12,7 +12,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{visible_op, ApiResult, AppState, Params, Seg};
@@ -94,6 +94,96 @@ struct Follow {
     check_status: bool,
 }
 
+/// The console's last event: how the op ended.
+#[derive(Debug, Serialize)]
+struct Done {
+    operation_id: String,
+    status: &'static str,
+    exit_code: Option<i32>,
+    killed: bool,
+    effect: Option<String>,
+    message: Option<String>,
+}
+
+impl Follow {
+    /// Up to a chunk of the log from the current offset.
+    async fn read_chunk(&self) -> Vec<u8> {
+        let (k, key, id, off) = (
+            self.k.clone(),
+            self.scratch_key.clone(),
+            self.op_id.clone(),
+            self.offset,
+        );
+        tokio::task::spawn_blocking(move || read_from(&k, &key, &id, off, CHUNK))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// The next event: output as it is written, then `done` once the op
+    /// is terminal and its log read to the end.
+    async fn next_event(&mut self) -> Option<Event> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            let chunk = self.read_chunk().await;
+            if !chunk.is_empty() {
+                self.offset += chunk.len() as u64;
+                let data = json!({"offset": self.offset, "text": String::from_utf8_lossy(&chunk)});
+                let event = Event::default()
+                    .event("output")
+                    .id(self.offset.to_string())
+                    .data(data.to_string());
+                return Some(event);
+            }
+            if !self.check_status {
+                // new output is looked for in the file; the status only
+                // after a settle notification of the op's run
+                let settled = self.settled.changed();
+                if tokio::time::timeout(Duration::from_millis(150), settled)
+                    .await
+                    .is_ok()
+                {
+                    self.check_status = true;
+                }
+                continue;
+            }
+            self.check_status = false;
+            self.settled.borrow_and_update();
+            let Ok(Some(op)) = self.k.store.get_op(&self.op_id).await else {
+                self.finished = true;
+                return Some(
+                    Event::default()
+                        .event("done")
+                        .data(r#"{"status":"unknown"}"#),
+                );
+            };
+            if !op.status.is_terminal() {
+                continue;
+            }
+            // one more read catches bytes written just before the end; the
+            // op is terminal, so the next empty read ends the stream
+            if !self.read_chunk().await.is_empty() {
+                self.check_status = true;
+                continue;
+            }
+            self.finished = true;
+            let done = Done {
+                operation_id: op.id,
+                status: op.status.as_str(),
+                exit_code: op.exit_code,
+                killed: op.killed,
+                effect: op.effect,
+                message: op.error,
+            };
+            let data = serde_json::to_string(&done).unwrap_or_default();
+            return Some(Event::default().event("done").data(data));
+        }
+    }
+}
+
+/// `GET /v1/operations/{id}/console`: the op's output live over SSE,
+/// resumable by `Last-Event-ID` (a byte offset).
 pub async fn console(
     State(k): State<AppState>,
     principal: Principal,
@@ -117,81 +207,8 @@ pub async fn console(
         check_status: true,
     };
     let stream = futures::stream::unfold(state, |mut s| async move {
-        if s.finished {
-            return None;
-        }
-        loop {
-            let (k, key, id, off) = (
-                s.k.clone(),
-                s.scratch_key.clone(),
-                s.op_id.clone(),
-                s.offset,
-            );
-            let chunk = tokio::task::spawn_blocking(move || read_from(&k, &key, &id, off, CHUNK))
-                .await
-                .unwrap_or_default();
-            if !chunk.is_empty() {
-                s.offset += chunk.len() as u64;
-                let data = json!({"offset": s.offset, "text": String::from_utf8_lossy(&chunk)});
-                let event = Event::default()
-                    .event("output")
-                    .id(s.offset.to_string())
-                    .data(data.to_string());
-                return Some((Ok(event), s));
-            }
-            if !s.check_status {
-                // new output is looked for in the file; the status only
-                // after a settle notification of the op's run
-                let settled = s.settled.changed();
-                if tokio::time::timeout(Duration::from_millis(150), settled)
-                    .await
-                    .is_ok()
-                {
-                    s.check_status = true;
-                }
-                continue;
-            }
-            s.check_status = false;
-            s.settled.borrow_and_update();
-            let op = match s.k.store.get_op(&s.op_id).await {
-                Ok(Some(op)) => op,
-                _ => {
-                    s.finished = true;
-                    let event = Event::default()
-                        .event("done")
-                        .data(r#"{"status":"unknown"}"#);
-                    return Some((Ok(event), s));
-                }
-            };
-            if op.status.is_terminal() {
-                // one more read catches bytes written just before the end
-                let (k, key, id, off) = (
-                    s.k.clone(),
-                    s.scratch_key.clone(),
-                    s.op_id.clone(),
-                    s.offset,
-                );
-                let rest =
-                    tokio::task::spawn_blocking(move || read_from(&k, &key, &id, off, CHUNK))
-                        .await
-                        .unwrap_or_default();
-                if !rest.is_empty() {
-                    // the op is terminal: the next empty read ends the stream
-                    s.check_status = true;
-                    continue;
-                }
-                s.finished = true;
-                let data = json!({
-                    "operation_id": op.id,
-                    "status": op.status.as_str(),
-                    "exit_code": op.exit_code,
-                    "killed": op.killed,
-                    "effect": op.effect,
-                    "message": op.error,
-                });
-                return Some((Ok(Event::default().event("done").data(data.to_string())), s));
-            }
-        }
+        let event = s.next_event().await?;
+        Some((Ok(event), s))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

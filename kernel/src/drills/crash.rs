@@ -210,6 +210,16 @@ pub async fn crash_around_create(bin: &Path) -> anyhow::Result<String> {
     // 3. a fresh op in the same run reuses the same container
     let c = k.start_bg(&run, &["true"], 60).await?;
     let c = k.wait_terminal(&c, LONG).await?;
+    let count = run_containers(&run)?;
+    check(
+        count == 1 && c["container_id"] == orphan.id.as_str(),
+        || format!("{count} containers for the run"),
+    )?;
+    Ok("orphan container adopted (1 container); unclaimed op ran once; claimed-but-never-executed op lost (effect uncertain), not re-run".into())
+}
+
+/// How many containers (any state) carry the run's label.
+fn run_containers(run: &str) -> anyhow::Result<usize> {
     let out = std::process::Command::new("docker")
         .args([
             "ps",
@@ -218,14 +228,9 @@ pub async fn crash_around_create(bin: &Path) -> anyhow::Result<String> {
             &format!("label=opkernel.run_id={run}"),
         ])
         .output()?;
-    let count = String::from_utf8_lossy(&out.stdout)
+    Ok(String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
-        .count();
-    check(
-        count == 1 && c["container_id"] == orphan.id.as_str(),
-        || format!("{count} containers for the run"),
-    )?;
-    Ok("orphan container adopted (1 container); unclaimed op ran once; claimed-but-never-executed op lost (effect uncertain), not re-run".into())
+        .count())
 }
 
 pub async fn unacked_report(bin: &Path) -> anyhow::Result<String> {

@@ -75,3 +75,6 @@ impl ObserverAttempt {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod executor_tests;
