@@ -160,13 +160,14 @@ impl Kernel {
     /// Takes ownership of the home, opens the control plane and connects to
     /// Docker. Serving starts after [`crate::observer::recover`].
     pub async fn open(config: Config) -> Result<Arc<Kernel>, StartError> {
+        let home = prepare_home(&config)?;
         let sandbox = sandbox::Sandbox::connect_with_timeout(
             config.docker_socket.as_deref(),
             config.scratch_root(),
             config.docker_timeout_secs,
         )
         .await?;
-        Kernel::open_with(config, Arc::new(sandbox)).await
+        Kernel::assemble(config, home, Arc::new(sandbox)).await
     }
 
     /// [`Kernel::open`] on any backend (unit tests use a fake one).
@@ -174,7 +175,15 @@ impl Kernel {
         config: Config,
         backend: Arc<dyn OpBackend>,
     ) -> Result<Arc<Kernel>, StartError> {
-        let (lock, operator_token, store) = prepare_home(&config)?;
+        let home = prepare_home(&config)?;
+        Kernel::assemble(config, home, backend).await
+    }
+
+    async fn assemble(
+        config: Config,
+        (lock, operator_token, store): (File, String, Store),
+        backend: Arc<dyn OpBackend>,
+    ) -> Result<Arc<Kernel>, StartError> {
         check_run_user(backend.as_ref(), &config).await?;
         let id = kernel_identity();
         store.register_kernel(&id).await?;
@@ -298,11 +307,9 @@ impl Kernel {
     }
 
     /// Drill fault hook: the op's observer fails its current attempt.
+    /// False when drills are off or the op has no observer here.
     pub fn inject_observer_fault(&self, op_id: &str) -> bool {
-        self.config.drills && {
-            self.post(op_id, Wake::Fault);
-            true
-        }
+        self.config.drills && self.post(op_id, Wake::Fault)
     }
 
     /// Drill hook: a spurious wake-up of the op's observer (as any file

@@ -113,7 +113,12 @@ pub async fn observer_fault(
 ) -> ApiResult<Json<Value>> {
     require_drills(&k, &principal)?;
     let op = visible_op(&k, &principal, &id).await?;
-    k.inject_observer_fault(&op.id);
+    if !k.inject_observer_fault(&op.id) {
+        return Err(ApiError::conflict(format!(
+            "operation {} has no observer in this kernel (it is terminal)",
+            op.id
+        )));
+    }
     Ok(Json(
         json!({"operation_id": op.id, "fault": "observer attempt fails at its next step"}),
     ))

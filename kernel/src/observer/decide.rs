@@ -337,16 +337,19 @@ fn next_confirmed(s: &State, e: &Evidence) -> Action {
         Judged::LookAgainSoon => true,
         Judged::Nothing => false,
     };
+    // root mode: a recorded code awaits its launch's end; it beats any
+    // "vanished" verdict meanwhile (a recorded result beats the container)
+    let code_pending = look_again_soon && matches!(e.code, CodeFile::Recorded(_));
     if let (None, Some(rec)) = (&s.pid, &e.pid_file) {
         return Action::RecordPid(rec.clone());
     }
     if s.kill.is_none() && e.now >= s.timeout_at {
         return Action::RequestTimeout;
     }
-    if let Some(action) = s.kill.and_then(|kill| step_kill(s, kill, e)) {
+    if let Some(action) = s.kill.and_then(|kill| step_kill(s, kill, e, code_pending)) {
         return action;
     }
-    if let Some(action) = check_liveness(s, e) {
+    if let Some(action) = check_liveness(s, e, code_pending) {
         return action;
     }
     Action::Wait(wait_for(s, e, look_again_soon))
@@ -428,23 +431,26 @@ fn wrapper_gone(s: &State, e: &Evidence) -> Result<bool, Action> {
 
 /// One step of TERM → grace → KILL (→ grace → KILL again while the
 /// wrapper lives). Nothing is signalled before the wrapper recorded itself.
-fn step_kill(s: &State, kill: Kill, e: &Evidence) -> Option<Action> {
+fn step_kill(s: &State, kill: Kill, e: &Evidence, code_pending: bool) -> Option<Action> {
+    let vanished = |reason: &str| (!code_pending).then(|| lost(reason));
     let Some(rec) = &s.pid else {
-        return (e.now > s.evidence_by).then(|| lost("killed before the op recorded its process"));
+        return (e.now > s.evidence_by)
+            .then(|| vanished("killed before the op recorded its process"))
+            .flatten();
     };
     let signal = |signal| Action::Signal {
         signal,
         rec: rec.clone(),
     };
-    let grace_over = |at: Instant| e.now.saturating_duration_since(at) >= s.timing.kill_grace;
+    // at least one recheck between signals, even with a zero kill grace
+    let grace = s.timing.kill_grace.max(RECHECK);
+    let grace_over = |at: Instant| e.now.saturating_duration_since(at) >= grace;
     match kill.phase {
         KillPhase::Requested => Some(signal(Signal::Term)),
         KillPhase::TermSent { at } if grace_over(at) => Some(signal(Signal::Kill)),
         KillPhase::KillSent { at } if grace_over(at) => match wrapper_gone(s, e) {
             Err(probe) => Some(probe),
-            Ok(true) => Some(lost(
-                "the process vanished without an exit code while being killed",
-            )),
+            Ok(true) => vanished("the process vanished without an exit code while being killed"),
             Ok(false) => Some(signal(Signal::Kill)),
         },
         _ => None,
@@ -453,10 +459,11 @@ fn step_kill(s: &State, kill: Kill, e: &Evidence) -> Option<Action> {
 
 /// The safety net, on a monitor's alarm or an unmonitored op's tick: a
 /// cached probe first, a fresh one before any verdict of death.
-fn check_liveness(s: &State, e: &Evidence) -> Option<Action> {
+fn check_liveness(s: &State, e: &Evidence, code_pending: bool) -> Option<Action> {
     if !(e.wakes.has(Wake::Alarm) || e.tick) {
         return None;
     }
+    let vanished = |reason: &str| (!code_pending).then(|| lost(reason));
     let Some(probe) = &e.probe else {
         return Some(Action::Probe { fresh: false });
     };
@@ -464,16 +471,17 @@ fn check_liveness(s: &State, e: &Evidence) -> Option<Action> {
         (ProbeView::Seen { marked: true, .. }, None) => None,
         (ProbeView::Seen { .. }, None) if !probe.fresh => Some(Action::Probe { fresh: true }),
         (ProbeView::Seen { .. }, None) => (e.now > s.evidence_by)
-            .then(|| lost("the process vanished before recording itself")),
+            .then(|| vanished("the process vanished before recording itself"))
+            .flatten(),
         (ProbeView::Seen { wrapper, .. }, Some(_)) => match wrapper {
             Wrapper::Alive => None,
+            // a probe taken before the pid was recorded says nothing of it
+            Wrapper::Unknown => Some(Action::Probe { fresh: true }),
             _ if !probe.fresh => Some(Action::Probe { fresh: true }),
-            Wrapper::PidReused => Some(lost(
+            Wrapper::PidReused => vanished(
                 "the process vanished without an exit code (its pid now belongs to another process)",
-            )),
-            Wrapper::Absent | Wrapper::Unknown => {
-                Some(lost("the process vanished without an exit code"))
-            }
+            ),
+            Wrapper::Absent => vanished("the process vanished without an exit code"),
         },
         (ProbeView::Gone, _) => Some(lost("the container was removed")),
         (ProbeView::Stopped, _) => Some(lost("the container stopped")),

@@ -308,6 +308,36 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             is_lost,
         ),
         (
+            "root: a code awaiting its launch's end beats a vanish alarm",
+            root(),
+            Evidence {
+                wakes: Wakes::of(&[Wake::Alarm]),
+                ..step(
+                    CodeFile::Recorded(0),
+                    seen(Wrapper::Absent, false, true),
+                    Some(LaunchEnd::Running),
+                )
+            },
+            |a| *a == Action::Wait(RECHECK),
+        ),
+        (
+            "root: ... and a kill's vanish verdict",
+            State {
+                kill: Some(Kill {
+                    reason: KillReason::Kill,
+                    phase: KillPhase::KillSent { at: w.at(0) },
+                    signalled: true,
+                }),
+                ..root()
+            },
+            step(
+                CodeFile::Recorded(143),
+                seen(Wrapper::Absent, false, true),
+                Some(LaunchEnd::Unreachable),
+            ),
+            |a| *a == Action::Wait(RECHECK),
+        ),
+        (
             "root: the launch still runs",
             root(),
             step(
@@ -406,6 +436,18 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             |a| matches!(a, Action::Wait(_)),
         ),
         (
+            "a zero kill grace still waits a recheck between signals",
+            State {
+                timing: Timing {
+                    kill_grace: Duration::ZERO,
+                    ..w.running().timing
+                },
+                ..killing(KillPhase::TermSent { at: w.at(1) })
+            },
+            w.step(1),
+            |a| matches!(a, Action::Wait(_)),
+        ),
+        (
             "KILL after the grace",
             killing(KillPhase::TermSent { at: w.at(1) }),
             w.step(6),
@@ -462,6 +504,12 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             w.running(),
             alarm(seen(Wrapper::Absent, false, true)),
             is_lost,
+        ),
+        (
+            "a probe taken before the pid was recorded is asked again",
+            w.running(),
+            alarm(seen(Wrapper::Unknown, false, true)),
+            |a| *a == Action::Probe { fresh: true },
         ),
         (
             "a reused pid is not the wrapper",

@@ -56,7 +56,11 @@ impl ObserverAttempt {
         if let Some(outcome) = self.confirm_container(&container_id).await {
             return self.settle(outcome).await;
         }
-        let mut s = self.initial_state();
+        let clock = Clock {
+            wall_ms: now_ms(),
+            mono: Instant::now(),
+        };
+        let mut s = self.initial_state(&clock);
         let mut monitored: Option<MonitorGuard> = None;
         let mut e = self.gather(&mut s, &ops, self.inbox.take()).await?;
         loop {
@@ -68,7 +72,7 @@ impl ObserverAttempt {
             match action {
                 Action::Settle(outcome) => return self.settle(outcome).await,
                 Action::ConfirmStart => {
-                    if !self.confirm_start(&mut s).await? {
+                    if !self.confirm_start(&mut s, &clock).await? {
                         return Ok(());
                     }
                 }
@@ -87,27 +91,29 @@ impl ObserverAttempt {
                     let probe = self.probe(&container_id, fresh, s.pid.as_ref()).await;
                     s.observe(&probe, e.now);
                     e.probe = Some(probe);
+                    // files written while the probe ran count before its verdict
                     e.code = read_code(&ops, &self.op.id);
+                    if s.pid.is_none() {
+                        e.pid_file = ops.read_pid(&self.op.id).ok();
+                    }
                 }
                 Action::AskLaunchEnd => {
                     e.launch_end = Some(self.launch_end().await);
                     e.code = read_code(&ops, &self.op.id);
                 }
                 Action::Wait(limit) => {
-                    let wakes = self.inbox.wait(limit).await;
+                    // measured from the step's clock reading, not from now
+                    let wakes = self.inbox.wait(limit.saturating_sub(e.now.elapsed())).await;
                     e = self.gather(&mut s, &ops, wakes).await?;
                 }
             }
         }
     }
 
-    /// The attempt's starting state, from the row and one clock reading.
-    fn initial_state(&self) -> State {
+    /// The attempt's starting state, from the row and the attempt's one
+    /// clock reading.
+    fn initial_state(&self, clock: &Clock) -> State {
         let k = &self.kernel;
-        let clock = Clock {
-            wall_ms: now_ms(),
-            mono: Instant::now(),
-        };
         let start = match self.op.status {
             Status::Starting => Start::Unconfirmed,
             _ => Start::Confirmed,
@@ -125,7 +131,7 @@ impl ObserverAttempt {
             kill: self.recorded_kill(),
             root_mode: k.config.profile.run_as.is_none(),
             timeout_at: clock.instant(self.op.budget_start_ms().saturating_add(timeout_ms)),
-            evidence_by: decide::evidence_deadline(&clock, claimed, timing.evidence_window(start)),
+            evidence_by: decide::evidence_deadline(clock, claimed, timing.evidence_window(start)),
             next_tick: k.next_tick(),
             unreachable_since: None,
             timing,
@@ -207,17 +213,13 @@ impl ObserverAttempt {
 
     /// Evidence showed the unconfirmed start happened: the row becomes
     /// `running`, started at its claim. False when the op is terminal.
-    async fn confirm_start(&mut self, s: &mut State) -> Result<bool, ObserverError> {
+    async fn confirm_start(&mut self, s: &mut State, clock: &Clock) -> Result<bool, ObserverError> {
         let claimed = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
         self.kernel.store.mark_running(&self.op.id, claimed).await?;
         self.reload().await?;
         if self.op.status.is_terminal() {
             return Ok(false);
         }
-        let clock = Clock {
-            wall_ms: now_ms(),
-            mono: Instant::now(),
-        };
         let timeout_ms = self.op.timeout_sec.saturating_mul(1000) as i64;
         s.start = Start::Confirmed;
         s.timeout_at = clock.instant(self.op.budget_start_ms().saturating_add(timeout_ms));
