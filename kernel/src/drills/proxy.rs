@@ -3,7 +3,7 @@
 //! chosen requests (a slow daemon), without touching the real daemon.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -28,7 +28,7 @@ pub enum Hold {
 pub struct DockerProxy {
     path: PathBuf,
     upstream: PathBuf,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    tasks: Arc<crate::sync::Lock<Vec<JoinHandle<()>>>>,
     hold: watch::Sender<Hold>,
 }
 
@@ -76,24 +76,19 @@ impl DockerProxy {
                         relay(client, server, hold).await;
                     }
                 });
-                if let Ok(mut t) = tasks.lock() {
-                    t.retain(|h| !h.is_finished());
-                    t.push(conn);
-                }
+                let mut t = tasks.lock();
+                t.retain(|h| !h.is_finished());
+                t.push(conn);
             }
         });
-        if let Ok(mut t) = self.tasks.lock() {
-            t.push(accept);
-        }
+        self.tasks.lock().push(accept);
         Ok(())
     }
 
     /// Cuts every connection and stops answering: connects fail.
     pub fn cut(&self) {
-        if let Ok(mut t) = self.tasks.lock() {
-            for h in t.drain(..) {
-                h.abort();
-            }
+        for h in self.tasks.lock().drain(..) {
+            h.abort();
         }
         let _ = std::fs::remove_file(&self.path);
     }

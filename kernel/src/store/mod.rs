@@ -7,9 +7,11 @@ mod reports;
 mod runs;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rusqlite::Connection;
+
+use crate::sync::Lock;
 
 pub use ops::{Admission, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
@@ -34,7 +36,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
 
 #[derive(Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    conn: Arc<Lock<Connection>>,
 }
 
 impl Store {
@@ -46,7 +48,7 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&mut conn)?;
         Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: Arc::new(Lock::new(conn)),
         })
     }
 
@@ -58,10 +60,9 @@ impl Store {
     {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || {
-            let mut guard = conn
-                .lock()
-                .map_err(|_| StoreError::Worker("connection mutex poisoned".into()))?;
-            f(&mut guard)
+            // a panic inside `f` rolled its transaction back as it unwound,
+            // so the connection is usable by the next call
+            f(&mut conn.lock())
         })
         .await
         .map_err(|e| StoreError::Worker(e.to_string()))?
