@@ -3,9 +3,52 @@
 # busybox-static and bash-static are downloaded with apt, unpacked into a
 # rootfs and copied onto an empty (FROM scratch) base. Idempotent: the image
 # carries a hash of its recipe and is not rebuilt while the recipe is unchanged.
+#
+# scripts/build-image.sh --debian builds opkernel-sandbox:debian instead: a
+# real Debian bookworm (minbase, with python3, git and procps) made by
+# debootstrap from Debian's package registry and `docker import`ed; cached
+# by the same recipe hash.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+
+build_debian() {
+  local image=opkernel-sandbox:debian
+  local packages=python3,git,procps,ca-certificates
+  local recipe current work="$root/target/debian-image"
+  recipe=$(printf 'bookworm minbase %s\n' "$packages" | cat - "$0" | sha256sum | cut -c1-16)
+  current=$(docker image inspect -f '{{ index .Config.Labels "opkernel.recipe" }}' "$image" 2>/dev/null || true)
+  if [ "$current" = "$recipe" ]; then
+    echo "image $image is up to date (recipe $recipe)"
+    return 0
+  fi
+  if ! command -v debootstrap >/dev/null; then
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  fi
+  rm -rf "$work" && mkdir -p "$work"
+  debootstrap --variant=minbase --include="$packages" bookworm "$work/rootfs" \
+    http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 || {
+    tail -20 "$work/debootstrap.log" >&2
+    exit 1
+  }
+  # the run user, as the project's own image has it; nothing else is added
+  chroot "$work/rootfs" /usr/sbin/groupadd -g 1000 agent
+  chroot "$work/rootfs" /usr/sbin/useradd -u 1000 -g 1000 -d /scratch -s /bin/bash -M agent
+  mkdir -p "$work/rootfs/scratch"
+  rm -rf "$work/rootfs"/var/cache/apt/archives/*.deb "$work/rootfs"/var/lib/apt/lists/*
+  tar -C "$work/rootfs" -c . | docker import \
+    --change "LABEL opkernel.recipe=$recipe" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/bin/bash"]' - "$image" >/dev/null
+  rm -rf "$work"
+  echo "built $image (recipe $recipe, $(docker image inspect -f '{{ .Size }}' "$image") bytes)"
+}
+
+if [ "${1:-}" = "--debian" ]; then
+  build_debian
+  exit 0
+fi
+
 image=${OPKERNEL_IMAGE:-opkernel-sandbox:latest}
 packages=(busybox-static bash-static)
 work="$root/target/sandbox-image"
