@@ -23,3 +23,58 @@ pub mod sync;
 pub mod tools;
 pub mod views;
 pub mod watcher;
+
+#[cfg(test)]
+mod layering_tests {
+    /// Lower layers never name upper ones (comments aside): `kernel.rs`
+    /// knows no observer, `probes.rs` no kernel, and the decision core
+    /// touches neither the kernel, the store nor the async runtime.
+    #[test]
+    fn lower_layers_never_name_upper_ones() {
+        let upper_than_kernel: &[&str] = &[
+            "crate::observer",
+            "crate::reaper",
+            "crate::api",
+            "crate::serve",
+        ];
+        let upper_than_probes: &[&str] = &[
+            "crate::kernel",
+            "crate::observer",
+            "crate::reaper",
+            "crate::api",
+        ];
+        let rules: &[(&str, &str, &[&str])] = &[
+            ("kernel.rs", include_str!("kernel.rs"), upper_than_kernel),
+            ("probes.rs", include_str!("probes.rs"), upper_than_probes),
+            ("watcher.rs", include_str!("watcher.rs"), upper_than_probes),
+            ("inbox.rs", include_str!("inbox.rs"), upper_than_probes),
+            ("sync.rs", include_str!("sync.rs"), upper_than_probes),
+            (
+                "observer/decide.rs",
+                include_str!("observer/decide.rs"),
+                &[
+                    "crate::kernel",
+                    "crate::store",
+                    "crate::probes",
+                    "tokio",
+                    "Kernel",
+                ],
+            ),
+        ];
+        let mut found = Vec::new();
+        for (file, text, forbidden) in rules {
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                for name in *forbidden {
+                    if code.contains(name) {
+                        found.push(format!("{file}:{}: {name}", n + 1));
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "layering broken:\n{}", found.join("\n"));
+    }
+}
