@@ -124,18 +124,23 @@ impl ObserverAttempt {
             start_evidence: k.config.start_evidence_window,
         };
         let claimed = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
-        let timeout_ms = self.op.timeout_sec.saturating_mul(1000) as i64;
         State {
             start,
             pid: self.op.pid.clone(),
             kill: self.recorded_kill(),
             root_mode: k.config.profile.run_as.is_none(),
-            timeout_at: clock.instant(self.op.budget_start_ms().saturating_add(timeout_ms)),
+            timeout_at: self.timeout_at(clock),
             evidence_by: decide::evidence_deadline(clock, claimed, timing.evidence_window(start)),
             next_tick: k.next_tick(),
             unreachable_since: None,
             timing,
         }
+    }
+
+    /// The op's timeout, counted from its recorded start.
+    fn timeout_at(&self, clock: &Clock) -> Instant {
+        let budget_ms = self.op.timeout_sec.saturating_mul(1000) as i64;
+        clock.instant(self.op.budget_start_ms().saturating_add(budget_ms))
     }
 
     /// The kill request the row carries, as this attempt takes it up.
@@ -220,9 +225,8 @@ impl ObserverAttempt {
         if self.op.status.is_terminal() {
             return Ok(false);
         }
-        let timeout_ms = self.op.timeout_sec.saturating_mul(1000) as i64;
         s.start = Start::Confirmed;
-        s.timeout_at = clock.instant(self.op.budget_start_ms().saturating_add(timeout_ms));
+        s.timeout_at = self.timeout_at(clock);
         Ok(true)
     }
 
