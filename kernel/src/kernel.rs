@@ -348,18 +348,30 @@ impl Kernel {
         let ops = self.backend.ops_dir(&op.scratch_key);
         let id = op.id.clone();
         let has_log = !matches!(outcome, Outcome::Failed { .. });
-        let (tail, digest) = tokio::task::spawn_blocking(move || {
+        // usage comes with a code from the code file, never without one
+        let has_code = matches!(
+            outcome,
+            Outcome::Completed { .. }
+                | Outcome::TimedOut {
+                    exit_code: Some(_),
+                    ..
+                }
+        );
+        let (tail, digest, usage) = tokio::task::spawn_blocking(move || {
             if !has_log {
-                return (None, None);
+                return (None, None, None);
             }
             let tail = ops
                 .log_tail(&id, crate::report::TAIL_BYTES as u64 * 2)
                 .ok()
                 .map(|(bytes, _)| cut_tail(&bytes));
-            (tail, ops.log_digest(&id).ok())
+            let usage = has_code
+                .then(|| ops.read_code(&id).ok().and_then(|r| r.usage))
+                .flatten();
+            (tail, ops.log_digest(&id).ok(), usage)
         })
         .await
-        .unwrap_or((None, None));
+        .unwrap_or((None, None, None));
         let won = self
             .store
             .settle(
@@ -368,6 +380,7 @@ impl Kernel {
                     outcome: outcome.clone(),
                     output_tail: tail,
                     log: digest,
+                    usage,
                 },
             )
             .await?;

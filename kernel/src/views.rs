@@ -56,6 +56,11 @@ pub struct OpView {
     pub output_tail: Option<String>,
     pub log_sha256: Option<String>,
     pub log_size: Option<u64>,
+    /// CPU time (user + system, ms) of the command's process tree; null
+    /// when unknown.
+    pub cpu_ms: Option<u64>,
+    /// Largest resident set (KiB) of one process of the tree; null when unknown.
+    pub max_rss_kb: Option<u64>,
     /// The op's error, or what the answering call has to say about it.
     pub message: Option<String>,
     pub delivered: bool,
@@ -92,6 +97,8 @@ impl OpView {
             output_tail: op.output_tail.clone(),
             log_sha256: op.log_sha256.clone(),
             log_size: op.log_size,
+            cpu_ms: op.usage.map(|u| u.cpu_ms),
+            max_rss_kb: op.usage.map(|u| u.max_rss_kb),
             message: op.error.clone(),
             delivered: op.report_id.is_some() || op.delivered_inline,
             report_id: op.report_id.clone(),

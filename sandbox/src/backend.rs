@@ -5,11 +5,12 @@
 
 use futures::future::BoxFuture;
 
-use crate::docker::{ContainerInfo, RunUser, Sandbox, TopProcess};
+use crate::docker::{ContainerInfo, Sandbox, TopProcess};
 use crate::error::Result;
 use crate::opfiles::{OpsDir, PidRecord};
 use crate::profile::{Profile, RunIdentity};
-use crate::wrapper::{MarkedProcess, Signal, WrapperSpec};
+use crate::shim::{MarkedProcess, Signal, WrapperSpec};
+use opkernel_shim::RunUser;
 
 /// What the kernel needs from a sandbox backend. Every call is bounded by
 /// the backend's own request timeout; errors are typed [`crate::SandboxError`]s.

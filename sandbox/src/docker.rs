@@ -1,6 +1,6 @@
 //! Every call to the Docker engine: run containers (ensure, inspect, list,
-//! remove), op execs (launch through the wrapper), the marker probe, the
-//! identity-checked signaller and `docker top`.
+//! remove), op execs (launched through the shim), the shim's marker probe
+//! and identity-checked signaller, and `docker top`.
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -19,10 +19,11 @@ use crate::error::{Result, SandboxError};
 use crate::liveness::{op_liveness, OpLiveness};
 use crate::opfiles::{OpsDir, PidRecord};
 use crate::profile::{container_config, Profile, RunIdentity, LABEL_MANAGED, SCRATCH_MOUNT};
-use crate::wrapper::{
-    marker, parse_probe, parse_signalled, probe_script, signal_script, wrapper_argv, MarkedProcess,
-    Signal, WrapperSpec,
+use crate::shim::{
+    install_shim, launch_argv, marker, parse_probe, parse_signalled, probe_argv, signal_argv,
+    MarkedProcess, RunAs, Signal, WrapperSpec,
 };
+use opkernel_shim::RunUser;
 
 /// The API version spoken when negotiation is impossible (the daemon is down
 /// at connect time): Docker 20.10's, understood by every newer engine.
@@ -50,13 +51,6 @@ pub struct ContainerInfo {
     pub scratch_source: Option<String>,
 }
 
-/// The numeric identity commands of a run run as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunUser {
-    pub uid: u32,
-    pub gid: u32,
-}
-
 /// The content of the first file in a tar archive (what the archive API
 /// returns for one path), bounded by the archive itself.
 fn first_tar_file(tar: &[u8]) -> Option<&[u8]> {
@@ -70,21 +64,6 @@ fn first_tar_file(tar: &[u8]) -> Option<&[u8]> {
     tar.get(512..512 + size)
 }
 
-/// uid and gid of `user` in `/etc/passwd` text.
-pub fn find_passwd_user(passwd: &str, user: &str) -> Option<RunUser> {
-    passwd.lines().find_map(|line| {
-        let mut f = line.split(':');
-        if f.next()? != user {
-            return None;
-        }
-        let _password = f.next()?;
-        Some(RunUser {
-            uid: f.next()?.parse().ok()?,
-            gid: f.next()?.parse().ok()?,
-        })
-    })
-}
-
 /// One row of `docker top` (host pids).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopProcess {
@@ -93,16 +72,18 @@ pub struct TopProcess {
 }
 
 /// Handle on the Docker engine plus the host directory that holds every
-/// run's scratch dir.
+/// run's scratch dir and the installed shim every run container mounts.
 #[derive(Clone)]
 pub struct Sandbox {
     docker: Docker,
     scratch_root: PathBuf,
+    shim: PathBuf,
 }
 
 impl Sandbox {
     /// Connects to `docker_socket` (a unix socket path) or the local default,
     /// negotiating the API version; a daemon that is down now is not an error.
+    /// Installs the shim beside the scratch root (`<home>/bin/`).
     pub async fn connect(docker_socket: Option<&str>, scratch_root: PathBuf) -> Result<Self> {
         Self::connect_with_timeout(docker_socket, scratch_root, REQUEST_TIMEOUT_SECS).await
     }
@@ -127,9 +108,11 @@ impl Sandbox {
             }
         };
         std::fs::create_dir_all(&scratch_root).map_err(|e| SandboxError::io(&scratch_root, e))?;
+        let shim = install_shim(&scratch_root.with_file_name("bin"))?;
         Ok(Sandbox {
             docker,
             scratch_root,
+            shim,
         })
     }
 
@@ -177,19 +160,28 @@ impl Sandbox {
         set_mode(&dir, 0o700)
     }
 
-    /// The uid and gid of `profile.run_as` in the container's image, read
-    /// from its `/etc/passwd` without running anything in it; root when the
-    /// profile runs commands as root. An image without that user is refused
-    /// with a clear error: the drop to an unprivileged user is never turned
-    /// off silently.
+    /// The run-as setting of a profile; a bad spelling is refused.
+    pub fn run_as(profile: &Profile) -> Result<RunAs> {
+        match profile.run_as.as_deref() {
+            None => Ok(RunAs::Root),
+            Some(spec) => RunAs::parse(spec).map_err(SandboxError::Invalid),
+        }
+    }
+
+    /// The uid and gid commands of `profile` run as: `uid:gid` as given, or
+    /// a user name read from the container image's `/etc/passwd` without
+    /// running anything in it; root only for the explicit `root`. An image
+    /// without that user is refused with a clear error: the drop to an
+    /// unprivileged user is never turned off silently.
     pub async fn run_user(&self, container_id: &str, profile: &Profile) -> Result<RunUser> {
-        let Some(user) = profile.run_as.as_deref() else {
-            return Ok(RunUser { uid: 0, gid: 0 });
+        let run_as = Self::run_as(profile)?;
+        let RunAs::Name(user) = &run_as else {
+            return run_as.resolve(None).map_err(SandboxError::Invalid);
         };
         let no_user = |why: String| {
             SandboxError::Invalid(format!(
-                "image {} cannot run commands as {user:?}: {why}. Set OPKERNEL_RUN_AS to a user the image has, \
-                 or OPKERNEL_RUN_AS=root to run commands as root (a root command can forge its own result)",
+                "image {} cannot run commands as {user:?}: {why}. Set OPKERNEL_RUN_AS to uid:gid (default 1000:1000) \
+                 or a user the image has, or OPKERNEL_RUN_AS=root to run commands as root (a root command can forge its own result)",
                 profile.image
             ))
         };
@@ -212,14 +204,20 @@ impl Sandbox {
         }
         let passwd =
             first_tar_file(&tar).ok_or_else(|| no_user("its /etc/passwd is unreadable".into()))?;
-        find_passwd_user(&String::from_utf8_lossy(passwd), user)
-            .ok_or_else(|| no_user("no such user in its /etc/passwd".into()))
+        run_as
+            .resolve(Some(&String::from_utf8_lossy(passwd)))
+            .map_err(no_user)
     }
 
-    /// Checks, before any run container exists, that `profile.image` has the
-    /// run user: creates a container of the image (never started, not
-    /// labelled as managed), reads its `/etc/passwd` and removes it.
+    /// Checks, before any run container exists, that commands of `profile`
+    /// can run as its user. For a user name, `profile.image` must have it:
+    /// a container of the image is created (never started, not labelled as
+    /// managed), its `/etc/passwd` read and the container removed.
     pub async fn check_run_user(&self, profile: &Profile) -> Result<RunUser> {
+        let run_as = Self::run_as(profile)?;
+        if !matches!(run_as, RunAs::Name(_)) {
+            return run_as.resolve(None).map_err(SandboxError::Invalid);
+        }
         let config = bollard::models::ContainerCreateBody {
             image: Some(profile.image.clone()),
             cmd: Some(vec!["/opkernel-user-check".to_owned()]),
@@ -298,7 +296,7 @@ impl Sandbox {
                 Err(err) => return Err(err),
             }
             let scratch = self.prepare_scratch(&identity.scratch_key)?;
-            let config = container_config(identity, profile, &scratch, unix_now());
+            let config = container_config(identity, profile, &scratch, &self.shim, unix_now());
             let options = CreateContainerOptionsBuilder::default()
                 .name(&identity.name)
                 .build();
@@ -433,7 +431,7 @@ impl Sandbox {
         spec: &WrapperSpec<'_>,
         command: &[String],
     ) -> Result<String> {
-        let argv = wrapper_argv(spec, command)?;
+        let argv = launch_argv(spec, command)?;
         let exec = self
             .docker
             .create_exec(
@@ -469,14 +467,14 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Runs a kernel helper script as root in the container and returns its stdout.
-    async fn run_helper(&self, container_id: &str, script: String) -> Result<String> {
+    /// Runs a shim verb as root in the container and returns its stdout.
+    async fn run_helper(&self, container_id: &str, argv: Vec<String>) -> Result<String> {
         let exec = self
             .docker
             .create_exec(
                 container_id,
                 CreateExecOptions {
-                    cmd: Some(vec!["/bin/sh".to_owned(), "-c".to_owned(), script]),
+                    cmd: Some(argv),
                     user: Some("0".to_owned()),
                     attach_stdout: Some(true),
                     attach_stderr: Some(false),
@@ -500,7 +498,7 @@ impl Sandbox {
 
     /// Every process in the container that carries an op marker.
     pub async fn probe(&self, container_id: &str) -> Result<Vec<MarkedProcess>> {
-        let out = self.run_helper(container_id, probe_script()).await?;
+        let out = self.run_helper(container_id, probe_argv()).await?;
         parse_probe(&out).map_err(|detail| SandboxError::Probe {
             container: container_id.to_owned(),
             detail,
@@ -527,8 +525,8 @@ impl Sandbox {
         record: &PidRecord,
         signal: Signal,
     ) -> Result<Vec<u32>> {
-        let script = signal_script(op_id, record.pid, record.start_ticks, signal)?;
-        let out = self.run_helper(container_id, script).await?;
+        let argv = signal_argv(op_id, record.pid, record.start_ticks, signal)?;
+        let out = self.run_helper(container_id, argv).await?;
         parse_signalled(&out).ok_or_else(|| SandboxError::Probe {
             container: container_id.to_owned(),
             detail: format!("signaller output incomplete: {out:?}"),
@@ -591,21 +589,6 @@ pub fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn run_users_are_found_by_name_only() {
-        let passwd = "root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1001::/scratch:/bin/sh\nbad:x:zz:1::/:/bin/sh\n";
-        assert_eq!(
-            find_passwd_user(passwd, "agent"),
-            Some(RunUser {
-                uid: 1000,
-                gid: 1001
-            })
-        );
-        assert_eq!(find_passwd_user(passwd, "age"), None);
-        assert_eq!(find_passwd_user(passwd, "bad"), None);
-        assert_eq!(find_passwd_user("", "root"), None);
-    }
 
     #[test]
     fn the_first_tar_member_is_read_within_its_size() {

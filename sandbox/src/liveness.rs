@@ -1,7 +1,7 @@
 //! Pure judgement of an op's liveness from a marker probe snapshot.
 
 use crate::opfiles::PidRecord;
-use crate::wrapper::MarkedProcess;
+use crate::shim::MarkedProcess;
 
 /// What a probe snapshot says about one op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

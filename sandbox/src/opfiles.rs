@@ -8,9 +8,10 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use opkernel_shim::FormatError;
 use sha2::{Digest, Sha256};
 
-use crate::wrapper::validate_op_id;
+use crate::shim::validate_op_id;
 
 /// Why an op file could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,73 +30,28 @@ pub enum OpFileError {
     Unreadable(String, String),
 }
 
-/// The wrapper's identity as recorded in `<id>.pid`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PidRecord {
-    /// The wrapper's pid inside the container.
-    pub pid: u32,
-    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
-    pub start_ticks: u64,
-    pub hostname: String,
-}
+pub use opkernel_shim::{ExitRecord, PidRecord, Usage};
 
 const MAX_PID_FILE: u64 = 512;
-const MAX_CODE_FILE: u64 = 64;
+const MAX_CODE_FILE: u64 = 96;
+
+fn named(name: &str, e: FormatError) -> OpFileError {
+    match e {
+        FormatError::Empty => OpFileError::Empty(name.to_owned()),
+        FormatError::Partial(text) => OpFileError::Partial(name.to_owned(), text),
+        FormatError::Garbage(text) => OpFileError::Garbage(name.to_owned(), text),
+    }
+}
 
 /// Parses the content of a `.pid` file: `<pid> <start ticks> <hostname>\n`.
 pub fn parse_pid_record(name: &str, text: &str) -> Result<PidRecord, OpFileError> {
-    if text.is_empty() {
-        return Err(OpFileError::Empty(name.to_owned()));
-    }
-    let Some(line) = text.strip_suffix('\n') else {
-        return Err(OpFileError::Partial(name.to_owned(), clip(text)));
-    };
-    let fields: Vec<&str> = line.split(' ').collect();
-    if fields.len() < 2 {
-        return Err(OpFileError::Partial(name.to_owned(), clip(text)));
-    }
-    let garbage = || OpFileError::Garbage(name.to_owned(), clip(text));
-    let pid: u32 = canonical_decimal(fields[0]).ok_or_else(garbage)?;
-    let start_ticks: u64 = canonical_decimal(fields[1]).ok_or_else(garbage)?;
-    if pid == 0 || fields.len() > 3 {
-        return Err(garbage());
-    }
-    let hostname = fields.get(2).copied().unwrap_or("").to_owned();
-    if hostname.len() > 255 || !hostname.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(garbage());
-    }
-    Ok(PidRecord {
-        pid,
-        start_ticks,
-        hostname,
-    })
+    PidRecord::parse(text).map_err(|e| named(name, e))
 }
 
-/// Parses the content of a `.code` file: a decimal exit code 0..=255 and a newline.
-pub fn parse_exit_code(name: &str, text: &str) -> Result<i32, OpFileError> {
-    if text.is_empty() {
-        return Err(OpFileError::Empty(name.to_owned()));
-    }
-    let Some(line) = text.strip_suffix('\n') else {
-        return Err(OpFileError::Partial(name.to_owned(), clip(text)));
-    };
-    match canonical_decimal::<i32>(line) {
-        Some(code) if (0..=255).contains(&code) => Ok(code),
-        _ => Err(OpFileError::Garbage(name.to_owned(), clip(text))),
-    }
-}
-
-/// A number exactly as `printf %d` writes it: digits only, no sign, no
-/// leading zero. Anything else is not what the wrapper wrote.
-fn canonical_decimal<T: std::str::FromStr>(s: &str) -> Option<T> {
-    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits && (s == "0" || !s.starts_with('0')))
-        .then(|| s.parse().ok())
-        .flatten()
-}
-
-fn clip(text: &str) -> String {
-    text.chars().take(64).collect()
+/// Parses the content of a `.code` file: `<code> <cpu ms> <max rss KiB>\n`
+/// (or a bare `<code>\n`), code 0..=255.
+pub fn parse_exit_record(name: &str, text: &str) -> Result<ExitRecord, OpFileError> {
+    ExitRecord::parse(text).map_err(|e| named(name, e))
 }
 
 /// Digest of a finished log: its output artifact.
@@ -136,10 +92,10 @@ impl OpsDir {
         parse_pid_record(&name, &text)
     }
 
-    pub fn read_code(&self, op_id: &str) -> Result<i32, OpFileError> {
+    pub fn read_code(&self, op_id: &str) -> Result<ExitRecord, OpFileError> {
         let name = format!("{op_id}.code");
         let text = read_small(&self.file(op_id, "code")?, &name, MAX_CODE_FILE)?;
-        parse_exit_code(&name, &text)
+        parse_exit_record(&name, &text)
     }
 
     /// Opens the log for reading; refuses symlinks and non-regular files.
@@ -267,22 +223,21 @@ mod tests {
     }
 
     #[test]
-    fn exit_codes_parse() {
-        assert_eq!(parse_exit_code("c", "0\n"), Ok(0));
-        assert_eq!(parse_exit_code("c", "137\n"), Ok(137));
-        assert!(matches!(
-            parse_exit_code("c", ""),
-            Err(OpFileError::Empty(_))
-        ));
-        assert!(matches!(
-            parse_exit_code("c", "13"),
-            Err(OpFileError::Partial(..))
-        ));
+    fn exit_records_parse_with_and_without_usage() {
+        let code = |c| parse_exit_record("c", c).map(|r| r.code);
+        assert_eq!(code("0\n"), Ok(0));
+        assert_eq!(code("137 20 1024\n"), Ok(137));
+        assert_eq!(
+            parse_exit_record("c", "3 20 1024\n").unwrap().usage,
+            Some(Usage {
+                cpu_ms: 20,
+                max_rss_kb: 1024
+            })
+        );
+        assert!(matches!(code(""), Err(OpFileError::Empty(_))));
+        assert!(matches!(code("13"), Err(OpFileError::Partial(..))));
         for bad in ["-1\n", "256\n", "abc\n", "+3\n", "1 2\n", "\n"] {
-            assert!(
-                matches!(parse_exit_code("c", bad), Err(OpFileError::Garbage(..))),
-                "{bad:?}"
-            );
+            assert!(matches!(code(bad), Err(OpFileError::Garbage(..))), "{bad:?}");
         }
     }
 

@@ -20,14 +20,15 @@ pub const LABEL_CREATED_AT: &str = "opkernel.created_at";
 /// Where the run's scratch directory is mounted inside the container.
 pub const SCRATCH_MOUNT: &str = "/scratch";
 /// Where the op files live inside the container (a separate, root-owned mount).
-pub const OPS_MOUNT: &str = "/scratch/.ops";
+pub const OPS_MOUNT: &str = opkernel_shim::OPS_DIR;
+/// Where the shim is mounted (read-only) in every run container.
+pub const SHIM_MOUNT: &str = opkernel_shim::SHIM_PATH;
 
 /// Capabilities kept in a run container. The agent's command runs as an
-/// unprivileged user and holds none of them; the kernel's own root-run helpers
-/// need them: SETUID/SETGID to drop to that user; DAC_READ_SEARCH and
-/// SYS_PTRACE to open another user's `/proc/<pid>/environ` (mode 0400, then a
-/// ptrace access check) for the identity check; KILL to signal the op's
-/// processes.
+/// unprivileged user and holds none of them; the shim (run as root) needs
+/// them: SETUID/SETGID to drop to that user; DAC_READ_SEARCH and SYS_PTRACE
+/// to open another user's `/proc/<pid>/environ` (mode 0400, then a ptrace
+/// access check) for the identity check; KILL to signal the op's processes.
 pub const KEPT_CAPABILITIES: [&str; 5] =
     ["KILL", "SETUID", "SETGID", "SYS_PTRACE", "DAC_READ_SEARCH"];
 
@@ -43,8 +44,9 @@ pub struct Profile {
     pub network: String,
     /// `NAME=VALUE` pairs, sorted for a stable fingerprint.
     pub env: Vec<String>,
-    /// User the command is dropped to (a name from the image's /etc/passwd);
-    /// `None` runs the command as root.
+    /// Who the command runs as: `uid:gid` (whether or not the image has
+    /// such a user) or a name from the image's /etc/passwd; `None` runs the
+    /// command as root (only for an explicit `OPKERNEL_RUN_AS=root`).
     pub run_as: Option<String>,
     pub read_only_root: bool,
     pub tmpfs_bytes: i64,
@@ -59,7 +61,7 @@ impl Default for Profile {
             pids_limit: 1024,
             network: "none".to_owned(),
             env: Vec::new(),
-            run_as: Some("agent".to_owned()),
+            run_as: Some("1000:1000".to_owned()),
             read_only_root: true,
             tmpfs_bytes: 512 << 20,
         }
@@ -175,11 +177,13 @@ impl RunIdentity {
     }
 }
 
-/// The full create body of a hardened run container.
+/// The full create body of a hardened run container. Its main process is
+/// the shim (under Docker's init), so the image needs no shell at all.
 pub fn container_config(
     identity: &RunIdentity,
     profile: &Profile,
     scratch_dir: &Path,
+    shim: &Path,
     created_at_unix: u64,
 ) -> ContainerCreateBody {
     let scratch = scratch_dir.display().to_string();
@@ -187,6 +191,7 @@ pub fn container_config(
         binds: Some(vec![
             format!("{scratch}:{SCRATCH_MOUNT}:rw"),
             format!("{scratch}/.ops:{OPS_MOUNT}:rw"),
+            format!("{}:{SHIM_MOUNT}:ro", shim.display()),
         ]),
         cap_drop: Some(vec!["ALL".to_owned()]),
         cap_add: Some(KEPT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
@@ -206,11 +211,8 @@ pub fn container_config(
     };
     ContainerCreateBody {
         image: Some(profile.image.clone()),
-        cmd: Some(vec![
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            "while :; do sleep 3600; done".to_owned(),
-        ]),
+        entrypoint: Some(vec![SHIM_MOUNT.to_owned()]),
+        cmd: Some(vec!["idle".to_owned()]),
         env: Some(profile.env.clone()),
         labels: Some(identity.labels(created_at_unix)),
         working_dir: Some(SCRATCH_MOUNT.to_owned()),
@@ -298,7 +300,13 @@ mod tests {
     fn container_config_is_hardened() {
         let profile = Profile::default();
         let id = RunIdentity::new("run-1", &profile).unwrap();
-        let cfg = container_config(&id, &profile, Path::new("/h/scratch/k"), 5);
+        let cfg = container_config(
+            &id,
+            &profile,
+            Path::new("/h/scratch/k"),
+            Path::new("/h/bin/shim"),
+            5,
+        );
         let host = cfg.host_config.unwrap();
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
         assert_eq!(
@@ -312,9 +320,12 @@ mod tests {
             host.binds,
             Some(vec![
                 "/h/scratch/k:/scratch:rw".to_owned(),
-                "/h/scratch/k/.ops:/scratch/.ops:rw".to_owned()
+                "/h/scratch/k/.ops:/scratch/.ops:rw".to_owned(),
+                "/h/bin/shim:/.opkernel/shim:ro".to_owned(),
             ])
         );
+        assert_eq!(cfg.entrypoint, Some(vec![SHIM_MOUNT.to_owned()]));
+        assert_eq!(cfg.user.as_deref(), Some("0"));
         assert!(host.tmpfs.unwrap()["/tmp"].contains("mode=1777"));
         assert_eq!(cfg.labels.unwrap()[LABEL_MANAGED], "true");
     }

@@ -143,7 +143,7 @@ pub async fn visible_op(
     principal: &Principal,
     id: &str,
 ) -> ApiResult<crate::store::Op> {
-    sandbox::wrapper::validate_op_id(id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    sandbox::shim::validate_op_id(id).map_err(|e| ApiError::bad_request(e.to_string()))?;
     match kernel.store.get_op(id).await? {
         Some(op) if principal.may_act_on(&op.run_id) => Ok(op),
         _ => Err(ApiError::not_found(format!("no operation {id}"))),

@@ -70,7 +70,7 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 }
 
 fn validate(k: &AppState, req: &RunCommand) -> ApiResult<u64> {
-    sandbox::wrapper::validate_command(&req.command)
+    sandbox::shim::validate_command(&req.command)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let (default, max, var) = if req.background {
         (

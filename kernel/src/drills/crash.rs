@@ -1,15 +1,13 @@
 //! Drills that SIGKILL and restart the kernel around an op's lifecycle.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::harness::KernelProcess;
-use super::{check, count_lines, ops_path, scratch_path, unique_run, LONG};
+use super::{check, Kit, count_lines, ops_path, scratch_path, unique_run, LONG};
 
-pub async fn sigkill_repeated(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "sigkill", &[]).await?;
+pub async fn sigkill_repeated(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("sigkill", &[]).await?;
     let run = unique_run("sigkill");
     let op = k
         .start_bg(
@@ -54,8 +52,8 @@ pub async fn sigkill_repeated(bin: &Path) -> anyhow::Result<String> {
     ))
 }
 
-pub async fn exit_while_down(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "exitdown", &[]).await?;
+pub async fn exit_while_down(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("exitdown", &[]).await?;
     let run = unique_run("exitdown");
     let zero = k
         .start_bg(&run, &["sh", "-c", "sleep 2; exit 0"], 60)
@@ -93,8 +91,8 @@ pub async fn exit_while_down(bin: &Path) -> anyhow::Result<String> {
     ))
 }
 
-pub async fn kill_interrupted(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "killint", &[("OPKERNEL_KILL_GRACE_MS", "3000")]).await?;
+pub async fn kill_interrupted(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("killint", &[("OPKERNEL_KILL_GRACE_MS", "3000")]).await?;
     let run = unique_run("killint");
     let op = k
         .start_bg(&run, &["bash", "-c", "trap '' TERM; sleep 300 & wait"], 600)
@@ -122,8 +120,8 @@ pub async fn kill_interrupted(bin: &Path) -> anyhow::Result<String> {
     )
 }
 
-pub async fn timeout_not_extended(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "tmo", &[]).await?;
+pub async fn timeout_not_extended(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("tmo", &[]).await?;
     let run = unique_run("tmo");
     let began = Instant::now();
     let op = k.start_bg(&run, &["sleep", "300"], 4).await?;
@@ -143,8 +141,8 @@ pub async fn timeout_not_extended(bin: &Path) -> anyhow::Result<String> {
     ))
 }
 
-pub async fn crash_around_create(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "create", &[("OPKERNEL_GRACE_MS", "3000")]).await?;
+pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("create", &[("OPKERNEL_GRACE_MS", "3000")]).await?;
     let run = unique_run("create");
     k.sigkill();
     // 1. a container made by a kernel that died before recording anything
@@ -233,8 +231,8 @@ fn run_containers(run: &str) -> anyhow::Result<usize> {
         .count())
 }
 
-pub async fn unacked_report(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "unacked", &[]).await?;
+pub async fn unacked_report(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("unacked", &[]).await?;
     let run = unique_run("unacked");
     let a = k.start_bg(&run, &["sh", "-c", "echo a"], 60).await?;
     let b = k.start_bg(&run, &["sh", "-c", "echo b"], 60).await?;

@@ -1,14 +1,13 @@
 //! Drills that break things under a running op: its processes, its
 //! container, its files, the Docker daemon, its observer.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::json;
 
 use super::harness::{docker_exec, KernelProcess};
-use super::{check, count_lines, ops_path, scratch_path, unique_run, LONG};
+use super::{check, Kit, count_lines, ops_path, scratch_path, unique_run, LONG};
 
 /// Kills an op's wrapper first (so it cannot write a code), then the
 /// processes whose command line contains `needle`.
@@ -35,8 +34,8 @@ async fn running_op(
     Ok((op, container, pid))
 }
 
-pub async fn killed_from_inside(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "inside", &[]).await?;
+pub async fn killed_from_inside(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("inside", &[]).await?;
     let run = unique_run("inside");
     let (op, container, pid) = running_op(&k, &run, &["sh", "-c", "exec sleep 311"]).await?;
     k.sigkill();
@@ -50,8 +49,8 @@ pub async fn killed_from_inside(bin: &Path) -> anyhow::Result<String> {
     Ok(format!("lost with effect uncertain: {}", s["message"]))
 }
 
-pub async fn container_removed(bin: &Path) -> anyhow::Result<String> {
-    let k = KernelProcess::start(bin, "removed", &[]).await?;
+pub async fn container_removed(kit: &Kit) -> anyhow::Result<String> {
+    let k = kit.start("removed", &[]).await?;
     let run = unique_run("removed");
     let (op, container, _) = running_op(&k, &run, &["sleep", "300"]).await?;
     std::process::Command::new("docker")
@@ -75,8 +74,8 @@ pub async fn container_removed(bin: &Path) -> anyhow::Result<String> {
     ))
 }
 
-pub async fn garbage_code(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "garbage", &[]).await?;
+pub async fn garbage_code(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("garbage", &[]).await?;
     let run = unique_run("garbage");
     let (empty, container, pid_a) = running_op(&k, &run, &["sh", "-c", "exec sleep 312"]).await?;
     let (junk, _, pid_b) = running_op(&k, &run, &["sh", "-c", "exec sleep 313"]).await?;
@@ -100,8 +99,8 @@ pub async fn garbage_code(bin: &Path) -> anyhow::Result<String> {
     ))
 }
 
-pub async fn pid_reused(bin: &Path) -> anyhow::Result<String> {
-    let mut k = KernelProcess::start(bin, "pidreuse", &[]).await?;
+pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("pidreuse", &[]).await?;
     let run = unique_run("pidreuse");
     let (op, container, pid) = running_op(&k, &run, &["sh", "-c", "exec sleep 314"]).await?;
     // an unrelated process in the same container
@@ -146,14 +145,14 @@ pub async fn pid_reused(bin: &Path) -> anyhow::Result<String> {
     ))
 }
 
-pub async fn daemon_outage(bin: &Path, long: bool) -> anyhow::Result<String> {
+pub async fn daemon_outage(kit: &Kit, long: bool) -> anyhow::Result<String> {
     let (proxy, sock) = super::review::docker_proxy()?;
     let grace_ms = if long { "3000" } else { "8000" };
     let env = [
         ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),
         ("OPKERNEL_GRACE_MS", grace_ms),
     ];
-    let k = KernelProcess::start(bin, "outage", &env).await?;
+    let k = kit.start("outage", &env).await?;
     let run = unique_run("outage");
     let op = k
         .start_bg(&run, &["sh", "-c", "sleep 6; echo survived; exit 5"], 120)
@@ -200,8 +199,8 @@ pub async fn daemon_outage(bin: &Path, long: bool) -> anyhow::Result<String> {
     }
 }
 
-pub async fn observer_crash(bin: &Path) -> anyhow::Result<String> {
-    let k = KernelProcess::start(bin, "observer", &[]).await?;
+pub async fn observer_crash(kit: &Kit) -> anyhow::Result<String> {
+    let k = kit.start("observer", &[]).await?;
     let run = unique_run("observer");
     let op = k
         .start_bg(

@@ -43,26 +43,26 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("kill-interrupted-term", "a TERM-honouring command killed across a kernel restart ends killed 143"),
 ];
 
-fn drill(name: &str, bin: PathBuf) -> Option<DrillFuture> {
+fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
     Some(match name {
-        "kernel-sigkill-repeated" => Box::pin(async move { crash::sigkill_repeated(&bin).await }),
-        "exit-while-down" => Box::pin(async move { crash::exit_while_down(&bin).await }),
-        "killed-from-inside" => Box::pin(async move { faults::killed_from_inside(&bin).await }),
-        "container-removed" => Box::pin(async move { faults::container_removed(&bin).await }),
-        "garbage-code" => Box::pin(async move { faults::garbage_code(&bin).await }),
-        "pid-reused" => Box::pin(async move { faults::pid_reused(&bin).await }),
-        "kill-interrupted" => Box::pin(async move { crash::kill_interrupted(&bin).await }),
-        "timeout-not-extended" => Box::pin(async move { crash::timeout_not_extended(&bin).await }),
-        "daemon-outage-short" => Box::pin(async move { faults::daemon_outage(&bin, false).await }),
-        "daemon-outage-long" => Box::pin(async move { faults::daemon_outage(&bin, true).await }),
-        "crash-around-create" => Box::pin(async move { crash::crash_around_create(&bin).await }),
-        "unacked-report" => Box::pin(async move { crash::unacked_report(&bin).await }),
-        "observer-crash" => Box::pin(async move { faults::observer_crash(&bin).await }),
-        "slow-start" => Box::pin(async move { review::slow_start(&bin).await }),
-        "kill-before-start" => Box::pin(async move { review::kill_before_start(&bin).await }),
-        "clock-step" => Box::pin(async move { review::clock_step(&bin).await }),
+        "kernel-sigkill-repeated" => Box::pin(async move { crash::sigkill_repeated(&kit).await }),
+        "exit-while-down" => Box::pin(async move { crash::exit_while_down(&kit).await }),
+        "killed-from-inside" => Box::pin(async move { faults::killed_from_inside(&kit).await }),
+        "container-removed" => Box::pin(async move { faults::container_removed(&kit).await }),
+        "garbage-code" => Box::pin(async move { faults::garbage_code(&kit).await }),
+        "pid-reused" => Box::pin(async move { faults::pid_reused(&kit).await }),
+        "kill-interrupted" => Box::pin(async move { crash::kill_interrupted(&kit).await }),
+        "timeout-not-extended" => Box::pin(async move { crash::timeout_not_extended(&kit).await }),
+        "daemon-outage-short" => Box::pin(async move { faults::daemon_outage(&kit, false).await }),
+        "daemon-outage-long" => Box::pin(async move { faults::daemon_outage(&kit, true).await }),
+        "crash-around-create" => Box::pin(async move { crash::crash_around_create(&kit).await }),
+        "unacked-report" => Box::pin(async move { crash::unacked_report(&kit).await }),
+        "observer-crash" => Box::pin(async move { faults::observer_crash(&kit).await }),
+        "slow-start" => Box::pin(async move { review::slow_start(&kit).await }),
+        "kill-before-start" => Box::pin(async move { review::kill_before_start(&kit).await }),
+        "clock-step" => Box::pin(async move { review::clock_step(&kit).await }),
         "kill-interrupted-term" => {
-            Box::pin(async move { review::kill_interrupted_term(&bin).await })
+            Box::pin(async move { review::kill_interrupted_term(&kit).await })
         }
         _ => return None,
     })
@@ -76,11 +76,39 @@ pub struct DrillResult {
     pub seconds: f64,
 }
 
-/// Runs one drill by name.
+/// What a drill starts its kernels with: the binary and the run image
+/// (`None`: the kernel's own default or `OPKERNEL_IMAGE`).
+#[derive(Debug, Clone)]
+pub struct Kit {
+    pub bin: PathBuf,
+    pub image: Option<String>,
+}
+
+impl Kit {
+    /// Starts a kernel for a drill, on this kit's image.
+    pub async fn start(&self, tag: &str, env: &[(&str, &str)]) -> anyhow::Result<KernelProcess> {
+        let mut env = env.to_vec();
+        if let Some(image) = &self.image {
+            env.push(("OPKERNEL_IMAGE", image));
+        }
+        KernelProcess::start(&self.bin, tag, &env).await
+    }
+}
+
+/// Runs one drill by name, on the default run image.
 pub async fn run_one(name: &str) -> DrillResult {
+    run_one_in(name, None).await
+}
+
+/// Runs one drill by name with every run container made from `image`.
+pub async fn run_one_in(name: &str, image: Option<&str>) -> DrillResult {
     let began = Instant::now();
-    let outcome = match harness::kernel_binary() {
-        Ok(bin) => match drill(name, bin) {
+    let kit = harness::kernel_binary().map(|bin| Kit {
+        bin,
+        image: image.map(str::to_owned),
+    });
+    let outcome = match kit {
+        Ok(kit) => match drill(name, kit) {
             Some(fut) => fut.await,
             None => Err(anyhow::anyhow!("no drill named {name:?}")),
         },

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::harness::KernelProcess;
 use super::proxy::{DockerProxy, Hold};
-use super::{check, count_lines, scratch_path, unique_run, LONG};
+use super::{check, Kit, count_lines, scratch_path, unique_run, LONG};
 
 /// A proxy in front of the real Docker socket, for one drill.
 pub(super) fn docker_proxy() -> anyhow::Result<(DockerProxy, PathBuf)> {
@@ -27,7 +26,7 @@ pub(super) fn docker_proxy() -> anyhow::Result<(DockerProxy, PathBuf)> {
 /// The exec start of an op outlives the Docker request timeout. Released
 /// later, the command runs once and completes; dropped, the op is lost
 /// with effect uncertain. Never `failed` ("nothing ran") on a guess.
-pub async fn slow_start(bin: &Path) -> anyhow::Result<String> {
+pub async fn slow_start(kit: &Kit) -> anyhow::Result<String> {
     let (proxy, sock) = docker_proxy()?;
     let env = [
         ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),
@@ -35,7 +34,7 @@ pub async fn slow_start(bin: &Path) -> anyhow::Result<String> {
         ("OPKERNEL_START_EVIDENCE_MS", "1000"),
         ("OPKERNEL_GRACE_MS", "9000"),
     ];
-    let k = KernelProcess::start(bin, "slowstart", &env).await?;
+    let k = kit.start("slowstart", &env).await?;
     let run = unique_run("slowstart");
     // the run container exists before the hold
     let warm = k.start_bg(&run, &["true"], 60).await?;
@@ -85,10 +84,10 @@ pub async fn slow_start(bin: &Path) -> anyhow::Result<String> {
 
 /// A kill that arrives while the run container is being created wins: the
 /// command never runs, and the op is failed with killed.
-pub async fn kill_before_start(bin: &Path) -> anyhow::Result<String> {
+pub async fn kill_before_start(kit: &Kit) -> anyhow::Result<String> {
     let (proxy, sock) = docker_proxy()?;
     let env = [("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default())];
-    let k = KernelProcess::start(bin, "killfirst", &env).await?;
+    let k = kit.start("killfirst", &env).await?;
     let run = unique_run("killfirst");
     proxy.hold(&["/containers/create"]);
     let op = k
@@ -117,8 +116,8 @@ pub async fn kill_before_start(bin: &Path) -> anyhow::Result<String> {
 
 /// The wall clock steps two hours forward under a running op: its timeout
 /// is measured on the monotonic clock, so it does not fire.
-pub async fn clock_step(bin: &Path) -> anyhow::Result<String> {
-    let k = KernelProcess::start(bin, "clock", &[]).await?;
+pub async fn clock_step(kit: &Kit) -> anyhow::Result<String> {
+    let k = kit.start("clock", &[]).await?;
     let run = unique_run("clock");
     let op = k
         .start_bg(&run, &["sh", "-c", "sleep 4; exit 0"], 60)
@@ -148,9 +147,9 @@ pub async fn clock_step(bin: &Path) -> anyhow::Result<String> {
 /// A kill of a command that honours SIGTERM (slowly) is interrupted by a
 /// kernel SIGKILL after the TERM: after the restart the op ends `killed`
 /// with 143, because the signal was recorded durably.
-pub async fn kill_interrupted_term(bin: &Path) -> anyhow::Result<String> {
+pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
     let mut k =
-        KernelProcess::start(bin, "killterm", &[("OPKERNEL_KILL_GRACE_MS", "5000")]).await?;
+        kit.start("killterm", &[("OPKERNEL_KILL_GRACE_MS", "5000")]).await?;
     let run = unique_run("killterm");
     let op = k
         .start_bg(

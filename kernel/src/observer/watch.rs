@@ -34,7 +34,7 @@ impl Drop for MonitorGuard {
 
 fn read_code(ops: &OpsDir, op_id: &str) -> CodeFile {
     match ops.read_code(op_id) {
-        Ok(code) => CodeFile::Recorded(code),
+        Ok(record) => CodeFile::Recorded(record.code),
         Err(OpFileError::Missing(_)) => CodeFile::Missing,
         Err(bad) => CodeFile::Unusable(bad.to_string()),
     }

@@ -32,6 +32,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/0001_control_plane.sql")),
     (2, include_str!("../../migrations/0002_review_fixes.sql")),
+    (3, include_str!("../../migrations/0003_usage.sql")),
 ];
 
 #[derive(Clone)]

@@ -40,6 +40,8 @@ pub struct Op {
     pub output_tail: Option<String>,
     pub log_sha256: Option<String>,
     pub log_size: Option<u64>,
+    /// What the command's process tree used (from the shim's code record).
+    pub usage: Option<sandbox::Usage>,
     pub kernel_id: Option<String>,
     pub report_id: Option<String>,
     pub delivered_inline: bool,
@@ -57,7 +59,7 @@ impl Op {
 pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
     exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, exec_id, \
-    effect, error, output_tail, log_sha256, log_size, kernel_id, report_id, delivered_inline";
+    effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, kernel_id, report_id, delivered_inline";
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
 pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
@@ -106,6 +108,16 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         output_tail: row.get("output_tail")?,
         log_sha256: row.get("log_sha256")?,
         log_size: row.get::<_, Option<i64>>("log_size")?.map(|v| v as u64),
+        usage: match (
+            row.get::<_, Option<i64>>("cpu_ms")?,
+            row.get::<_, Option<i64>>("max_rss_kb")?,
+        ) {
+            (Some(cpu), Some(rss)) => Some(sandbox::Usage {
+                cpu_ms: cpu as u64,
+                max_rss_kb: rss as u64,
+            }),
+            _ => None,
+        },
         kernel_id: row.get("kernel_id")?,
         report_id: row.get("report_id")?,
         delivered_inline: row.get("delivered_inline")?,
@@ -177,6 +189,7 @@ pub struct Settlement {
     pub outcome: Outcome,
     pub output_tail: Option<String>,
     pub log: Option<sandbox::LogDigest>,
+    pub usage: Option<sandbox::Usage>,
 }
 
 /// Why a new op of `run_id` may not be admitted now, if it may not.
@@ -470,7 +483,8 @@ impl Store {
             let n = conn.execute(
                 &format!(
                     "UPDATE ops SET status = ?2, exit_code = ?3, killed = ?4, effect = ?5, error = ?6, \
-                     output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10 \
+                     output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10, \
+                     cpu_ms = ?11, max_rss_kb = ?12 \
                      WHERE id = ?1 AND status IN ({})",
                     live_sql()
                 ),
@@ -484,7 +498,9 @@ impl Store {
                     s.output_tail,
                     s.log.as_ref().map(|l| l.sha256.clone()),
                     s.log.as_ref().map(|l| l.size as i64),
-                    now_ms()
+                    now_ms(),
+                    s.usage.map(|u| u.cpu_ms as i64),
+                    s.usage.map(|u| u.max_rss_kb as i64),
                 ],
             )?;
             Ok(n == 1)
@@ -647,10 +663,15 @@ mod tests {
     async fn first_terminal_writer_wins() {
         let store = test_store();
         let op = created(&store, req(None, "true")).await;
+        let usage = sandbox::Usage {
+            cpu_ms: 1500,
+            max_rss_kb: 4096,
+        };
         let done = |outcome| Settlement {
             outcome,
             output_tail: None,
             log: None,
+            usage: Some(usage),
         };
         assert!(store
             .settle(
@@ -668,8 +689,8 @@ mod tests {
             .unwrap());
         let row = store.get_op(&op.id).await.unwrap().unwrap();
         assert_eq!(
-            (row.status, row.exit_code, row.effect),
-            (Status::Completed, Some(0), None)
+            (row.status, row.exit_code, row.effect, row.usage),
+            (Status::Completed, Some(0), None, Some(usage))
         );
         assert!(store
             .begin_attempt(&op.id, "k", AttemptStart::Clean)
@@ -695,6 +716,7 @@ mod tests {
             },
             output_tail: None,
             log: None,
+            usage: None,
         };
         assert!(store.settle(&op.id, s).await.unwrap());
         let row = store.get_op(&op.id).await.unwrap().unwrap();

@@ -340,6 +340,7 @@ mod tests {
             },
             output_tail: None,
             log: None,
+            usage: None,
         };
         assert!(store.settle(id, s).await.unwrap());
     }

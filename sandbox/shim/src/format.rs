@@ -1,0 +1,350 @@
+//! The byte formats between the shim and the kernel, each with its writer
+//! and its strict parser side by side: `.pid`, `.code`, the probe listing
+//! and the signaller's report. A parser accepts exactly what the writer
+//! produces (canonical decimals, single spaces, one trailing newline) and
+//! nothing else, so a damaged or foreign file is never mistaken for a record.
+
+/// Environment variable that marks every process of an op.
+pub const MARKER_VAR: &str = "__OPKERNEL_OP";
+
+/// `__OPKERNEL_OP=<id>`.
+pub fn marker(op_id: &str) -> String {
+    format!("{MARKER_VAR}={op_id}")
+}
+
+/// Op ids are UUIDs in their hyphenated lowercase form; nothing else may be
+/// spliced into a path or an argv.
+pub fn validate_op_id(op_id: &str) -> Result<(), String> {
+    let ok = op_id.len() == 36
+        && op_id.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "operation id must be a lowercase uuid, got {:?}",
+            op_id.chars().take(64).collect::<String>()
+        ))
+    }
+}
+
+/// Why a record could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormatError {
+    Empty,
+    /// No trailing newline yet (or too few fields): a writer may be mid-way.
+    Partial(String),
+    Garbage(String),
+}
+
+fn clip(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+/// A number exactly as the shim writes it: digits only, no sign, no
+/// leading zero.
+fn canonical_decimal<T: std::str::FromStr>(s: &str) -> Option<T> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits && (s == "0" || !s.starts_with('0')))
+        .then(|| s.parse().ok())
+        .flatten()
+}
+
+/// The line without its trailing newline; empty and unterminated text are
+/// told apart from garbage.
+fn one_line(text: &str) -> Result<&str, FormatError> {
+    if text.is_empty() {
+        return Err(FormatError::Empty);
+    }
+    text.strip_suffix('\n')
+        .ok_or_else(|| FormatError::Partial(clip(text)))
+}
+
+/// The launcher's identity as recorded in `<id>.pid`, written before the
+/// command starts: `<pid> <start ticks> <hostname>\n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PidRecord {
+    /// The launcher's pid inside the container.
+    pub pid: u32,
+    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
+    pub start_ticks: u64,
+    pub hostname: String,
+}
+
+impl PidRecord {
+    pub fn render(&self) -> String {
+        format!("{} {} {}\n", self.pid, self.start_ticks, self.hostname)
+    }
+
+    pub fn parse(text: &str) -> Result<PidRecord, FormatError> {
+        let line = one_line(text)?;
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.len() < 2 {
+            return Err(FormatError::Partial(clip(text)));
+        }
+        let garbage = || FormatError::Garbage(clip(text));
+        let pid: u32 = canonical_decimal(fields[0]).ok_or_else(garbage)?;
+        let start_ticks: u64 = canonical_decimal(fields[1]).ok_or_else(garbage)?;
+        if pid == 0 || fields.len() > 3 {
+            return Err(garbage());
+        }
+        let hostname = fields.get(2).copied().unwrap_or("").to_owned();
+        if hostname.len() > 255 || !hostname.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(garbage());
+        }
+        Ok(PidRecord {
+            pid,
+            start_ticks,
+            hostname,
+        })
+    }
+}
+
+/// What the command's process tree used, from `wait4`/`getrusage` of the
+/// launcher's reaped children.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// User plus system CPU time, milliseconds.
+    pub cpu_ms: u64,
+    /// Largest resident set of any one process of the tree, KiB.
+    pub max_rss_kb: u64,
+}
+
+/// The content of `<id>.code`: `<code> <cpu ms> <max rss KiB>\n`. A bare
+/// `<code>\n` (what the wrapper of earlier versions wrote) is read as a code
+/// without usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitRecord {
+    /// 0..=255; 128+N for a command ended by signal N.
+    pub code: i32,
+    pub usage: Option<Usage>,
+}
+
+impl ExitRecord {
+    pub fn render(&self) -> String {
+        match self.usage {
+            Some(u) => format!("{} {} {}\n", self.code, u.cpu_ms, u.max_rss_kb),
+            None => format!("{}\n", self.code),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<ExitRecord, FormatError> {
+        let line = one_line(text)?;
+        let garbage = || FormatError::Garbage(clip(text));
+        let fields: Vec<&str> = line.split(' ').collect();
+        let code = canonical_decimal::<i32>(fields[0])
+            .filter(|c| (0..=255).contains(c))
+            .ok_or_else(garbage)?;
+        let usage = match fields[1..] {
+            [] => None,
+            [cpu, rss] => Some(Usage {
+                cpu_ms: canonical_decimal(cpu).ok_or_else(garbage)?,
+                max_rss_kb: canonical_decimal(rss).ok_or_else(garbage)?,
+            }),
+            _ => return Err(garbage()),
+        };
+        Ok(ExitRecord { code, usage })
+    }
+}
+
+/// A process that carries an op marker, as the probe saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkedProcess {
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub op_id: String,
+}
+
+impl MarkedProcess {
+    /// One probe line: `<pid> <start ticks> <op id>\n`.
+    pub fn render(&self) -> String {
+        format!("{} {} {}\n", self.pid, self.start_ticks, self.op_id)
+    }
+}
+
+/// The line that closes a complete probe or signaller listing.
+pub const END_LINE: &str = "end";
+
+/// Parses the probe listing; only a listing closed by its `end` line counts
+/// (a probe that died mid-scan is no evidence of absence).
+pub fn parse_probe(output: &str) -> Result<Vec<MarkedProcess>, String> {
+    let mut procs = Vec::new();
+    for line in output.lines() {
+        if line == END_LINE {
+            return Ok(procs);
+        }
+        let bad = || format!("bad probe line {:?}", clip(line));
+        let mut f = line.split(' ');
+        let (Some(pid), Some(start), Some(op), None) = (f.next(), f.next(), f.next(), f.next())
+        else {
+            return Err(bad());
+        };
+        validate_op_id(op).map_err(|_| bad())?;
+        procs.push(MarkedProcess {
+            pid: canonical_decimal(pid).filter(|&p| p > 0).ok_or_else(bad)?,
+            start_ticks: canonical_decimal(start).ok_or_else(bad)?,
+            op_id: op.to_owned(),
+        });
+    }
+    Err("probe output ended before its end line".into())
+}
+
+/// Unix signals the kernel sends to an op's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Kill,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "TERM",
+            Signal::Kill => "KILL",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Signal> {
+        match name {
+            "TERM" => Some(Signal::Term),
+            "KILL" => Some(Signal::Kill),
+            _ => None,
+        }
+    }
+
+    pub fn number(self) -> i32 {
+        match self {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+        }
+    }
+}
+
+/// One signaller line: `signalled <pid>\n`.
+pub fn render_signalled(pid: u32) -> String {
+    format!("signalled {pid}\n")
+}
+
+/// Pids reported as signalled; `None` unless the listing is complete and
+/// every line is well formed.
+pub fn parse_signalled(output: &str) -> Option<Vec<u32>> {
+    let mut pids = Vec::new();
+    for line in output.lines() {
+        if line == END_LINE {
+            return Some(pids);
+        }
+        pids.push(canonical_decimal(line.strip_prefix("signalled ")?)?);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d";
+
+    #[test]
+    fn op_ids_must_be_uuids() {
+        assert!(validate_op_id(ID).is_ok());
+        for bad in [
+            "",
+            "x",
+            "0B6F1C2E-8A47-4C1E-9D3A-5F2B7C9E1A0D",
+            "../../etc/passwd",
+            &ID.replace('-', "_"),
+        ] {
+            assert!(validate_op_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pid_records_round_trip_and_refuse_the_rest() {
+        let rec = PidRecord {
+            pid: 7,
+            start_ticks: 12345,
+            hostname: "c0ffee".into(),
+        };
+        assert_eq!(PidRecord::parse(&rec.render()), Ok(rec));
+        assert_eq!(PidRecord::parse(""), Err(FormatError::Empty));
+        assert!(matches!(
+            PidRecord::parse("7 12"),
+            Err(FormatError::Partial(_))
+        ));
+        for bad in ["0 1 h\n", "07 1 h\n", "7 -1 h\n", "7 1 h x\n", "7 1 h\u{7}\n"] {
+            assert!(
+                matches!(PidRecord::parse(bad), Err(FormatError::Garbage(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(PidRecord::parse("7 1\n").map(|r| r.hostname), Ok("".into()));
+    }
+
+    #[test]
+    fn exit_records_carry_usage_and_read_the_old_form() {
+        let rec = ExitRecord {
+            code: 143,
+            usage: Some(Usage {
+                cpu_ms: 2500,
+                max_rss_kb: 10240,
+            }),
+        };
+        assert_eq!(rec.render(), "143 2500 10240\n");
+        assert_eq!(ExitRecord::parse(&rec.render()), Ok(rec));
+        assert_eq!(
+            ExitRecord::parse("3\n"),
+            Ok(ExitRecord {
+                code: 3,
+                usage: None
+            })
+        );
+        assert!(matches!(ExitRecord::parse("3"), Err(FormatError::Partial(_))));
+        for bad in [
+            "256\n",
+            "-1\n",
+            "03\n",
+            "3 1\n",
+            "3 1 2 3\n",
+            "3  1 2\n",
+            "3 01 2\n",
+            "3 1 2 \n",
+            "3\n\n",
+            " 3\n",
+        ] {
+            assert!(
+                matches!(ExitRecord::parse(bad), Err(FormatError::Garbage(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn probe_listings_parse_only_when_complete() {
+        let p = MarkedProcess {
+            pid: 12,
+            start_ticks: 3456,
+            op_id: ID.into(),
+        };
+        let out = format!("{}{}end\n", p.render(), p.render());
+        assert_eq!(parse_probe(&out), Ok(vec![p.clone(), p.clone()]));
+        assert_eq!(parse_probe("end\n"), Ok(vec![]));
+        assert!(parse_probe(&p.render()).is_err());
+        assert!(parse_probe("").is_err());
+        assert!(parse_probe(&format!("12 3456 {ID} x\nend\n")).is_err());
+        assert!(parse_probe("12 3456 not-an-op\nend\n").is_err());
+        assert!(parse_probe(&format!("0 3456 {ID}\nend\n")).is_err());
+    }
+
+    #[test]
+    fn signaller_output_needs_its_end() {
+        let out = format!("{}{}end\n", render_signalled(5), render_signalled(7));
+        assert_eq!(parse_signalled(&out), Some(vec![5, 7]));
+        assert_eq!(parse_signalled("signalled 5\n"), None);
+        assert_eq!(parse_signalled("signalled x\nend\n"), None);
+        assert_eq!(parse_signalled("end\n"), Some(vec![]));
+        assert_eq!(Signal::parse("TERM"), Some(Signal::Term));
+        assert_eq!(Signal::parse("HUP"), None);
+    }
+}

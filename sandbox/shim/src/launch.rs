@@ -1,0 +1,375 @@
+//! `opkernel-shim launch <op id> <run-as> <log cap bytes> <command>...`:
+//! runs one op's command and writes its files in `/scratch/.ops/`.
+//!
+//! 1. `<id>.pid` (this process's pid, start ticks, hostname), renamed into
+//!    place before the command starts;
+//! 2. the command, in its own session, dropped to the run user (groups
+//!    cleared, `HOME=/scratch`), stdin from `/dev/null`, stdout and stderr
+//!    into one pipe that this process copies into `<id>.log` up to the cap;
+//! 3. once the command ends: the rest of its output (at most 2 s more, from
+//!    processes it left behind), then `<id>.code` (code, CPU ms and max RSS
+//!    of every process of the tree reaped here), renamed into place.
+//!
+//! The exit status of this process is the command's code (125: the op files
+//! could not be written). Nothing here ever runs the command twice.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use opkernel_shim::procfs::stat_start_ticks;
+use opkernel_shim::{
+    validate_op_id, ExitRecord, PidRecord, RunAs, RunUser, Usage, OPS_DIR, SCRATCH_DIR,
+};
+
+use crate::sys;
+
+/// How long output from processes the command left behind is still
+/// captured after the command itself ended.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// Code of a launch that could not record its op (nothing ran, or the
+/// result could not be written).
+pub const SHIM_FAILED: i32 = 125;
+
+struct Launch {
+    op: String,
+    run_as: RunAs,
+    cap: u64,
+    command: Vec<OsString>,
+}
+
+fn parse(args: Vec<OsString>) -> Result<Launch, String> {
+    let mut args = args.into_iter();
+    let mut text = |what: &str| -> Result<String, String> {
+        args.next()
+            .ok_or_else(|| format!("missing {what}"))?
+            .into_string()
+            .map_err(|_| format!("{what} is not utf-8"))
+    };
+    let op = text("operation id")?;
+    validate_op_id(&op)?;
+    let run_as = RunAs::parse(&text("run-as")?)?;
+    let cap_text = text("log cap")?;
+    let cap = cap_text
+        .parse::<u64>()
+        .ok()
+        .filter(|&c| c > 0)
+        .ok_or_else(|| format!("log cap {cap_text:?} is not a positive number of bytes"))?;
+    let command: Vec<OsString> = args.collect();
+    if command.first().is_none_or(|c| c.is_empty()) {
+        return Err("missing command".into());
+    }
+    Ok(Launch {
+        op,
+        run_as,
+        cap,
+        command,
+    })
+}
+
+pub fn main(args: Vec<OsString>) -> i32 {
+    let launch = match parse(args) {
+        Ok(launch) => launch,
+        Err(e) => {
+            eprintln!("opkernel-shim launch: {e}");
+            return 2;
+        }
+    };
+    match run(&launch) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("opkernel-shim launch {}: {e}", launch.op);
+            SHIM_FAILED
+        }
+    }
+}
+
+fn op_file(op: &str, ext: &str) -> PathBuf {
+    Path::new(OPS_DIR).join(format!("{op}.{ext}"))
+}
+
+/// Writes `text` to a temp file and renames it over `path`: a reader sees
+/// the old content or the new, never a part.
+fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    file.write_all(text.as_bytes())?;
+    drop(file);
+    std::fs::rename(&tmp, path)
+}
+
+fn own_identity() -> io::Result<PidRecord> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let start_ticks = stat_start_ticks(&stat)
+        .ok_or_else(|| io::Error::other(format!("unreadable /proc/self/stat: {stat:?}")))?;
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    Ok(PidRecord {
+        pid: std::process::id(),
+        start_ticks,
+        hostname,
+    })
+}
+
+fn run(launch: &Launch) -> io::Result<i32> {
+    let me = own_identity()?;
+    write_atomic(&op_file(&launch.op, "pid"), &me.render())?;
+    let mut log = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(op_file(&launch.op, "log"))?;
+    log.set_len(0)?;
+    let outcome = match start(launch, &log) {
+        Ok(running) => running.finish(&mut log, launch.cap),
+        Err(NotStarted { code, message }) => {
+            let _ = writeln!(log, "opkernel: {message}");
+            Finished {
+                code,
+                usage: sys::children_usage(),
+            }
+        }
+    };
+    drop(log);
+    let record = ExitRecord {
+        code: outcome.code,
+        usage: Some(outcome.usage),
+    };
+    write_atomic(&op_file(&launch.op, "code"), &record.render())?;
+    Ok(outcome.code)
+}
+
+struct Running {
+    child: u32,
+    copied: mpsc::Receiver<io::Result<Copied>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Why the command never ran, with the code a shell would give (126: found
+/// but not runnable, or the identity drop failed; 127: not found).
+struct NotStarted {
+    code: i32,
+    message: String,
+}
+
+impl NotStarted {
+    fn new(code: i32, message: String) -> NotStarted {
+        NotStarted { code, message }
+    }
+}
+
+struct Finished {
+    code: i32,
+    usage: Usage,
+}
+
+/// Starts the command with its output going into a pipe copied to `log`.
+fn start(launch: &Launch, log: &File) -> Result<Running, NotStarted> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok();
+    let user = launch
+        .run_as
+        .resolve(passwd.as_deref())
+        .map_err(|e| NotStarted::new(126, format!("cannot run the command: {e}")))?;
+    let setup = |what: &str, e: io::Error| NotStarted::new(126, format!("cannot {what}: {e}"));
+    sys::become_subreaper().map_err(|e| setup("become a subreaper", e))?;
+    let (reader, writer) = io::pipe().map_err(|e| setup("make a pipe", e))?;
+    let stderr = writer.try_clone().map_err(|e| setup("make a pipe", e))?;
+    let log = log.try_clone().map_err(|e| setup("share the log", e))?;
+    let mut command = Command::new(&launch.command[0]);
+    command
+        .args(&launch.command[1..])
+        .env("HOME", SCRATCH_DIR)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(stderr);
+    if user != RunUser::ROOT {
+        command.uid(user.uid).gid(user.gid);
+    }
+    let RunUser { uid, gid } = user;
+    // SAFETY: the closure only makes async-signal-safe system calls.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || sys::enter_session_dropped_to(uid, gid));
+    }
+    let child = command.spawn().map_err(|e| {
+        let name = launch.command[0].to_string_lossy();
+        match e.kind() {
+            io::ErrorKind::NotFound => NotStarted::new(127, format!("cannot run {name:?}: {e}")),
+            _ if e.raw_os_error() == Some(libc::EPERM) => NotStarted::new(
+                126,
+                format!("cannot run {name:?} as uid {uid} gid {gid}: {e}"),
+            ),
+            _ => NotStarted::new(126, format!("cannot run {name:?}: {e}")),
+        }
+    })?;
+    // the parent's copies of the pipe's write end go with `command`
+    drop(command);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, copied) = mpsc::channel();
+    let cap = launch.cap;
+    let copier_stop = stop.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(copy_capped(reader, log, cap, &copier_stop));
+    });
+    Ok(Running {
+        child: child.id(),
+        copied,
+        stop,
+    })
+}
+
+impl Running {
+    /// Waits for the command, then for the rest of its output, and counts
+    /// the usage of everything reaped here.
+    fn finish(self, log: &mut File, cap: u64) -> Finished {
+        let code = loop {
+            match sys::reap(false) {
+                Ok(Some((pid, status))) if pid == self.child => break sys::exit_code(status),
+                Ok(Some(_orphan)) => continue,
+                // no child at all cannot happen while ours is unreaped
+                Ok(None) | Err(_) => break 255,
+            }
+        };
+        let copied = match self.copied.recv_timeout(DRAIN_AFTER_EXIT) {
+            Ok(copied) => Some(copied),
+            Err(_) => {
+                // processes the command left behind still hold the pipe
+                self.stop.store(true, Ordering::SeqCst);
+                self.copied.recv().ok()
+            }
+        };
+        reap_orphans();
+        match copied {
+            Some(Ok(c)) => {
+                if c.dropped > 0 {
+                    let _ = write!(
+                        log,
+                        "\n[opkernel: output truncated: {} bytes over the {cap} byte cap dropped]\n",
+                        c.dropped
+                    );
+                }
+                if c.cut_off {
+                    let _ = write!(
+                        log,
+                        "\n[opkernel: output written after the command exited is not captured]\n"
+                    );
+                }
+            }
+            Some(Err(e)) => {
+                let _ = write!(log, "\n[opkernel: output copy failed: {e}]\n");
+            }
+            None => {
+                let _ = write!(log, "\n[opkernel: output copy failed]\n");
+            }
+        }
+        Finished {
+            code,
+            usage: sys::children_usage(),
+        }
+    }
+}
+
+fn reap_orphans() {
+    while let Ok(Some(_)) = sys::reap(true) {}
+}
+
+struct Copied {
+    dropped: u64,
+    /// Stopped while some process still held the pipe open.
+    cut_off: bool,
+}
+
+/// Copies the command's output into the log, at most `cap` bytes of it;
+/// the rest is counted, not written. Ends at the pipe's end or when `stop`
+/// is set.
+fn copy_capped(
+    mut reader: io::PipeReader,
+    mut log: File,
+    cap: u64,
+    stop: &AtomicBool,
+) -> io::Result<Copied> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut written = 0u64;
+    let mut dropped = 0u64;
+    loop {
+        if !sys::wait_readable(reader.as_raw_fd(), 50)? {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(Copied {
+                    dropped,
+                    cut_off: true,
+                });
+            }
+            continue;
+        }
+        let n = match reader.read(&mut buf) {
+            Ok(0) => {
+                return Ok(Copied {
+                    dropped,
+                    cut_off: false,
+                })
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let room = cap.saturating_sub(written).min(n as u64) as usize;
+        if room > 0 {
+            log.write_all(&buf[..room])?;
+            written += room as u64;
+        }
+        dropped += (n - room) as u64;
+        if stop.load(Ordering::SeqCst) {
+            return Ok(Copied {
+                dropped,
+                cut_off: true,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn launch_arguments_are_strict() {
+        let id = "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d";
+        let ok = parse(args(&[id, "1000:1000", "65536", "sh", "-c", "x"])).unwrap();
+        assert_eq!(ok.cap, 65536);
+        assert_eq!(ok.command, args(&["sh", "-c", "x"]));
+        for bad in [
+            vec!["x", "1000:1000", "1", "true"],
+            vec![id, "0:0", "1", "true"],
+            vec![id, "1000:1000", "0", "true"],
+            vec![id, "1000:1000", "-1", "true"],
+            vec![id, "1000:1000", "1"],
+            vec![id, "1000:1000", "1", ""],
+        ] {
+            assert!(parse(args(&bad)).is_err(), "{bad:?}");
+        }
+    }
+}

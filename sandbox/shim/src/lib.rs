@@ -1,0 +1,27 @@
+//! opkernel-shim: the one program opkernel runs inside a run container.
+//!
+//! The binary (`src/main.rs`) is linked statically and bind-mounted
+//! read-only at [`SHIM_PATH`]; it needs nothing from the image. This library
+//! holds what the shim and the host share: the op file formats (written by
+//! the shim, parsed by the kernel), the probe and signaller output, the
+//! run-as rule and the `/proc` parsing. Everything here is pure.
+
+pub mod format;
+pub mod procfs;
+pub mod user;
+
+pub use format::{
+    marker, parse_probe, parse_signalled, validate_op_id, ExitRecord, FormatError, MarkedProcess,
+    PidRecord, Signal, Usage, MARKER_VAR,
+};
+pub use user::{passwd_lookup, RunAs, RunUser};
+
+/// Where the shim is mounted in every run container.
+pub const SHIM_PATH: &str = "/.opkernel/shim";
+/// Where the op files live inside the container (a separate, root-owned mount).
+pub const OPS_DIR: &str = "/scratch/.ops";
+/// The run's scratch dir inside the container; also the command's `HOME`.
+pub const SCRATCH_DIR: &str = "/scratch";
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -1,0 +1,36 @@
+//! `opkernel-shim`: the static helper mounted read-only at `/.opkernel/shim`
+//! in every run container. It needs nothing from the image.
+//!
+//! - `launch <op id> <run-as> <log cap> <command>...`: runs an op (see `launch.rs`);
+//! - `probe`: lists the processes that carry an op marker;
+//! - `signal <op id> <launcher pid> <start ticks> TERM|KILL`: signals an op's processes;
+//! - `idle`: the container's main process; sleeps until stopped.
+
+mod launch;
+mod scan;
+mod sys;
+
+use std::ffi::OsString;
+
+fn main() {
+    let mut args = std::env::args_os().skip(1);
+    let verb = args.next().and_then(|v| v.into_string().ok());
+    let rest: Vec<OsString> = args.collect();
+    let code = match verb.as_deref() {
+        Some("launch") => launch::main(rest),
+        Some("probe") => scan::probe(rest),
+        Some("signal") => scan::signal(rest),
+        Some("idle") => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        Some("version") => {
+            println!("opkernel-shim {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        _ => {
+            eprintln!("usage: opkernel-shim launch|probe|signal|idle|version ...");
+            2
+        }
+    };
+    std::process::exit(code);
+}

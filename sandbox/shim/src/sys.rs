@@ -1,0 +1,157 @@
+//! The few system calls std does not wrap, each behind a safe function.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use opkernel_shim::Usage;
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Orphaned descendants of the command are re-parented to this process
+/// (not to the container's init), so their usage is counted when reaped.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument and touches no memory.
+    check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
+}
+
+/// How a reaped child ended: its exit code, or 128+N when signal N ended it.
+pub fn exit_code(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        255
+    }
+}
+
+/// Reaps one child (any child). `Ok(None)`: with `nohang`, none has ended
+/// yet; or there is no child left at all.
+pub fn reap(nohang: bool) -> io::Result<Option<(u32, libc::c_int)>> {
+    let mut status: libc::c_int = 0;
+    let flags = if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        // SAFETY: `status` is a valid out-pointer; a null rusage pointer is allowed.
+        let pid = unsafe { libc::wait4(-1, &mut status, flags, std::ptr::null_mut()) };
+        if pid > 0 {
+            return Ok(Some((pid as u32, status)));
+        }
+        if pid == 0 {
+            return Ok(None);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::ECHILD) => return Ok(None),
+            _ => return Err(err),
+        }
+    }
+}
+
+/// Usage of every child this process has reaped (and of the children they reaped).
+pub fn children_usage() -> Usage {
+    // SAFETY: rusage is plain data; zeroed is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return Usage {
+            cpu_ms: 0,
+            max_rss_kb: 0,
+        };
+    }
+    let ms = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1000 + (t.tv_usec.max(0) as u64) / 1000;
+    Usage {
+        cpu_ms: ms(ru.ru_utime) + ms(ru.ru_stime),
+        max_rss_kb: ru.ru_maxrss.max(0) as u64,
+    }
+}
+
+/// For the child between fork and exec (async-signal-safe calls only):
+/// a new session, so a signal to the command's process group never reaches
+/// this process; then proof that the identity drop took, supplementary
+/// groups included.
+pub fn enter_session_dropped_to(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: setsid has no arguments.
+    check(unsafe { libc::setsid() })?;
+    // SAFETY: the id getters have no arguments; getgroups(0, NULL) only counts.
+    let (ruid, euid, rgid, egid, groups) = unsafe {
+        (
+            libc::getuid(),
+            libc::geteuid(),
+            libc::getgid(),
+            libc::getegid(),
+            libc::getgroups(0, std::ptr::null_mut()),
+        )
+    };
+    let dropped = ruid == uid && euid == uid && rgid == gid && egid == gid;
+    if dropped && (uid == 0 || groups == 0) {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+}
+
+/// Waits until `fd` is readable (or at its end) for at most `timeout_ms`.
+pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut pfd, 1, timeout_ms) } {
+            n if n > 0 => return Ok(true),
+            0 => return Ok(false),
+            _ => {
+                let err = io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::EINTR) {
+                    return Err(err);
+                }
+            }
+        }
+    }
+}
+
+/// A handle on exactly one process: a later signal through it can never
+/// reach a process that reused the pid.
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; the result is a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+pub fn pidfd_send_signal(fd: &OwnedFd, signal: i32) -> io::Result<()> {
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Plain kill, for kernels without pidfds (before Linux 5.3).
+pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill takes a pid and a signal number.
+    check(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(drop)
+}
