@@ -28,9 +28,15 @@ pub struct ReapDecision {
     pub removed: bool,
 }
 
-/// Commands of a run container's own idle processes (init and main loop).
+/// Commands of a run container's own idle processes: Docker's init and the
+/// shim's `idle` main process (or the shell loop of containers made before
+/// the shim).
 fn is_idle_process(command: &str) -> bool {
-    command.contains("docker-init")
+    let shim_idle = command
+        .strip_prefix(sandbox::shim::SHIM_PATH)
+        .is_some_and(|rest| rest == " idle");
+    shim_idle
+        || command.contains("docker-init")
         || command.contains("while :; do sleep 3600; done")
         || command == "sleep 3600"
 }
@@ -502,6 +508,11 @@ mod tests {
             "/sbin/docker-init -- /bin/sh -c while :; do sleep 3600; done"
         ));
         assert!(super::is_idle_process("sleep 3600"));
+        assert!(super::is_idle_process("/.opkernel/shim idle"));
+        assert!(super::is_idle_process(
+            "/sbin/docker-init -- /.opkernel/shim idle"
+        ));
+        assert!(!super::is_idle_process("/.opkernel/shim launch x"));
         assert!(!super::is_idle_process("python server.py"));
     }
 }

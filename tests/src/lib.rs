@@ -34,6 +34,51 @@ pub fn test_profile() -> Profile {
     }
 }
 
+/// The run images the lifecycle tests and drills run against: the
+/// project's busybox image and a real Debian (`scripts/build-image.sh
+/// --debian`). Both must exist; a missing one fails its tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Image {
+    Default,
+    Debian,
+}
+
+impl Image {
+    pub fn name(self) -> String {
+        match self {
+            Image::Default => image(),
+            Image::Debian => "opkernel-sandbox:debian".to_owned(),
+        }
+    }
+
+    pub fn profile(self) -> Profile {
+        Profile {
+            image: self.name(),
+            ..Profile::default()
+        }
+    }
+}
+
+/// Runs each named `async fn(Image)` test once per run image:
+/// `image_tests!(a, b)` makes `a::default_image`, `a::debian_image`, ...
+#[macro_export]
+macro_rules! image_tests {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test]
+                async fn default_image() {
+                    super::$name($crate::Image::Default).await
+                }
+                #[tokio::test]
+                async fn debian_image() {
+                    super::$name($crate::Image::Debian).await
+                }
+            }
+        )+
+    };
+}
+
 /// Polls `check` until it returns `Some` or the deadline passes.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
@@ -54,11 +99,17 @@ where
 pub struct SandboxFixture {
     pub sandbox: Sandbox,
     pub home: PathBuf,
+    /// The profile its run containers are made with.
+    pub profile: Profile,
     containers: std::sync::Mutex<Vec<String>>,
 }
 
 impl SandboxFixture {
     pub async fn new(tag: &str) -> Self {
+        Self::with_profile(tag, test_profile()).await
+    }
+
+    pub async fn with_profile(tag: &str, profile: Profile) -> Self {
         let home = temp_home(tag);
         let sandbox = Sandbox::connect(None, home.join("scratch"))
             .await
@@ -66,15 +117,20 @@ impl SandboxFixture {
         SandboxFixture {
             sandbox,
             home,
+            profile,
             containers: std::sync::Mutex::new(Vec::new()),
         }
     }
 
+    pub fn identity(&self, run_id: &str) -> RunIdentity {
+        RunIdentity::new(run_id, &self.profile).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     pub async fn container(&self, run_id: &str) -> (RunIdentity, sandbox::ContainerInfo) {
-        let identity = RunIdentity::new(run_id, &test_profile()).unwrap_or_else(|e| panic!("{e}"));
+        let identity = self.identity(run_id);
         let info = self
             .sandbox
-            .ensure_container(&identity, &test_profile())
+            .ensure_container(&identity, &self.profile)
             .await
             .unwrap_or_else(|e| panic!("ensure container: {e}"));
         self.track(&info.id);

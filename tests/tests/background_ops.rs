@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use opkernel::drills::harness::{docker_exec, kernel_binary, KernelProcess};
-use opkernel_tests::unique_run;
+use opkernel_tests::{image_tests, unique_run, Image};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -20,9 +20,30 @@ async fn kernel(tag: &str) -> KernelProcess {
         .unwrap()
 }
 
-#[tokio::test]
-async fn completed_ops_keep_their_real_exit_codes() {
-    let k = kernel("codes").await;
+/// A kernel whose run containers are made from `image`.
+async fn kernel_on(tag: &str, image: Image) -> KernelProcess {
+    KernelProcess::start(
+        &kernel_binary().unwrap(),
+        tag,
+        &[("OPKERNEL_IMAGE", &image.name())],
+    )
+    .await
+    .unwrap()
+}
+
+// the op lifecycle, on each run image
+image_tests!(
+    completed_ops_keep_their_real_exit_codes,
+    kill_ends_with_143_or_137_and_killed_true,
+    timeout_kills_and_reports_timed_out,
+    vanished_process_is_lost_never_zero,
+    instant_exit_and_kill_racing_completion_settle_once,
+    twenty_ops_ending_together_are_each_delivered_once,
+    console_streams_output_and_ends_with_done,
+);
+
+async fn completed_ops_keep_their_real_exit_codes(image: Image) {
+    let k = kernel_on("codes", image).await;
     let run = unique_run("codes");
     let ok = k.start_bg(&run, &["true"], 60).await.unwrap();
     let three = k
@@ -48,9 +69,8 @@ async fn completed_ops_keep_their_real_exit_codes() {
     assert!(s["log_sha256"].as_str().unwrap().len() == 64);
 }
 
-#[tokio::test]
-async fn kill_ends_with_143_or_137_and_killed_true() {
-    let k = kernel("kill").await;
+async fn kill_ends_with_143_or_137_and_killed_true(image: Image) {
+    let k = kernel_on("kill", image).await;
     let run = unique_run("kill");
     let polite = k.start_bg(&run, &["sleep", "300"], 600).await.unwrap();
     let stubborn = k
@@ -119,9 +139,8 @@ async fn kill_ends_with_143_or_137_and_killed_true() {
     assert_eq!(delivered.len(), 2);
 }
 
-#[tokio::test]
-async fn timeout_kills_and_reports_timed_out() {
-    let k = kernel("timeout").await;
+async fn timeout_kills_and_reports_timed_out(image: Image) {
+    let k = kernel_on("timeout", image).await;
     let run = unique_run("timeout");
     let op = k.start_bg(&run, &["sleep", "300"], 2).await.unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();
@@ -145,9 +164,8 @@ async fn timeout_kills_and_reports_timed_out() {
     );
 }
 
-#[tokio::test]
-async fn vanished_process_is_lost_never_zero() {
-    let k = kernel("lost").await;
+async fn vanished_process_is_lost_never_zero(image: Image) {
+    let k = kernel_on("lost", image).await;
     let run = unique_run("lost");
     let op = k
         .start_bg(&run, &["sh", "-c", "exec sleep 301"], 600)
@@ -196,9 +214,8 @@ async fn refused_start_is_failed_and_reported() {
     );
 }
 
-#[tokio::test]
-async fn instant_exit_and_kill_racing_completion_settle_once() {
-    let k = kernel("race").await;
+async fn instant_exit_and_kill_racing_completion_settle_once(image: Image) {
+    let k = kernel_on("race", image).await;
     let run = unique_run("race");
     let fast = k.start_bg(&run, &["true"], 60).await.unwrap();
     let racing = k.start_bg(&run, &["sleep", "0.3"], 60).await.unwrap();
@@ -242,9 +259,8 @@ async fn instant_exit_and_kill_racing_completion_settle_once() {
         .is_empty());
 }
 
-#[tokio::test]
-async fn twenty_ops_ending_together_are_each_delivered_once() {
-    let k = kernel("twenty").await;
+async fn twenty_ops_ending_together_are_each_delivered_once(image: Image) {
+    let k = kernel_on("twenty", image).await;
     let run = unique_run("twenty");
     let mut ids = HashSet::new();
     for _ in 0..20 {
@@ -346,9 +362,8 @@ async fn a_note_wakes_a_waiting_report() {
         .contains("switch to the staging db"));
 }
 
-#[tokio::test]
-async fn console_streams_output_and_ends_with_done() {
-    let k = kernel("console").await;
+async fn console_streams_output_and_ends_with_done(image: Image) {
+    let k = kernel_on("console", image).await;
     let run = unique_run("console");
     let op = k
         .start_bg(

@@ -1,15 +1,36 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The recovery drills, run by the test suite through the same code as
 //! `opkernel drill` (each drill starts, SIGKILLs and restarts real kernel
-//! processes against the real Docker engine).
+//! processes against the real Docker engine), each on both run images.
 
-async fn drill(name: &str) {
-    let r = opkernel::drills::run_one(name).await;
+use opkernel_tests::Image;
+
+async fn drill(name: &str, image: Image) {
+    let r = opkernel::drills::run_one_in(name, Some(&image.name())).await;
     assert!(
         r.passed,
-        "drill {name} failed after {:.1}s: {}",
+        "drill {name} on {image:?} failed after {:.1}s: {}",
         r.seconds, r.detail
     );
+}
+
+/// `test => "drill-name"`: one test per drill and run image.
+macro_rules! drills {
+    ($($test:ident => $name:literal),+ $(,)?) => {
+        $(
+            mod $test {
+                use opkernel_tests::Image;
+                #[tokio::test]
+                async fn default_image() {
+                    super::drill($name, Image::Default).await
+                }
+                #[tokio::test]
+                async fn debian_image() {
+                    super::drill($name, Image::Debian).await
+                }
+            }
+        )+
+    };
 }
 
 #[test]
@@ -17,93 +38,28 @@ fn every_drill_has_a_test() {
     let tested = include_str!("drills.rs");
     for (name, _) in opkernel::drills::DRILLS {
         assert!(
-            tested.contains(&format!("drill(\"{name}\")")),
+            tested.contains(&format!("=> \"{name}\"")),
             "drill {name} is not run by the tests"
         );
     }
 }
 
-#[tokio::test]
-async fn kernel_sigkill_repeated() {
-    drill("kernel-sigkill-repeated").await;
-}
-
-#[tokio::test]
-async fn exit_while_down() {
-    drill("exit-while-down").await;
-}
-
-#[tokio::test]
-async fn killed_from_inside() {
-    drill("killed-from-inside").await;
-}
-
-#[tokio::test]
-async fn container_removed() {
-    drill("container-removed").await;
-}
-
-#[tokio::test]
-async fn garbage_code() {
-    drill("garbage-code").await;
-}
-
-#[tokio::test]
-async fn pid_reused() {
-    drill("pid-reused").await;
-}
-
-#[tokio::test]
-async fn kill_interrupted() {
-    drill("kill-interrupted").await;
-}
-
-#[tokio::test]
-async fn timeout_not_extended() {
-    drill("timeout-not-extended").await;
-}
-
-#[tokio::test]
-async fn daemon_outage_short() {
-    drill("daemon-outage-short").await;
-}
-
-#[tokio::test]
-async fn daemon_outage_long() {
-    drill("daemon-outage-long").await;
-}
-
-#[tokio::test]
-async fn crash_around_create() {
-    drill("crash-around-create").await;
-}
-
-#[tokio::test]
-async fn unacked_report() {
-    drill("unacked-report").await;
-}
-
-#[tokio::test]
-async fn observer_crash() {
-    drill("observer-crash").await;
-}
-
-#[tokio::test]
-async fn slow_start() {
-    drill("slow-start").await;
-}
-
-#[tokio::test]
-async fn kill_before_start() {
-    drill("kill-before-start").await;
-}
-
-#[tokio::test]
-async fn clock_step() {
-    drill("clock-step").await;
-}
-
-#[tokio::test]
-async fn kill_interrupted_term() {
-    drill("kill-interrupted-term").await;
-}
+drills!(
+    kernel_sigkill_repeated => "kernel-sigkill-repeated",
+    exit_while_down => "exit-while-down",
+    killed_from_inside => "killed-from-inside",
+    container_removed => "container-removed",
+    garbage_code => "garbage-code",
+    pid_reused => "pid-reused",
+    kill_interrupted => "kill-interrupted",
+    timeout_not_extended => "timeout-not-extended",
+    daemon_outage_short => "daemon-outage-short",
+    daemon_outage_long => "daemon-outage-long",
+    crash_around_create => "crash-around-create",
+    unacked_report => "unacked-report",
+    observer_crash => "observer-crash",
+    slow_start => "slow-start",
+    kill_before_start => "kill-before-start",
+    clock_step => "clock-step",
+    kill_interrupted_term => "kill-interrupted-term",
+);

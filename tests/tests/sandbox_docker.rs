@@ -1,12 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The sandbox layer against the real Docker engine: labelled containers,
-//! the wrapper's files, exit codes, output fidelity, capping, identity
-//! probes and tree kills.
+//! the shim's files, exit codes and usage, output fidelity, capping,
+//! identity probes and tree kills, on both run images.
 
 use std::time::Duration;
 
-use opkernel_tests::{wait_for, SandboxFixture};
-use sandbox::{OpFileError, PidRecord, RunIdentity, Signal, WrapperSpec};
+use opkernel_tests::{image_tests, wait_for, Image, SandboxFixture};
+use sandbox::{ExitRecord, OpFileError, PidRecord, RunIdentity, Signal, WrapperSpec};
 
 fn op_id() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -16,13 +16,25 @@ fn cmd(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| (*s).to_owned()).collect()
 }
 
+image_tests!(
+    shim_files_codes_and_usage,
+    output_fidelity_and_cap,
+    identity_probe_and_tree_kill,
+    a_background_child_holding_the_output_does_not_hold_the_exit_code,
+);
+
 /// Launches a command and waits for its `.code`.
-async fn run_to_code(fx: &SandboxFixture, run: &str, command: &[&str], cap: u64) -> (String, i32) {
+async fn run_to_record(
+    fx: &SandboxFixture,
+    run: &str,
+    command: &[&str],
+    cap: u64,
+) -> (String, ExitRecord) {
     let (identity, info) = fx.container(run).await;
     let id = op_id();
     let spec = WrapperSpec {
         op_id: &id,
-        run_as: Some("agent"),
+        run_as: Some("1000:1000"),
         log_cap_bytes: cap,
     };
     fx.sandbox
@@ -37,6 +49,11 @@ async fn run_to_code(fx: &SandboxFixture, run: &str, command: &[&str], cap: u64)
     })
     .await;
     (id, code)
+}
+
+async fn run_to_code(fx: &SandboxFixture, run: &str, command: &[&str], cap: u64) -> (String, i32) {
+    let (id, record) = run_to_record(fx, run, command, cap).await;
+    (id, record.code)
 }
 
 #[tokio::test]
@@ -95,30 +112,40 @@ async fn container_is_labelled_reused_and_mislabelled_twin_refused() {
     assert!(err.to_string().contains("opkernel.run_id"), "{err}");
 }
 
-#[tokio::test]
-async fn wrapper_files_and_exit_codes() {
-    let fx = SandboxFixture::new("codes").await;
+async fn shim_files_codes_and_usage(image: Image) {
+    let fx = SandboxFixture::with_profile("codes", image.profile()).await;
     let run = opkernel_tests::unique_run("codes");
     for (command, want) in [
         (vec!["true"], 0),
         (vec!["sh", "-c", "exit 3"], 3),
         (vec!["sh", "-c", "kill -KILL $$"], 137),
+        (vec!["no-such-program"], 127),
+        (vec!["/scratch"], 126),
     ] {
         let (id, code) = run_to_code(&fx, &run, &command, 1 << 20).await;
         assert_eq!(code, want, "{command:?}");
-        let identity = RunIdentity::new(&run, &opkernel_tests::test_profile()).unwrap();
-        let ops = fx.sandbox.ops_dir(&identity.scratch_key);
+        let ops = fx.sandbox.ops_dir(&fx.identity(&run).scratch_key);
         let pid: PidRecord = ops.read_pid(&id).unwrap();
         assert!(pid.pid > 1 && pid.start_ticks > 0 && !pid.hostname.is_empty());
         assert!(ops.log_tail(&id, 10).is_ok());
     }
+    let ops = fx.sandbox.ops_dir(&fx.identity(&run).scratch_key);
+    let (id, _) = run_to_code(&fx, &run, &["no-such-program"], 1 << 20).await;
+    let log = String::from_utf8_lossy(&ops.log_tail(&id, 500).unwrap().0).into_owned();
+    assert!(log.contains("cannot run \"no-such-program\""), "{log}");
+
+    // usage: the CPU of the whole tree, a grandchild's included
+    let burn = "sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done' & wait";
+    let (_, record) = run_to_record(&fx, &run, &["sh", "-c", burn], 1 << 20).await;
+    let usage = record.usage.expect("the shim records usage");
+    assert!(usage.cpu_ms >= 50, "{usage:?}");
+    assert!(usage.max_rss_kb > 100, "{usage:?}");
 }
 
-#[tokio::test]
-async fn output_fidelity_and_cap() {
-    let fx = SandboxFixture::new("output").await;
+async fn output_fidelity_and_cap(image: Image) {
+    let fx = SandboxFixture::with_profile("output", image.profile()).await;
     let run = opkernel_tests::unique_run("output");
-    let identity = RunIdentity::new(&run, &opkernel_tests::test_profile()).unwrap();
+    let identity = fx.identity(&run);
     let (id, code) = run_to_code(
         &fx,
         &run,
@@ -139,7 +166,12 @@ async fn output_fidelity_and_cap() {
     .await;
     assert_eq!(code, 0, "the capper never breaks the command's pipe");
     let (tail, size) = ops.log_tail(&id, 200).unwrap();
-    assert!(size < 100 * 1024 + 200, "log capped, got {size}");
+    let mark = format!(
+        "\n[opkernel: output truncated: {} bytes over the {} byte cap dropped]\n",
+        3_000_000 - 100 * 1024,
+        100 * 1024
+    );
+    assert_eq!(size, 100 * 1024 + mark.len() as u64, "capped exactly");
     let tail = String::from_utf8_lossy(&tail);
     assert!(tail.contains("output truncated"), "{tail}");
     assert!(
@@ -148,16 +180,15 @@ async fn output_fidelity_and_cap() {
     );
 }
 
-#[tokio::test]
-async fn identity_probe_and_tree_kill() {
-    let fx = SandboxFixture::new("kill").await;
+async fn identity_probe_and_tree_kill(image: Image) {
+    let fx = SandboxFixture::with_profile("kill", image.profile()).await;
     let run = opkernel_tests::unique_run("kill");
     let (identity, info) = fx.container(&run).await;
     let ops = fx.sandbox.ops_dir(&identity.scratch_key);
     let id = op_id();
     let spec = WrapperSpec {
         op_id: &id,
-        run_as: Some("agent"),
+        run_as: Some("1000:1000"),
         log_cap_bytes: 1 << 20,
     };
     // a tree that ignores SIGTERM, with a child in the background
@@ -233,7 +264,7 @@ async fn identity_probe_and_tree_kill() {
         async move { ops.read_code(&id).ok() }
     })
     .await;
-    assert_eq!(code, 137);
+    assert_eq!(code.code, 137);
     let left = fx.sandbox.probe_op(&info.id, &id, &record).await.unwrap();
     assert!(!left.any_alive(), "{left:?}");
     let top = fx.sandbox.top(&info.id).await.unwrap();
@@ -247,9 +278,8 @@ async fn identity_probe_and_tree_kill() {
     ));
 }
 
-#[tokio::test]
-async fn a_background_child_holding_the_output_does_not_hold_the_exit_code() {
-    let fx = SandboxFixture::new("straggler").await;
+async fn a_background_child_holding_the_output_does_not_hold_the_exit_code(image: Image) {
+    let fx = SandboxFixture::with_profile("straggler", image.profile()).await;
     let run = opkernel_tests::unique_run("straggler");
     let began = std::time::Instant::now();
     let (id, code) =
@@ -260,7 +290,7 @@ async fn a_background_child_holding_the_output_does_not_hold_the_exit_code() {
         waited < Duration::from_secs(10),
         "the code waited {waited:?} for the straggler"
     );
-    let identity = RunIdentity::new(&run, &opkernel_tests::test_profile()).unwrap();
+    let identity = fx.identity(&run);
     let (log, _) = fx
         .sandbox
         .ops_dir(&identity.scratch_key)

@@ -222,8 +222,17 @@ async fn run_containers_are_hardened_and_the_command_is_unprivileged() {
         .map(|b| b.as_str().unwrap())
         .collect();
     let scratch = k.home.join("scratch").display().to_string();
-    assert_eq!(binds.len(), 2);
-    assert!(binds.iter().all(|b| b.starts_with(&scratch)), "{binds:?}");
+    let bin = k.home.join("bin").display().to_string();
+    assert_eq!(binds.len(), 3);
+    assert!(
+        binds[..2].iter().all(|b| b.starts_with(&scratch)),
+        "{binds:?}"
+    );
+    // the shim: the kernel's own copy, read-only
+    assert!(
+        binds[2].starts_with(&bin) && binds[2].ends_with(":/.opkernel/shim:ro"),
+        "{binds:?}"
+    );
     assert!(!c.to_string().contains("docker.sock"));
 
     // what the command itself can and cannot do
