@@ -28,7 +28,14 @@ fn main() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
     build
-        .args(["build", "--offline", "--profile", "shim", "--bin", "opkernel-shim"])
+        .args([
+            "build",
+            "--offline",
+            "--profile",
+            "shim",
+            "--bin",
+            "opkernel-shim",
+        ])
         .arg("--manifest-path")
         .arg(shim.join("Cargo.toml"))
         .args(["--target", &target])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts opkernel on a fresh home and shows it working: a foreground command,
-# background operations, a report, a note, a kill and finishing the run.
-# Starts Docker and builds the sandbox image if needed.
+# background operations, a report, a note, a kill and finishing the run;
+# then, when the Debian image exists (scripts/build-image.sh --debian), a
+# Python command in it. Starts Docker and builds the sandbox image if needed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,7 +17,8 @@ port=${OPKERNEL_DEMO_PORT:-7878}
 export OPKERNEL_URL="http://127.0.0.1:$port"
 "$bin" serve --listen "127.0.0.1:$port" >"$OPKERNEL_HOME/kernel.log" 2>&1 &
 kernel=$!
-trap 'kill $kernel 2>/dev/null; echo; echo "kernel stopped; its home (control plane, scratch, logs) is $OPKERNEL_HOME"' EXIT
+debian_kernel=
+trap 'kill $kernel $debian_kernel 2>/dev/null; echo; echo "kernel stopped; its home (control plane, scratch, logs) is $OPKERNEL_HOME"' EXIT
 for _ in $(seq 1 100); do "$bin" ps >/dev/null 2>&1 && break; sleep 0.1; done
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
@@ -40,3 +42,22 @@ step opkernel finish --run $run
 "$bin" finish --run $run
 step opkernel reap
 "$bin" reap
+
+debian=opkernel-sandbox:debian
+if docker image inspect "$debian" >/dev/null 2>&1; then
+  # a second kernel on its own home, its run containers made from the Debian image
+  home=$OPKERNEL_HOME/debian
+  mkdir -p "$home"
+  OPKERNEL_HOME=$home OPKERNEL_IMAGE=$debian "$bin" serve --listen "127.0.0.1:$((port + 1))" >"$home/kernel.log" 2>&1 &
+  debian_kernel=$!
+  export OPKERNEL_URL="http://127.0.0.1:$((port + 1))" OPKERNEL_HOME=$home
+  for _ in $(seq 1 100); do "$bin" ps >/dev/null 2>&1 && break; sleep 0.1; done
+  py='import os, sys; print("python", sys.version.split()[0], "as uid", os.getuid(), "home", os.environ["HOME"])'
+  step "OPKERNEL_IMAGE=$debian opkernel run --run py-$$ -- python3 -c '$py'"
+  "$bin" run --run py-$$ -- python3 -c "$py"
+  "$bin" finish --run py-$$ >/dev/null
+  "$bin" reap >/dev/null
+else
+  echo
+  echo "(scripts/build-image.sh --debian builds a Debian image with python3 and git; the demo then runs Python in it)"
+fi

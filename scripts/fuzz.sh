@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs every property-based fuzz target ("fuzz_*" tests of the request,
-# .pid/.code/probe and tail/report parsers) with many generated cases, each
-# bounded in time. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] (default 60).
+# .pid/.code/probe/signaller/proc/run-as and tail/report parsers) with many
+# generated cases, each bounded in time. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 export PROPTEST_CASES=${PROPTEST_CASES:-1000000}
 status=0
-for pkg in sandbox opkernel; do
+for pkg in opkernel-shim sandbox opkernel; do
   cargo test --release -q -p "$pkg" --lib --no-run
   targets=$(cargo test --release -q -p "$pkg" --lib fuzz_ -- --list 2>/dev/null | sed -n 's/^\(fuzz_tests::fuzz_[a-z_]*\): test$/\1/p')
   for t in $targets; do

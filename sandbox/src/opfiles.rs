@@ -237,7 +237,10 @@ mod tests {
         assert!(matches!(code(""), Err(OpFileError::Empty(_))));
         assert!(matches!(code("13"), Err(OpFileError::Partial(..))));
         for bad in ["-1\n", "256\n", "abc\n", "+3\n", "1 2\n", "\n"] {
-            assert!(matches!(code(bad), Err(OpFileError::Garbage(..))), "{bad:?}");
+            assert!(
+                matches!(code(bad), Err(OpFileError::Garbage(..))),
+                "{bad:?}"
+            );
         }
     }
 

@@ -105,13 +105,24 @@ pub fn scratch_key(run_id: &str) -> String {
     sha256_hex(&[b"opkernel-scratch", run_id.as_bytes()])[..24].to_owned()
 }
 
-/// sha256 over run id + canonical profile. A changed profile means a new container.
+/// What a run container must provide to the kernel (the shim mount, its
+/// verbs and file formats). Part of the fingerprint: a container made for
+/// another contract is never reused, it is left to the reaper.
+pub const CONTAINER_CONTRACT: &[u8] = b"shim-1";
+
+/// sha256 over run id + container contract + canonical profile. A changed
+/// profile means a new container.
 pub fn run_fingerprint(run_id: &str, profile: &Profile) -> String {
     let mut canonical = profile.clone();
     canonical.env.sort();
     // serde_json keeps struct field order, so this is canonical for a given type.
     let json = serde_json::to_vec(&canonical).unwrap_or_default();
-    sha256_hex(&[b"opkernel-fingerprint", run_id.as_bytes(), &json])
+    sha256_hex(&[
+        b"opkernel-fingerprint",
+        CONTAINER_CONTRACT,
+        run_id.as_bytes(),
+        &json,
+    ])
 }
 
 /// Deterministic container name: a lost create response can never produce a

@@ -188,7 +188,11 @@ mod tests {
             run_as: Some("1000:1000"),
             log_cap_bytes: 1024,
         };
-        let cmd = vec!["bash".to_owned(), "-lc".to_owned(), "echo 'a b' \"$X\"".to_owned()];
+        let cmd = vec![
+            "bash".to_owned(),
+            "-lc".to_owned(),
+            "echo 'a b' \"$X\"".to_owned(),
+        ];
         let argv = launch_argv(&spec, &cmd).unwrap();
         assert_eq!(argv[..5], [SHIM_PATH, "launch", ID, "1000:1000", "1024"]);
         assert_eq!(&argv[5..], &cmd[..]);

@@ -182,7 +182,11 @@ async fn a_command_runs_in_an_image_with_no_shell_at_all() {
     let k = kernel("noshell", &image).await;
     let run = unique_run("noshell");
     let out = run_fg(&k, &run, &["/hello", "a b", "c"]).await;
-    assert_eq!(ended(&out), (Some("completed"), Some(7), Some(false)), "{out}");
+    assert_eq!(
+        ended(&out),
+        (Some("completed"), Some(7), Some(false)),
+        "{out}"
+    );
     assert_eq!(
         out["output"],
         "uid=1000 gid=1000 groups=0 home=/scratch args=a b|c\nto stderr\n"

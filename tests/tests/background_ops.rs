@@ -176,7 +176,7 @@ async fn vanished_process_is_lost_never_zero(image: Image) {
     // kill the wrapper first (so no code can be written), then the command
     docker_exec(
         &container,
-        &format!("kill -9 {wrapper}; for p in /proc/[0-9]*; do grep -q 'sleep.301' $p/cmdline 2>/dev/null && kill -9 ${{p#/proc/}}; done"),
+        &format!("kill -9 {wrapper}; for p in /proc/[0-9]*; do grep -qa 'sleep.301' $p/cmdline 2>/dev/null && kill -9 ${{p#/proc/}}; done"),
     )
     .unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{check, Kit, count_lines, ops_path, scratch_path, unique_run, LONG};
+use super::{check, count_lines, ops_path, scratch_path, unique_run, Kit, LONG};
 
 pub async fn sigkill_repeated(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit.start("sigkill", &[]).await?;
@@ -92,7 +92,9 @@ pub async fn exit_while_down(kit: &Kit) -> anyhow::Result<String> {
 }
 
 pub async fn kill_interrupted(kit: &Kit) -> anyhow::Result<String> {
-    let mut k = kit.start("killint", &[("OPKERNEL_KILL_GRACE_MS", "3000")]).await?;
+    let mut k = kit
+        .start("killint", &[("OPKERNEL_KILL_GRACE_MS", "3000")])
+        .await?;
     let run = unique_run("killint");
     let op = k
         .start_bg(&run, &["bash", "-c", "trap '' TERM; sleep 300 & wait"], 600)
@@ -142,11 +144,13 @@ pub async fn timeout_not_extended(kit: &Kit) -> anyhow::Result<String> {
 }
 
 pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
-    let mut k = kit.start("create", &[("OPKERNEL_GRACE_MS", "3000")]).await?;
+    let mut k = kit
+        .start("create", &[("OPKERNEL_GRACE_MS", "3000")])
+        .await?;
     let run = unique_run("create");
     k.sigkill();
     // 1. a container made by a kernel that died before recording anything
-    let profile = sandbox::Profile::default();
+    let profile = kit.profile();
     let identity = sandbox::RunIdentity::new(&run, &profile)?;
     let sb = sandbox::Sandbox::connect(None, k.home.join("scratch")).await?;
     let orphan = sb.ensure_container(&identity, &profile).await?;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use super::harness::{docker_exec, KernelProcess};
-use super::{check, Kit, count_lines, ops_path, scratch_path, unique_run, LONG};
+use super::{check, count_lines, ops_path, scratch_path, unique_run, Kit, LONG};
 
 /// Kills an op's wrapper first (so it cannot write a code), then the
 /// processes whose command line contains `needle`.
@@ -15,7 +15,7 @@ fn kill_op_from_inside(container: &str, wrapper_pid: u64, needle: &str) -> anyho
     docker_exec(
         container,
         &format!(
-            "kill -9 {wrapper_pid}; for p in /proc/[0-9]*; do [ ${{p#/proc/}} = $$ ] && continue; grep -q '{needle}' $p/cmdline 2>/dev/null && kill -9 ${{p#/proc/}}; done; true"
+            "kill -9 {wrapper_pid}; for p in /proc/[0-9]*; do [ ${{p#/proc/}} = $$ ] && continue; grep -qa '{needle}' $p/cmdline 2>/dev/null && kill -9 ${{p#/proc/}}; done; true"
         ),
     )?;
     Ok(())
@@ -108,7 +108,7 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
         .args(["exec", "-d", &container, "sleep", "777"])
         .output()?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let stranger: u64 = docker_exec(&container, "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; grep -q 'sleep.777' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done")?
+    let stranger: u64 = docker_exec(&container, "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; grep -qa 'sleep.777' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done")?
         .trim()
         .parse()
         .context("unrelated process not found")?;
@@ -131,7 +131,7 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
     let alive = docker_exec(
         &container,
         &format!(
-            "[ -d /proc/{stranger} ] && grep -q 'sleep.777' /proc/{stranger}/cmdline && echo alive"
+            "[ -d /proc/{stranger} ] && grep -qa 'sleep.777' /proc/{stranger}/cmdline && echo alive"
         ),
     )?;
     check(alive.trim() == "alive", || {

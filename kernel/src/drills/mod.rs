@@ -93,6 +93,20 @@ impl Kit {
         }
         KernelProcess::start(&self.bin, tag, &env).await
     }
+
+    /// The container profile the kit's kernels make run containers with
+    /// (as a kernel started with the drill harness's settings would).
+    pub fn profile(&self) -> sandbox::Profile {
+        let mut profile = sandbox::Profile::default();
+        if let Some(image) = self
+            .image
+            .clone()
+            .or_else(|| std::env::var("OPKERNEL_IMAGE").ok())
+        {
+            profile.image = image;
+        }
+        profile
+    }
 }
 
 /// Runs one drill by name, on the default run image.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::proxy::{DockerProxy, Hold};
-use super::{check, Kit, count_lines, scratch_path, unique_run, LONG};
+use super::{check, count_lines, scratch_path, unique_run, Kit, LONG};
 
 /// A proxy in front of the real Docker socket, for one drill.
 pub(super) fn docker_proxy() -> anyhow::Result<(DockerProxy, PathBuf)> {
@@ -148,8 +148,9 @@ pub async fn clock_step(kit: &Kit) -> anyhow::Result<String> {
 /// kernel SIGKILL after the TERM: after the restart the op ends `killed`
 /// with 143, because the signal was recorded durably.
 pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
-    let mut k =
-        kit.start("killterm", &[("OPKERNEL_KILL_GRACE_MS", "5000")]).await?;
+    let mut k = kit
+        .start("killterm", &[("OPKERNEL_KILL_GRACE_MS", "5000")])
+        .await?;
     let run = unique_run("killterm");
     let op = k
         .start_bg(

@@ -273,7 +273,13 @@ mod tests {
             PidRecord::parse("7 12"),
             Err(FormatError::Partial(_))
         ));
-        for bad in ["0 1 h\n", "07 1 h\n", "7 -1 h\n", "7 1 h x\n", "7 1 h\u{7}\n"] {
+        for bad in [
+            "0 1 h\n",
+            "07 1 h\n",
+            "7 -1 h\n",
+            "7 1 h x\n",
+            "7 1 h\u{7}\n",
+        ] {
             assert!(
                 matches!(PidRecord::parse(bad), Err(FormatError::Garbage(_))),
                 "{bad:?}"
@@ -300,7 +306,10 @@ mod tests {
                 usage: None
             })
         );
-        assert!(matches!(ExitRecord::parse("3"), Err(FormatError::Partial(_))));
+        assert!(matches!(
+            ExitRecord::parse("3"),
+            Err(FormatError::Partial(_))
+        ));
         for bad in [
             "256\n",
             "-1\n",

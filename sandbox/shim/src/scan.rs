@@ -72,7 +72,10 @@ struct Target {
 fn parse(args: Vec<OsString>) -> Result<Target, String> {
     let args: Vec<String> = args
         .into_iter()
-        .map(|a| a.into_string().map_err(|_| "arguments must be utf-8".to_owned()))
+        .map(|a| {
+            a.into_string()
+                .map_err(|_| "arguments must be utf-8".to_owned())
+        })
         .collect::<Result<_, _>>()?;
     let [op, launcher, since, signal] = args.as_slice() else {
         return Err("usage: signal <op id> <launcher pid> <launcher start ticks> TERM|KILL".into());

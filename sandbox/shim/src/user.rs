@@ -121,7 +121,9 @@ mod tests {
         assert_eq!(RunAs::parse("1001"), ids(1001, 1001));
         assert_eq!(RunAs::parse("root"), Ok(RunAs::Root));
         assert_eq!(RunAs::parse("agent"), Ok(RunAs::Name("agent".into())));
-        for bad in ["0:0", "0", "1000:0", "0:1000", "", "a b", "-x", "1:2:3", ":1", "a;b"] {
+        for bad in [
+            "0:0", "0", "1000:0", "0:1000", "", "a b", "-x", "1:2:3", ":1", "a;b",
+        ] {
             assert!(RunAs::parse(bad).is_err(), "{bad:?}");
         }
         for spec in ["root", "12:34", "agent"] {

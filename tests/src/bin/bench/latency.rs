@@ -15,6 +15,8 @@ pub struct Latency {
     pub running: Vec<f64>,
     pub api: Vec<f64>,
     pub cli: Vec<f64>,
+    /// See [`shim_overhead`].
+    pub shim_overhead_ms: f64,
 }
 
 pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latency> {
@@ -38,6 +40,7 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
         running: vec![],
         api: vec![],
         cli: vec![],
+        shim_overhead_ms: shim_overhead(&container, 200)?,
     };
     let touch = |name: String| {
         vec![
@@ -160,4 +163,31 @@ pub async fn notify(k: &KernelProcess, samples: usize) -> anyhow::Result<Vec<f64
         }
     }
     Ok(out)
+}
+
+/// The shim's own cost per op inside a run container, in ms: `n` runs of
+/// `/.opkernel/shim launch ... /bin/true` (pid file, log, identity drop,
+/// wait4, code file) minus `n` runs of `/bin/true` alone, timed by bash's
+/// clock inside the container (no Docker round trip in the figure).
+pub fn shim_overhead(container: &str, n: usize) -> anyhow::Result<f64> {
+    let script = format!(
+        r#"id=00000000-0000-4000-8000-00000000b0b0
+t() {{ local s=${{EPOCHREALTIME/./}}; for ((i = 0; i < {n}; i++)); do "$@" >/dev/null 2>&1; done; echo $(( ${{EPOCHREALTIME/./}} - s )); }}
+bare=$(t /bin/true); shim=$(t {shim} launch "$id" 1000:1000 65536 /bin/true)
+rm -f /scratch/.ops/$id.*
+echo "$bare $shim""#,
+        shim = sandbox::shim::SHIM_PATH
+    );
+    let out = std::process::Command::new("docker")
+        .args(["exec", container, "bash", "-c", &script])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut micros = text.split_whitespace().map(str::parse::<f64>);
+    match (micros.next(), micros.next()) {
+        (Some(Ok(bare)), Some(Ok(shim))) => Ok((shim - bare) / n as f64 / 1000.0),
+        _ => anyhow::bail!(
+            "shim overhead probe failed: {text:?} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }

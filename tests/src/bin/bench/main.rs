@@ -135,6 +135,7 @@ async fn main() -> anyhow::Result<()> {
         "start_ratio_vs_cli": p50(&lat.start) / p50(&lat.cli),
         "running_ratio_vs_api": p50(&lat.running) / p50(&lat.api),
         "running_ratio_vs_cli": p50(&lat.running) / p50(&lat.cli),
+        "shim_overhead_ms": lat.shim_overhead_ms,
         "notify_p50_ms": p50(&notify),
         "notify_p90_ms": pct(&notify, 90.0),
         "concurrent_ops": conc.ops,
@@ -171,6 +172,10 @@ async fn main() -> anyhow::Result<()> {
         figures["start_ratio_vs_cli"].as_f64().unwrap_or(f64::NAN),
         figures["running_ratio_vs_api"].as_f64().unwrap_or(f64::NAN),
         figures["running_ratio_vs_cli"].as_f64().unwrap_or(f64::NAN)
+    );
+    println!(
+        "shim overhead per op inside the container: {:.2} ms",
+        lat.shim_overhead_ms
     );
     println!(
         "concurrent: {} ops in {} runs started in {:.1}s; lost {}, duplicated {}; kernel CPU while they wait {:.2}% of a core; peak RSS {:.1} MB",
