@@ -16,7 +16,9 @@ fn main() {
     for watched in ["src", "Cargo.toml"] {
         println!("cargo:rerun-if-changed={}", shim.join(watched).display());
     }
+    // the lock file and the workspace manifest (its `shim` profile)
     println!("cargo:rerun-if-changed=../Cargo.lock");
+    println!("cargo:rerun-if-changed=../Cargo.toml");
     let target = env("TARGET");
     let out = PathBuf::from(env("OUT_DIR"));
     // shared by every profile of the outer build: target/shim
@@ -42,14 +44,14 @@ fn main() {
         .arg("--target-dir")
         .arg(&target_dir)
         .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
-    // what the outer cargo set for itself must not leak into the nested build
+    // what the outer cargo set for itself must not leak into the nested
+    // build (its jobserver, CARGO_MAKEFLAGS, is shared on purpose)
     for var in [
         "RUSTFLAGS",
         "RUSTC_WORKSPACE_WRAPPER",
         "CARGO_TARGET_DIR",
         "CARGO_BUILD_TARGET",
         "CARGO_PRIMARY_PACKAGE",
-        "CARGO_MAKEFLAGS",
         "__CARGO_FIX_PLZ",
     ] {
         build.env_remove(var);

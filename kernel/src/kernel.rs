@@ -366,7 +366,7 @@ impl Kernel {
                 .ok()
                 .map(|(bytes, _)| cut_tail(&bytes));
             let usage = has_code
-                .then(|| ops.read_code(&id).ok().and_then(|r| r.usage))
+                .then(|| ops.read_code(&id).ok().and_then(|r| r.usage()))
                 .flatten();
             (tail, ops.log_digest(&id).ok(), usage)
         })

@@ -226,7 +226,9 @@ async fn facts(
     let ops_dir = k.backend.ops_dir(&key);
     f.open_op_files = open_op_files(ops_dir.path());
     f.running = c.running;
-    if c.running {
+    // a container made before the shim cannot be probed: its process
+    // table alone (below) must show nothing but its idle processes
+    if c.running && c.has_shim {
         f.marked_process = match k.backend.probe(&c.id).await {
             Ok(procs) => Ok(procs
                 .first()

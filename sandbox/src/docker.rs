@@ -18,7 +18,9 @@ use futures::StreamExt;
 use crate::error::{Result, SandboxError};
 use crate::liveness::{op_liveness, OpLiveness};
 use crate::opfiles::{OpsDir, PidRecord};
-use crate::profile::{container_config, Profile, RunIdentity, LABEL_MANAGED, SCRATCH_MOUNT};
+use crate::profile::{
+    container_config, Profile, RunIdentity, LABEL_MANAGED, SCRATCH_MOUNT, SHIM_MOUNT,
+};
 use crate::shim::{
     install_shim, launch_argv, marker, parse_probe, parse_signalled, probe_argv, signal_argv,
     MarkedProcess, RunAs, Signal, WrapperSpec,
@@ -49,6 +51,9 @@ pub struct ContainerInfo {
     pub state: String,
     /// Host directory mounted at `/scratch`: tells which kernel home owns it.
     pub scratch_source: Option<String>,
+    /// The shim is mounted: the container was made by a kernel with the
+    /// shim (earlier containers can be judged by `docker top` only).
+    pub has_shim: bool,
 }
 
 /// The content of the first file in a tar archive (what the archive API
@@ -355,9 +360,11 @@ impl Sandbox {
         let info = self.docker.inspect_container(id_or_name, None).await?;
         let config = info.config.unwrap_or_default();
         let state = info.state.unwrap_or_default();
-        let scratch_source = info
-            .mounts
-            .unwrap_or_default()
+        let mounts = info.mounts.unwrap_or_default();
+        let has_shim = mounts
+            .iter()
+            .any(|m| m.destination.as_deref() == Some(SHIM_MOUNT));
+        let scratch_source = mounts
             .into_iter()
             .find(|m| m.destination.as_deref() == Some(SCRATCH_MOUNT))
             .and_then(|m| m.source);
@@ -373,6 +380,7 @@ impl Sandbox {
             hostname: config.hostname.unwrap_or_default(),
             state: state.status.map(|s| s.to_string()).unwrap_or_default(),
             scratch_source,
+            has_shim,
         })
     }
 
@@ -388,6 +396,7 @@ impl Sandbox {
             .into_iter()
             .map(|c| {
                 let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+                let mounts = c.mounts.unwrap_or_default();
                 ContainerInfo {
                     id: c.id.unwrap_or_default(),
                     name: c
@@ -401,9 +410,10 @@ impl Sandbox {
                     // list does not report the hostname; Docker defaults it to the short id
                     hostname: String::new(),
                     state,
-                    scratch_source: c
-                        .mounts
-                        .unwrap_or_default()
+                    has_shim: mounts
+                        .iter()
+                        .any(|m| m.destination.as_deref() == Some(SHIM_MOUNT)),
+                    scratch_source: mounts
                         .into_iter()
                         .find(|m| m.destination.as_deref() == Some(SCRATCH_MOUNT))
                         .and_then(|m| m.source),

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use crate::opfiles::{parse_exit_record, parse_pid_record};
+use crate::opfiles::{parse_op_result, parse_pid_record, OpResult};
 use crate::profile::{scratch_key, validate_run_id};
 use crate::shim::{launch_argv, validate_command, validate_op_id, WrapperSpec};
 
@@ -47,8 +47,10 @@ proptest! {
 
     #[test]
     fn fuzz_code_file_parser(text in "[0-9 \\n]{0,24}|.{0,80}") {
-        if let Ok(rec) = parse_exit_record("c", &text) {
-            prop_assert!((0..=255).contains(&rec.code));
+        if let Ok(rec) = parse_op_result("c", &text) {
+            if let OpResult::Exited(e) = &rec {
+                prop_assert!((0..=255).contains(&e.code));
+            }
             prop_assert_eq!(rec.render(), text);
         }
     }

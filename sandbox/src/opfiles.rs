@@ -30,10 +30,10 @@ pub enum OpFileError {
     Unreadable(String, String),
 }
 
-pub use opkernel_shim::{ExitRecord, PidRecord, Usage};
+pub use opkernel_shim::{ExitRecord, OpResult, PidRecord, Usage};
 
 const MAX_PID_FILE: u64 = 512;
-const MAX_CODE_FILE: u64 = 96;
+const MAX_CODE_FILE: u64 = 320;
 
 fn named(name: &str, e: FormatError) -> OpFileError {
     match e {
@@ -49,9 +49,9 @@ pub fn parse_pid_record(name: &str, text: &str) -> Result<PidRecord, OpFileError
 }
 
 /// Parses the content of a `.code` file: `<code> <cpu ms> <max rss KiB>\n`
-/// (or a bare `<code>\n`), code 0..=255.
-pub fn parse_exit_record(name: &str, text: &str) -> Result<ExitRecord, OpFileError> {
-    ExitRecord::parse(text).map_err(|e| named(name, e))
+/// (or a bare `<code>\n`), code 0..=255; or `not-started <reason>\n`.
+pub fn parse_op_result(name: &str, text: &str) -> Result<OpResult, OpFileError> {
+    OpResult::parse(text).map_err(|e| named(name, e))
 }
 
 /// Digest of a finished log: its output artifact.
@@ -92,10 +92,10 @@ impl OpsDir {
         parse_pid_record(&name, &text)
     }
 
-    pub fn read_code(&self, op_id: &str) -> Result<ExitRecord, OpFileError> {
+    pub fn read_code(&self, op_id: &str) -> Result<OpResult, OpFileError> {
         let name = format!("{op_id}.code");
         let text = read_small(&self.file(op_id, "code")?, &name, MAX_CODE_FILE)?;
-        parse_exit_record(&name, &text)
+        parse_op_result(&name, &text)
     }
 
     /// Opens the log for reading; refuses symlinks and non-regular files.
@@ -224,15 +224,22 @@ mod tests {
 
     #[test]
     fn exit_records_parse_with_and_without_usage() {
-        let code = |c| parse_exit_record("c", c).map(|r| r.code);
+        let code = |c| match parse_op_result("c", c)? {
+            OpResult::Exited(e) => Ok(e.code),
+            OpResult::NotStarted(why) => Err(OpFileError::Garbage("c".into(), why)),
+        };
         assert_eq!(code("0\n"), Ok(0));
         assert_eq!(code("137 20 1024\n"), Ok(137));
         assert_eq!(
-            parse_exit_record("c", "3 20 1024\n").unwrap().usage,
+            parse_op_result("c", "3 20 1024\n").unwrap().usage(),
             Some(Usage {
                 cpu_ms: 20,
                 max_rss_kb: 1024
             })
+        );
+        assert_eq!(
+            parse_op_result("c", "not-started cannot fork\n"),
+            Ok(OpResult::NotStarted("cannot fork".into()))
         );
         assert!(matches!(code(""), Err(OpFileError::Empty(_))));
         assert!(matches!(code("13"), Err(OpFileError::Partial(..))));

@@ -68,6 +68,14 @@ impl Default for Profile {
     }
 }
 
+impl Profile {
+    /// Whether commands run as root (`run_as` unset or spelled `root`):
+    /// then a command can reach `.ops` and its results need corroboration.
+    pub fn runs_as_root(&self) -> bool {
+        self.run_as.as_deref().is_none_or(|r| r == "root")
+    }
+}
+
 /// Checks a run id against `[A-Za-z0-9_.-]{1,64}`, with no `..` and not `.`.
 pub fn validate_run_id(run_id: &str) -> Result<()> {
     let charset_ok = run_id

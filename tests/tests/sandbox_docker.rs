@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use opkernel_tests::{image_tests, wait_for, Image, SandboxFixture};
-use sandbox::{ExitRecord, OpFileError, PidRecord, RunIdentity, Signal, WrapperSpec};
+use sandbox::{ExitRecord, OpFileError, OpResult, PidRecord, RunIdentity, Signal, WrapperSpec};
 
 fn op_id() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -45,7 +45,12 @@ async fn run_to_record(
     let code = wait_for("exit code", Duration::from_secs(30), || {
         let ops = ops.clone();
         let id = id.clone();
-        async move { ops.read_code(&id).ok() }
+        async move {
+            match ops.read_code(&id).ok()? {
+                OpResult::Exited(record) => Some(record),
+                OpResult::NotStarted(why) => panic!("not started: {why}"),
+            }
+        }
     })
     .await;
     (id, code)
@@ -133,6 +138,35 @@ async fn shim_files_codes_and_usage(image: Image) {
     let (id, _) = run_to_code(&fx, &run, &["no-such-program"], 1 << 20).await;
     let log = String::from_utf8_lossy(&ops.log_tail(&id, 500).unwrap().0).into_owned();
     assert!(log.contains("cannot run \"no-such-program\""), "{log}");
+
+    // a user the image does not have: nothing is executed, and the record says so
+    let (_, info) = fx.container(&run).await;
+    let id = op_id();
+    let spec = WrapperSpec {
+        op_id: &id,
+        run_as: Some("nobody-here"),
+        log_cap_bytes: 1024,
+    };
+    fx.sandbox
+        .launch(&info.id, &spec, &cmd(&["sh", "-c", "touch /scratch/ran"]))
+        .await
+        .unwrap();
+    let result = wait_for("the not-started record", Duration::from_secs(30), || {
+        let ops = ops.clone();
+        let id = id.clone();
+        async move { ops.read_code(&id).ok() }
+    })
+    .await;
+    assert!(
+        matches!(&result, OpResult::NotStarted(why) if why.contains("no user \"nobody-here\"")),
+        "{result:?}"
+    );
+    assert!(!fx
+        .home
+        .join("scratch")
+        .join(fx.identity(&run).scratch_key)
+        .join("ran")
+        .exists());
 
     // usage: the CPU of the whole tree, a grandchild's included
     let burn = "sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done' & wait";
@@ -264,7 +298,10 @@ async fn identity_probe_and_tree_kill(image: Image) {
         async move { ops.read_code(&id).ok() }
     })
     .await;
-    assert_eq!(code.code, 137);
+    assert!(
+        matches!(code, OpResult::Exited(ExitRecord { code: 137, .. })),
+        "{code:?}"
+    );
     let left = fx.sandbox.probe_op(&info.id, &id, &record).await.unwrap();
     assert!(!left.any_alive(), "{left:?}");
     let top = fx.sandbox.top(&info.id).await.unwrap();

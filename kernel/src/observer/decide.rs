@@ -188,9 +188,14 @@ impl State {
 pub enum CodeFile {
     Missing,
     Recorded(i32),
+    /// The shim could not start the command (nothing ran): `failed`.
+    NotStarted(String),
     /// Empty, partial or garbage: settles nothing while the wrapper lives.
     Unusable(String),
 }
+
+/// The exit status of a shim launch that did not start its command.
+pub const NOT_STARTED_STATUS: i64 = 125;
 
 /// A probe's view of the op's wrapper (identity-checked by pid, start time
 /// and marker).
@@ -339,7 +344,8 @@ fn next_confirmed(s: &State, e: &Evidence) -> Action {
     };
     // root mode: a recorded code awaits its launch's end; it beats any
     // "vanished" verdict meanwhile (a recorded result beats the container)
-    let code_pending = look_again_soon && matches!(e.code, CodeFile::Recorded(_));
+    let code_pending =
+        look_again_soon && matches!(e.code, CodeFile::Recorded(_) | CodeFile::NotStarted(_));
     if let (None, Some(rec)) = (&s.pid, &e.pid_file) {
         return Action::RecordPid(rec.clone());
     }
@@ -369,7 +375,24 @@ fn judge_code(s: &State, e: &Evidence) -> Judged {
         CodeFile::Recorded(code) if !s.root_mode => {
             Judged::Act(Action::Settle(s.outcome_of(*code)))
         }
-        CodeFile::Recorded(code) => judge_root_code(s, e, *code),
+        CodeFile::Recorded(code) => judge_root_result(
+            s,
+            e,
+            i64::from(*code),
+            s.outcome_of(*code),
+            &format!("the exit code file's {code}"),
+        ),
+        CodeFile::NotStarted(why) => {
+            let failed = Outcome::Failed {
+                error: format!("the command was not started: {why}"),
+                killed: false,
+            };
+            if s.root_mode {
+                judge_root_result(s, e, NOT_STARTED_STATUS, failed, "its not-started record")
+            } else {
+                Judged::Act(Action::Settle(failed))
+            }
+        }
         CodeFile::Unusable(bad) => match wrapper_gone(s, e) {
             Err(probe) => Judged::Act(probe),
             Ok(true) => Judged::Act(lost(format!("exit code unusable: {bad}"))),
@@ -378,10 +401,11 @@ fn judge_code(s: &State, e: &Evidence) -> Judged {
     }
 }
 
-/// Root mode: the `.ops` dir is within the command's reach. A code next to
-/// a live wrapper is ignored; once the wrapper is gone, the code is
-/// believed only if the wrapper's launch exited with that same code.
-fn judge_root_code(s: &State, e: &Evidence, code: i32) -> Judged {
+/// Root mode: the `.ops` dir is within the command's reach. A result next
+/// to a live wrapper is ignored; once the wrapper is gone, the result is
+/// believed only if the wrapper's launch exited with the matching status
+/// (`status`: the code, or 125 for a launch that started nothing).
+fn judge_root_result(s: &State, e: &Evidence, status: i64, outcome: Outcome, what: &str) -> Judged {
     if s.pid.is_some() {
         match wrapper_gone(s, e) {
             Err(probe) => return Judged::Act(probe),
@@ -392,20 +416,17 @@ fn judge_root_code(s: &State, e: &Evidence, code: i32) -> Judged {
     let forgeable = "commands run as root can forge it";
     match &e.launch_end {
         None => Judged::Act(Action::AskLaunchEnd),
-        Some(LaunchEnd::Exited(status)) if *status == i64::from(code) => {
-            Judged::Act(Action::Settle(s.outcome_of(code)))
-        }
+        Some(LaunchEnd::Exited(ended)) if *ended == status => Judged::Act(Action::Settle(outcome)),
         Some(LaunchEnd::Running | LaunchEnd::Unreachable) => Judged::LookAgainSoon,
-        Some(LaunchEnd::Exited(status)) => Judged::Act(lost(format!(
-            "the wrapper did not end normally (its exec exited {status}); the exit code file's {code} \
-             is not believed"
+        Some(LaunchEnd::Exited(ended)) => Judged::Act(lost(format!(
+            "the wrapper did not end normally (its exec exited {ended}); {what} is not believed"
         ))),
         Some(LaunchEnd::NotRecorded) => Judged::Act(lost(format!(
-            "exit code file says {code}, but the wrapper's end cannot be confirmed (no exec recorded); \
+            "{what} cannot be confirmed: the wrapper's end is unknown (no exec recorded); \
              {forgeable}"
         ))),
         Some(LaunchEnd::Unconfirmable(why)) => Judged::Act(lost(format!(
-            "exit code file says {code}, but the wrapper's end cannot be confirmed ({why}); {forgeable}"
+            "{what} cannot be confirmed: the wrapper's end is unknown ({why}); {forgeable}"
         ))),
     }
 }

@@ -934,3 +934,68 @@ fn the_recorded_container_must_still_be_the_ops() {
     };
     assert!(judge_container(&foreign, None).is_some());
 }
+
+#[test]
+fn a_command_that_never_started_is_failed_never_completed() {
+    let w = World::new();
+    let not_started = || CodeFile::NotStarted("cannot fork".into());
+    let is_failed = |a: &Action| {
+        matches!(
+            a,
+            Action::Settle(Outcome::Failed { error, killed: false }) if error.contains("cannot fork")
+        )
+    };
+    let root = || State {
+        root_mode: true,
+        ..w.running()
+    };
+    let step = |probe, end| Evidence {
+        code: not_started(),
+        probe,
+        launch_end: end,
+        ..w.step(1)
+    };
+    let unconfirmed = State {
+        start: Start::Unconfirmed,
+        pid: None,
+        ..w.running()
+    };
+    check(vec![
+        (
+            "the shim's not-started record settles failed",
+            w.running(),
+            step(None, None),
+            is_failed,
+        ),
+        (
+            "an unconfirmed start with a not-started record: the shim ran, confirm first",
+            unconfirmed,
+            step(None, None),
+            |a| *a == Action::ConfirmStart,
+        ),
+        (
+            "root: the record next to a live shim is ignored for now",
+            root(),
+            step(seen(Wrapper::Alive, true, true), None),
+            |a| *a == Action::Wait(RECHECK),
+        ),
+        (
+            "root: believed when the launch ended with 125",
+            root(),
+            step(
+                seen(Wrapper::Absent, false, true),
+                Some(LaunchEnd::Exited(NOT_STARTED_STATUS)),
+            ),
+            is_failed,
+        ),
+        (
+            "root: a forged record (the launch ended otherwise) is lost",
+            root(),
+            step(
+                seen(Wrapper::Absent, false, true),
+                Some(LaunchEnd::Exited(0)),
+            ),
+            is_lost,
+        ),
+    ]);
+}

@@ -131,6 +131,7 @@ impl OpBackend for Fake {
                 hostname: "box".into(),
                 state: "running".into(),
                 scratch_source: None,
+                has_shim: true,
             })
             .clone();
         ready(Ok(info))

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandbox::{OpFileError, OpsDir, PidRecord, Signal};
+use sandbox::{OpFileError, OpResult, OpsDir, PidRecord, Signal};
 
 use super::decide::{
     self, Action, Clock, CodeFile, ContainerFacts, Evidence, Kill, LaunchEnd, Probe, ProbeView,
@@ -34,7 +34,8 @@ impl Drop for MonitorGuard {
 
 fn read_code(ops: &OpsDir, op_id: &str) -> CodeFile {
     match ops.read_code(op_id) {
-        Ok(record) => CodeFile::Recorded(record.code),
+        Ok(OpResult::Exited(record)) => CodeFile::Recorded(record.code),
+        Ok(OpResult::NotStarted(reason)) => CodeFile::NotStarted(reason),
         Err(OpFileError::Missing(_)) => CodeFile::Missing,
         Err(bad) => CodeFile::Unusable(bad.to_string()),
     }
@@ -128,7 +129,7 @@ impl ObserverAttempt {
             start,
             pid: self.op.pid.clone(),
             kill: self.recorded_kill(),
-            root_mode: k.config.profile.run_as.is_none(),
+            root_mode: k.config.profile.runs_as_root(),
             timeout_at: self.timeout_at(clock),
             evidence_by: decide::evidence_deadline(clock, claimed, timing.evidence_window(start)),
             next_tick: k.next_tick(),

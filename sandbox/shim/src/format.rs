@@ -112,9 +112,9 @@ pub struct Usage {
     pub max_rss_kb: u64,
 }
 
-/// The content of `<id>.code`: `<code> <cpu ms> <max rss KiB>\n`. A bare
-/// `<code>\n` (what the wrapper of earlier versions wrote) is read as a code
-/// without usage.
+/// How the command ended: `<code> <cpu ms> <max rss KiB>`. A bare `<code>`
+/// (what the wrapper of earlier versions wrote) is read as a code without
+/// usage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExitRecord {
     /// 0..=255; 128+N for a command ended by signal N.
@@ -122,17 +122,74 @@ pub struct ExitRecord {
     pub usage: Option<Usage>,
 }
 
-impl ExitRecord {
-    pub fn render(&self) -> String {
-        match self.usage {
-            Some(u) => format!("{} {} {}\n", self.code, u.cpu_ms, u.max_rss_kb),
-            None => format!("{}\n", self.code),
+/// Longest reason a `not-started` record carries.
+pub const MAX_REASON: usize = 240;
+
+/// The content of `<id>.code`, one line: how the command ended, or that the
+/// shim could not start it at all (`not-started <reason>`: nothing ran).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpResult {
+    Exited(ExitRecord),
+    NotStarted(String),
+}
+
+const NOT_STARTED: &str = "not-started ";
+
+impl OpResult {
+    /// A not-started record; the reason is cut to [`MAX_REASON`] bytes of
+    /// printable ASCII (anything else becomes `?`).
+    pub fn not_started(reason: &str) -> OpResult {
+        let clean: String = reason
+            .chars()
+            .map(|c| {
+                if c == ' ' || c.is_ascii_graphic() {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .take(MAX_REASON)
+            .collect();
+        let clean = clean.trim();
+        OpResult::NotStarted(if clean.is_empty() {
+            "unknown".into()
+        } else {
+            clean.into()
+        })
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        match self {
+            OpResult::Exited(e) => e.usage,
+            OpResult::NotStarted(_) => None,
         }
     }
 
-    pub fn parse(text: &str) -> Result<ExitRecord, FormatError> {
+    pub fn render(&self) -> String {
+        match self {
+            OpResult::Exited(ExitRecord {
+                code,
+                usage: Some(u),
+            }) => format!("{code} {} {}\n", u.cpu_ms, u.max_rss_kb),
+            OpResult::Exited(ExitRecord { code, usage: None }) => format!("{code}\n"),
+            OpResult::NotStarted(reason) => format!("{NOT_STARTED}{reason}\n"),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<OpResult, FormatError> {
         let line = one_line(text)?;
         let garbage = || FormatError::Garbage(clip(text));
+        if let Some(reason) = line.strip_prefix(NOT_STARTED) {
+            let ok = !reason.is_empty()
+                && reason.len() <= MAX_REASON
+                && reason == reason.trim()
+                && reason.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+            return if ok {
+                Ok(OpResult::NotStarted(reason.to_owned()))
+            } else {
+                Err(garbage())
+            };
+        }
         let fields: Vec<&str> = line.split(' ').collect();
         let code = canonical_decimal::<i32>(fields[0])
             .filter(|c| (0..=255).contains(c))
@@ -145,7 +202,7 @@ impl ExitRecord {
             }),
             _ => return Err(garbage()),
         };
-        Ok(ExitRecord { code, usage })
+        Ok(OpResult::Exited(ExitRecord { code, usage }))
     }
 }
 
@@ -289,27 +346,29 @@ mod tests {
     }
 
     #[test]
-    fn exit_records_carry_usage_and_read_the_old_form() {
-        let rec = ExitRecord {
-            code: 143,
-            usage: Some(Usage {
+    fn results_carry_usage_read_the_old_form_and_say_not_started() {
+        let exited = |code, usage| OpResult::Exited(ExitRecord { code, usage });
+        let rec = exited(
+            143,
+            Some(Usage {
                 cpu_ms: 2500,
                 max_rss_kb: 10240,
             }),
-        };
-        assert_eq!(rec.render(), "143 2500 10240\n");
-        assert_eq!(ExitRecord::parse(&rec.render()), Ok(rec));
-        assert_eq!(
-            ExitRecord::parse("3\n"),
-            Ok(ExitRecord {
-                code: 3,
-                usage: None
-            })
         );
-        assert!(matches!(
-            ExitRecord::parse("3"),
-            Err(FormatError::Partial(_))
-        ));
+        assert_eq!(rec.render(), "143 2500 10240\n");
+        assert_eq!(OpResult::parse(&rec.render()), Ok(rec));
+        assert_eq!(OpResult::parse("3\n"), Ok(exited(3, None)));
+        assert!(matches!(OpResult::parse("3"), Err(FormatError::Partial(_))));
+        let failed = OpResult::not_started("cannot fork: Resource temporarily unavailable\n\u{1}é");
+        assert_eq!(
+            failed.render(),
+            "not-started cannot fork: Resource temporarily unavailable???\n"
+        );
+        assert_eq!(OpResult::parse(&failed.render()), Ok(failed));
+        assert_eq!(
+            OpResult::not_started(&"x".repeat(999)).render().len(),
+            12 + MAX_REASON + 1
+        );
         for bad in [
             "256\n",
             "-1\n",
@@ -321,9 +380,14 @@ mod tests {
             "3 1 2 \n",
             "3\n\n",
             " 3\n",
+            "not-started \n",
+            "not-started  x\n",
+            "not-started x \n",
+            "not-started x\ty\n",
+            "not-startedx\n",
         ] {
             assert!(
-                matches!(ExitRecord::parse(bad), Err(FormatError::Garbage(_))),
+                matches!(OpResult::parse(bad), Err(FormatError::Garbage(_))),
                 "{bad:?}"
             );
         }

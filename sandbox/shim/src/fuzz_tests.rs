@@ -3,15 +3,17 @@
 
 use proptest::prelude::*;
 
-use crate::format::{parse_probe, parse_signalled, ExitRecord, PidRecord, Usage};
+use crate::format::{parse_probe, parse_signalled, ExitRecord, OpResult, PidRecord, Usage};
 use crate::procfs::{environ_marker, stat_start_ticks};
 use crate::user::RunAs;
 
 proptest! {
     #[test]
-    fn fuzz_code_file_parser(text in "[0-9 \\n+-]{0,30}|.{0,80}") {
-        if let Ok(rec) = ExitRecord::parse(&text) {
-            prop_assert!((0..=255).contains(&rec.code));
+    fn fuzz_code_file_parser(text in "[0-9 \\n+-]{0,30}|(not-started)?[ -~\\t\\n]{0,40}|.{0,80}") {
+        if let Ok(rec) = OpResult::parse(&text) {
+            if let OpResult::Exited(e) = &rec {
+                prop_assert!((0..=255).contains(&e.code));
+            }
             prop_assert_eq!(rec.render(), text);
         }
     }
@@ -24,15 +26,15 @@ proptest! {
         flip in any::<proptest::sample::Index>(),
         with in proptest::sample::select(vec![b' ', b'\n', b'0', b'-', b'+', b'x', b'\t', 0u8]),
     ) {
-        let rec = ExitRecord { code, usage: Some(Usage { cpu_ms: cpu, max_rss_kb: rss }) };
+        let rec = OpResult::Exited(ExitRecord { code, usage: Some(Usage { cpu_ms: cpu, max_rss_kb: rss }) });
         let text = rec.render();
-        prop_assert_eq!(ExitRecord::parse(&text).is_ok(), code <= 255);
+        prop_assert_eq!(OpResult::parse(&text).is_ok(), code <= 255);
         // one byte changed: accepted only if it still reads as the canonical form
         let mut bytes = text.into_bytes();
         let at = flip.index(bytes.len());
         bytes[at] = with;
         let near = String::from_utf8_lossy(&bytes).into_owned();
-        if let Ok(r) = ExitRecord::parse(&near) {
+        if let Ok(r) = OpResult::parse(&near) {
             prop_assert_eq!(r.render(), near);
         }
     }

@@ -10,8 +10,12 @@
 //!    processes it left behind), then `<id>.code` (code, CPU ms and max RSS
 //!    of every process of the tree reaped here), renamed into place.
 //!
-//! The exit status of this process is the command's code (125: the op files
-//! could not be written). Nothing here ever runs the command twice.
+//! When nothing could be executed (the run user cannot be resolved, fork or
+//! the identity drop fails), `.code` says `not-started <reason>` and the op
+//! is `failed`; `exec` refusing the program gives 127/126 as a shell would.
+//! The exit status of this process is the command's code (125: not started,
+//! or the op files could not be written). Nothing here ever runs the
+//! command twice.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -27,7 +31,7 @@ use std::time::Duration;
 
 use opkernel_shim::procfs::stat_start_ticks;
 use opkernel_shim::{
-    validate_op_id, ExitRecord, PidRecord, RunAs, RunUser, Usage, OPS_DIR, SCRATCH_DIR,
+    validate_op_id, ExitRecord, OpResult, PidRecord, RunAs, RunUser, OPS_DIR, SCRATCH_DIR,
 };
 
 use crate::sys;
@@ -35,8 +39,8 @@ use crate::sys;
 /// How long output from processes the command left behind is still
 /// captured after the command itself ended.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
-/// Code of a launch that could not record its op (nothing ran, or the
-/// result could not be written).
+/// Exit status of a launch that did not start the command, or could not
+/// record its op.
 pub const SHIM_FAILED: i32 = 125;
 
 struct Launch {
@@ -130,6 +134,7 @@ fn own_identity() -> io::Result<PidRecord> {
 }
 
 fn run(launch: &Launch) -> io::Result<i32> {
+    sys::default_sigchld()?;
     let me = own_identity()?;
     write_atomic(&op_file(&launch.op, "pid"), &me.render())?;
     let mut log = OpenOptions::new()
@@ -140,23 +145,27 @@ fn run(launch: &Launch) -> io::Result<i32> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(op_file(&launch.op, "log"))?;
     log.set_len(0)?;
-    let outcome = match start(launch, &log) {
-        Ok(running) => running.finish(&mut log, launch.cap),
-        Err(NotStarted { code, message }) => {
+    let (result, status) = match start(launch, &log) {
+        Ok(running) => {
+            let ended = running.finish(&mut log, launch.cap)?;
+            (OpResult::Exited(ended), ended.code)
+        }
+        Err(Unstarted::Exec { code, message }) => {
             let _ = writeln!(log, "opkernel: {message}");
-            Finished {
+            let ended = ExitRecord {
                 code,
-                usage: sys::children_usage(),
-            }
+                usage: Some(sys::children_usage()),
+            };
+            (OpResult::Exited(ended), code)
+        }
+        Err(Unstarted::Never(reason)) => {
+            let _ = writeln!(log, "opkernel: the command was not started: {reason}");
+            (OpResult::not_started(&reason), SHIM_FAILED)
         }
     };
     drop(log);
-    let record = ExitRecord {
-        code: outcome.code,
-        usage: Some(outcome.usage),
-    };
-    write_atomic(&op_file(&launch.op, "code"), &record.render())?;
-    Ok(outcome.code)
+    write_atomic(&op_file(&launch.op, "code"), &result.render())?;
+    Ok(status)
 }
 
 struct Running {
@@ -165,36 +174,57 @@ struct Running {
     stop: Arc<AtomicBool>,
 }
 
-/// Why the command never ran, with the code a shell would give (126: found
-/// but not runnable, or the identity drop failed; 127: not found).
-struct NotStarted {
-    code: i32,
-    message: String,
+/// Why the command did not run.
+enum Unstarted {
+    /// `exec` itself refused it, with the code a shell gives (127: not
+    /// found; 126: found but not runnable). The op completes with it.
+    Exec { code: i32, message: String },
+    /// Nothing was executed at all (user lookup, setup, fork or identity
+    /// drop failed): the op is `failed`.
+    Never(String),
 }
 
-impl NotStarted {
-    fn new(code: i32, message: String) -> NotStarted {
-        NotStarted { code, message }
+/// `exec` errors a shell reports as 127 or 126; any other spawn error
+/// (fork, setuid, the drop check) means nothing was executed.
+fn exec_refusal(e: &io::Error) -> Option<i32> {
+    match e.raw_os_error()? {
+        libc::ENOENT => Some(127),
+        libc::EACCES
+        | libc::ENOEXEC
+        | libc::ENOTDIR
+        | libc::EISDIR
+        | libc::ELOOP
+        | libc::ENAMETOOLONG
+        | libc::ETXTBSY => Some(126),
+        _ => None,
     }
 }
 
-struct Finished {
-    code: i32,
-    usage: Usage,
-}
-
-/// Starts the command with its output going into a pipe copied to `log`.
-fn start(launch: &Launch, log: &File) -> Result<Running, NotStarted> {
+/// Starts the copier, then the command with its output going into the
+/// copier's pipe.
+fn start(launch: &Launch, log: &File) -> Result<Running, Unstarted> {
     let passwd = std::fs::read_to_string("/etc/passwd").ok();
     let user = launch
         .run_as
         .resolve(passwd.as_deref())
-        .map_err(|e| NotStarted::new(126, format!("cannot run the command: {e}")))?;
-    let setup = |what: &str, e: io::Error| NotStarted::new(126, format!("cannot {what}: {e}"));
+        .map_err(Unstarted::Never)?;
+    let setup = |what: &str, e: io::Error| Unstarted::Never(format!("cannot {what}: {e}"));
     sys::become_subreaper().map_err(|e| setup("become a subreaper", e))?;
     let (reader, writer) = io::pipe().map_err(|e| setup("make a pipe", e))?;
     let stderr = writer.try_clone().map_err(|e| setup("make a pipe", e))?;
     let log = log.try_clone().map_err(|e| setup("share the log", e))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, copied) = mpsc::channel();
+    let cap = launch.cap;
+    let copier_stop = stop.clone();
+    // the copier exists before the command does: a command never writes
+    // into a pipe nobody reads
+    std::thread::Builder::new()
+        .name("copier".into())
+        .spawn(move || {
+            let _ = done.send(copy_capped(reader, log, cap, &copier_stop));
+        })
+        .map_err(|e| setup("start the output copier", e))?;
     let mut command = Command::new(&launch.command[0]);
     command
         .args(&launch.command[1..])
@@ -211,26 +241,20 @@ fn start(launch: &Launch, log: &File) -> Result<Running, NotStarted> {
     unsafe {
         command.pre_exec(move || sys::enter_session_dropped_to(uid, gid));
     }
-    let child = command.spawn().map_err(|e| {
+    let spawned = command.spawn();
+    // the parent's copies of the pipe's write end go with `command`: on a
+    // failed spawn the copier sees the end of the pipe and stops
+    drop(command);
+    let child = spawned.map_err(|e| {
         let name = launch.command[0].to_string_lossy();
-        match e.kind() {
-            io::ErrorKind::NotFound => NotStarted::new(127, format!("cannot run {name:?}: {e}")),
-            _ if e.raw_os_error() == Some(libc::EPERM) => NotStarted::new(
-                126,
-                format!("cannot run {name:?} as uid {uid} gid {gid}: {e}"),
-            ),
-            _ => NotStarted::new(126, format!("cannot run {name:?}: {e}")),
+        match exec_refusal(&e) {
+            Some(code) => Unstarted::Exec {
+                code,
+                message: format!("cannot run {name:?}: {e}"),
+            },
+            None => Unstarted::Never(format!("cannot start {name:?} as uid {uid} gid {gid}: {e}")),
         }
     })?;
-    // the parent's copies of the pipe's write end go with `command`
-    drop(command);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (done, copied) = mpsc::channel();
-    let cap = launch.cap;
-    let copier_stop = stop.clone();
-    std::thread::spawn(move || {
-        let _ = done.send(copy_capped(reader, log, cap, &copier_stop));
-    });
     Ok(Running {
         child: child.id(),
         copied,
@@ -240,14 +264,19 @@ fn start(launch: &Launch, log: &File) -> Result<Running, NotStarted> {
 
 impl Running {
     /// Waits for the command, then for the rest of its output, and counts
-    /// the usage of everything reaped here.
-    fn finish(self, log: &mut File, cap: u64) -> Finished {
+    /// the usage of everything reaped here. An error (the command could not
+    /// be waited for) leaves no code: the op is then judged by the kernel,
+    /// never given a made-up one.
+    fn finish(self, log: &mut File, cap: u64) -> io::Result<ExitRecord> {
         let code = loop {
-            match sys::reap(false) {
-                Ok(Some((pid, status))) if pid == self.child => break sys::exit_code(status),
-                Ok(Some(_orphan)) => continue,
-                // no child at all cannot happen while ours is unreaped
-                Ok(None) | Err(_) => break 255,
+            match sys::reap(false)? {
+                Some((pid, status)) if pid == self.child => break sys::exit_code(status),
+                Some(_orphan) => continue,
+                None => {
+                    return Err(io::Error::other(
+                        "the command's process was not ours to wait for",
+                    ))
+                }
             }
         };
         let copied = match self.copied.recv_timeout(DRAIN_AFTER_EXIT) {
@@ -282,10 +311,10 @@ impl Running {
                 let _ = write!(log, "\n[opkernel: output copy failed]\n");
             }
         }
-        Finished {
+        Ok(ExitRecord {
             code,
-            usage: sys::children_usage(),
-        }
+            usage: Some(sys::children_usage()),
+        })
     }
 }
 

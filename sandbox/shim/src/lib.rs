@@ -12,7 +12,7 @@ pub mod user;
 
 pub use format::{
     marker, parse_probe, parse_signalled, validate_op_id, ExitRecord, FormatError, MarkedProcess,
-    PidRecord, Signal, Usage, MARKER_VAR,
+    OpResult, PidRecord, Signal, Usage, MARKER_VAR,
 };
 pub use user::{passwd_lookup, RunAs, RunUser};
 

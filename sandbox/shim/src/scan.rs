@@ -93,14 +93,20 @@ fn parse(args: Vec<OsString>) -> Result<Target, String> {
     })
 }
 
-/// Sends the signal to `pid` if it is (still) one of the target's processes.
+/// Sends the signal to `pid` if it is (still) one of the target's processes
+/// and not its launcher.
 fn signal_if_ours(pid: u32, t: &Target) -> io::Result<bool> {
     let pidfd = match sys::pidfd_open(pid) {
         Ok(fd) => Some(fd),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => None,
         Err(_) => return Ok(false),
     };
-    let ours = marked(pid).is_some_and(|p| p.op_id == t.op && p.start_ticks >= t.since);
+    // the launcher itself (pid and start ticks) is never signalled; a process
+    // that reused its pid after it died is judged like any other
+    let ours = marked(pid).is_some_and(|p| {
+        let launcher = p.pid == t.launcher && p.start_ticks == t.since;
+        p.op_id == t.op && p.start_ticks >= t.since && !launcher
+    });
     if !ours {
         return Ok(false);
     }
@@ -123,7 +129,7 @@ pub fn signal(args: Vec<OsString>) -> i32 {
     let result = (|| -> io::Result<()> {
         let mut out = io::stdout().lock();
         for pid in pids()? {
-            if pid == me || pid == target.launcher {
+            if pid == me {
                 continue;
             }
             if signal_if_ours(pid, &target)? {

@@ -21,6 +21,16 @@ pub fn become_subreaper() -> io::Result<()> {
     check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
 }
 
+/// SIGCHLD back to its default: an ignored SIGCHLD (inherited through
+/// exec) would let the kernel reap the command before `wait4` sees it.
+pub fn default_sigchld() -> io::Result<()> {
+    // SAFETY: installs the default disposition; no handler code is involved.
+    if unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// How a reaped child ended: its exit code, or 128+N when signal N ended it.
 pub fn exit_code(status: libc::c_int) -> i32 {
     if libc::WIFEXITED(status) {
