@@ -46,17 +46,19 @@ step opkernel reap
 debian=opkernel-sandbox:debian
 if docker image inspect "$debian" >/dev/null 2>&1; then
   # a second kernel on its own home, its run containers made from the Debian image
-  home=$OPKERNEL_HOME/debian
-  mkdir -p "$home"
-  OPKERNEL_HOME=$home OPKERNEL_IMAGE=$debian "$bin" serve --listen "127.0.0.1:$((port + 1))" >"$home/kernel.log" 2>&1 &
+  debian_home=$OPKERNEL_HOME/debian
+  mkdir -p "$debian_home"
+  OPKERNEL_HOME=$debian_home OPKERNEL_IMAGE=$debian "$bin" serve --listen "127.0.0.1:$((port + 1))" \
+    >"$debian_home/kernel.log" 2>&1 &
   debian_kernel=$!
-  export OPKERNEL_URL="http://127.0.0.1:$((port + 1))" OPKERNEL_HOME=$home
-  for _ in $(seq 1 100); do "$bin" ps >/dev/null 2>&1 && break; sleep 0.1; done
+  export OPKERNEL_URL="http://127.0.0.1:$((port + 1))"
+  dk() { OPKERNEL_HOME=$debian_home "$bin" "$@"; }
+  for _ in $(seq 1 100); do dk ps >/dev/null 2>&1 && break; sleep 0.1; done
   py='import os, sys; print("python", sys.version.split()[0], "as uid", os.getuid(), "home", os.environ["HOME"])'
   step "OPKERNEL_IMAGE=$debian opkernel run --run py-$$ -- python3 -c '$py'"
-  "$bin" run --run py-$$ -- python3 -c "$py"
-  "$bin" finish --run py-$$ >/dev/null
-  "$bin" reap >/dev/null
+  dk run --run py-$$ -- python3 -c "$py"
+  dk finish --run py-$$ >/dev/null
+  dk reap >/dev/null
 else
   echo
   echo "(scripts/build-image.sh --debian builds a Debian image with python3 and git; the demo then runs Python in it)"

@@ -17,4 +17,17 @@ if ! command -v gcc >/dev/null || [ ! -e /usr/lib/x86_64-linux-gnu/libc.a ]; the
 fi
 cargo build --workspace --bins
 export OPKERNEL_BIN="$root/target/debug/opkernel"
+# a test kernel killed while Docker was still creating a container can leave
+# that container behind, created after the test removed its own: at the end,
+# remove the run containers whose scratch dir was a test home that is gone
+leftovers() {
+  local tmp=${TMPDIR:-/tmp} id src
+  for id in $(docker ps -aq --filter label=opkernel.managed=true); do
+    src=$(docker inspect -f '{{range .Mounts}}{{if eq .Destination "/scratch"}}{{.Source}}{{end}}{{end}}' "$id" 2>/dev/null || true)
+    case $src in
+      "$tmp"/opkernel-*) [ -d "$src" ] || docker rm -f "$id" >/dev/null ;;
+    esac
+  done
+}
+trap leftovers EXIT
 cargo test --workspace -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"
