@@ -23,6 +23,9 @@ pub struct Config {
     pub kill_grace: Duration,
     /// How long after its exec claim an op without any trace is settled as failed.
     pub start_evidence_window: Duration,
+    /// How long the resident launcher has to claim a request before the
+    /// kernel takes it back and starts the op by `docker exec`.
+    pub launcher_claim: Duration,
     pub log_cap_bytes: u64,
     /// Safety-net cadence of liveness probes and exit-code checks.
     pub probe_interval: Duration,
@@ -86,6 +89,7 @@ impl Config {
                 "OPKERNEL_START_EVIDENCE_MS",
                 10_000,
             )),
+            launcher_claim: Duration::from_millis(env_u64("OPKERNEL_LAUNCHER_CLAIM_MS", 3_000)),
             log_cap_bytes: env_u64("OPKERNEL_LOG_CAP_BYTES", 64 << 20),
             probe_interval: Duration::from_millis(
                 env_u64("OPKERNEL_PROBE_INTERVAL_MS", 5_000).max(100),

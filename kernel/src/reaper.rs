@@ -29,12 +29,12 @@ pub struct ReapDecision {
 }
 
 /// Commands of a run container's own idle processes: Docker's init and the
-/// shim's `idle` main process (or the shell loop of containers made before
-/// the shim).
+/// shim's main process (`serve`, the resident launcher, or `idle`; the
+/// shell loop of containers made before the shim).
 fn is_idle_process(command: &str) -> bool {
     let shim_idle = command
         .strip_prefix(sandbox::shim::SHIM_PATH)
-        .is_some_and(|rest| rest == " idle");
+        .is_some_and(|rest| rest == " idle" || rest == " serve");
     shim_idle
         || command.contains("docker-init")
         || command.contains("while :; do sleep 3600; done")
@@ -511,6 +511,7 @@ mod tests {
         ));
         assert!(super::is_idle_process("sleep 3600"));
         assert!(super::is_idle_process("/.opkernel/shim idle"));
+        assert!(super::is_idle_process("/.opkernel/shim serve"));
         assert!(super::is_idle_process(
             "/sbin/docker-init -- /.opkernel/shim idle"
         ));

@@ -19,7 +19,7 @@ use crate::error::{Result, SandboxError};
 use crate::liveness::{op_liveness, OpLiveness};
 use crate::opfiles::{OpsDir, PidRecord};
 use crate::profile::{
-    container_config, Profile, RunIdentity, LABEL_MANAGED, SCRATCH_MOUNT, SHIM_MOUNT,
+    container_config, Profile, RunIdentity, LABEL_MANAGED, LAUNCHER_CMD, SCRATCH_MOUNT, SHIM_MOUNT,
 };
 use crate::shim::{
     install_shim, launch_argv, marker, parse_probe, parse_signalled, probe_argv, signal_argv,
@@ -54,6 +54,9 @@ pub struct ContainerInfo {
     /// The shim is mounted: the container was made by a kernel with the
     /// shim (earlier containers can be judged by `docker top` only).
     pub has_shim: bool,
+    /// Its main process is the shim's resident launcher (`serve`): ops can
+    /// be handed to it through the inbox instead of `docker exec`.
+    pub has_launcher: bool,
 }
 
 /// The content of the first file in a tar archive (what the archive API
@@ -145,15 +148,18 @@ impl Sandbox {
     }
 
     /// Creates `<scratch>/<key>/` (mode 0700, root's until
-    /// [`Sandbox::hand_scratch_to`] gives it to the run user) and its
-    /// root-owned `.ops/` (writable only by the wrapper). The parent is
-    /// root-owned 0711: no other host user can plant anything in it.
+    /// [`Sandbox::hand_scratch_to`] gives it to the run user), its
+    /// root-owned `.ops/` (writable only by the shim) and `.ops/inbox/`
+    /// (0700: the kernel and the launcher only). The parent is root-owned
+    /// 0711: no other host user can plant anything in it.
     pub fn prepare_scratch(&self, scratch_key: &str) -> Result<PathBuf> {
         let dir = self.scratch_dir(scratch_key);
         let ops = dir.join(".ops");
-        std::fs::create_dir_all(&ops).map_err(|e| SandboxError::io(&ops, e))?;
+        let inbox = ops.join("inbox");
+        std::fs::create_dir_all(&inbox).map_err(|e| SandboxError::io(&inbox, e))?;
         set_mode(&dir, 0o700)?;
         set_mode(&ops, 0o755)?;
+        set_mode(&inbox, 0o700)?;
         Ok(dir)
     }
 
@@ -381,6 +387,8 @@ impl Sandbox {
             state: state.status.map(|s| s.to_string()).unwrap_or_default(),
             scratch_source,
             has_shim,
+            has_launcher: config.cmd.as_deref() == Some(&[LAUNCHER_CMD.to_owned()][..])
+                && config.entrypoint.as_deref() == Some(&[SHIM_MOUNT.to_owned()][..]),
         })
     }
 
@@ -410,6 +418,8 @@ impl Sandbox {
                     // list does not report the hostname; Docker defaults it to the short id
                     hostname: String::new(),
                     state,
+                    has_launcher: c.command.as_deref()
+                        == Some(format!("{SHIM_MOUNT} {LAUNCHER_CMD}").as_str()),
                     has_shim: mounts
                         .iter()
                         .any(|m| m.destination.as_deref() == Some(SHIM_MOUNT)),

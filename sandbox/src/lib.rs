@@ -17,7 +17,9 @@ pub use backend::OpBackend;
 pub use docker::{unix_now, ContainerInfo, Sandbox, TopProcess};
 pub use error::{Result, SandboxError};
 pub use liveness::{OpLiveness, Snapshot};
-pub use opfiles::{ExitRecord, LogDigest, OpFileError, OpResult, OpsDir, PidRecord, Usage};
+pub use opfiles::{
+    ExitRecord, Handback, LogDigest, OpFileError, OpResult, OpsDir, PidRecord, Request, Usage,
+};
 pub use opkernel_shim::{passwd_lookup, RunAs, RunUser};
 pub use profile::{Profile, RunIdentity};
 pub use shim::{MarkedProcess, Signal, WrapperSpec};

@@ -4,7 +4,7 @@
 //! the kernel outside the scratch dir nor make it read without end.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,7 @@ pub enum OpFileError {
     Unreadable(String, String),
 }
 
-pub use opkernel_shim::{ExitRecord, OpResult, PidRecord, Usage};
+pub use opkernel_shim::{ExitRecord, OpResult, PidRecord, Request, Usage};
 
 const MAX_PID_FILE: u64 = 512;
 const MAX_CODE_FILE: u64 = 320;
@@ -52,6 +52,18 @@ pub fn parse_pid_record(name: &str, text: &str) -> Result<PidRecord, OpFileError
 /// (or a bare `<code>\n`), code 0..=255; or `not-started <reason>\n`.
 pub fn parse_op_result(name: &str, text: &str) -> Result<OpResult, OpFileError> {
     OpResult::parse(text).map_err(|e| named(name, e))
+}
+
+/// Where a request handed to the launcher stands once the kernel asks for it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handback {
+    /// Taken back (now or by an earlier attempt): the launcher never ran it.
+    Withdrawn,
+    /// The launcher claimed it: it runs (or ran) there, never elsewhere.
+    Claimed,
+    /// No request was ever renamed into place (the kernel stopped before
+    /// that): nothing ran.
+    NeverFiled,
 }
 
 /// Digest of a finished log: its output artifact.
@@ -96,6 +108,62 @@ impl OpsDir {
         let name = format!("{op_id}.code");
         let text = read_small(&self.file(op_id, "code")?, &name, MAX_CODE_FILE)?;
         parse_op_result(&name, &text)
+    }
+
+    /// The resident launcher's identity record, when it wrote one.
+    pub fn launcher(&self) -> Option<PidRecord> {
+        let path = self.dir.join(opkernel_shim::LAUNCHER_RECORD);
+        let text = read_small(&path, opkernel_shim::LAUNCHER_RECORD, MAX_PID_FILE).ok()?;
+        PidRecord::parse(&text).ok()
+    }
+
+    fn inbox_file(&self, op_id: &str, state: &str) -> Result<PathBuf, OpFileError> {
+        validate_op_id(op_id)
+            .map_err(|e| OpFileError::Garbage(format!("{op_id}.{state}"), e.to_string()))?;
+        Ok(self.dir.join("inbox").join(format!("{op_id}.{state}")))
+    }
+
+    /// Hands an op to the launcher: writes `inbox/<id>.req.tmp` and renames
+    /// it to `inbox/<id>.req`, so the launcher never sees a partial request.
+    pub fn submit(&self, request: &Request) -> std::io::Result<()> {
+        let invalid = |e: OpFileError| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string());
+        let path = self.inbox_file(&request.op_id, "req").map_err(invalid)?;
+        let tmp = self.inbox_file(&request.op_id, "req.tmp").map_err(invalid)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        file.write_all(&request.render())?;
+        drop(file);
+        std::fs::rename(&tmp, &path)
+    }
+
+    /// Takes a request back from the launcher: renames `<id>.req` to
+    /// `<id>.withdrawn`. The launcher claims by renaming the same file, so
+    /// exactly one of the two wins; only [`Handback::Withdrawn`] and
+    /// [`Handback::NeverFiled`] allow starting the op another way.
+    pub fn withdraw(&self, op_id: &str) -> Result<Handback, OpFileError> {
+        let pending = self.inbox_file(op_id, "req")?;
+        let withdrawn = self.inbox_file(op_id, "withdrawn")?;
+        let claimed = self.inbox_file(op_id, "claimed")?;
+        match std::fs::rename(&pending, &withdrawn) {
+            Ok(()) => return Ok(Handback::Withdrawn),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(OpFileError::Unreadable(format!("{op_id}.req"), e.to_string()))
+            }
+            Err(_) => {}
+        }
+        // already gone: say who has it
+        Ok(if std::fs::symlink_metadata(&claimed).is_ok() {
+            Handback::Claimed
+        } else if std::fs::symlink_metadata(&withdrawn).is_ok() {
+            Handback::Withdrawn
+        } else {
+            Handback::NeverFiled
+        })
     }
 
     /// Opens the log for reading; refuses symlinks and non-regular files.
@@ -275,6 +343,45 @@ mod tests {
         ));
         assert!(ops.read_code("../secret").is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_request_is_claimed_or_withdrawn_never_both() {
+        let dir = tmp_dir("inbox");
+        std::fs::create_dir(dir.join("inbox")).unwrap();
+        let ops = OpsDir::new(&dir);
+        let req = |id: &str| Request {
+            op_id: id.into(),
+            run_as: "1000:1000".into(),
+            log_cap: 10,
+            argv: vec!["true".into()],
+        };
+        assert_eq!(ops.withdraw(ID), Ok(Handback::NeverFiled));
+        ops.submit(&req(ID)).unwrap();
+        assert_eq!(ops.withdraw(ID), Ok(Handback::Withdrawn));
+        assert_eq!(ops.withdraw(ID), Ok(Handback::Withdrawn), "idempotent");
+        // a launcher claiming while the kernel withdraws: exactly one wins
+        for _ in 0..200 {
+            let id = uuid_like();
+            ops.submit(&req(&id)).unwrap();
+            let inbox = dir.join("inbox");
+            let (pending, claimed) = (
+                inbox.join(format!("{id}.req")),
+                inbox.join(format!("{id}.claimed")),
+            );
+            let launcher = std::thread::spawn(move || std::fs::rename(pending, claimed).is_ok());
+            let handback = ops.withdraw(&id).unwrap();
+            let launched = launcher.join().unwrap();
+            assert_eq!(launched, handback == Handback::Claimed, "{handback:?}");
+            assert_ne!(handback, Handback::NeverFiled);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn uuid_like() -> String {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        format!("00000000-0000-4000-8000-{:012x}", NEXT.fetch_add(1, Ordering::Relaxed))
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub const SCRATCH_MOUNT: &str = "/scratch";
 pub const OPS_MOUNT: &str = opkernel_shim::OPS_DIR;
 /// Where the shim is mounted (read-only) in every run container.
 pub const SHIM_MOUNT: &str = opkernel_shim::SHIM_PATH;
+/// The run container's main process: the shim's resident launcher.
+pub const LAUNCHER_CMD: &str = "serve";
 
 /// Capabilities kept in a run container. The agent's command runs as an
 /// unprivileged user and holds none of them; the shim (run as root) needs
@@ -197,7 +199,8 @@ impl RunIdentity {
 }
 
 /// The full create body of a hardened run container. Its main process is
-/// the shim (under Docker's init), so the image needs no shell at all.
+/// the shim's resident launcher (under Docker's init), so the image needs
+/// no shell at all.
 pub fn container_config(
     identity: &RunIdentity,
     profile: &Profile,
@@ -231,7 +234,7 @@ pub fn container_config(
     ContainerCreateBody {
         image: Some(profile.image.clone()),
         entrypoint: Some(vec![SHIM_MOUNT.to_owned()]),
-        cmd: Some(vec!["idle".to_owned()]),
+        cmd: Some(vec![LAUNCHER_CMD.to_owned()]),
         env: Some(profile.env.clone()),
         labels: Some(identity.labels(created_at_unix)),
         working_dir: Some(SCRATCH_MOUNT.to_owned()),

@@ -18,8 +18,8 @@ use sha2::{Digest, Sha256};
 use crate::error::{Result, SandboxError};
 
 pub use opkernel_shim::{
-    marker, parse_probe, parse_signalled, validate_op_id as check_op_id, MarkedProcess, RunAs,
-    Signal, MARKER_VAR, OPS_DIR, SHIM_PATH,
+    marker, parse_probe, parse_signalled, validate_op_id as check_op_id, MarkedProcess, Request,
+    RunAs, Signal, MARKER_VAR, OPS_DIR, SHIM_PATH,
 };
 
 /// The static shim binary this kernel speaks to.
@@ -79,22 +79,35 @@ pub struct WrapperSpec<'a> {
     pub log_cap_bytes: u64,
 }
 
-/// The exec argv of an op: `/.opkernel/shim launch <id> <run-as> <cap> ARGV...`.
-pub fn launch_argv(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Vec<String>> {
+/// The launch of an op, validated: what goes into `docker exec` as an argv
+/// or into the launcher's inbox as a request.
+pub fn launch_request(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Request> {
     validate_op_id(spec.op_id)?;
     validate_command(command)?;
     let run_as = match spec.run_as {
         Some(user) => RunAs::parse(user).map_err(SandboxError::Invalid)?,
         None => RunAs::Root,
     };
+    Ok(Request {
+        op_id: spec.op_id.to_owned(),
+        run_as: run_as.spec(),
+        log_cap: spec.log_cap_bytes.max(1),
+        argv: command.to_vec(),
+    })
+}
+
+/// The exec argv of an op: `/.opkernel/shim launch <id> <run-as> <cap> ARGV...`
+/// (the same as the launcher runs for a request).
+pub fn launch_argv(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Vec<String>> {
+    let req = launch_request(spec, command)?;
     let mut argv = vec![
         SHIM_PATH.to_owned(),
         "launch".to_owned(),
-        spec.op_id.to_owned(),
-        run_as.spec(),
-        spec.log_cap_bytes.max(1).to_string(),
+        req.op_id,
+        req.run_as,
+        req.log_cap.to_string(),
     ];
-    argv.extend(command.iter().cloned());
+    argv.extend(req.argv);
     Ok(argv)
 }
 

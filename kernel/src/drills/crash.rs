@@ -184,7 +184,7 @@ pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
     };
     check(
         store
-            .claim_exec(&claimed.id, "dead-kernel", &orphan.id)
+            .claim_exec(&claimed.id, "dead-kernel", &orphan.id, false)
             .await?,
         || "claim failed".into(),
     )?;

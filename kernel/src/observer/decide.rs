@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandbox::{PidRecord, SandboxError, Signal};
+use sandbox::{Handback, PidRecord, SandboxError, Signal};
 
 use crate::inbox::{Wake, Wakes};
 use crate::lifecycle::{KillReason, Outcome};
@@ -137,10 +137,35 @@ impl Kill {
     }
 }
 
+/// An op handed to its container's resident launcher (the inbox), while
+/// its start is unconfirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handover {
+    /// The request waits for the launcher to claim it until `claim_by`;
+    /// after that (or on a kill) the kernel asks for it back.
+    Pending { claim_by: Instant },
+    /// The request came back unclaimed (or was never filed): nothing ran,
+    /// and nothing will unless the kernel starts it by `docker exec`.
+    Returned,
+}
+
+impl Handover {
+    /// Where the handover stands after asking for the request back: a
+    /// claimed request belongs to the launcher (its evidence decides).
+    pub fn after_withdraw(handback: Handback) -> Option<Handover> {
+        match handback {
+            Handback::Claimed => None,
+            Handback::Withdrawn | Handback::NeverFiled => Some(Handover::Returned),
+        }
+    }
+}
+
 /// What an attempt carries from step to step.
 #[derive(Debug, Clone)]
 pub struct State {
     pub start: Start,
+    /// The op's request in its launcher's inbox, while one is in play.
+    pub handover: Option<Handover>,
     /// The wrapper's identity, once recorded in the control plane.
     pub pid: Option<PidRecord>,
     pub kill: Option<Kill>,
@@ -290,6 +315,10 @@ pub enum Action {
     },
     /// Ask the backend how the wrapper's launch ended.
     AskLaunchEnd,
+    /// Take the op's request back from the launcher's inbox.
+    Withdraw,
+    /// Start the op by `docker exec` (its request is back, nothing ran).
+    LaunchByExec,
     /// Wait for a wake or this long, then gather a new step.
     Wait(Duration),
 }
@@ -315,6 +344,22 @@ pub fn next(s: &State, e: &Evidence) -> Action {
 fn next_unconfirmed(s: &State, e: &Evidence) -> Action {
     if e.code != CodeFile::Missing || e.pid_file.is_some() {
         return Action::ConfirmStart;
+    }
+    match s.handover {
+        // the launcher's claim shows as the pid file within moments; no
+        // probe (a docker exec) is spent while it may still come
+        Some(Handover::Pending { claim_by }) if s.kill.is_none() && e.now < claim_by => {
+            return Action::Wait(claim_by - e.now);
+        }
+        Some(Handover::Pending { .. }) => return Action::Withdraw,
+        Some(Handover::Returned) if s.kill.is_some() => {
+            return Action::Settle(Outcome::Failed {
+                error: "cancelled before start".into(),
+                killed: true,
+            })
+        }
+        Some(Handover::Returned) => return Action::LaunchByExec,
+        None => {}
     }
     match &e.probe {
         None => return Action::Probe { fresh: true },

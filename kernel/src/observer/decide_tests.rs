@@ -29,6 +29,7 @@ impl World {
     fn running(&self) -> State {
         State {
             start: Start::Confirmed,
+            handover: None,
             pid: Some(rec()),
             kill: None,
             root_mode: false,
@@ -998,4 +999,80 @@ fn a_command_that_never_started_is_failed_never_completed() {
             is_lost,
         ),
     ]);
+}
+
+#[test]
+fn a_request_for_the_launcher_is_claimed_or_taken_back_never_both() {
+    let w = World::new();
+    let handed = |handover| State {
+        start: Start::Unconfirmed,
+        pid: None,
+        handover: Some(handover),
+        ..w.running()
+    };
+    let pending = || {
+        handed(Handover::Pending {
+            claim_by: w.at(3),
+        })
+    };
+    let killed = |mut s: State| {
+        s.kill = Some(Kill::adopt(KillReason::Kill, false));
+        s
+    };
+    check(vec![
+        (
+            "pending: wait for the claim, spend no probe (no docker exec)",
+            pending(),
+            w.step(1),
+            |a| *a == Action::Wait(2 * SEC),
+        ),
+        (
+            "pending: the launcher's pid file confirms the start",
+            pending(),
+            Evidence {
+                pid_file: Some(rec()),
+                ..w.step(1)
+            },
+            |a| *a == Action::ConfirmStart,
+        ),
+        (
+            "pending past the claim window: ask for it back",
+            pending(),
+            w.step(3),
+            |a| *a == Action::Withdraw,
+        ),
+        (
+            "pending and killed: ask for it back at once",
+            killed(pending()),
+            w.step(1),
+            |a| *a == Action::Withdraw,
+        ),
+        (
+            "returned unclaimed: nothing ran; start it by exec",
+            handed(Handover::Returned),
+            w.step(4),
+            |a| *a == Action::LaunchByExec,
+        ),
+        (
+            "returned and killed: cancelled before start, nothing ran",
+            killed(handed(Handover::Returned)),
+            w.step(4),
+            |a| {
+                matches!(
+                    a,
+                    Action::Settle(Outcome::Failed { killed: true, .. })
+                )
+            },
+        ),
+    ]);
+    // a claimed request belongs to the launcher: no exec, the evidence decides
+    assert_eq!(Handover::after_withdraw(Handback::Claimed), None);
+    assert_eq!(
+        Handover::after_withdraw(Handback::Withdrawn),
+        Some(Handover::Returned)
+    );
+    assert_eq!(
+        Handover::after_withdraw(Handback::NeverFiled),
+        Some(Handover::Returned)
+    );
 }

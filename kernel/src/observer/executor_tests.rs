@@ -37,9 +37,21 @@ enum OnStart {
 
 const WRAPPER_PID: u32 = 4242;
 
+/// The fake container's resident launcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launcher {
+    /// Containers have none: every op goes by exec.
+    None,
+    /// It claims each request and starts it as `on_start` says.
+    Claims,
+    /// It exists but never claims anything (hung, or gone).
+    Silent,
+}
+
 struct Fake {
     root: PathBuf,
     on_start: OnStart,
+    launcher: Launcher,
     /// Container ids by name.
     containers: Lock<HashMap<String, ContainerInfo>>,
     /// (launch id, op id) in creation order.
@@ -48,18 +60,22 @@ struct Fake {
     /// Ops whose wrapper is alive, with its identity.
     alive: Lock<HashMap<String, PidRecord>>,
     signals: Lock<Vec<(String, u32, Signal)>>,
+    /// Ops the fake launcher claimed.
+    claims: Lock<Vec<String>>,
 }
 
 impl Fake {
-    fn new(root: PathBuf, on_start: OnStart) -> Fake {
+    fn new(root: PathBuf, on_start: OnStart, launcher: Launcher) -> Fake {
         Fake {
             root,
             on_start,
+            launcher,
             containers: Lock::default(),
             launches: Lock::default(),
             starts: Lock::default(),
             alive: Lock::default(),
             signals: Lock::default(),
+            claims: Lock::default(),
         }
     }
 
@@ -82,6 +98,50 @@ impl Fake {
             .and_then(|c| c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY).cloned())
             .unwrap_or_default();
         self.ops_dir(&key)
+    }
+
+    /// What the command does once started (by exec or by the launcher).
+    fn run(&self, op: &str) {
+        let pid_line = format!("{WRAPPER_PID} 7 box\n");
+        match self.on_start {
+            OnStart::Exit(code) => {
+                self.write(op, "pid", &pid_line);
+                self.write(op, "code", &format!("{code}\n"));
+            }
+            OnStart::RunUntilSignalled => {
+                self.write(op, "pid", &pid_line);
+                self.alive.lock().insert(
+                    op.to_owned(),
+                    PidRecord {
+                        pid: WRAPPER_PID,
+                        start_ticks: 7,
+                        hostname: "box".into(),
+                    },
+                );
+            }
+            OnStart::Refuse | OnStart::Vanish => {}
+        }
+    }
+
+    /// One pass of the fake launcher over the inbox: claims by rename, as
+    /// the real one does, and runs what it claimed.
+    fn claim_pending(&self) -> usize {
+        let inbox = self.run_ops().path().join("inbox");
+        let Ok(entries) = std::fs::read_dir(&inbox) else {
+            return 0;
+        };
+        let mut claimed = 0;
+        for name in entries.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+            let Some(op) = name.strip_suffix(".req") else {
+                continue;
+            };
+            if std::fs::rename(inbox.join(&name), inbox.join(format!("{op}.claimed"))).is_ok() {
+                self.claims.lock().push(op.to_owned());
+                self.run(op);
+                claimed += 1;
+            }
+        }
+        claimed
     }
 
     fn write(&self, op_id: &str, ext: &str, text: &str) {
@@ -118,7 +178,7 @@ impl OpBackend for Fake {
         identity: &'a RunIdentity,
         _: &'a Profile,
     ) -> BoxFuture<'a, sandbox::Result<ContainerInfo>> {
-        std::fs::create_dir_all(self.ops_dir(&identity.scratch_key).path()).unwrap();
+        std::fs::create_dir_all(self.ops_dir(&identity.scratch_key).path().join("inbox")).unwrap();
         let info = self
             .containers
             .lock()
@@ -132,6 +192,7 @@ impl OpBackend for Fake {
                 state: "running".into(),
                 scratch_source: None,
                 has_shim: true,
+                has_launcher: self.launcher != Launcher::None,
             })
             .clone();
         ready(Ok(info))
@@ -162,21 +223,9 @@ impl OpBackend for Fake {
     fn start_launch<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, sandbox::Result<()>> {
         self.starts.lock().push(launch_id.to_owned());
         let op = self.op_of(launch_id).unwrap_or_default();
-        let rec = PidRecord {
-            pid: WRAPPER_PID,
-            start_ticks: 7,
-            hostname: "box".into(),
-        };
-        let pid_line = format!("{} {} {}\n", rec.pid, rec.start_ticks, rec.hostname);
         match self.on_start {
-            OnStart::Exit(code) => {
-                self.write(&op, "pid", &pid_line);
-                self.write(&op, "code", &format!("{code}\n"));
-                ready(Ok(()))
-            }
-            OnStart::RunUntilSignalled => {
-                self.write(&op, "pid", &pid_line);
-                self.alive.lock().insert(op, rec);
+            OnStart::Exit(_) | OnStart::RunUntilSignalled => {
+                self.run(&op);
                 ready(Ok(()))
             }
             OnStart::Refuse => ready(Err(SandboxError::Refused {
@@ -247,6 +296,10 @@ impl Drop for Harness {
 }
 
 async fn harness(on_start: OnStart) -> Harness {
+    harness_with(on_start, Launcher::None).await
+}
+
+async fn harness_with(on_start: OnStart, launcher: Launcher) -> Harness {
     let home = std::env::temp_dir().join(format!("opk-exec-{}", uuid::Uuid::new_v4().simple()));
     let mut config = Config::from_env(home.clone(), "127.0.0.1:0".parse().unwrap());
     config.profile.run_as = Some("1000:1000".into());
@@ -254,9 +307,19 @@ async fn harness(on_start: OnStart) -> Harness {
     config.start_evidence_window = Duration::from_millis(300);
     config.kill_grace = Duration::from_millis(300);
     config.probe_interval = Duration::from_millis(100);
+    config.launcher_claim = Duration::from_millis(300);
     config.drills = true;
-    let fake = Arc::new(Fake::new(config.scratch_root(), on_start));
+    let fake = Arc::new(Fake::new(config.scratch_root(), on_start, launcher));
     let kernel = Kernel::open_with(config, fake.clone()).await.unwrap();
+    if launcher == Launcher::Claims {
+        let fake = fake.clone();
+        tokio::spawn(async move {
+            loop {
+                fake.claim_pending();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    }
     Harness { kernel, fake, home }
 }
 
@@ -426,4 +489,106 @@ async fn a_wrapper_that_vanishes_without_a_code_is_lost() {
     assert_eq!(done.status, Status::Lost);
     assert_eq!(done.exit_code, None);
     assert!(h.fake.signals.lock().is_empty(), "nothing is signalled");
+}
+
+fn inbox_file(h: &Harness, op: &str, state: &str) -> PathBuf {
+    h.fake
+        .run_ops()
+        .path()
+        .join("inbox")
+        .join(format!("{op}.{state}"))
+}
+
+#[tokio::test]
+async fn a_claimed_request_runs_without_any_exec() {
+    let h = harness_with(OnStart::Exit(5), Launcher::Claims).await;
+    let op = h.insert("exit 5").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!((done.status, done.exit_code), (Status::Completed, Some(5)));
+    assert_eq!(*h.fake.claims.lock(), vec![op.id.clone()]);
+    assert_eq!(h.starts(), 0, "the launcher ran it; no docker exec");
+    assert!(h.fake.launches.lock().is_empty());
+    assert!(inbox_file(&h, &op.id, "claimed").exists());
+}
+
+#[tokio::test]
+async fn an_unclaimed_request_is_taken_back_and_started_once_by_exec() {
+    let h = harness_with(OnStart::Exit(0), Launcher::Silent).await;
+    let op = h.insert("true").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!((done.status, done.exit_code), (Status::Completed, Some(0)));
+    assert_eq!(h.starts(), 1, "exactly one path ran it");
+    assert!(inbox_file(&h, &op.id, "withdrawn").exists());
+    assert!(!inbox_file(&h, &op.id, "req").exists());
+    // a launcher that wakes up now finds nothing to claim
+    assert_eq!(h.fake.claim_pending(), 0);
+}
+
+#[tokio::test]
+async fn a_kill_while_the_request_waits_takes_it_back_and_nothing_runs() {
+    let h = harness_with(OnStart::Exit(0), Launcher::Silent).await;
+    let op = h.insert("true").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.kernel
+        .store
+        .request_kill(&op.id, KillReason::Kill)
+        .await
+        .unwrap();
+    h.kernel.poke_kill(&op.id);
+    let done = h.terminal(&op.id).await;
+    assert_eq!(done.status, Status::Failed);
+    assert!(done.killed);
+    assert_eq!(h.starts(), 0);
+    assert_eq!(h.fake.claim_pending(), 0, "withdrawn: never claimable");
+}
+
+/// A kernel that died after filing a request: the next attempt takes it
+/// back (then starts it once by exec) or, when the launcher claimed it,
+/// leaves it to the launcher's evidence and never execs.
+#[tokio::test]
+async fn a_request_left_by_a_dead_kernel_runs_exactly_once() {
+    for claimed_before in [false, true] {
+        let h = harness_with(OnStart::Exit(0), Launcher::Silent).await;
+        let op = h.insert("true").await;
+        let identity = RunIdentity::new("r1", &h.kernel.config.profile).unwrap();
+        let container = h
+            .fake
+            .ensure_container(&identity, &h.kernel.config.profile)
+            .await
+            .unwrap();
+        assert!(h
+            .kernel
+            .store
+            .claim_exec(&op.id, "dead-kernel", &container.id, true)
+            .await
+            .unwrap());
+        let request = sandbox::Request {
+            op_id: op.id.clone(),
+            run_as: "1000:1000".into(),
+            log_cap: 1024,
+            argv: vec!["true".into()],
+        };
+        h.fake.run_ops().submit(&request).unwrap();
+        if claimed_before {
+            // claimed, then the launcher died before the pid file
+            std::fs::rename(
+                inbox_file(&h, &op.id, "req"),
+                inbox_file(&h, &op.id, "claimed"),
+            )
+            .unwrap();
+        }
+        super::spawn(&h.kernel, op.id.clone());
+        let done = h.terminal(&op.id).await;
+        if claimed_before {
+            assert_eq!(done.status, Status::Lost, "{done:?}");
+            assert_eq!(h.starts(), 0, "a claimed request is never run elsewhere");
+        } else {
+            assert_eq!((done.status, done.exit_code), (Status::Completed, Some(0)));
+            assert_eq!(h.starts(), 1);
+            assert!(inbox_file(&h, &op.id, "withdrawn").exists());
+        }
+    }
 }

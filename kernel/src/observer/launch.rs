@@ -2,7 +2,7 @@
 //! The decisions (cancelled before start? what did Docker's answer mean?)
 //! are `decide`'s; this file carries them out.
 
-use sandbox::{RunIdentity, WrapperSpec};
+use sandbox::{Handback, OpsDir, RunIdentity, WrapperSpec};
 
 use super::decide::{self, LaunchVerdict};
 use super::{ObserverAttempt, ObserverError};
@@ -30,33 +30,78 @@ impl ObserverAttempt {
             return Ok(false);
         };
         // only the winner of the claim may launch; the claim also records
-        // the container and the first attempt in one write, and loses to a
-        // kill request recorded before it
+        // the container, the first attempt and the handover in one write,
+        // and loses to a kill request recorded before it
+        let handover = container.has_launcher && !k.config.profile.runs_as_root();
         if !k
             .store
-            .claim_exec(&self.op.id, &k.id, &container.id)
+            .claim_exec(&self.op.id, &k.id, &container.id, handover)
             .await?
         {
             return Ok(!self.settled_before_start().await?);
         }
         self.op.container_id = Some(container.id.clone());
-        k.watcher
-            .watch(k.backend.ops_dir(&identity.scratch_key).path());
-        self.launch_claimed(&identity, container).await
+        let ops = k.backend.ops_dir(&identity.scratch_key);
+        k.watcher.watch(ops.path());
+        if handover {
+            self.op.handed_over_at = Some(now_ms());
+            if self.hand_over(&ops).await? {
+                return Ok(true);
+            }
+        }
+        self.launch_claimed(&identity, container.id).await
     }
 
-    /// The claimed op's launch, once more on a fresh container when the
-    /// cached one had vanished (then no exec existed, so nothing ran).
-    async fn launch_claimed(
+    /// Files the op's request in its launcher's inbox; from then on the
+    /// watch loop waits for the claim (decide's `Handover`). False when the
+    /// request could not be filed and was not claimed: nothing ran, so the
+    /// op goes by `docker exec`.
+    async fn hand_over(&self, ops: &OpsDir) -> Result<bool, ObserverError> {
+        let k = &self.kernel;
+        let spec = WrapperSpec {
+            op_id: &self.op.id,
+            run_as: k.config.profile.run_as.as_deref(),
+            log_cap_bytes: k.config.log_cap_bytes,
+        };
+        // what cannot be a request cannot be an exec either: that path
+        // refuses it with the same error
+        let Ok(request) = sandbox::shim::launch_request(&spec, &self.op.command) else {
+            return Ok(false);
+        };
+        let (ops, id) = (ops.clone(), self.op.id.clone());
+        let filed = tokio::task::spawn_blocking(move || {
+            ops.submit(&request)
+                .map_err(|e| e.to_string())
+                .or_else(|e| match ops.withdraw(&id) {
+                    Ok(Handback::Claimed) => Ok(()),
+                    _ => Err(e),
+                })
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        match filed {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::warn!(op = %self.op.id, %e, "cannot file the request for the launcher; starting by docker exec");
+                Ok(false)
+            }
+        }
+    }
+
+    /// The claimed op's launch by `docker exec`, once more on a fresh
+    /// container when the cached one had vanished (then no exec existed, so
+    /// nothing ran). Also the fallback of a request the launcher did not
+    /// claim and the kernel took back.
+    pub(super) async fn launch_claimed(
         &mut self,
         identity: &RunIdentity,
-        mut container: sandbox::ContainerInfo,
+        mut container_id: String,
     ) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
         let mut retried = false;
         loop {
             let started = now_ms();
-            let result = self.exec(&container.id).await?;
+            let result = self.exec(&container_id).await?;
             match decide::launch_verdict(&result, retried) {
                 LaunchVerdict::Started => {
                     k.store.mark_running(&self.op.id, started).await?;
@@ -71,14 +116,14 @@ impl ObserverAttempt {
                     return self.fail(error).await;
                 }
                 LaunchVerdict::StaleContainer => {
-                    k.forget_container(&container.id);
-                    k.probes.forget(&container.id);
+                    k.forget_container(&container_id);
+                    k.probes.forget(&container_id);
                     let Some(fresh) = self.run_container(identity).await? else {
                         return Ok(false);
                     };
-                    container = fresh;
-                    k.store.set_container(&self.op.id, &container.id).await?;
-                    self.op.container_id = Some(container.id.clone());
+                    container_id = fresh.id;
+                    k.store.set_container(&self.op.id, &container_id).await?;
+                    self.op.container_id = Some(container_id.clone());
                     retried = true;
                 }
             }

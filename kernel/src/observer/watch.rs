@@ -7,7 +7,7 @@ use std::time::Instant;
 use sandbox::{OpFileError, OpResult, OpsDir, PidRecord, Signal};
 
 use super::decide::{
-    self, Action, Clock, CodeFile, ContainerFacts, Evidence, Kill, LaunchEnd, Probe, ProbeView,
+    self, Action, Clock, CodeFile, ContainerFacts, Evidence, Handover, Kill, LaunchEnd, Probe, ProbeView,
     Start, State, Timing, Wrapper,
 };
 use super::{ObserverAttempt, ObserverError, Step};
@@ -102,6 +102,18 @@ impl ObserverAttempt {
                     e.launch_end = Some(self.launch_end().await);
                     e.code = read_code(&ops, &self.op.id);
                 }
+                Action::Withdraw => {
+                    s.handover = self.withdraw(&ops).await;
+                    // a claim that beat the withdrawal shows in the files
+                    e.code = read_code(&ops, &self.op.id);
+                    e.pid_file = ops.read_pid(&self.op.id).ok();
+                }
+                Action::LaunchByExec => {
+                    if !self.launch_by_exec(&mut s, &clock).await? {
+                        return Ok(());
+                    }
+                    e = self.gather(&mut s, &ops, self.inbox.take()).await?;
+                }
                 Action::Wait(limit) => {
                     // measured from the step's clock reading, not from now
                     let wakes = self.inbox.wait(limit.saturating_sub(e.now.elapsed())).await;
@@ -125,8 +137,16 @@ impl ObserverAttempt {
             start_evidence: k.config.start_evidence_window,
         };
         let claimed = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
+        // a request filed for the launcher, and no exec made since
+        let handover = match (start, self.op.handed_over_at, &self.op.exec_id) {
+            (Start::Unconfirmed, Some(at), None) => Some(Handover::Pending {
+                claim_by: clock.instant(at) + k.config.launcher_claim,
+            }),
+            _ => None,
+        };
         State {
             start,
+            handover,
             pid: self.op.pid.clone(),
             kill: self.recorded_kill(),
             root_mode: k.config.profile.runs_as_root(),
@@ -227,8 +247,60 @@ impl ObserverAttempt {
             return Ok(false);
         }
         s.start = Start::Confirmed;
+        s.handover = None;
         s.timeout_at = self.timeout_at(clock);
         Ok(true)
+    }
+
+    /// Asks for the op's request back from the launcher's inbox. An I/O
+    /// error leaves who holds it unknown: the start-evidence rule decides.
+    async fn withdraw(&self, ops: &OpsDir) -> Option<Handover> {
+        let (ops, id) = (ops.clone(), self.op.id.clone());
+        match tokio::task::spawn_blocking(move || ops.withdraw(&id)).await {
+            Ok(Ok(handback)) => {
+                tracing::info!(op = %self.op.id, ?handback, "asked the launcher's inbox for the request back");
+                Handover::after_withdraw(handback)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(op = %self.op.id, %e, "cannot withdraw the request; the evidence decides");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(op = %self.op.id, %e, "withdraw task failed; the evidence decides");
+                None
+            }
+        }
+    }
+
+    /// Starts by `docker exec` an op whose request came back unclaimed
+    /// (nothing ran). False when the op was settled meanwhile.
+    async fn launch_by_exec(&mut self, s: &mut State, clock: &Clock) -> Result<bool, ObserverError> {
+        let k = self.kernel.clone();
+        let identity = match sandbox::RunIdentity::new(&self.op.run_id, &k.config.profile) {
+            Ok(identity) => identity,
+            Err(e) => {
+                self.settle(Outcome::Failed {
+                    error: e.to_string(),
+                    killed: false,
+                })
+                .await?;
+                return Ok(false);
+            }
+        };
+        let Some(container_id) = self.op.container_id.clone() else {
+            return Err(ObserverError::Vanished(self.op.id.clone()));
+        };
+        let _gate = k.launch_gate(&self.op.run_id).await;
+        if !self.launch_claimed(&identity, container_id).await? {
+            return Ok(false);
+        }
+        self.reload().await?;
+        s.handover = None;
+        if self.op.status == Status::Running {
+            s.start = Start::Confirmed;
+            s.timeout_at = self.timeout_at(clock);
+        }
+        Ok(!self.op.status.is_terminal())
     }
 
     /// Records a timeout kill request; the first recorded reason wins.

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/0001_control_plane.sql")),
     (2, include_str!("../../migrations/0002_review_fixes.sql")),
     (3, include_str!("../../migrations/0003_usage.sql")),
+    (4, include_str!("../../migrations/0004_launcher.sql")),
 ];
 
 #[derive(Clone)]

@@ -35,6 +35,8 @@ pub struct Op {
     pub kill_signalled: bool,
     /// The Docker exec that ran the op's wrapper, when known.
     pub exec_id: Option<String>,
+    /// When the op was handed to its container's resident launcher.
+    pub handed_over_at: Option<i64>,
     pub effect: Option<String>,
     pub error: Option<String>,
     pub output_tail: Option<String>,
@@ -59,7 +61,7 @@ impl Op {
 pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
     exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, exec_id, \
-    effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, kernel_id, report_id, delivered_inline";
+    handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, kernel_id, report_id, delivered_inline";
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
 pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
@@ -103,6 +105,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         kill_reason: kill_reason.as_deref().and_then(KillReason::parse),
         kill_signalled: row.get("kill_signalled")?,
         exec_id: row.get("exec_id")?,
+        handed_over_at: row.get("handed_over_at")?,
         effect: row.get("effect")?,
         error: row.get("error")?,
         output_tail: row.get("output_tail")?,
@@ -326,16 +329,18 @@ impl Store {
         id: &str,
         kernel_id: &str,
         container_id: &str,
+        handover: bool,
     ) -> StoreResult<bool> {
         let (id, kernel_id, container_id) =
             (id.to_owned(), kernel_id.to_owned(), container_id.to_owned());
         self.call(move |conn| {
+            let now = now_ms();
             let n = conn.execute(
                 "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
-                 attempt = MAX(attempt, 1), heartbeat_at = ?2 \
+                 attempt = MAX(attempt, 1), heartbeat_at = ?2, handed_over_at = ?5 \
                  WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL \
                  AND kill_requested_at IS NULL",
-                params![id, now_ms(), kernel_id, container_id],
+                params![id, now, kernel_id, container_id, handover.then_some(now)],
             )?;
             Ok(n == 1)
         })
@@ -638,7 +643,7 @@ mod tests {
         let store = test_store();
         let op = created(&store, req(None, "true")).await;
         store.request_kill(&op.id, KillReason::Kill).await.unwrap();
-        assert!(!store.claim_exec(&op.id, "k", "c1").await.unwrap());
+        assert!(!store.claim_exec(&op.id, "k", "c1", false).await.unwrap());
         let row = store.get_op(&op.id).await.unwrap().unwrap();
         assert_eq!(row.exec_claimed_at, None, "nothing may be executed");
     }
@@ -647,8 +652,8 @@ mod tests {
     async fn exec_claim_is_won_once() {
         let store = test_store();
         let op = created(&store, req(None, "true")).await;
-        assert!(store.claim_exec(&op.id, "k", "c1").await.unwrap());
-        assert!(!store.claim_exec(&op.id, "k", "c2").await.unwrap());
+        assert!(store.claim_exec(&op.id, "k", "c1", false).await.unwrap());
+        assert!(!store.claim_exec(&op.id, "k", "c2", true).await.unwrap());
         let row = store.get_op(&op.id).await.unwrap().unwrap();
         assert_eq!((row.attempt, row.container_id.as_deref()), (1, Some("c1")));
         assert!(store.mark_running(&op.id, 5).await.unwrap());

@@ -206,6 +206,74 @@ impl OpResult {
     }
 }
 
+/// An op handed to the resident launcher: `.ops/inbox/<id>.req`, written
+/// by the kernel (temp + rename) after it won the op's exec claim. Fields
+/// end with NUL: a tag, the op id, the run-as spec, the log cap, then the
+/// argv (no NUL can be in any of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub op_id: String,
+    pub run_as: String,
+    pub log_cap: u64,
+    pub argv: Vec<String>,
+}
+
+const REQUEST_TAG: &str = "opkernel-request-1";
+/// Largest request file read (the kernel bounds an argv to 256 KiB).
+pub const MAX_REQUEST: usize = 320 * 1024;
+
+impl Request {
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let cap = self.log_cap.to_string();
+        let head = [REQUEST_TAG, &self.op_id, &self.run_as, &cap];
+        for field in head.into_iter().chain(self.argv.iter().map(String::as_str)) {
+            out.extend_from_slice(field.as_bytes());
+            out.push(0);
+        }
+        out
+    }
+
+    pub fn parse(bytes: &[u8]) -> Result<Request, String> {
+        if bytes.len() > MAX_REQUEST {
+            return Err(format!("request larger than {MAX_REQUEST} bytes"));
+        }
+        let body = bytes
+            .strip_suffix(&[0])
+            .ok_or("request does not end with its terminator")?;
+        let mut fields = body.split(|&b| b == 0).map(std::str::from_utf8);
+        let mut next = |what: &str| -> Result<&str, String> {
+            fields
+                .next()
+                .ok_or_else(|| format!("request has no {what}"))?
+                .map_err(|_| format!("request {what} is not utf-8"))
+        };
+        if next("tag")? != REQUEST_TAG {
+            return Err("not an opkernel request".into());
+        }
+        let op_id = next("op id")?.to_owned();
+        validate_op_id(&op_id)?;
+        let run_as = next("run-as")?.to_owned();
+        crate::user::RunAs::parse(&run_as)?;
+        let cap = next("log cap")?;
+        let log_cap = canonical_decimal::<u64>(cap)
+            .filter(|&c| c > 0)
+            .ok_or_else(|| format!("bad log cap {:?}", clip(cap)))?;
+        let argv = fields
+            .map(|f| f.map(str::to_owned).map_err(|_| "request argv is not utf-8".to_owned()))
+            .collect::<Result<Vec<String>, String>>()?;
+        if argv.first().is_none_or(String::is_empty) {
+            return Err("request has no command".into());
+        }
+        Ok(Request {
+            op_id,
+            run_as,
+            log_cap,
+            argv,
+        })
+    }
+}
+
 /// A process that carries an op marker, as the probe saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkedProcess {
@@ -391,6 +459,33 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn requests_round_trip_and_refuse_the_rest() {
+        let req = Request {
+            op_id: ID.into(),
+            run_as: "1000:1000".into(),
+            log_cap: 65536,
+            argv: vec!["sh".into(), "-c".into(), "echo 'a\nb' \"$X\"".into(), String::new(), "end".into()],
+        };
+        let bytes = req.render();
+        assert_eq!(Request::parse(&bytes), Ok(req.clone()));
+        assert!(Request::parse(&bytes[..bytes.len() - 1]).is_err(), "unterminated");
+        let swap = |from: &str, to: &str| {
+            let text = String::from_utf8(bytes.clone()).unwrap().replacen(from, to, 1);
+            Request::parse(text.as_bytes())
+        };
+        assert!(swap("opkernel-request-1", "opkernel-request-2").is_err());
+        assert!(swap(ID, "../../x").is_err());
+        assert!(swap("1000:1000", "0:0").is_err());
+        assert!(swap("65536", "0").is_err());
+        assert!(swap("65536", "065536").is_err());
+        let empty = Request { argv: vec![String::new()], ..req.clone() };
+        assert!(Request::parse(&empty.render()).is_err());
+        let none = Request { argv: vec![], ..req };
+        assert!(Request::parse(&none.render()).is_err());
+        assert!(Request::parse(&vec![b'x'; MAX_REQUEST + 1]).is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use crate::format::{parse_probe, parse_signalled, ExitRecord, OpResult, PidRecord, Usage};
+use crate::format::{parse_probe, parse_signalled, ExitRecord, OpResult, PidRecord, Request, Usage};
 use crate::procfs::{environ_marker, stat_start_ticks};
 use crate::user::RunAs;
 
@@ -73,5 +73,15 @@ proptest! {
                 prop_assert!(spec == "root" || (user.uid != 0 && user.gid != 0), "{} -> {:?}", spec, user);
             }
         }
+    }
+
+    #[test]
+    fn fuzz_request_parser(bytes in proptest::collection::vec(any::<u8>(), 0..200), argv in proptest::collection::vec("[^\\x00]{0,12}", 1..5)) {
+        if let Ok(req) = Request::parse(&bytes) {
+            prop_assert_eq!(req.render(), bytes);
+        }
+        let req = Request { op_id: "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d".into(), run_as: "1000:1000".into(), log_cap: 1, argv };
+        let ok = !req.argv[0].is_empty();
+        prop_assert_eq!(Request::parse(&req.render()).ok(), ok.then_some(req));
     }
 }

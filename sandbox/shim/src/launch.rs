@@ -102,7 +102,7 @@ fn op_file(op: &str, ext: &str) -> PathBuf {
 
 /// Writes `text` to a temp file and renames it over `path`: a reader sees
 /// the old content or the new, never a part.
-fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
     let tmp = path.with_extension(format!(
         "{}.tmp",
         path.extension().and_then(|e| e.to_str()).unwrap_or("")
@@ -119,7 +119,7 @@ fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn own_identity() -> io::Result<PidRecord> {
+pub(crate) fn own_identity() -> io::Result<PidRecord> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
     let start_ticks = stat_start_ticks(&stat)
         .ok_or_else(|| io::Error::other(format!("unreadable /proc/self/stat: {stat:?}")))?;

@@ -12,7 +12,7 @@ pub mod user;
 
 pub use format::{
     marker, parse_probe, parse_signalled, validate_op_id, ExitRecord, FormatError, MarkedProcess,
-    OpResult, PidRecord, Signal, Usage, MARKER_VAR,
+    OpResult, PidRecord, Request, Signal, Usage, MARKER_VAR,
 };
 pub use user::{passwd_lookup, RunAs, RunUser};
 
@@ -20,6 +20,10 @@ pub use user::{passwd_lookup, RunAs, RunUser};
 pub const SHIM_PATH: &str = "/.opkernel/shim";
 /// Where the op files live inside the container (a separate, root-owned mount).
 pub const OPS_DIR: &str = "/scratch/.ops";
+/// Where the kernel hands ops to the resident launcher (`serve`).
+pub const INBOX_DIR: &str = "/scratch/.ops/inbox";
+/// The launcher's identity record (pid, start ticks, hostname), in `.ops`.
+pub const LAUNCHER_RECORD: &str = "launcher.pid";
 /// The run's scratch dir inside the container; also the command's `HOME`.
 pub const SCRATCH_DIR: &str = "/scratch";
 

@@ -4,10 +4,12 @@
 //! - `launch <op id> <run-as> <log cap> <command>...`: runs an op (see `launch.rs`);
 //! - `probe`: lists the processes that carry an op marker;
 //! - `signal <op id> <launcher pid> <start ticks> TERM|KILL`: signals an op's processes;
-//! - `idle`: the container's main process; sleeps until stopped.
+//! - `serve`: the container's main process, the resident launcher (see `serve.rs`);
+//! - `idle`: the main process of containers without a launcher; sleeps until stopped.
 
 mod launch;
 mod scan;
+mod serve;
 mod sys;
 
 use std::ffi::OsString;
@@ -20,6 +22,7 @@ fn main() {
         Some("launch") => launch::main(rest),
         Some("probe") => scan::probe(rest),
         Some("signal") => scan::signal(rest),
+        Some("serve") => serve::main(rest),
         Some("idle") => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
@@ -28,7 +31,7 @@ fn main() {
             0
         }
         _ => {
-            eprintln!("usage: opkernel-shim launch|probe|signal|idle|version ...");
+            eprintln!("usage: opkernel-shim launch|probe|signal|serve|idle|version ...");
             2
         }
     };

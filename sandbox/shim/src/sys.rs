@@ -165,3 +165,77 @@ pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
     // SAFETY: kill takes a pid and a signal number.
     check(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(drop)
 }
+
+/// Blocks SIGCHLD in this (single-threaded) process and returns a signalfd
+/// that becomes readable when a child ends. Children started with std's
+/// `Command` get an empty signal mask back.
+pub fn sigchld_fd() -> io::Result<OwnedFd> {
+    // SAFETY: sigset_t is plain data; the calls only fill and read `set`.
+    let fd = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    check(fd)?;
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// An inotify instance watching `dir` for files renamed or written into it.
+pub fn inotify_dir(dir: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: inotify_init1 takes flags only.
+    let fd = check(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) })?;
+    // SAFETY: the kernel just returned this fd to us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE;
+    // SAFETY: a valid inotify fd and a NUL-terminated path.
+    check(unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), mask) })?;
+    Ok(fd)
+}
+
+/// Waits (without a timeout) until one of `fds` is readable; returns which.
+pub fn wait_any(fds: &[RawFd]) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: `pfds` is a valid array of its length.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+        if n > 0 {
+            return Ok(pfds.iter().map(|p| p.revents != 0).collect());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// Reads what a non-blocking fd has now (nothing: an empty buffer).
+pub fn read_now(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) => return Ok(0),
+            _ => return Err(err),
+        }
+    }
+}

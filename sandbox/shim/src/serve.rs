@@ -1,0 +1,204 @@
+//! `opkernel-shim serve`: the resident launcher, the run container's main
+//! process (under Docker's init, as root). It starts ops without a
+//! `docker exec` round trip.
+//!
+//! The kernel, after winning an op's exec claim, renames
+//! `.ops/inbox/<id>.req` into place. The launcher sees it by inotify,
+//! **claims it by renaming it to `<id>.claimed`**, and starts
+//! `opkernel-shim launch` for it exactly as `docker exec` would (same argv,
+//! the op's marker, `/scratch` as working dir). A request the kernel took
+//! back first (`<id>.withdrawn`) is gone for the launcher: the rename is the
+//! one door, so exactly one of the two paths runs the command. A claimed
+//! request is never started again, not even by a launcher restarted with
+//! its container.
+//!
+//! Idle, it blocks in `poll` on its inotify and SIGCHLD fds: no timer, no
+//! CPU. Its identity (pid, start ticks, hostname) is in `.ops/launcher.pid`.
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use opkernel_shim::format::MAX_REQUEST;
+use opkernel_shim::{
+    validate_op_id, OpResult, Request, INBOX_DIR, LAUNCHER_RECORD, MARKER_VAR, OPS_DIR,
+    SCRATCH_DIR, SHIM_PATH,
+};
+
+use crate::launch::{own_identity, write_atomic};
+use crate::sys;
+
+pub fn main(args: Vec<OsString>) -> i32 {
+    if !args.is_empty() {
+        eprintln!("opkernel-shim serve: takes no arguments");
+        return 2;
+    }
+    match serve() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("opkernel-shim serve: {e}");
+            1
+        }
+    }
+}
+
+fn serve() -> io::Result<()> {
+    let children = sys::sigchld_fd()?;
+    let inbox = Path::new(INBOX_DIR);
+    match std::fs::DirBuilder::new().mode(0o700).create(inbox) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let events = sys::inotify_dir(inbox)?;
+    // requests renamed in before the watch existed: found by the first scan
+    scan(inbox);
+    write_atomic(
+        &Path::new(OPS_DIR).join(LAUNCHER_RECORD),
+        &own_identity()?.render(),
+    )?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let ready = sys::wait_any(&[events.as_raw_fd(), children.as_raw_fd()])?;
+        if ready[0] {
+            let mut overflow = false;
+            loop {
+                let n = sys::read_now(&events, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                for (mask, name) in inotify_events(&buf[..n]) {
+                    overflow |= mask & libc::IN_Q_OVERFLOW != 0;
+                    if let Some(id) = name.strip_suffix(".req") {
+                        claim(inbox, id);
+                    }
+                }
+            }
+            if overflow {
+                scan(inbox);
+            }
+        }
+        if ready[1] {
+            while sys::read_now(&children, &mut buf)? > 0 {}
+            while let Ok(Some(_)) = sys::reap(true) {}
+        }
+    }
+}
+
+/// `(mask, name)` of each event in an inotify read.
+fn inotify_events(mut bytes: &[u8]) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    while bytes.len() >= 16 {
+        let word = |at: usize| u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let (mask, len) = (word(4), word(12) as usize);
+        let Some(name) = bytes.get(16..16 + len) else {
+            break;
+        };
+        let name = name.split(|&b| b == 0).next().unwrap_or_default();
+        out.push((mask, String::from_utf8_lossy(name).into_owned()));
+        bytes = &bytes[16 + len..];
+    }
+    out
+}
+
+/// Claims every pending request in the inbox.
+fn scan(inbox: &Path) {
+    let Ok(entries) = std::fs::read_dir(inbox) else {
+        return;
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".req").map(str::to_owned))
+        .collect();
+    ids.sort();
+    for id in ids {
+        claim(inbox, &id);
+    }
+}
+
+/// Claims one request (the rename) and starts its op. Once claimed, the op
+/// either starts or gets a `not-started` record: it is never left silent.
+fn claim(inbox: &Path, id: &str) {
+    if validate_op_id(id).is_err() {
+        return;
+    }
+    let pending = inbox.join(format!("{id}.req"));
+    let claimed = inbox.join(format!("{id}.claimed"));
+    if std::fs::rename(&pending, &claimed).is_err() {
+        // withdrawn by the kernel, or claimed already
+        return;
+    }
+    let started = read_request(&claimed)
+        .and_then(|req| {
+            if req.op_id == id {
+                Ok(req)
+            } else {
+                Err(format!("request for {} filed as {id}", req.op_id))
+            }
+        })
+        .and_then(|req| start(&req).map_err(|e| format!("the launcher could not start it: {e}")));
+    if let Err(reason) = started {
+        let code = Path::new(OPS_DIR).join(format!("{id}.code"));
+        let _ = write_atomic(&code, &OpResult::not_started(&reason).render());
+    }
+}
+
+fn read_request(path: &PathBuf) -> Result<Request, String> {
+    let mut bytes = Vec::new();
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|f| f.take(MAX_REQUEST as u64 + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("unreadable request: {e}"))?;
+    Request::parse(&bytes).map_err(|e| format!("bad request: {e}"))
+}
+
+/// Starts `opkernel-shim launch` for the request, as `docker exec` would.
+fn start(req: &Request) -> io::Result<()> {
+    Command::new(SHIM_PATH)
+        .arg("launch")
+        .arg(&req.op_id)
+        .arg(&req.run_as)
+        .arg(req.log_cap.to_string())
+        .args(&req.argv)
+        .env(MARKER_VAR, &req.op_id)
+        .current_dir(SCRATCH_DIR)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inotify_events_parse_names_and_masks() {
+        let mut bytes = Vec::new();
+        for (mask, name) in [(libc::IN_MOVED_TO, "a.req"), (libc::IN_Q_OVERFLOW, "")] {
+            let padded = if name.is_empty() { 0 } else { 16 };
+            bytes.extend_from_slice(&1i32.to_ne_bytes());
+            bytes.extend_from_slice(&mask.to_ne_bytes());
+            bytes.extend_from_slice(&0u32.to_ne_bytes());
+            bytes.extend_from_slice(&(padded as u32).to_ne_bytes());
+            let mut field = name.as_bytes().to_vec();
+            field.resize(padded, 0);
+            bytes.extend_from_slice(&field);
+        }
+        assert_eq!(
+            inotify_events(&bytes),
+            vec![
+                (libc::IN_MOVED_TO, "a.req".to_owned()),
+                (libc::IN_Q_OVERFLOW, String::new())
+            ]
+        );
+        assert_eq!(inotify_events(&bytes[..20]), vec![]);
+    }
+}
