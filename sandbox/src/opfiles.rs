@@ -126,9 +126,12 @@ impl OpsDir {
     /// Hands an op to the launcher: writes `inbox/<id>.req.tmp` and renames
     /// it to `inbox/<id>.req`, so the launcher never sees a partial request.
     pub fn submit(&self, request: &Request) -> std::io::Result<()> {
-        let invalid = |e: OpFileError| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string());
+        let invalid =
+            |e: OpFileError| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string());
         let path = self.inbox_file(&request.op_id, "req").map_err(invalid)?;
-        let tmp = self.inbox_file(&request.op_id, "req.tmp").map_err(invalid)?;
+        let tmp = self
+            .inbox_file(&request.op_id, "req.tmp")
+            .map_err(invalid)?;
         let mut file = OpenOptions::new()
             .write(true)
             .create(true)
@@ -152,7 +155,10 @@ impl OpsDir {
         match std::fs::rename(&pending, &withdrawn) {
             Ok(()) => return Ok(Handback::Withdrawn),
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(OpFileError::Unreadable(format!("{op_id}.req"), e.to_string()))
+                return Err(OpFileError::Unreadable(
+                    format!("{op_id}.req"),
+                    e.to_string(),
+                ))
             }
             Err(_) => {}
         }
@@ -381,7 +387,10 @@ mod tests {
     fn uuid_like() -> String {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        format!("00000000-0000-4000-8000-{:012x}", NEXT.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "00000000-0000-4000-8000-{:012x}",
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     #[test]

@@ -62,4 +62,9 @@ drills!(
     kill_before_start => "kill-before-start",
     clock_step => "clock-step",
     kill_interrupted_term => "kill-interrupted-term",
+    launcher_killed_pending => "launcher-killed-pending",
+    kernel_killed_after_filing => "kernel-killed-after-filing",
+    launcher_killed_after_claim => "launcher-killed-after-claim",
+    container_restarted_pending => "container-restarted-pending",
+    request_flood => "request-flood",
 );

@@ -6,6 +6,7 @@
 mod crash;
 mod faults;
 pub mod harness;
+mod launcher;
 pub mod proxy;
 mod review;
 
@@ -41,6 +42,11 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("kill-before-start", "a kill during container creation wins: failed, killed, the command never runs"),
     ("clock-step", "a forward wall-clock step does not time out running ops"),
     ("kill-interrupted-term", "a TERM-honouring command killed across a kernel restart ends killed 143"),
+    ("launcher-killed-pending", "the launcher killed with requests pending: each is taken back and run once by exec"),
+    ("kernel-killed-after-filing", "the kernel killed between filing a request and seeing it claimed: it runs once, claimed or taken back"),
+    ("launcher-killed-after-claim", "the launcher killed between a claim and the pid file: lost by evidence, never run by exec"),
+    ("container-restarted-pending", "the container restarted under a pending request: it runs once"),
+    ("request-flood", "500 requests in one second: all run once through the launcher, delivered once"),
 ];
 
 fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
@@ -64,6 +70,19 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
         "kill-interrupted-term" => {
             Box::pin(async move { review::kill_interrupted_term(&kit).await })
         }
+        "launcher-killed-pending" => {
+            Box::pin(async move { launcher::launcher_killed_pending(&kit).await })
+        }
+        "kernel-killed-after-filing" => {
+            Box::pin(async move { launcher::kernel_killed_after_filing(&kit).await })
+        }
+        "launcher-killed-after-claim" => {
+            Box::pin(async move { launcher::launcher_killed_after_claim(&kit).await })
+        }
+        "container-restarted-pending" => {
+            Box::pin(async move { launcher::container_restarted_pending(&kit).await })
+        }
+        "request-flood" => Box::pin(async move { launcher::request_flood(&kit).await }),
         _ => return None,
     })
 }

@@ -1010,11 +1010,7 @@ fn a_request_for_the_launcher_is_claimed_or_taken_back_never_both() {
         handover: Some(handover),
         ..w.running()
     };
-    let pending = || {
-        handed(Handover::Pending {
-            claim_by: w.at(3),
-        })
-    };
+    let pending = || handed(Handover::Pending { claim_by: w.at(3) });
     let killed = |mut s: State| {
         s.kill = Some(Kill::adopt(KillReason::Kill, false));
         s
@@ -1057,12 +1053,7 @@ fn a_request_for_the_launcher_is_claimed_or_taken_back_never_both() {
             "returned and killed: cancelled before start, nothing ran",
             killed(handed(Handover::Returned)),
             w.step(4),
-            |a| {
-                matches!(
-                    a,
-                    Action::Settle(Outcome::Failed { killed: true, .. })
-                )
-            },
+            |a| matches!(a, Action::Settle(Outcome::Failed { killed: true, .. })),
         ),
     ]);
     // a claimed request belongs to the launcher: no exec, the evidence decides

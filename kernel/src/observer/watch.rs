@@ -7,8 +7,8 @@ use std::time::Instant;
 use sandbox::{OpFileError, OpResult, OpsDir, PidRecord, Signal};
 
 use super::decide::{
-    self, Action, Clock, CodeFile, ContainerFacts, Evidence, Handover, Kill, LaunchEnd, Probe, ProbeView,
-    Start, State, Timing, Wrapper,
+    self, Action, Clock, CodeFile, ContainerFacts, Evidence, Handover, Kill, LaunchEnd, Probe,
+    ProbeView, Start, State, Timing, Wrapper,
 };
 use super::{ObserverAttempt, ObserverError, Step};
 use crate::inbox::{Wake, Wakes};
@@ -274,7 +274,11 @@ impl ObserverAttempt {
 
     /// Starts by `docker exec` an op whose request came back unclaimed
     /// (nothing ran). False when the op was settled meanwhile.
-    async fn launch_by_exec(&mut self, s: &mut State, clock: &Clock) -> Result<bool, ObserverError> {
+    async fn launch_by_exec(
+        &mut self,
+        s: &mut State,
+        clock: &Clock,
+    ) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
         let identity = match sandbox::RunIdentity::new(&self.op.run_id, &k.config.profile) {
             Ok(identity) => identity,

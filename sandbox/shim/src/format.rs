@@ -260,7 +260,10 @@ impl Request {
             .filter(|&c| c > 0)
             .ok_or_else(|| format!("bad log cap {:?}", clip(cap)))?;
         let argv = fields
-            .map(|f| f.map(str::to_owned).map_err(|_| "request argv is not utf-8".to_owned()))
+            .map(|f| {
+                f.map(str::to_owned)
+                    .map_err(|_| "request argv is not utf-8".to_owned())
+            })
             .collect::<Result<Vec<String>, String>>()?;
         if argv.first().is_none_or(String::is_empty) {
             return Err("request has no command".into());
@@ -467,13 +470,24 @@ mod tests {
             op_id: ID.into(),
             run_as: "1000:1000".into(),
             log_cap: 65536,
-            argv: vec!["sh".into(), "-c".into(), "echo 'a\nb' \"$X\"".into(), String::new(), "end".into()],
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo 'a\nb' \"$X\"".into(),
+                String::new(),
+                "end".into(),
+            ],
         };
         let bytes = req.render();
         assert_eq!(Request::parse(&bytes), Ok(req.clone()));
-        assert!(Request::parse(&bytes[..bytes.len() - 1]).is_err(), "unterminated");
+        assert!(
+            Request::parse(&bytes[..bytes.len() - 1]).is_err(),
+            "unterminated"
+        );
         let swap = |from: &str, to: &str| {
-            let text = String::from_utf8(bytes.clone()).unwrap().replacen(from, to, 1);
+            let text = String::from_utf8(bytes.clone())
+                .unwrap()
+                .replacen(from, to, 1);
             Request::parse(text.as_bytes())
         };
         assert!(swap("opkernel-request-1", "opkernel-request-2").is_err());
@@ -481,9 +495,15 @@ mod tests {
         assert!(swap("1000:1000", "0:0").is_err());
         assert!(swap("65536", "0").is_err());
         assert!(swap("65536", "065536").is_err());
-        let empty = Request { argv: vec![String::new()], ..req.clone() };
+        let empty = Request {
+            argv: vec![String::new()],
+            ..req.clone()
+        };
         assert!(Request::parse(&empty.render()).is_err());
-        let none = Request { argv: vec![], ..req };
+        let none = Request {
+            argv: vec![],
+            ..req
+        };
         assert!(Request::parse(&none.render()).is_err());
         assert!(Request::parse(&vec![b'x'; MAX_REQUEST + 1]).is_err());
     }

@@ -3,7 +3,9 @@
 
 use proptest::prelude::*;
 
-use crate::format::{parse_probe, parse_signalled, ExitRecord, OpResult, PidRecord, Request, Usage};
+use crate::format::{
+    parse_probe, parse_signalled, ExitRecord, OpResult, PidRecord, Request, Usage,
+};
 use crate::procfs::{environ_marker, stat_start_ticks};
 use crate::user::RunAs;
 

@@ -93,7 +93,9 @@ fn serve() -> io::Result<()> {
 fn inotify_events(mut bytes: &[u8]) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     while bytes.len() >= 16 {
-        let word = |at: usize| u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let word = |at: usize| {
+            u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
         let (mask, len) = (word(4), word(12) as usize);
         let Some(name) = bytes.get(16..16 + len) else {
             break;
