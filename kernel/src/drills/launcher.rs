@@ -237,7 +237,7 @@ pub async fn launcher_killed_after_claim(kit: &Kit) -> anyhow::Result<String> {
         statuses[&op] == "lost" && s["effect"] == "uncertain",
         || format!("a claimed op without evidence: {s}"),
     )?;
-    check(runs(&k, &run).get(&op).is_none(), || {
+    check(!runs(&k, &run).contains_key(&op), || {
         "the claimed op ran after its launcher died".into()
     })?;
     Ok(
