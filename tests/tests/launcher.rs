@@ -1,0 +1,127 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The resident launcher end to end (SPEC §13): ops start through the
+//! container's `opkernel-shim serve`, not `docker exec`; a container made
+//! before the launcher keeps running ops by `docker exec`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+use opkernel::drills::harness::{kernel_binary, KernelProcess};
+use opkernel_tests::{image_tests, unique_run, Image};
+use sandbox::{RunIdentity, RunUser, Sandbox};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+image_tests!(ops_start_through_the_resident_launcher);
+
+async fn kernel(tag: &str, image: &str) -> KernelProcess {
+    KernelProcess::start(&kernel_binary().unwrap(), tag, &[("OPKERNEL_IMAGE", image)])
+        .await
+        .unwrap()
+}
+
+fn ops_dir(k: &KernelProcess, run: &str) -> PathBuf {
+    k.home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(run))
+        .join(".ops")
+}
+
+fn inbox_states(ops: &Path, op: &str) -> Vec<&'static str> {
+    ["req", "claimed", "withdrawn"]
+        .into_iter()
+        .filter(|state| ops.join("inbox").join(format!("{op}.{state}")).exists())
+        .collect()
+}
+
+async fn ops_start_through_the_resident_launcher(image: Image) {
+    let k = kernel("launcher", &image.name()).await;
+    let run = unique_run("launcher");
+    let mut ops = Vec::new();
+    for i in 0..5 {
+        let cmd = format!("echo op{i}; exit {i}");
+        ops.push(k.start_bg(&run, &["sh", "-c", &cmd], 60).await.unwrap());
+    }
+    let dir = ops_dir(&k, &run);
+    for (i, op) in ops.iter().enumerate() {
+        let s = k.wait_terminal(op, T).await.unwrap();
+        assert_eq!(
+            (s["status"].as_str(), s["exit_code"].as_i64()),
+            (Some("completed"), Some(i as i64)),
+            "{s}"
+        );
+        assert_eq!(s["output_tail"], format!("op{i}\n"));
+        assert_eq!(inbox_states(&dir, op), ["claimed"], "{op} went through the launcher");
+    }
+    // the launcher is the container's main process, root, and recorded
+    let container = k.container_of(&ops[0]).await.unwrap();
+    let record = std::fs::read_to_string(dir.join("launcher.pid")).unwrap();
+    let launcher = sandbox::PidRecord::parse(&record).unwrap();
+    let top = std::process::Command::new("docker")
+        .args(["top", &container, "-o", "pid,user,args"])
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.lines()
+            .any(|l| l.contains("root") && l.ends_with("/.opkernel/shim serve")),
+        "{top}"
+    );
+    let inside = opkernel::drills::harness::docker_exec(
+        &container,
+        &format!("cat /proc/{}/cmdline | tr '\\0' ' '", launcher.pid),
+    )
+    .unwrap();
+    assert_eq!(inside.trim(), "/.opkernel/shim serve", "{record}");
+}
+
+/// A run container made the way kernels before the launcher made them
+/// (main process `shim idle`): the kernel adopts it and starts its ops by
+/// `docker exec`; nothing is filed in an inbox.
+#[tokio::test]
+async fn a_container_made_before_the_launcher_runs_ops_by_exec() {
+    let k = kernel("prelauncher", &Image::Default.name()).await;
+    let run = unique_run("prelauncher");
+    let profile = Image::Default.profile();
+    let identity = RunIdentity::new(&run, &profile).unwrap();
+    let sandbox = Sandbox::connect(None, k.home.join("scratch")).await.unwrap();
+    let scratch = sandbox.prepare_scratch(&identity.scratch_key).unwrap();
+    sandbox
+        .hand_scratch_to(
+            &identity.scratch_key,
+            RunUser {
+                uid: 1000,
+                gid: 1000,
+            },
+        )
+        .unwrap();
+    let shim = sandbox::shim::install_shim(&k.home.join("bin")).unwrap();
+    let mut config =
+        sandbox::profile::container_config(&identity, &profile, &scratch, &shim, sandbox::unix_now());
+    config.cmd = Some(vec!["idle".to_owned()]);
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let options = CreateContainerOptionsBuilder::default()
+        .name(&identity.name)
+        .build();
+    let created = docker.create_container(Some(options), config).await.unwrap();
+    docker.start_container(&created.id, None).await.unwrap();
+
+    let op = k
+        .start_bg(&run, &["sh", "-c", "echo by exec"], 60)
+        .await
+        .unwrap();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(s["container_id"], json!(created.id), "the old container is adopted");
+    assert_eq!(
+        (s["status"].as_str(), s["exit_code"].as_i64()),
+        (Some("completed"), Some(0)),
+        "{s}"
+    );
+    assert_eq!(s["output_tail"], "by exec\n");
+    assert!(
+        inbox_states(&ops_dir(&k, &run), &op).is_empty(),
+        "nothing was filed for a container without a launcher"
+    );
+}
