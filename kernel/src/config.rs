@@ -98,7 +98,7 @@ impl Config {
                 env_u64("OPKERNEL_HEARTBEAT_MS", 10_000).max(100),
             ),
             max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512),
-            max_live_ops: env_u64("OPKERNEL_MAX_OPS", 4096),
+            max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384),
             reap_ttl: Duration::from_secs(env_u64("OPKERNEL_REAP_TTL_SECONDS", 3600)),
             reap_interval: Duration::from_secs(
                 env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300).max(1),

@@ -8,13 +8,15 @@ use bollard::exec::{CreateExecOptions, StartExecOptions};
 use opkernel::drills::harness::KernelProcess;
 use serde_json::json;
 
-use crate::{ms, scratch_dir, wait_file};
+use crate::{ms, scratch_dir, wait_file, wait_output};
 
 pub struct Latency {
     pub start: Vec<f64>,
     pub running: Vec<f64>,
     pub api: Vec<f64>,
     pub cli: Vec<f64>,
+    /// API call until the op's first output byte is in its log.
+    pub first_output: Vec<f64>,
     /// See [`shim_overhead`].
     pub shim_overhead_ms: f64,
 }
@@ -40,6 +42,7 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
         running: vec![],
         api: vec![],
         cli: vec![],
+        first_output: vec![],
         shim_overhead_ms: shim_overhead(&container, 200)?,
     };
     let touch = |name: String| {
@@ -49,6 +52,15 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
             format!("touch /scratch/lat/{name}"),
         ]
     };
+    // the kernel's op also prints, first thing: its first output byte
+    let echo_touch = |name: String| {
+        vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("echo out; touch /scratch/lat/{name}"),
+        ]
+    };
+    let ops = scratch_dir(k, run).join(".ops");
     let timeout = Duration::from_secs(20);
     for i in 0..samples + 3 {
         let keep = i >= 3; // three warm-up rounds
@@ -59,17 +71,22 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
             .request(
                 reqwest::Method::POST,
                 &format!("/v1/runs/{run}/tools/run_command"),
-                Some(&json!({"command": touch(format!("k{i}")), "background": true})),
+                Some(&json!({"command": echo_touch(format!("k{i}")), "background": true})),
                 &[],
             )
             .await?;
         let replied = t0.elapsed();
         anyhow::ensure!(status == 200, "start failed: {body}");
+        let log = ops.join(format!("{}.log", body["operation_id"].as_str().unwrap_or("?")));
         let path = dir.join(format!("k{i}"));
-        let ran = tokio::task::spawn_blocking(move || wait_file(&path, timeout)).await??;
+        let (output, ran) = tokio::task::spawn_blocking(move || {
+            Ok::<_, anyhow::Error>((wait_output(&log, timeout)?, wait_file(&path, timeout)?))
+        })
+        .await??;
         if keep {
             lat.start.push(ms(replied));
             lat.running.push(ms(ran - t0));
+            lat.first_output.push(ms(output - t0));
         }
         // bare API exec
         let t0 = Instant::now();

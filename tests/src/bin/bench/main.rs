@@ -3,6 +3,8 @@
 //! `--json` output is one JSON object with every figure.
 //! `--recovery-only OPS CONTAINERS` runs only the recovery measurement.
 
+#![recursion_limit = "256"]
+
 mod abuse;
 mod latency;
 mod scale;
@@ -49,6 +51,35 @@ pub fn wait_file(path: &std::path::Path, timeout: Duration) -> anyhow::Result<In
         }
         std::thread::sleep(Duration::from_micros(100));
     }
+}
+
+/// Waits for a host file to hold at least one byte, polling every 100 µs.
+pub fn wait_output(path: &std::path::Path, timeout: Duration) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("{} got no output within {timeout:?}", path.display());
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// How many ops of the kernel's runs fell back from the launcher to
+/// `docker exec` (their request was taken back: `inbox/*.withdrawn`).
+pub fn fallbacks(k: &KernelProcess) -> usize {
+    let Ok(runs) = std::fs::read_dir(k.home.join("scratch")) else {
+        return 0;
+    };
+    runs.filter_map(|r| std::fs::read_dir(r.ok()?.path().join(".ops/inbox")).ok())
+        .flatten()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".withdrawn"))
+        })
+        .count()
 }
 
 pub fn scratch_dir(k: &KernelProcess, run: &str) -> PathBuf {
@@ -104,10 +135,12 @@ async fn main() -> anyhow::Result<()> {
     let k = KernelProcess::start(&bin, "bench", BENCH_ENV).await?;
     let lat = latency::measure(&k, samples).await?;
     let notify = latency::notify(&k, if quick { 15 } else { 40 }).await?;
+    let lat_fallbacks = fallbacks(&k);
     drop(k);
 
     let k = KernelProcess::start(&bin, "bench-scale", BENCH_ENV).await?;
-    let conc = scale::concurrent(&k, 1000, 10).await?;
+    let conc = scale::concurrent(&k, 5000, 50).await?;
+    let conc_fallbacks = fallbacks(&k);
     drop(k);
 
     let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
@@ -136,6 +169,12 @@ async fn main() -> anyhow::Result<()> {
         "running_ratio_vs_api": p50(&lat.running) / p50(&lat.api),
         "running_ratio_vs_cli": p50(&lat.running) / p50(&lat.cli),
         "shim_overhead_ms": lat.shim_overhead_ms,
+        "first_output_p50_ms": p50(&lat.first_output),
+        "first_output_p90_ms": pct(&lat.first_output, 90.0),
+        "fallback_ops": lat_fallbacks + conc_fallbacks,
+        "launchers": conc.launchers,
+        "launcher_cpu_pct_idle_max": conc.launcher_cpu_pct_max,
+        "launcher_rss_kb_max": conc.launcher_rss_kb_max,
         "notify_p50_ms": p50(&notify),
         "notify_p90_ms": pct(&notify, 90.0),
         "concurrent_ops": conc.ops,
@@ -166,6 +205,7 @@ async fn main() -> anyhow::Result<()> {
     row("running (kernel)", &lat.running);
     row("running (bare API exec)", &lat.api);
     row("running (docker exec -d)", &lat.cli);
+    row("first output (in the log)", &lat.first_output);
     row("notify (exit -> report)", &notify);
     println!(
         "ratios: start/cli {:.3}  running/api {:.3}  running/cli {:.3}",
@@ -174,8 +214,13 @@ async fn main() -> anyhow::Result<()> {
         figures["running_ratio_vs_cli"].as_f64().unwrap_or(f64::NAN)
     );
     println!(
-        "shim overhead per op inside the container: {:.2} ms",
-        lat.shim_overhead_ms
+        "shim overhead per op inside the container: {:.2} ms; ops that fell back to docker exec: {}",
+        lat.shim_overhead_ms,
+        lat_fallbacks + conc_fallbacks
+    );
+    println!(
+        "launchers ({} containers) while the ops wait: CPU at most {:.2}% of a core, RSS at most {} KiB",
+        conc.launchers, conc.launcher_cpu_pct_max, conc.launcher_rss_kb_max
     );
     println!(
         "concurrent: {} ops in {} runs started in {:.1}s; lost {}, duplicated {}; kernel CPU while they wait {:.2}% of a core; peak RSS {:.1} MB",

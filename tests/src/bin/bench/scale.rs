@@ -23,6 +23,11 @@ pub struct Concurrent {
     pub start_sec: f64,
     pub cpu_pct_idle: f64,
     pub peak_rss_mb: f64,
+    /// The containers' resident launchers over the same quiet window: CPU
+    /// (% of a core, the busiest one) and resident set (KiB, the largest).
+    pub launcher_cpu_pct_max: f64,
+    pub launcher_rss_kb_max: u64,
+    pub launchers: usize,
 }
 
 pub struct Recovery {
@@ -39,6 +44,43 @@ fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("bad stat"))?;
     let f: Vec<&str> = rest.split(' ').collect();
     Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
+}
+
+fn rss_kb(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS for {pid}"))
+}
+
+/// Host pids of the resident launchers (`/.opkernel/shim serve`) of the
+/// kernel's run containers.
+fn launcher_pids(k: &KernelProcess) -> anyhow::Result<Vec<u32>> {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-q", "--filter", "label=opkernel.managed=true"])
+        .output()?;
+    let home = k.home.display().to_string();
+    let mut pids = Vec::new();
+    for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        let mounts = std::process::Command::new("docker")
+            .args(["inspect", "-f", "{{range .Mounts}}{{.Source}} {{end}}", id])
+            .output()?;
+        if !String::from_utf8_lossy(&mounts.stdout).contains(&home) {
+            continue;
+        }
+        let top = std::process::Command::new("docker")
+            .args(["top", id, "-o", "pid,args"])
+            .output()?;
+        pids.extend(
+            String::from_utf8_lossy(&top.stdout)
+                .lines()
+                .filter(|l| l.trim_end().ends_with("/.opkernel/shim serve"))
+                .filter_map(|l| l.split_whitespace().next()?.parse::<u32>().ok()),
+        );
+    }
+    Ok(pids)
 }
 
 pub fn peak_rss_mb(pid: u32) -> anyhow::Result<f64> {
@@ -99,7 +141,7 @@ async fn start_gated(
 async fn wait_all_running(k: &KernelProcess, n: usize, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let ops = k.client.get("/v1/ops?limit=5000").await?;
+        let ops = k.client.get("/v1/ops?limit=10000").await?;
         let running = ops["operations"]
             .as_array()
             .into_iter()
@@ -193,11 +235,21 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
     // let start-up work drain, then measure a quiet window
     tokio::time::sleep(Duration::from_secs(3)).await;
     let window = Duration::from_secs(15);
+    let launchers = launcher_pids(k)?;
+    let l0: Vec<u64> = launchers.iter().map(|&p| proc_cpu_ticks(p).unwrap_or(0)).collect();
     let (t0, c0) = (Instant::now(), proc_cpu_ticks(pid)?);
     tokio::time::sleep(window).await;
     let (t1, c1) = (Instant::now(), proc_cpu_ticks(pid)?);
     let hz = 100.0; // USER_HZ on Linux
-    let cpu_pct_idle = ((c1 - c0) as f64 / hz) / (t1 - t0).as_secs_f64() * 100.0;
+    let secs = (t1 - t0).as_secs_f64();
+    let cpu_pct_idle = ((c1 - c0) as f64 / hz) / secs * 100.0;
+    let mut launcher_cpu_pct_max = 0.0f64;
+    let mut launcher_rss_kb_max = 0;
+    for (&p, before) in launchers.iter().zip(l0) {
+        let ticks = proc_cpu_ticks(p)?.saturating_sub(before);
+        launcher_cpu_pct_max = launcher_cpu_pct_max.max(ticks as f64 / hz / secs * 100.0);
+        launcher_rss_kb_max = launcher_rss_kb_max.max(rss_kb(p)?);
+    }
     let seen = collect(k, &run_ids, ids.len(), Duration::from_secs(300)).await?;
     let (lost, duplicated) = count_outcomes(k, &ids, &seen).await?;
     Ok(Concurrent {
@@ -208,6 +260,9 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
         start_sec,
         cpu_pct_idle,
         peak_rss_mb: peak_rss_mb(pid)?,
+        launcher_cpu_pct_max,
+        launcher_rss_kb_max,
+        launchers: launchers.len(),
     })
 }
 
@@ -226,7 +281,7 @@ pub async fn recovery(
     k.spawn().await?;
     // re-attached: a new observer attempt owns every op in the control plane
     let seconds = loop {
-        let list = k.client.get("/v1/ops?limit=5000").await?;
+        let list = k.client.get("/v1/ops?limit=10000").await?;
         let attached = list["operations"]
             .as_array()
             .into_iter()
