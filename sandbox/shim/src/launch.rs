@@ -25,8 +25,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use opkernel_shim::procfs::stat_start_ticks;
@@ -171,7 +170,8 @@ fn run(launch: &Launch) -> io::Result<i32> {
 struct Running {
     child: u32,
     copied: mpsc::Receiver<io::Result<Copied>>,
-    stop: Arc<AtomicBool>,
+    /// Closing it (dropping) tells the copier to stop.
+    stop: io::PipeWriter,
 }
 
 /// Why the command did not run.
@@ -213,10 +213,11 @@ fn start(launch: &Launch, log: &File) -> Result<Running, Unstarted> {
     let (reader, writer) = io::pipe().map_err(|e| setup("make a pipe", e))?;
     let stderr = writer.try_clone().map_err(|e| setup("make a pipe", e))?;
     let log = log.try_clone().map_err(|e| setup("share the log", e))?;
-    let stop = Arc::new(AtomicBool::new(false));
+    // the copier blocks until output, the pipe's end, or this pipe's end:
+    // no timer, so thousands of waiting ops cost no CPU
+    let (copier_stop, stop) = io::pipe().map_err(|e| setup("make a pipe", e))?;
     let (done, copied) = mpsc::channel();
     let cap = launch.cap;
-    let copier_stop = stop.clone();
     // the copier exists before the command does: a command never writes
     // into a pipe nobody reads
     std::thread::Builder::new()
@@ -283,7 +284,7 @@ impl Running {
             Ok(copied) => Some(copied),
             Err(_) => {
                 // processes the command left behind still hold the pipe
-                self.stop.store(true, Ordering::SeqCst);
+                drop(self.stop);
                 self.copied.recv().ok()
             }
         };
@@ -329,26 +330,25 @@ struct Copied {
 }
 
 /// Copies the command's output into the log, at most `cap` bytes of it;
-/// the rest is counted, not written. Ends at the pipe's end or when `stop`
-/// is set.
+/// the rest is counted, not written. Ends at the pipe's end, or when the
+/// `stop` pipe ends (its writer dropped).
 fn copy_capped(
     mut reader: io::PipeReader,
     mut log: File,
     cap: u64,
-    stop: &AtomicBool,
+    stop: &io::PipeReader,
 ) -> io::Result<Copied> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut written = 0u64;
     let mut dropped = 0u64;
     loop {
-        if !sys::wait_readable(reader.as_raw_fd(), 50)? {
-            if stop.load(Ordering::SeqCst) {
-                return Ok(Copied {
-                    dropped,
-                    cut_off: true,
-                });
-            }
-            continue;
+        let ready = sys::wait_any(&[reader.as_raw_fd(), stop.as_raw_fd()])?;
+        let stopping = ready[1];
+        if stopping && !ready[0] {
+            return Ok(Copied {
+                dropped,
+                cut_off: true,
+            });
         }
         let n = match reader.read(&mut buf) {
             Ok(0) => {
@@ -367,7 +367,8 @@ fn copy_capped(
             written += room as u64;
         }
         dropped += (n - room) as u64;
-        if stop.load(Ordering::SeqCst) {
+        if stopping {
+            // what was there when told to stop is copied; no more
             return Ok(Copied {
                 dropped,
                 cut_off: true,

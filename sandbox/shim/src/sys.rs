@@ -108,28 +108,6 @@ pub fn enter_session_dropped_to(uid: u32, gid: u32) -> io::Result<()> {
     }
 }
 
-/// Waits until `fd` is readable (or at its end) for at most `timeout_ms`.
-pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: one valid pollfd.
-        match unsafe { libc::poll(&mut pfd, 1, timeout_ms) } {
-            n if n > 0 => return Ok(true),
-            0 => return Ok(false),
-            _ => {
-                let err = io::Error::last_os_error();
-                if err.raw_os_error() != Some(libc::EINTR) {
-                    return Err(err);
-                }
-            }
-        }
-    }
-}
-
 /// A handle on exactly one process: a later signal through it can never
 /// reach a process that reused the pid.
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
