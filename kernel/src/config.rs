@@ -89,7 +89,7 @@ impl Config {
                 "OPKERNEL_START_EVIDENCE_MS",
                 10_000,
             )),
-            launcher_claim: Duration::from_millis(env_u64("OPKERNEL_LAUNCHER_CLAIM_MS", 3_000)),
+            launcher_claim: Duration::from_millis(env_u64("OPKERNEL_LAUNCHER_CLAIM_MS", 10_000)),
             log_cap_bytes: env_u64("OPKERNEL_LOG_CAP_BYTES", 64 << 20),
             probe_interval: Duration::from_millis(
                 env_u64("OPKERNEL_PROBE_INTERVAL_MS", 5_000).max(100),

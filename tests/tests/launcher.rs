@@ -53,7 +53,11 @@ async fn ops_start_through_the_resident_launcher(image: Image) {
             "{s}"
         );
         assert_eq!(s["output_tail"], format!("op{i}\n"));
-        assert_eq!(inbox_states(&dir, op), ["claimed"], "{op} went through the launcher");
+        assert_eq!(
+            inbox_states(&dir, op),
+            ["claimed"],
+            "{op} went through the launcher"
+        );
     }
     // the launcher is the container's main process, root, and recorded
     let container = k.container_of(&ops[0]).await.unwrap();
@@ -86,7 +90,9 @@ async fn a_container_made_before_the_launcher_runs_ops_by_exec() {
     let run = unique_run("prelauncher");
     let profile = Image::Default.profile();
     let identity = RunIdentity::new(&run, &profile).unwrap();
-    let sandbox = Sandbox::connect(None, k.home.join("scratch")).await.unwrap();
+    let sandbox = Sandbox::connect(None, k.home.join("scratch"))
+        .await
+        .unwrap();
     let scratch = sandbox.prepare_scratch(&identity.scratch_key).unwrap();
     sandbox
         .hand_scratch_to(
@@ -98,14 +104,22 @@ async fn a_container_made_before_the_launcher_runs_ops_by_exec() {
         )
         .unwrap();
     let shim = sandbox::shim::install_shim(&k.home.join("bin")).unwrap();
-    let mut config =
-        sandbox::profile::container_config(&identity, &profile, &scratch, &shim, sandbox::unix_now());
+    let mut config = sandbox::profile::container_config(
+        &identity,
+        &profile,
+        &scratch,
+        &shim,
+        sandbox::unix_now(),
+    );
     config.cmd = Some(vec!["idle".to_owned()]);
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();
     let options = CreateContainerOptionsBuilder::default()
         .name(&identity.name)
         .build();
-    let created = docker.create_container(Some(options), config).await.unwrap();
+    let created = docker
+        .create_container(Some(options), config)
+        .await
+        .unwrap();
     docker.start_container(&created.id, None).await.unwrap();
 
     let op = k
@@ -113,7 +127,11 @@ async fn a_container_made_before_the_launcher_runs_ops_by_exec() {
         .await
         .unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();
-    assert_eq!(s["container_id"], json!(created.id), "the old container is adopted");
+    assert_eq!(
+        s["container_id"],
+        json!(created.id),
+        "the old container is adopted"
+    );
     assert_eq!(
         (s["status"].as_str(), s["exit_code"].as_i64()),
         (Some("completed"), Some(0)),

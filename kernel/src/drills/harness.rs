@@ -154,6 +154,22 @@ impl KernelProcess {
         )?)
     }
 
+    /// How many ops the control plane records as running with their
+    /// process identity, read by a separate (read-only) connection: costs
+    /// the kernel nothing, so a benchmark can poll it.
+    pub fn running_with_pid(&self) -> anyhow::Result<usize> {
+        let conn = rusqlite::Connection::open_with_flags(
+            self.home.join("kernel.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )?;
+        let n: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM ops WHERE status = 'running' AND pid IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(n as usize)
+    }
+
     /// Runs SQL against the control plane while the kernel is down.
     pub fn sql_offline(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> anyhow::Result<usize> {
         let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;

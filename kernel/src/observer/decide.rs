@@ -144,6 +144,9 @@ pub enum Handover {
     /// The request waits for the launcher to claim it until `claim_by`;
     /// after that (or on a kill) the kernel asks for it back.
     Pending { claim_by: Instant },
+    /// The launcher claimed it: it runs there or nowhere. Its pid file is
+    /// awaited (by file events, no probe) until the start-evidence deadline.
+    Claimed,
     /// The request came back unclaimed (or was never filed): nothing ran,
     /// and nothing will unless the kernel starts it by `docker exec`.
     Returned,
@@ -152,10 +155,10 @@ pub enum Handover {
 impl Handover {
     /// Where the handover stands after asking for the request back: a
     /// claimed request belongs to the launcher (its evidence decides).
-    pub fn after_withdraw(handback: Handback) -> Option<Handover> {
+    pub fn after_withdraw(handback: Handback) -> Handover {
         match handback {
-            Handback::Claimed => None,
-            Handback::Withdrawn | Handback::NeverFiled => Some(Handover::Returned),
+            Handback::Claimed => Handover::Claimed,
+            Handback::Withdrawn | Handback::NeverFiled => Handover::Returned,
         }
     }
 }
@@ -359,7 +362,12 @@ fn next_unconfirmed(s: &State, e: &Evidence) -> Action {
             })
         }
         Some(Handover::Returned) => return Action::LaunchByExec,
-        None => {}
+        // a live launcher claimed it: its pid file comes by file events; a
+        // probe (a docker exec per op) would add load and no evidence
+        Some(Handover::Claimed) if e.now < s.evidence_by => {
+            return Action::Wait(s.evidence_by - e.now);
+        }
+        Some(Handover::Claimed) | None => {}
     }
     match &e.probe {
         None => return Action::Probe { fresh: true },

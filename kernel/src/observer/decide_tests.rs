@@ -1044,6 +1044,21 @@ fn a_request_for_the_launcher_is_claimed_or_taken_back_never_both() {
             |a| *a == Action::Withdraw,
         ),
         (
+            "claimed: await its pid file by file events, no probe",
+            handed(Handover::Claimed),
+            w.step(4),
+            |a| *a == Action::Wait(6 * SEC),
+        ),
+        (
+            "claimed and no evidence by the deadline: lost, never run elsewhere",
+            handed(Handover::Claimed),
+            Evidence {
+                probe: failed(ProbeView::Gone, true),
+                ..w.step(10)
+            },
+            is_lost,
+        ),
+        (
             "returned unclaimed: nothing ran; start it by exec",
             handed(Handover::Returned),
             w.step(4),
@@ -1057,13 +1072,16 @@ fn a_request_for_the_launcher_is_claimed_or_taken_back_never_both() {
         ),
     ]);
     // a claimed request belongs to the launcher: no exec, the evidence decides
-    assert_eq!(Handover::after_withdraw(Handback::Claimed), None);
+    assert_eq!(
+        Handover::after_withdraw(Handback::Claimed),
+        Handover::Claimed
+    );
     assert_eq!(
         Handover::after_withdraw(Handback::Withdrawn),
-        Some(Handover::Returned)
+        Handover::Returned
     );
     assert_eq!(
         Handover::after_withdraw(Handback::NeverFiled),
-        Some(Handover::Returned)
+        Handover::Returned
     );
 }

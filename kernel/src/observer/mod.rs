@@ -39,19 +39,28 @@ pub struct ObserverAttempt {
     kernel: Arc<Kernel>,
     op: Op,
     inbox: Arc<Inbox>,
+    /// This attempt launched the op, into the container it just ensured:
+    /// watching needs no second look at that container.
+    launched: bool,
 }
 
 impl ObserverAttempt {
     pub fn new(kernel: Arc<Kernel>, op: Op, inbox: Arc<Inbox>) -> Self {
-        ObserverAttempt { kernel, op, inbox }
+        ObserverAttempt {
+            kernel,
+            op,
+            inbox,
+            launched: false,
+        }
     }
 
     pub async fn run(mut self) -> Step {
-        if self.op.status == crate::lifecycle::Status::Starting
-            && self.op.exec_claimed_at.is_none()
-            && !self.launch().await?
+        if self.op.status == crate::lifecycle::Status::Starting && self.op.exec_claimed_at.is_none()
         {
-            return Ok(());
+            if !self.launch().await? {
+                return Ok(());
+            }
+            self.launched = true;
         }
         self.reload().await?;
         if self.op.status.is_terminal() {

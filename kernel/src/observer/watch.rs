@@ -54,8 +54,12 @@ impl ObserverAttempt {
                 })
                 .await;
         };
-        if let Some(outcome) = self.confirm_container(&container_id).await {
-            return self.settle(outcome).await;
+        // an attempt that did not launch the op attaches to a container
+        // someone else recorded: check it is still the op's
+        if !self.launched {
+            if let Some(outcome) = self.confirm_container(&container_id).await {
+                return self.settle(outcome).await;
+            }
         }
         let clock = Clock {
             wall_ms: now_ms(),
@@ -259,7 +263,7 @@ impl ObserverAttempt {
         match tokio::task::spawn_blocking(move || ops.withdraw(&id)).await {
             Ok(Ok(handback)) => {
                 tracing::info!(op = %self.op.id, ?handback, "asked the launcher's inbox for the request back");
-                Handover::after_withdraw(handback)
+                Some(Handover::after_withdraw(handback))
             }
             Ok(Err(e)) => {
                 tracing::warn!(op = %self.op.id, %e, "cannot withdraw the request; the evidence decides");

@@ -201,12 +201,23 @@ fn admission_refusal(
     run_id: &str,
     limits: Admission,
 ) -> StoreResult<Option<String>> {
-    let sql = format!(
-        "SELECT COUNT(*), COALESCE(SUM(run_id = ?1), 0) FROM ops WHERE status IN ({})",
-        live_sql()
-    );
-    let (total, run): (i64, i64) =
-        conn.query_row(&sql, [run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    // two index-only counts: the run's live ops through (run_id, status),
+    // all live ops through the partial index of live statuses (one query
+    // reading every live row's run id would visit the table once per
+    // live op, on every insert)
+    let run: i64 = conn.query_row(
+        &format!(
+            "SELECT COUNT(*) FROM ops WHERE run_id = ?1 AND status IN ({})",
+            live_sql()
+        ),
+        [run_id],
+        |r| r.get(0),
+    )?;
+    let total: i64 = conn.query_row(
+        &format!("SELECT COUNT(*) FROM ops WHERE status IN ({})", live_sql()),
+        [],
+        |r| r.get(0),
+    )?;
     let (total, run) = (total as u64, run as u64);
     Ok(if run >= limits.max_live_per_run {
         Some(format!(

@@ -47,6 +47,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
 }
 
 fn serve() -> io::Result<()> {
+    // launches inherit it (no per-spawn chdir keeps spawning on the cheap
+    // posix_spawn path)
+    std::env::set_current_dir(SCRATCH_DIR)?;
     let children = sys::sigchld_fd()?;
     let inbox = Path::new(INBOX_DIR);
     match std::fs::DirBuilder::new().mode(0o700).create(inbox) {
@@ -66,6 +69,7 @@ fn serve() -> io::Result<()> {
         let ready = sys::wait_any(&[events.as_raw_fd(), children.as_raw_fd()])?;
         if ready[0] {
             let mut overflow = false;
+            let mut pending = Vec::new();
             loop {
                 let n = sys::read_now(&events, &mut buf)?;
                 if n == 0 {
@@ -74,13 +78,14 @@ fn serve() -> io::Result<()> {
                 for (mask, name) in inotify_events(&buf[..n]) {
                     overflow |= mask & libc::IN_Q_OVERFLOW != 0;
                     if let Some(id) = name.strip_suffix(".req") {
-                        claim(inbox, id);
+                        pending.push(id.to_owned());
                     }
                 }
             }
             if overflow {
-                scan(inbox);
+                pending.extend(pending_ids(inbox));
             }
+            run_all(inbox, &pending);
         }
         if ready[1] {
             while sys::read_now(&children, &mut buf)? > 0 {}
@@ -107,33 +112,48 @@ fn inotify_events(mut bytes: &[u8]) -> Vec<(u32, String)> {
     out
 }
 
-/// Claims every pending request in the inbox.
-fn scan(inbox: &Path) {
+/// The ids of the requests waiting in the inbox.
+fn pending_ids(inbox: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(inbox) else {
-        return;
+        return Vec::new();
     };
     let mut ids: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter_map(|n| n.strip_suffix(".req").map(str::to_owned))
         .collect();
     ids.sort();
-    for id in ids {
-        claim(inbox, &id);
+    ids
+}
+
+/// Claims every pending request in the inbox and starts its op.
+fn scan(inbox: &Path) {
+    run_all(inbox, &pending_ids(inbox));
+}
+
+/// Claims all of `ids` first (renames are cheap, so a burst is claimed at
+/// once), then starts what it claimed.
+fn run_all(inbox: &Path, ids: &[String]) {
+    let claimed: Vec<&String> = ids.iter().filter(|id| claim(inbox, id)).collect();
+    for id in claimed {
+        start_claimed(inbox, id);
     }
 }
 
-/// Claims one request (the rename) and starts its op. Once claimed, the op
-/// either starts or gets a `not-started` record: it is never left silent.
-fn claim(inbox: &Path, id: &str) {
-    if validate_op_id(id).is_err() {
-        return;
-    }
-    let pending = inbox.join(format!("{id}.req"));
+/// Claims one request: the rename. False when it was withdrawn by the
+/// kernel or claimed already.
+fn claim(inbox: &Path, id: &str) -> bool {
+    validate_op_id(id).is_ok()
+        && std::fs::rename(
+            inbox.join(format!("{id}.req")),
+            inbox.join(format!("{id}.claimed")),
+        )
+        .is_ok()
+}
+
+/// Starts a claimed op. Once claimed, the op either starts or gets a
+/// `not-started` record: it is never left silent.
+fn start_claimed(inbox: &Path, id: &str) {
     let claimed = inbox.join(format!("{id}.claimed"));
-    if std::fs::rename(&pending, &claimed).is_err() {
-        // withdrawn by the kernel, or claimed already
-        return;
-    }
     let started = read_request(&claimed)
         .and_then(|req| {
             if req.op_id == id {
@@ -169,7 +189,6 @@ fn start(req: &Request) -> io::Result<()> {
         .arg(req.log_cap.to_string())
         .args(&req.argv)
         .env(MARKER_VAR, &req.op_id)
-        .current_dir(SCRATCH_DIR)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

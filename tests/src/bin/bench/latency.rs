@@ -77,7 +77,10 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
             .await?;
         let replied = t0.elapsed();
         anyhow::ensure!(status == 200, "start failed: {body}");
-        let log = ops.join(format!("{}.log", body["operation_id"].as_str().unwrap_or("?")));
+        let log = ops.join(format!(
+            "{}.log",
+            body["operation_id"].as_str().unwrap_or("?")
+        ));
         let path = dir.join(format!("k{i}"));
         let (output, ran) = tokio::task::spawn_blocking(move || {
             Ok::<_, anyhow::Error>((wait_output(&log, timeout)?, wait_file(&path, timeout)?))

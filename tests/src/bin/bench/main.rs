@@ -1,7 +1,8 @@
 //! `opkernel-bench`: one run of the kernel against raw Docker, side by side.
 //! Driven by `scripts/bench.sh [--quick] [--json]`; the last line of
 //! `--json` output is one JSON object with every figure.
-//! `--recovery-only OPS CONTAINERS` runs only the recovery measurement.
+//! `--recovery-only OPS CONTAINERS` runs only the recovery measurement;
+//! `--concurrent-only OPS RUNS` only the concurrency one.
 
 #![recursion_limit = "256"]
 
@@ -118,6 +119,19 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
+    if let Some(i) = args.iter().position(|a| a == "--concurrent-only") {
+        let num = |j: usize| args.get(i + j).and_then(|v| v.parse::<usize>().ok());
+        let (ops, runs) = (num(1).unwrap_or(5000), num(2).unwrap_or(50));
+        let k = KernelProcess::start(&bin, "bench-scale", BENCH_ENV).await?;
+        let c = scale::concurrent(&k, ops, runs).await?;
+        println!(
+            "concurrent: {} ops in {} runs started in {:.1}s (kernel CPU {:.1}s meanwhile); lost {}, duplicated {}; kernel CPU while they wait {:.2}%; peak RSS {:.1} MB; fallbacks {}; launchers {} at most {:.2}% CPU, {} KiB",
+            c.ops, c.runs, c.start_sec, c.start_cpu_sec, c.lost, c.duplicated, c.cpu_pct_idle, c.peak_rss_mb, fallbacks(&k),
+            c.launchers, c.launcher_cpu_pct_max, c.launcher_rss_kb_max
+        );
+        return Ok(());
+    }
+
     if args.iter().any(|a| a == "--abuse-only") {
         let k = KernelProcess::start(&bin, "bench-abuse", BENCH_ENV).await?;
         let a = abuse::measure(&k).await?;
@@ -182,6 +196,7 @@ async fn main() -> anyhow::Result<()> {
         "concurrent_lost": conc.lost,
         "concurrent_duplicated": conc.duplicated,
         "concurrent_start_sec": conc.start_sec,
+        "concurrent_start_kernel_cpu_sec": conc.start_cpu_sec,
         "kernel_cpu_pct_idle_wait": conc.cpu_pct_idle,
         "kernel_peak_rss_mb": conc.peak_rss_mb,
         "recovery_ops": rec.ops,

@@ -21,6 +21,8 @@ pub struct Concurrent {
     pub lost: usize,
     pub duplicated: usize,
     pub start_sec: f64,
+    /// Kernel CPU seconds spent while they started.
+    pub start_cpu_sec: f64,
     pub cpu_pct_idle: f64,
     pub peak_rss_mb: f64,
     /// The containers' resident launchers over the same quiet window: CPU
@@ -76,7 +78,11 @@ fn launcher_pids(k: &KernelProcess) -> anyhow::Result<Vec<u32>> {
         pids.extend(
             String::from_utf8_lossy(&top.stdout)
                 .lines()
-                .filter(|l| l.trim_end().ends_with("/.opkernel/shim serve"))
+                .filter(|l| {
+                    let mut f = l.split_whitespace();
+                    f.next();
+                    f.collect::<Vec<_>>().join(" ") == "/.opkernel/shim serve"
+                })
                 .filter_map(|l| l.split_whitespace().next()?.parse::<u32>().ok()),
         );
     }
@@ -141,13 +147,9 @@ async fn start_gated(
 async fn wait_all_running(k: &KernelProcess, n: usize, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let ops = k.client.get("/v1/ops?limit=10000").await?;
-        let running = ops["operations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|o| o["status"] == "running" && o["pid"].is_number())
-            .count();
+        // read from the control plane's file, not through the kernel's API:
+        // the measurement must not load the kernel it measures
+        let running = k.running_with_pid()?;
         if running >= n {
             return Ok(());
         }
@@ -155,7 +157,7 @@ async fn wait_all_running(k: &KernelProcess, n: usize, timeout: Duration) -> any
             Instant::now() < deadline,
             "only {running} of {n} ops running after {timeout:?}"
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -225,18 +227,23 @@ async fn count_outcomes(
 pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Result<Concurrent> {
     let run_ids: Vec<String> = (0..runs).map(|i| format!("bench-conc-{i}")).collect();
     prepare_runs(k, &run_ids).await?;
-    let began = Instant::now();
-    let ids = start_gated(k, &run_ids, ops / runs, 32).await?;
-    wait_all_running(k, ids.len(), Duration::from_secs(600)).await?;
-    let start_sec = began.elapsed().as_secs_f64();
     let pid = k
         .pid()
         .ok_or_else(|| anyhow::anyhow!("kernel not running"))?;
+    let began = Instant::now();
+    let cpu_before = proc_cpu_ticks(pid)?;
+    let ids = start_gated(k, &run_ids, ops / runs, 32).await?;
+    wait_all_running(k, ids.len(), Duration::from_secs(600)).await?;
+    let start_sec = began.elapsed().as_secs_f64();
+    let start_cpu_sec = proc_cpu_ticks(pid)?.saturating_sub(cpu_before) as f64 / 100.0;
     // let start-up work drain, then measure a quiet window
     tokio::time::sleep(Duration::from_secs(3)).await;
     let window = Duration::from_secs(15);
     let launchers = launcher_pids(k)?;
-    let l0: Vec<u64> = launchers.iter().map(|&p| proc_cpu_ticks(p).unwrap_or(0)).collect();
+    let l0: Vec<u64> = launchers
+        .iter()
+        .map(|&p| proc_cpu_ticks(p).unwrap_or(0))
+        .collect();
     let (t0, c0) = (Instant::now(), proc_cpu_ticks(pid)?);
     tokio::time::sleep(window).await;
     let (t1, c1) = (Instant::now(), proc_cpu_ticks(pid)?);
@@ -258,6 +265,7 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
         lost,
         duplicated,
         start_sec,
+        start_cpu_sec,
         cpu_pct_idle,
         peak_rss_mb: peak_rss_mb(pid)?,
         launcher_cpu_pct_max,
