@@ -16,7 +16,13 @@ impl ObserverAttempt {
     /// attempt holds the claim.
     pub(super) async fn launch(&mut self) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
-        if self.settled_before_start().await? {
+        // the row as this attempt loaded it; a kill recorded since then
+        // makes the claim below fail, and that path reloads
+        let claimed = self.op.exec_claimed_at.is_some();
+        if let Some(outcome) =
+            decide::cancelled_before_start(claimed, self.op.kill_requested_at.is_some())
+        {
+            self.settle(outcome).await?;
             return Ok(false);
         }
         let identity = match RunIdentity::new(&self.op.run_id, &k.config.profile) {
@@ -33,6 +39,7 @@ impl ObserverAttempt {
         // the container, the first attempt and the handover in one write,
         // and loses to a kill request recorded before it
         let handover = container.has_launcher && !k.config.profile.runs_as_root();
+        let claimed_at = now_ms();
         if !k
             .store
             .claim_exec(&self.op.id, &k.id, &container.id, handover)
@@ -40,16 +47,24 @@ impl ObserverAttempt {
         {
             return Ok(!self.settled_before_start().await?);
         }
+        // the row now, without reading it back
+        self.op.exec_claimed_at = Some(claimed_at);
+        self.op.attempt = self.op.attempt.max(1);
+        self.op.kernel_id = Some(k.id.clone());
         self.op.container_id = Some(container.id.clone());
         let ops = k.backend.ops_dir(&identity.scratch_key);
         k.watcher.watch(ops.path());
         if handover {
-            self.op.handed_over_at = Some(now_ms());
+            self.op.handed_over_at = Some(claimed_at);
             if self.hand_over(&ops).await? {
                 return Ok(true);
             }
         }
-        self.launch_claimed(&identity, container.id).await
+        if !self.launch_claimed(&identity, container.id).await? {
+            return Ok(false);
+        }
+        self.reload().await?;
+        Ok(true)
     }
 
     /// Files the op's request in its launcher's inbox; from then on the

@@ -60,9 +60,11 @@ impl ObserverAttempt {
             if !self.launch().await? {
                 return Ok(());
             }
+            // `launch` left the row as it is now in `self.op`
             self.launched = true;
+        } else {
+            self.reload().await?;
         }
-        self.reload().await?;
         if self.op.status.is_terminal() {
             return Ok(());
         }

@@ -77,7 +77,8 @@ impl ObserverAttempt {
             match action {
                 Action::Settle(outcome) => return self.settle(outcome).await,
                 Action::ConfirmStart => {
-                    if !self.confirm_start(&mut s, &clock).await? {
+                    let pid_file = e.pid_file.clone().filter(|_| s.pid.is_none());
+                    if !self.confirm_start(&mut s, &clock, pid_file).await? {
                         return Ok(());
                     }
                 }
@@ -243,12 +244,31 @@ impl ObserverAttempt {
 
     /// Evidence showed the unconfirmed start happened: the row becomes
     /// `running`, started at its claim. False when the op is terminal.
-    async fn confirm_start(&mut self, s: &mut State, clock: &Clock) -> Result<bool, ObserverError> {
+    /// A pid file that showed the start is recorded in the same write.
+    async fn confirm_start(
+        &mut self,
+        s: &mut State,
+        clock: &Clock,
+        pid_file: Option<PidRecord>,
+    ) -> Result<bool, ObserverError> {
         let claimed = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
-        self.kernel.store.mark_running(&self.op.id, claimed).await?;
-        self.reload().await?;
-        if self.op.status.is_terminal() {
-            return Ok(false);
+        let won = self
+            .kernel
+            .store
+            .mark_running_with_pid(&self.op.id, claimed, pid_file.clone())
+            .await?;
+        if won {
+            self.op.status = Status::Running;
+            self.op.started_at.get_or_insert(claimed);
+            if let Some(rec) = pid_file {
+                self.op.pid = Some(rec.clone());
+                s.pid = Some(rec);
+            }
+        } else {
+            self.reload().await?;
+            if self.op.status.is_terminal() {
+                return Ok(false);
+            }
         }
         s.start = Start::Confirmed;
         s.handover = None;

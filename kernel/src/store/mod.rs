@@ -48,6 +48,8 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // every hot statement stays parsed
+        conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn)?;
         Ok(Store {
             conn: Arc::new(Lock::new(conn)),

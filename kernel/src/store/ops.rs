@@ -205,19 +205,18 @@ fn admission_refusal(
     // all live ops through the partial index of live statuses (one query
     // reading every live row's run id would visit the table once per
     // live op, on every insert)
-    let run: i64 = conn.query_row(
-        &format!(
+    let run: i64 = conn
+        .prepare_cached(&format!(
             "SELECT COUNT(*) FROM ops WHERE run_id = ?1 AND status IN ({})",
             live_sql()
-        ),
-        [run_id],
-        |r| r.get(0),
-    )?;
-    let total: i64 = conn.query_row(
-        &format!("SELECT COUNT(*) FROM ops WHERE status IN ({})", live_sql()),
-        [],
-        |r| r.get(0),
-    )?;
+        ))?
+        .query_row([run_id], |r| r.get(0))?;
+    let total: i64 = conn
+        .prepare_cached(&format!(
+            "SELECT COUNT(*) FROM ops WHERE status IN ({})",
+            live_sql()
+        ))?
+        .query_row([], |r| r.get(0))?;
     let (total, run) = (total as u64, run as u64);
     Ok(if run >= limits.max_live_per_run {
         Some(format!(
@@ -236,11 +235,8 @@ fn admission_refusal(
 
 fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
     Ok(conn
-        .query_row(
-            &format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"),
-            [id],
-            op_from_row,
-        )
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"))?
+        .query_row([id], op_from_row)
         .optional()?)
 }
 
@@ -271,15 +267,16 @@ impl Store {
             let id = uuid::Uuid::new_v4().to_string();
             let now = now_ms();
             // a new op reopens a finished run: its container is needed again
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) \
                  ON CONFLICT (run_id) DO UPDATE SET finished_at = NULL",
-                params![req.run_id, now],
-            )?;
-            tx.execute(
+            )?
+            .execute(params![req.run_id, now])?;
+            tx.prepare_cached(
                 "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
                  created_at, idempotency_key, request_sha256) VALUES (?1, ?2, ?3, ?4, ?5, 'starting', ?6, ?7, ?8, ?9)",
-                params![
+            )?
+            .execute(params![
                     id,
                     req.run_id,
                     serde_json::to_string(&req.command).map_err(|e| StoreError::Corrupt(e.to_string()))?,
@@ -346,13 +343,20 @@ impl Store {
             (id.to_owned(), kernel_id.to_owned(), container_id.to_owned());
         self.call(move |conn| {
             let now = now_ms();
-            let n = conn.execute(
-                "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
-                 attempt = MAX(attempt, 1), heartbeat_at = ?2, handed_over_at = ?5 \
-                 WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL \
-                 AND kill_requested_at IS NULL",
-                params![id, now, kernel_id, container_id, handover.then_some(now)],
-            )?;
+            let n = conn
+                .prepare_cached(
+                    "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
+                     attempt = MAX(attempt, 1), heartbeat_at = ?2, handed_over_at = ?5 \
+                     WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL \
+                     AND kill_requested_at IS NULL",
+                )?
+                .execute(params![
+                    id,
+                    now,
+                    kernel_id,
+                    container_id,
+                    handover.then_some(now)
+                ])?;
             Ok(n == 1)
         })
         .await
@@ -372,13 +376,41 @@ impl Store {
 
     /// `starting` → `running`, recording when the command started.
     pub async fn mark_running(&self, id: &str, started_at: i64) -> StoreResult<bool> {
+        self.mark_running_with_pid(id, started_at, None).await
+    }
+
+    /// `starting` → `running`, with the wrapper's identity when its pid file
+    /// is what showed the start (one write instead of two). False when the
+    /// op was not `starting` (then nothing changed).
+    pub async fn mark_running_with_pid(
+        &self,
+        id: &str,
+        started_at: i64,
+        pid: Option<sandbox::PidRecord>,
+    ) -> StoreResult<bool> {
         let id = id.to_owned();
         self.call(move |conn| {
-            let n = conn.execute(
-                "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2) \
-                 WHERE id = ?1 AND status = 'starting'",
-                params![id, started_at],
-            )?;
+            let n = match pid {
+                None => conn
+                    .prepare_cached(
+                        "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2) \
+                         WHERE id = ?1 AND status = 'starting'",
+                    )?
+                    .execute(params![id, started_at])?,
+                Some(rec) => conn
+                    .prepare_cached(
+                        "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2), \
+                         pid = ?3, proc_start_ticks = ?4, hostname = ?5 \
+                         WHERE id = ?1 AND status = 'starting'",
+                    )?
+                    .execute(params![
+                        id,
+                        started_at,
+                        rec.pid,
+                        rec.start_ticks as i64,
+                        rec.hostname
+                    ])?,
+            };
             Ok(n == 1)
         })
         .await
