@@ -45,6 +45,16 @@ pub trait OpBackend: Send + Sync + 'static {
     fn launch_status<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<Option<i64>>>;
     /// Every process in the container that carries an op marker.
     fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>>;
+    /// The same listing, asked of the run container's resident launcher
+    /// through its inbox; `Ok(None)` when no answer came in `timeout` (or
+    /// the backend has no such path).
+    fn probe_by_launcher<'a>(
+        &'a self,
+        _scratch_key: &'a str,
+        _timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<Vec<MarkedProcess>>>> {
+        Box::pin(async { Ok(None) })
+    }
     /// Signals the op's identity-checked processes (never its wrapper); returns the pids hit.
     fn signal_op<'a>(
         &'a self,
@@ -101,6 +111,13 @@ impl OpBackend for Sandbox {
     }
     fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>> {
         Box::pin(Sandbox::probe(self, container_id))
+    }
+    fn probe_by_launcher<'a>(
+        &'a self,
+        scratch_key: &'a str,
+        timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<Vec<MarkedProcess>>>> {
+        Box::pin(Sandbox::probe_by_launcher(self, scratch_key, timeout))
     }
     fn signal_op<'a>(
         &'a self,

@@ -172,6 +172,56 @@ impl OpsDir {
         })
     }
 
+    /// Asks the launcher for a probe listing: renames `inbox/<nonce>.probe`
+    /// into place. Returns the nonce to collect the answer with.
+    pub fn ask_probe(&self) -> std::io::Result<String> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let nonce = format!(
+            "{:x}{:08x}{:x}",
+            std::process::id(),
+            nanos & 0xffff_ffff,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let inbox = self.dir.join("inbox");
+        let tmp = inbox.join(format!("{nonce}.{}.tmp", opkernel_shim::PROBE_SUFFIX));
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        std::fs::rename(
+            &tmp,
+            inbox.join(format!("{nonce}.{}", opkernel_shim::PROBE_SUFFIX)),
+        )?;
+        Ok(nonce)
+    }
+
+    /// The launcher's answer to [`OpsDir::ask_probe`], once there (taken:
+    /// the file is removed).
+    pub fn take_listing(&self, nonce: &str) -> Option<String> {
+        let path = self
+            .dir
+            .join("inbox")
+            .join(format!("{nonce}.{}", opkernel_shim::LISTING_SUFFIX));
+        let text = read_small(&path, "probe listing", 4 << 20).ok()?;
+        let _ = std::fs::remove_file(&path);
+        Some(text)
+    }
+
+    /// Drops an unanswered probe question (and an answer that came late).
+    pub fn cancel_probe(&self, nonce: &str) {
+        let inbox = self.dir.join("inbox");
+        for suffix in [opkernel_shim::PROBE_SUFFIX, opkernel_shim::LISTING_SUFFIX] {
+            let _ = std::fs::remove_file(inbox.join(format!("{nonce}.{suffix}")));
+        }
+    }
+
     /// Opens the log for reading; refuses symlinks and non-regular files.
     pub fn open_log(&self, op_id: &str) -> Result<File, OpFileError> {
         let path = self.log_path(op_id)?;

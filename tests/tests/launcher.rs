@@ -143,3 +143,47 @@ async fn a_container_made_before_the_launcher_runs_ops_by_exec() {
         "nothing was filed for a container without a launcher"
     );
 }
+
+/// A probe asked of the launcher through the inbox lists the same marked
+/// processes as the probe run by `docker exec`, and leaves nothing behind.
+#[tokio::test]
+async fn the_launcher_answers_probes_like_the_exec_probe() {
+    let fx = opkernel_tests::SandboxFixture::new("lprobe").await;
+    let run = unique_run("lprobe");
+    let (identity, info) = fx.container(&run).await;
+    assert!(info.has_launcher);
+    let op = uuid::Uuid::new_v4().to_string();
+    let request = sandbox::Request {
+        op_id: op.clone(),
+        run_as: "1000:1000".into(),
+        log_cap: 1024,
+        argv: vec!["sh".into(), "-c".into(), "sleep 30 & sleep 31".into()],
+    };
+    let ops = fx.sandbox.ops_dir(&identity.scratch_key);
+    ops.submit(&request).unwrap();
+    let by_exec = opkernel_tests::wait_for("three marked processes", T, || {
+        let (fx, id, op) = (&fx, info.id.clone(), op.clone());
+        async move {
+            let procs = fx.sandbox.probe(&id).await.ok()?;
+            (procs.iter().filter(|p| p.op_id == op).count() == 3).then_some(procs)
+        }
+    })
+    .await;
+    let by_launcher = fx
+        .sandbox
+        .probe_by_launcher(&identity.scratch_key, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the launcher answers");
+    let sorted = |mut v: Vec<sandbox::MarkedProcess>| {
+        v.sort_by_key(|p| p.pid);
+        v
+    };
+    assert_eq!(sorted(by_launcher), sorted(by_exec));
+    let leftovers: Vec<String> = std::fs::read_dir(ops.path().join("inbox"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| !n.ends_with(".claimed"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

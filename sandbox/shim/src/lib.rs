@@ -22,6 +22,19 @@ pub const SHIM_PATH: &str = "/.opkernel/shim";
 pub const OPS_DIR: &str = "/scratch/.ops";
 /// Where the kernel hands ops to the resident launcher (`serve`).
 pub const INBOX_DIR: &str = "/scratch/.ops/inbox";
+/// A probe asked of the launcher: `inbox/<nonce>.probe`, answered with
+/// `inbox/<nonce>.listing` (the probe listing).
+pub const PROBE_SUFFIX: &str = "probe";
+pub const LISTING_SUFFIX: &str = "listing";
+
+/// A probe nonce: 1 to 32 lowercase hex digits.
+pub fn valid_nonce(nonce: &str) -> bool {
+    (1..=32).contains(&nonce.len())
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
 /// The launcher's identity record (pid, start ticks, hostname), in `.ops`.
 pub const LAUNCHER_RECORD: &str = "launcher.pid";
 /// The run's scratch dir inside the container; also the command's `HOME`.

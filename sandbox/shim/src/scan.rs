@@ -37,22 +37,30 @@ fn marked(pid: u32) -> Option<MarkedProcess> {
     })
 }
 
+/// The probe listing: every marked process but this one, then `end`.
+pub fn listing() -> io::Result<String> {
+    let me = std::process::id();
+    let mut out = String::new();
+    for pid in pids()?.into_iter().filter(|&p| p != me) {
+        if let Some(p) = marked(pid) {
+            out.push_str(&p.render());
+        }
+    }
+    out.push_str(END_LINE);
+    out.push('\n');
+    Ok(out)
+}
+
 pub fn probe(args: Vec<OsString>) -> i32 {
     if !args.is_empty() {
         eprintln!("opkernel-shim probe: takes no arguments");
         return 2;
     }
-    let me = std::process::id();
-    let result = (|| -> io::Result<()> {
-        let mut out = io::BufWriter::new(io::stdout().lock());
-        for pid in pids()?.into_iter().filter(|&p| p != me) {
-            if let Some(p) = marked(pid) {
-                out.write_all(p.render().as_bytes())?;
-            }
-        }
-        writeln!(out, "{END_LINE}")?;
+    let result = listing().and_then(|text| {
+        let mut out = io::stdout().lock();
+        out.write_all(text.as_bytes())?;
         out.flush()
-    })();
+    });
     match result {
         Ok(()) => 0,
         Err(e) => {

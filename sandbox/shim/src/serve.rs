@@ -25,8 +25,8 @@ use std::process::{Command, Stdio};
 
 use opkernel_shim::format::MAX_REQUEST;
 use opkernel_shim::{
-    validate_op_id, OpResult, Request, INBOX_DIR, LAUNCHER_RECORD, MARKER_VAR, OPS_DIR,
-    SCRATCH_DIR, SHIM_PATH,
+    valid_nonce, validate_op_id, OpResult, Request, INBOX_DIR, LAUNCHER_RECORD, LISTING_SUFFIX,
+    MARKER_VAR, OPS_DIR, PROBE_SUFFIX, SCRATCH_DIR, SHIM_PATH,
 };
 
 use crate::launch::{own_identity, write_atomic};
@@ -70,6 +70,7 @@ fn serve() -> io::Result<()> {
         if ready[0] {
             let mut overflow = false;
             let mut pending = Vec::new();
+            let mut probes = Vec::new();
             loop {
                 let n = sys::read_now(&events, &mut buf)?;
                 if n == 0 {
@@ -79,13 +80,17 @@ fn serve() -> io::Result<()> {
                     overflow |= mask & libc::IN_Q_OVERFLOW != 0;
                     if let Some(id) = name.strip_suffix(".req") {
                         pending.push(id.to_owned());
+                    } else if let Some(nonce) = name.strip_suffix(&format!(".{PROBE_SUFFIX}")) {
+                        probes.push(nonce.to_owned());
                     }
                 }
             }
             if overflow {
                 pending.extend(pending_ids(inbox));
+                probes.extend(pending_probes(inbox));
             }
             run_all(inbox, &pending);
+            answer_probes(inbox, &probes);
         }
         if ready[1] {
             while sys::read_now(&children, &mut buf)? > 0 {}
@@ -123,6 +128,39 @@ fn pending_ids(inbox: &Path) -> Vec<String> {
         .collect();
     ids.sort();
     ids
+}
+
+/// The nonces of the probes waiting in the inbox.
+fn pending_probes(inbox: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(inbox) else {
+        return Vec::new();
+    };
+    let suffix = format!(".{PROBE_SUFFIX}");
+    entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(&suffix).map(str::to_owned))
+        .collect()
+}
+
+/// Answers probes asked through the inbox: one `/proc` scan serves all of
+/// them (no `docker exec` round trip). The listing is renamed into place,
+/// then the question removed.
+fn answer_probes(inbox: &Path, nonces: &[String]) {
+    let nonces: Vec<&String> = nonces.iter().filter(|n| valid_nonce(n)).collect();
+    if nonces.is_empty() {
+        return;
+    }
+    let Ok(listing) = crate::scan::listing() else {
+        return;
+    };
+    for nonce in nonces {
+        let asked = inbox.join(format!("{nonce}.{PROBE_SUFFIX}"));
+        if std::fs::symlink_metadata(&asked).is_err() {
+            continue;
+        }
+        let _ = write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), &listing);
+        let _ = std::fs::remove_file(asked);
+    }
 }
 
 /// Claims every pending request in the inbox and starts its op.
