@@ -83,17 +83,15 @@ impl ObserverAttempt {
         let Ok(request) = sandbox::shim::launch_request(&spec, &self.op.command) else {
             return Ok(false);
         };
-        let (ops, id) = (ops.clone(), self.op.id.clone());
-        let filed = tokio::task::spawn_blocking(move || {
-            ops.submit(&request)
-                .map_err(|e| e.to_string())
-                .or_else(|e| match ops.withdraw(&id) {
-                    Ok(Handback::Claimed) => Ok(()),
-                    _ => Err(e),
-                })
-        })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+        // a small local file written and renamed: done inline, like the
+        // executor's reads of the op's files
+        let filed = ops
+            .submit(&request)
+            .map_err(|e| e.to_string())
+            .or_else(|e| match ops.withdraw(&self.op.id) {
+                Ok(Handback::Claimed) => Ok(()),
+                _ => Err(e),
+            });
         match filed {
             Ok(()) => Ok(true),
             Err(e) => {
