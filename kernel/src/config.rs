@@ -23,6 +23,9 @@ pub struct Config {
     pub kill_grace: Duration,
     /// How long after its exec claim an op without any trace is settled as failed.
     pub start_evidence_window: Duration,
+    /// Hand ops to run containers' resident launchers (and ask them for
+    /// probes); off: every op and probe goes by `docker exec`.
+    pub launcher: bool,
     /// How long the resident launcher has to claim a request before the
     /// kernel takes it back and starts the op by `docker exec`.
     pub launcher_claim: Duration,
@@ -89,6 +92,10 @@ impl Config {
                 "OPKERNEL_START_EVIDENCE_MS",
                 10_000,
             )),
+            launcher: !matches!(
+                std::env::var("OPKERNEL_LAUNCHER").as_deref().map(str::trim),
+                Ok("off" | "0" | "false")
+            ),
             launcher_claim: Duration::from_millis(env_u64("OPKERNEL_LAUNCHER_CLAIM_MS", 10_000)),
             log_cap_bytes: env_u64("OPKERNEL_LOG_CAP_BYTES", 64 << 20),
             probe_interval: Duration::from_millis(

@@ -442,7 +442,7 @@ impl Kernel {
 
     pub fn remember_container(&self, info: &ContainerInfo) {
         // a root command could write the inbox: then probes go by exec only
-        if info.has_launcher && !self.config.profile.runs_as_root() {
+        if self.config.launcher && info.has_launcher && !self.config.profile.runs_as_root() {
             if let Some(key) = info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) {
                 self.probes.use_launcher(&info.id, key);
             }

@@ -55,6 +55,7 @@ drills!(
     timeout_not_extended => "timeout-not-extended",
     daemon_outage_short => "daemon-outage-short",
     daemon_outage_long => "daemon-outage-long",
+    daemon_outage_launcher => "daemon-outage-launcher",
     crash_around_create => "crash-around-create",
     unacked_report => "unacked-report",
     observer_crash => "observer-crash",

@@ -145,12 +145,17 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
     ))
 }
 
-pub async fn daemon_outage(kit: &Kit, long: bool) -> anyhow::Result<String> {
+/// A Docker outage while an op runs. By `docker exec` probes (launcher
+/// off), a short one costs nothing and a long one makes the op `lost`;
+/// with the resident launcher, which answers probes without Docker, even a
+/// long one costs nothing (`launcher`).
+pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Result<String> {
     let (proxy, sock) = super::review::docker_proxy()?;
     let grace_ms = if long { "3000" } else { "8000" };
     let env = [
         ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),
         ("OPKERNEL_GRACE_MS", grace_ms),
+        ("OPKERNEL_LAUNCHER", if launcher { "on" } else { "off" }),
     ];
     let k = kit.start("outage", &env).await?;
     let run = unique_run("outage");
@@ -175,7 +180,17 @@ pub async fn daemon_outage(kit: &Kit, long: bool) -> anyhow::Result<String> {
     proxy.restore()?;
     let s = k.wait_terminal(&op, LONG).await?;
     let _ = std::fs::remove_file(proxy.socket());
-    if long {
+    if launcher {
+        check(during["status"] != "lost", || {
+            format!("lost though its launcher answered: {during}")
+        })?;
+        check(s["status"] == "completed" && s["exit_code"] == 5, || {
+            format!("{s}")
+        })?;
+        Ok(format!(
+            "outage {cut_for:?} > grace {grace_ms} ms: the launcher answered every probe; completed with its code 5"
+        ))
+    } else if long {
         check(
             during["status"] == "lost" && during["effect"] == "uncertain",
             || format!("not lost after the grace window: {during}"),

@@ -33,12 +33,13 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("pid-reused", "a recorded pid that now belongs to an unrelated process is never signalled"),
     ("kill-interrupted", "a kill interrupted by a kernel restart completes after it"),
     ("timeout-not-extended", "a restart does not extend an op's timeout budget"),
-    ("daemon-outage-short", "Docker unreachable for less than the grace window: nothing lost"),
-    ("daemon-outage-long", "Docker unreachable beyond the grace window: lost, effect uncertain"),
+    ("daemon-outage-short", "Docker unreachable for less than the grace window (probes by exec): nothing lost"),
+    ("daemon-outage-long", "Docker unreachable beyond the grace window (probes by exec): lost, effect uncertain"),
+    ("daemon-outage-launcher", "Docker unreachable beyond the grace window, the launcher answering probes: completed with its code"),
     ("crash-around-create", "crashes around container creation and exec claim: container adopted, never twinned, nothing run twice"),
     ("unacked-report", "an unacked report is re-served identically after a restart, never duplicated"),
     ("observer-crash", "a crashed observer's next attempt attaches; the command ran once; 3 failures make it lost"),
-    ("slow-start", "an exec start that outlives the request timeout: runs once when released, lost (uncertain) when dropped, never failed on a guess"),
+    ("slow-start", "(docker exec path) an exec start that outlives the request timeout: runs once when released, lost (uncertain) when dropped, never failed on a guess"),
     ("kill-before-start", "a kill during container creation wins: failed, killed, the command never runs"),
     ("clock-step", "a forward wall-clock step does not time out running ops"),
     ("kill-interrupted-term", "a TERM-honouring command killed across a kernel restart ends killed 143"),
@@ -59,8 +60,15 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
         "pid-reused" => Box::pin(async move { faults::pid_reused(&kit).await }),
         "kill-interrupted" => Box::pin(async move { crash::kill_interrupted(&kit).await }),
         "timeout-not-extended" => Box::pin(async move { crash::timeout_not_extended(&kit).await }),
-        "daemon-outage-short" => Box::pin(async move { faults::daemon_outage(&kit, false).await }),
-        "daemon-outage-long" => Box::pin(async move { faults::daemon_outage(&kit, true).await }),
+        "daemon-outage-short" => {
+            Box::pin(async move { faults::daemon_outage(&kit, false, false).await })
+        }
+        "daemon-outage-long" => {
+            Box::pin(async move { faults::daemon_outage(&kit, true, false).await })
+        }
+        "daemon-outage-launcher" => {
+            Box::pin(async move { faults::daemon_outage(&kit, true, true).await })
+        }
         "crash-around-create" => Box::pin(async move { crash::crash_around_create(&kit).await }),
         "unacked-report" => Box::pin(async move { crash::unacked_report(&kit).await }),
         "observer-crash" => Box::pin(async move { faults::observer_crash(&kit).await }),

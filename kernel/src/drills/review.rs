@@ -33,6 +33,8 @@ pub async fn slow_start(kit: &Kit) -> anyhow::Result<String> {
         ("OPKERNEL_DOCKER_TIMEOUT_SECONDS", "2"),
         ("OPKERNEL_START_EVIDENCE_MS", "1000"),
         ("OPKERNEL_GRACE_MS", "9000"),
+        // the drill holds a docker exec start: ops must go that way
+        ("OPKERNEL_LAUNCHER", "off"),
     ];
     let k = kit.start("slowstart", &env).await?;
     let run = unique_run("slowstart");

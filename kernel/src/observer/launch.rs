@@ -38,7 +38,8 @@ impl ObserverAttempt {
         // only the winner of the claim may launch; the claim also records
         // the container, the first attempt and the handover in one write,
         // and loses to a kill request recorded before it
-        let handover = container.has_launcher && !k.config.profile.runs_as_root();
+        let handover =
+            k.config.launcher && container.has_launcher && !k.config.profile.runs_as_root();
         let claimed_at = now_ms();
         if !k
             .store
