@@ -347,6 +347,14 @@ impl Kernel {
     ) -> Result<bool, crate::store::StoreError> {
         let ops = self.backend.ops_dir(&op.scratch_key);
         let id = op.id.clone();
+        // an op settled while its request may wait in a launcher's inbox
+        // (lost by evidence, three failed attempts, a foreign container):
+        // take the request back first, so nothing runs after the verdict
+        if op.handed_over_at.is_some() && op.exec_id.is_none() && op.started_at.is_none() {
+            if let Err(e) = ops.withdraw(&op.id) {
+                tracing::warn!(op = %op.id, %e, "cannot take the request back before settling");
+            }
+        }
         let has_log = !matches!(outcome, Outcome::Failed { .. });
         // usage comes with a code from the code file, never without one
         let has_code = matches!(
@@ -440,11 +448,22 @@ impl Kernel {
         map.values().find(|c| c.name == name && c.running).cloned()
     }
 
+    /// Whether ops (and probes) of this container go through its resident
+    /// launcher: it has one, the kernel uses launchers, commands do not run
+    /// as root (a root command could write the inbox), and its hostname is
+    /// known (requests are addressed by it).
+    pub fn hands_over_to(&self, info: &ContainerInfo) -> bool {
+        self.config.launcher
+            && info.has_launcher
+            && !self.config.profile.runs_as_root()
+            && !info.hostname.is_empty()
+    }
+
     pub fn remember_container(&self, info: &ContainerInfo) {
         // a root command could write the inbox: then probes go by exec only
-        if self.config.launcher && info.has_launcher && !self.config.profile.runs_as_root() {
+        if self.hands_over_to(info) {
             if let Some(key) = info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) {
-                self.probes.use_launcher(&info.id, key);
+                self.probes.use_launcher(&info.id, key, &info.hostname);
             }
         }
         self.containers.lock().insert(info.id.clone(), info.clone());

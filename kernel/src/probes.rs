@@ -33,8 +33,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<(Instant, ProbeResult)>>>;
 #[derive(Default)]
 pub struct ProbeCache {
     slots: Lock<HashMap<String, Slot>>,
-    /// Containers with a resident launcher, by id: their scratch key.
-    launchers: Lock<HashMap<String, String>>,
+    /// Containers with a resident launcher, by id: their scratch key and hostname.
+    launchers: Lock<HashMap<String, (String, String)>>,
 }
 
 /// How long a launcher has to answer a probe before the probe goes by
@@ -72,11 +72,11 @@ impl ProbeCache {
         }
         let started = Instant::now();
         let launcher = self.launchers.lock().get(container_id).cloned();
-        if let Some(key) = launcher {
+        if let Some((key, host)) = launcher {
             // the launcher answers in about a millisecond; silence sends the
             // probe the slow way, which also tells a stopped container apart
             if let Ok(Some(procs)) = backend
-                .probe_by_launcher(&key, LAUNCHER_PROBE_TIMEOUT)
+                .probe_by_launcher(&key, &host, LAUNCHER_PROBE_TIMEOUT)
                 .await
             {
                 let result: ProbeResult = Ok(Arc::new(Snapshot::new(procs)));
@@ -105,10 +105,11 @@ impl ProbeCache {
     }
 
     /// Probes of this container may be asked of its resident launcher.
-    pub fn use_launcher(&self, container_id: &str, scratch_key: &str) {
-        self.launchers
-            .lock()
-            .insert(container_id.to_owned(), scratch_key.to_owned());
+    pub fn use_launcher(&self, container_id: &str, scratch_key: &str, hostname: &str) {
+        self.launchers.lock().insert(
+            container_id.to_owned(),
+            (scratch_key.to_owned(), hostname.to_owned()),
+        );
     }
 }
 

@@ -51,6 +51,7 @@ pub trait OpBackend: Send + Sync + 'static {
     fn probe_by_launcher<'a>(
         &'a self,
         _scratch_key: &'a str,
+        _host: &'a str,
         _timeout: std::time::Duration,
     ) -> BoxFuture<'a, Result<Option<Vec<MarkedProcess>>>> {
         Box::pin(async { Ok(None) })
@@ -115,9 +116,10 @@ impl OpBackend for Sandbox {
     fn probe_by_launcher<'a>(
         &'a self,
         scratch_key: &'a str,
+        host: &'a str,
         timeout: std::time::Duration,
     ) -> BoxFuture<'a, Result<Option<Vec<MarkedProcess>>>> {
-        Box::pin(Sandbox::probe_by_launcher(self, scratch_key, timeout))
+        Box::pin(Sandbox::probe_by_launcher(self, scratch_key, host, timeout))
     }
     fn signal_op<'a>(
         &'a self,

@@ -525,17 +525,18 @@ impl Sandbox {
         })
     }
 
-    /// A probe answered by the container's resident launcher through the
-    /// inbox (no `docker exec`). `Ok(None)`: no answer within `timeout` (no
+    /// A probe answered by the resident launcher of the container with
+    /// hostname `host` through the run's inbox (no `docker exec`). `Ok(None)`: no answer within `timeout` (no
     /// live launcher); the caller probes by exec instead.
     pub async fn probe_by_launcher(
         &self,
         scratch_key: &str,
+        host: &str,
         timeout: std::time::Duration,
     ) -> Result<Option<Vec<MarkedProcess>>> {
         let ops = self.ops_dir(scratch_key);
         let nonce = ops
-            .ask_probe()
+            .ask_probe(host)
             .map_err(|e| SandboxError::io(ops.path(), e))?;
         let began = std::time::Instant::now();
         let mut pause = std::time::Duration::from_micros(500);

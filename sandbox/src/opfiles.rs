@@ -172,9 +172,10 @@ impl OpsDir {
         })
     }
 
-    /// Asks the launcher for a probe listing: renames `inbox/<nonce>.probe`
-    /// into place. Returns the nonce to collect the answer with.
-    pub fn ask_probe(&self) -> std::io::Result<String> {
+    /// Asks the launcher of the container with hostname `host` for a probe
+    /// listing: renames `inbox/<nonce>.probe` (holding `host`) into place.
+    /// Returns the nonce to collect the answer with.
+    pub fn ask_probe(&self, host: &str) -> std::io::Result<String> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
@@ -194,7 +195,8 @@ impl OpsDir {
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
+            .open(&tmp)?
+            .write_all(host.as_bytes())?;
         std::fs::rename(
             &tmp,
             inbox.join(format!("{nonce}.{}", opkernel_shim::PROBE_SUFFIX)),
@@ -407,6 +409,7 @@ mod tests {
         std::fs::create_dir(dir.join("inbox")).unwrap();
         let ops = OpsDir::new(&dir);
         let req = |id: &str| Request {
+            host: "h".into(),
             op_id: id.into(),
             run_as: "1000:1000".into(),
             log_cap: 10,

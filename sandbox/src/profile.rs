@@ -234,7 +234,12 @@ pub fn container_config(
     ContainerCreateBody {
         image: Some(profile.image.clone()),
         entrypoint: Some(vec![SHIM_MOUNT.to_owned()]),
-        cmd: Some(vec![LAUNCHER_CMD.to_owned()]),
+        // a root command could write the inbox: no launcher then
+        cmd: Some(vec![if profile.runs_as_root() {
+            "idle".to_owned()
+        } else {
+            LAUNCHER_CMD.to_owned()
+        }]),
         env: Some(profile.env.clone()),
         labels: Some(identity.labels(created_at_unix)),
         working_dir: Some(SCRATCH_MOUNT.to_owned()),

@@ -80,8 +80,9 @@ pub struct WrapperSpec<'a> {
 }
 
 /// The launch of an op, validated: what goes into `docker exec` as an argv
-/// or into the launcher's inbox as a request.
-pub fn launch_request(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Request> {
+/// or, addressed to the container with hostname `host`, into the
+/// launcher's inbox as a request.
+pub fn launch_request(spec: &WrapperSpec<'_>, command: &[String], host: &str) -> Result<Request> {
     validate_op_id(spec.op_id)?;
     validate_command(command)?;
     let run_as = match spec.run_as {
@@ -89,6 +90,7 @@ pub fn launch_request(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Requ
         None => RunAs::Root,
     };
     Ok(Request {
+        host: host.to_owned(),
         op_id: spec.op_id.to_owned(),
         run_as: run_as.spec(),
         log_cap: spec.log_cap_bytes.max(1),
@@ -99,7 +101,7 @@ pub fn launch_request(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Requ
 /// The exec argv of an op: `/.opkernel/shim launch <id> <run-as> <cap> ARGV...`
 /// (the same as the launcher runs for a request).
 pub fn launch_argv(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Vec<String>> {
-    let req = launch_request(spec, command)?;
+    let req = launch_request(spec, command, "exec")?;
     let mut argv = vec![
         SHIM_PATH.to_owned(),
         "launch".to_owned(),

@@ -154,6 +154,7 @@ async fn the_launcher_answers_probes_like_the_exec_probe() {
     assert!(info.has_launcher);
     let op = uuid::Uuid::new_v4().to_string();
     let request = sandbox::Request {
+        host: info.hostname.clone(),
         op_id: op.clone(),
         run_as: "1000:1000".into(),
         log_cap: 1024,
@@ -171,7 +172,11 @@ async fn the_launcher_answers_probes_like_the_exec_probe() {
     .await;
     let by_launcher = fx
         .sandbox
-        .probe_by_launcher(&identity.scratch_key, Duration::from_secs(5))
+        .probe_by_launcher(
+            &identity.scratch_key,
+            &info.hostname,
+            Duration::from_secs(5),
+        )
         .await
         .unwrap()
         .expect("the launcher answers");

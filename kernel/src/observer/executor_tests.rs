@@ -566,6 +566,7 @@ async fn a_request_left_by_a_dead_kernel_runs_exactly_once() {
             .await
             .unwrap());
         let request = sandbox::Request {
+            host: "box".into(),
             op_id: op.id.clone(),
             run_as: "1000:1000".into(),
             log_cap: 1024,

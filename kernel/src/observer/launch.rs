@@ -38,8 +38,7 @@ impl ObserverAttempt {
         // only the winner of the claim may launch; the claim also records
         // the container, the first attempt and the handover in one write,
         // and loses to a kill request recorded before it
-        let handover =
-            k.config.launcher && container.has_launcher && !k.config.profile.runs_as_root();
+        let handover = k.hands_over_to(&container);
         let claimed_at = now_ms();
         if !k
             .store
@@ -57,7 +56,7 @@ impl ObserverAttempt {
         k.watcher.watch(ops.path());
         if handover {
             self.op.handed_over_at = Some(claimed_at);
-            if self.hand_over(&ops).await? {
+            if self.hand_over(&ops, &container.hostname).await? {
                 return Ok(true);
             }
         }
@@ -72,7 +71,7 @@ impl ObserverAttempt {
     /// watch loop waits for the claim (decide's `Handover`). False when the
     /// request could not be filed and was not claimed: nothing ran, so the
     /// op goes by `docker exec`.
-    async fn hand_over(&self, ops: &OpsDir) -> Result<bool, ObserverError> {
+    async fn hand_over(&self, ops: &OpsDir, host: &str) -> Result<bool, ObserverError> {
         let k = &self.kernel;
         let spec = WrapperSpec {
             op_id: &self.op.id,
@@ -81,7 +80,7 @@ impl ObserverAttempt {
         };
         // what cannot be a request cannot be an exec either: that path
         // refuses it with the same error
-        let Ok(request) = sandbox::shim::launch_request(&spec, &self.op.command) else {
+        let Ok(request) = sandbox::shim::launch_request(&spec, &self.op.command, host) else {
             return Ok(false);
         };
         // a small local file written and renamed: done inline, like the

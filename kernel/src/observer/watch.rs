@@ -47,7 +47,7 @@ impl ObserverAttempt {
         let k = self.kernel.clone();
         let ops = k.backend.ops_dir(&self.op.scratch_key);
         k.watcher.watch(ops.path());
-        let Some(container_id) = self.op.container_id.clone() else {
+        let Some(mut container_id) = self.op.container_id.clone() else {
             return self
                 .settle(Outcome::Lost {
                     reason: "no container was recorded for the op".into(),
@@ -117,6 +117,15 @@ impl ObserverAttempt {
                     if !self.launch_by_exec(&mut s, &clock).await? {
                         return Ok(());
                     }
+                    // the exec may have gone to a fresh container (the
+                    // recorded one had vanished): probe and signal that one
+                    if let Some(now) = self.op.container_id.clone() {
+                        if now != container_id {
+                            k.probes.forget(&container_id);
+                            monitored = None;
+                            container_id = now;
+                        }
+                    }
                     e = self.gather(&mut s, &ops, self.inbox.take()).await?;
                 }
                 Action::Wait(limit) => {
@@ -144,8 +153,10 @@ impl ObserverAttempt {
         let claimed = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
         // a request filed for the launcher, and no exec made since
         let handover = match (start, self.op.handed_over_at, &self.op.exec_id) {
+            // never later than a full claim window from now, whatever the
+            // wall clock did while the kernel was down
             (Start::Unconfirmed, Some(at), None) => Some(Handover::Pending {
-                claim_by: clock.instant(at) + k.config.launcher_claim,
+                claim_by: clock.instant(at).min(clock.mono) + k.config.launcher_claim,
             }),
             _ => None,
         };

@@ -208,17 +208,20 @@ impl OpResult {
 
 /// An op handed to the resident launcher: `.ops/inbox/<id>.req`, written
 /// by the kernel (temp + rename) after it won the op's exec claim. Fields
-/// end with NUL: a tag, the op id, the run-as spec, the log cap, then the
-/// argv (no NUL can be in any of them).
+/// end with NUL: a tag, the hostname of the container meant to run it (all
+/// containers of a run share its `.ops`), the op id, the run-as spec, the
+/// log cap, then the argv (no NUL can be in any of them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
+    /// Only the launcher of the container with this hostname claims it.
+    pub host: String,
     pub op_id: String,
     pub run_as: String,
     pub log_cap: u64,
     pub argv: Vec<String>,
 }
 
-const REQUEST_TAG: &str = "opkernel-request-1";
+const REQUEST_TAG: &str = "opkernel-request-2";
 /// Largest request file read (the kernel bounds an argv to 256 KiB).
 pub const MAX_REQUEST: usize = 320 * 1024;
 
@@ -226,7 +229,7 @@ impl Request {
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let cap = self.log_cap.to_string();
-        let head = [REQUEST_TAG, &self.op_id, &self.run_as, &cap];
+        let head = [REQUEST_TAG, &self.host, &self.op_id, &self.run_as, &cap];
         for field in head.into_iter().chain(self.argv.iter().map(String::as_str)) {
             out.extend_from_slice(field.as_bytes());
             out.push(0);
@@ -251,6 +254,10 @@ impl Request {
         if next("tag")? != REQUEST_TAG {
             return Err("not an opkernel request".into());
         }
+        let host = next("host")?.to_owned();
+        if host.is_empty() || host.len() > 255 || !host.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!("bad host {:?}", clip(&host)));
+        }
         let op_id = next("op id")?.to_owned();
         validate_op_id(&op_id)?;
         let run_as = next("run-as")?.to_owned();
@@ -269,6 +276,7 @@ impl Request {
             return Err("request has no command".into());
         }
         Ok(Request {
+            host,
             op_id,
             run_as,
             log_cap,
@@ -467,6 +475,7 @@ mod tests {
     #[test]
     fn requests_round_trip_and_refuse_the_rest() {
         let req = Request {
+            host: "c0ffee".into(),
             op_id: ID.into(),
             run_as: "1000:1000".into(),
             log_cap: 65536,
@@ -490,7 +499,8 @@ mod tests {
                 .replacen(from, to, 1);
             Request::parse(text.as_bytes())
         };
-        assert!(swap("opkernel-request-1", "opkernel-request-2").is_err());
+        assert!(swap("opkernel-request-2", "opkernel-request-1").is_err());
+        assert!(swap("c0ffee", "c0 ffee").is_err());
         assert!(swap(ID, "../../x").is_err());
         assert!(swap("1000:1000", "0:0").is_err());
         assert!(swap("65536", "0").is_err());

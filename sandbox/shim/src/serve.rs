@@ -20,7 +20,7 @@ use std::fs::OpenOptions;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use opkernel_shim::format::MAX_REQUEST;
@@ -58,21 +58,41 @@ fn serve() -> io::Result<()> {
         Err(e) => return Err(e),
     }
     let events = sys::inotify_dir(inbox)?;
+    let me = own_identity()?;
+    // every container of a run shares `.ops`: this launcher takes only
+    // what names its own container's hostname
+    let host = me.hostname.clone();
     // requests renamed in before the watch existed: found by the first scan
-    scan(inbox);
-    write_atomic(
-        &Path::new(OPS_DIR).join(LAUNCHER_RECORD),
-        &own_identity()?.render(),
-    )?;
+    run_all(inbox, &pending_ids(inbox), &host);
+    write_atomic(&Path::new(OPS_DIR).join(LAUNCHER_RECORD), &me.render())?;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        // the container lives as long as this loop: an error is logged and
+        // the loop goes on (after a pause, so it cannot spin)
+        if let Err(e) = step(inbox, &host, &events, &children, &mut buf) {
+            eprintln!("opkernel-shim serve: {e}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// One wake-up: claims and starts the requests that arrived, answers the
+/// probes asked, reaps ended launches.
+fn step(
+    inbox: &Path,
+    host: &str,
+    events: &std::os::fd::OwnedFd,
+    children: &std::os::fd::OwnedFd,
+    buf: &mut [u8],
+) -> io::Result<()> {
+    {
         let ready = sys::wait_any(&[events.as_raw_fd(), children.as_raw_fd()])?;
         if ready[0] {
             let mut overflow = false;
             let mut pending = Vec::new();
             let mut probes = Vec::new();
             loop {
-                let n = sys::read_now(&events, &mut buf)?;
+                let n = sys::read_now(events, buf)?;
                 if n == 0 {
                     break;
                 }
@@ -89,14 +109,15 @@ fn serve() -> io::Result<()> {
                 pending.extend(pending_ids(inbox));
                 probes.extend(pending_probes(inbox));
             }
-            run_all(inbox, &pending);
-            answer_probes(inbox, &probes);
+            answer_probes(inbox, &probes, &host);
+            run_all(inbox, &pending, &host);
         }
         if ready[1] {
-            while sys::read_now(&children, &mut buf)? > 0 {}
+            while sys::read_now(children, buf)? > 0 {}
             while let Ok(Some(_)) = sys::reap(true) {}
         }
     }
+    Ok(())
 }
 
 /// `(mask, name)` of each event in an inotify read.
@@ -145,8 +166,16 @@ fn pending_probes(inbox: &Path) -> Vec<String> {
 /// Answers probes asked through the inbox: one `/proc` scan serves all of
 /// them (no `docker exec` round trip). The listing is renamed into place,
 /// then the question removed.
-fn answer_probes(inbox: &Path, nonces: &[String]) {
-    let nonces: Vec<&String> = nonces.iter().filter(|n| valid_nonce(n)).collect();
+fn answer_probes(inbox: &Path, nonces: &[String], host: &str) {
+    // a probe names the container it asks about (its content: the hostname)
+    let nonces: Vec<&String> = nonces
+        .iter()
+        .filter(|n| valid_nonce(n))
+        .filter(|n| {
+            std::fs::read_to_string(inbox.join(format!("{n}.{PROBE_SUFFIX}")))
+                .is_ok_and(|asked| asked == host)
+        })
+        .collect();
     if nonces.is_empty() {
         return;
     }
@@ -155,37 +184,30 @@ fn answer_probes(inbox: &Path, nonces: &[String]) {
     };
     for nonce in nonces {
         let asked = inbox.join(format!("{nonce}.{PROBE_SUFFIX}"));
-        if std::fs::symlink_metadata(&asked).is_err() {
-            continue;
-        }
         let _ = write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), &listing);
         let _ = std::fs::remove_file(asked);
     }
 }
 
-/// Claims every pending request in the inbox and starts its op.
-fn scan(inbox: &Path) {
-    run_all(inbox, &pending_ids(inbox));
-}
-
-/// Claims all of `ids` first (renames are cheap, so a burst is claimed at
-/// once), then starts what it claimed.
-fn run_all(inbox: &Path, ids: &[String]) {
-    let claimed: Vec<&String> = ids.iter().filter(|id| claim(inbox, id)).collect();
+/// Claims all of `ids` meant for this container first (renames are cheap,
+/// so a burst is claimed at once), then starts what it claimed.
+fn run_all(inbox: &Path, ids: &[String], host: &str) {
+    let claimed: Vec<&String> = ids.iter().filter(|id| claim(inbox, id, host)).collect();
     for id in claimed {
         start_claimed(inbox, id);
     }
 }
 
-/// Claims one request: the rename. False when it was withdrawn by the
-/// kernel or claimed already.
-fn claim(inbox: &Path, id: &str) -> bool {
-    validate_op_id(id).is_ok()
-        && std::fs::rename(
-            inbox.join(format!("{id}.req")),
-            inbox.join(format!("{id}.claimed")),
-        )
-        .is_ok()
+/// Claims one request meant for this container: the rename. False when it
+/// names another container, was withdrawn by the kernel or claimed already.
+fn claim(inbox: &Path, id: &str, host: &str) -> bool {
+    if validate_op_id(id).is_err() {
+        return false;
+    }
+    let pending = inbox.join(format!("{id}.req"));
+    // a request that cannot be read is claimed (and answered not-started)
+    let ours = read_request(&pending).map_or(true, |req| req.host == host);
+    ours && std::fs::rename(&pending, inbox.join(format!("{id}.claimed"))).is_ok()
 }
 
 /// Starts a claimed op. Once claimed, the op either starts or gets a
@@ -207,11 +229,11 @@ fn start_claimed(inbox: &Path, id: &str) {
     }
 }
 
-fn read_request(path: &PathBuf) -> Result<Request, String> {
+fn read_request(path: &Path) -> Result<Request, String> {
     let mut bytes = Vec::new();
     OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .and_then(|f| f.take(MAX_REQUEST as u64 + 1).read_to_end(&mut bytes))
         .map_err(|e| format!("unreadable request: {e}"))?;
