@@ -109,8 +109,8 @@ fn step(
                 pending.extend(pending_ids(inbox));
                 probes.extend(pending_probes(inbox));
             }
-            answer_probes(inbox, &probes, &host);
-            run_all(inbox, &pending, &host);
+            answer_probes(inbox, &probes, host);
+            run_all(inbox, &pending, host);
         }
         if ready[1] {
             while sys::read_now(children, buf)? > 0 {}
