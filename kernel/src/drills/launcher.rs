@@ -57,6 +57,18 @@ fn signal_launcher(container: &str, pid: u32, signal: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// A run whose launcher is frozen with one op's request filed and waiting:
+/// (container, launcher pid, op).
+async fn pending_request(k: &KernelProcess, run: &str) -> anyhow::Result<(String, u32, String)> {
+    let (container, launcher) = warm(k, run).await?;
+    signal_launcher(&container, launcher, "STOP")?;
+    let op = k
+        .start_bg(run, &["sh", "-c", &recording("true")], 60)
+        .await?;
+    filed(k, run, &op).await?;
+    Ok((container, launcher, op))
+}
+
 /// Waits until the op's request sits in the inbox (filed, not claimed).
 async fn filed(k: &KernelProcess, run: &str, op: &str) -> anyhow::Result<()> {
     let path = scratch_path(k, run, &format!(".ops/inbox/{op}.req"));
@@ -222,12 +234,7 @@ pub async fn launcher_killed_after_claim(kit: &Kit) -> anyhow::Result<String> {
         )
         .await?;
     let run = unique_run("lclaim");
-    let (container, launcher) = warm(&k, &run).await?;
-    signal_launcher(&container, launcher, "STOP")?;
-    let op = k
-        .start_bg(&run, &["sh", "-c", &recording("true")], 60)
-        .await?;
-    filed(&k, &run, &op).await?;
+    let (container, launcher, op) = pending_request(&k, &run).await?;
     let inbox = |state: &str| scratch_path(&k, &run, &format!(".ops/inbox/{op}.{state}"));
     std::fs::rename(inbox("req"), inbox("claimed"))?;
     signal_launcher(&container, launcher, "KILL")?;
@@ -251,12 +258,7 @@ pub async fn launcher_killed_after_claim(kit: &Kit) -> anyhow::Result<String> {
 pub async fn container_restarted_pending(kit: &Kit) -> anyhow::Result<String> {
     let k = kit.start("lrestart", &[]).await?;
     let run = unique_run("lrestart");
-    let (container, launcher) = warm(&k, &run).await?;
-    signal_launcher(&container, launcher, "STOP")?;
-    let op = k
-        .start_bg(&run, &["sh", "-c", &recording("true")], 60)
-        .await?;
-    filed(&k, &run, &op).await?;
+    let (container, _launcher, op) = pending_request(&k, &run).await?;
     let out = std::process::Command::new("docker")
         .args(["restart", "-t", "0", &container])
         .output()?;
