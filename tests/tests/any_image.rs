@@ -143,8 +143,9 @@ async fn python_unittest_runs_completes_fails_and_is_killed_in_debian() {
 }
 
 /// The command runs as 1000 with `HOME=/scratch` and no groups; it can
-/// neither write `.ops` (its own code included) nor signal the shim, and a
-/// forged code never replaces the real one.
+/// neither write `.ops` (its own code included, or the launcher's inbox)
+/// nor signal its shim or the resident launcher, and a forged code never
+/// replaces the real one.
 #[tokio::test]
 async fn the_command_cannot_write_its_op_files_nor_signal_the_shim() {
     let k = kernel("reach", &Image::Debian.name()).await;
@@ -163,6 +164,9 @@ async fn the_command_cannot_write_its_op_files_nor_signal_the_shim() {
          kill -TERM \"$shim\" 2>/dev/null && echo shim-signalled; \
          kill -KILL \"$shim\" 2>/dev/null && echo shim-killed; \
          python3 -c \"import os; os.kill($shim, 9)\" 2>/dev/null && echo shim-killed-py; \
+         launcher=$(cut -d' ' -f1 /scratch/.ops/launcher.pid); \
+         kill -KILL \"$launcher\" 2>/dev/null && echo launcher-killed; \
+         {{ echo x > /scratch/.ops/inbox/x.req; }} 2>/dev/null && echo inbox-written; \
          echo shim=$shim; exit 3"
     );
     let op = k.start_bg(&run, &["sh", "-c", &reach], 60).await.unwrap();
