@@ -278,7 +278,7 @@ pub async fn container_restarted_pending(kit: &Kit) -> anyhow::Result<String> {
     ))
 }
 
-/// 500 requests in about a second into one container: all run once, none
+/// 500 requests at once into one container: all run once, none
 /// by the exec fallback, all delivered once.
 pub async fn request_flood(kit: &Kit) -> anyhow::Result<String> {
     // 500 launches at once need more than the default 1024 pids

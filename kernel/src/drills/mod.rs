@@ -47,7 +47,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("kernel-killed-after-filing", "the kernel killed between filing a request and seeing it claimed: it runs once, claimed or taken back"),
     ("launcher-killed-after-claim", "the launcher killed between a claim and the pid file: lost by evidence, never run by exec"),
     ("container-restarted-pending", "the container restarted under a pending request: it runs once"),
-    ("request-flood", "500 requests in one second: all run once through the launcher, delivered once"),
+    ("request-flood", "a flood of 500 requests at once: all run once through the launcher, delivered once"),
 ];
 
 fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
