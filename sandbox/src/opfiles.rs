@@ -110,13 +110,6 @@ impl OpsDir {
         parse_op_result(&name, &text)
     }
 
-    /// The resident launcher's identity record, when it wrote one.
-    pub fn launcher(&self) -> Option<PidRecord> {
-        let path = self.dir.join(opkernel_shim::LAUNCHER_RECORD);
-        let text = read_small(&path, opkernel_shim::LAUNCHER_RECORD, MAX_PID_FILE).ok()?;
-        PidRecord::parse(&text).ok()
-    }
-
     fn inbox_file(&self, op_id: &str, state: &str) -> Result<PathBuf, OpFileError> {
         validate_op_id(op_id)
             .map_err(|e| OpFileError::Garbage(format!("{op_id}.{state}"), e.to_string()))?;

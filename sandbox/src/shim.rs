@@ -25,9 +25,10 @@ pub use opkernel_shim::{
 /// The static shim binary this kernel speaks to.
 pub const SHIM_BINARY: &[u8] = include_bytes!(env!("OPKERNEL_SHIM_BINARY"));
 
-/// sha256 of [`SHIM_BINARY`], hex.
-pub fn shim_digest() -> String {
-    hex::encode(Sha256::digest(SHIM_BINARY))
+/// sha256 of [`SHIM_BINARY`], hex (computed once).
+pub fn shim_digest() -> &'static str {
+    static DIGEST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DIGEST.get_or_init(|| hex::encode(Sha256::digest(SHIM_BINARY)))
 }
 
 /// Installs the shim as `<dir>/opkernel-shim-<digest prefix>` (root's, mode
@@ -35,10 +36,8 @@ pub fn shim_digest() -> String {
 /// content means an installed shim is never rewritten under a container
 /// that mounts it.
 pub fn install_shim(dir: &Path) -> Result<PathBuf> {
-    let digest = shim_digest();
-    let path = dir.join(format!("opkernel-shim-{}", &digest[..16]));
-    let current = std::fs::read(&path).ok();
-    if current.is_some_and(|bytes| hex::encode(Sha256::digest(&bytes)) == digest) {
+    let path = dir.join(format!("opkernel-shim-{}", &shim_digest()[..16]));
+    if std::fs::read(&path).is_ok_and(|bytes| bytes == SHIM_BINARY) {
         return Ok(path);
     }
     std::fs::create_dir_all(dir).map_err(|e| SandboxError::io(dir, e))?;

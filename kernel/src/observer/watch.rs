@@ -108,7 +108,7 @@ impl ObserverAttempt {
                     e.code = read_code(&ops, &self.op.id);
                 }
                 Action::Withdraw => {
-                    s.handover = self.withdraw(&ops).await;
+                    s.handover = self.withdraw(&ops);
                     // a claim that beat the withdrawal shows in the files
                     e.code = read_code(&ops, &self.op.id);
                     e.pid_file = ops.read_pid(&self.op.id).ok();
@@ -289,19 +289,16 @@ impl ObserverAttempt {
 
     /// Asks for the op's request back from the launcher's inbox. An I/O
     /// error leaves who holds it unknown: the start-evidence rule decides.
-    async fn withdraw(&self, ops: &OpsDir) -> Option<Handover> {
-        let (ops, id) = (ops.clone(), self.op.id.clone());
-        match tokio::task::spawn_blocking(move || ops.withdraw(&id)).await {
-            Ok(Ok(handback)) => {
+    /// (Two renames in the run's inbox: done inline, like the reads of the
+    /// op's files.)
+    fn withdraw(&self, ops: &OpsDir) -> Option<Handover> {
+        match ops.withdraw(&self.op.id) {
+            Ok(handback) => {
                 tracing::info!(op = %self.op.id, ?handback, "asked the launcher's inbox for the request back");
                 Some(Handover::after_withdraw(handback))
             }
-            Ok(Err(e)) => {
-                tracing::warn!(op = %self.op.id, %e, "cannot withdraw the request; the evidence decides");
-                None
-            }
             Err(e) => {
-                tracing::warn!(op = %self.op.id, %e, "withdraw task failed; the evidence decides");
+                tracing::warn!(op = %self.op.id, %e, "cannot withdraw the request; the evidence decides");
                 None
             }
         }

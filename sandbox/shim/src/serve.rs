@@ -192,36 +192,41 @@ fn answer_probes(inbox: &Path, nonces: &[String], host: &str) {
 /// Claims all of `ids` meant for this container first (renames are cheap,
 /// so a burst is claimed at once), then starts what it claimed.
 fn run_all(inbox: &Path, ids: &[String], host: &str) {
-    let claimed: Vec<&String> = ids.iter().filter(|id| claim(inbox, id, host)).collect();
-    for id in claimed {
-        start_claimed(inbox, id);
+    let claimed: Vec<(&String, Result<Request, String>)> = ids
+        .iter()
+        .filter_map(|id| claim(inbox, id, host).map(|req| (id, req)))
+        .collect();
+    for (id, req) in claimed {
+        start_claimed(id, req);
     }
 }
 
-/// Claims one request meant for this container: the rename. False when it
-/// names another container, was withdrawn by the kernel or claimed already.
-fn claim(inbox: &Path, id: &str, host: &str) -> bool {
-    if validate_op_id(id).is_err() {
-        return false;
-    }
+/// Claims one request meant for this container: reads it once, then the
+/// rename. `None` when it names another container, was withdrawn by the
+/// kernel or claimed already; a request that cannot be read or is filed
+/// under another op's id is claimed too (and answered not-started).
+fn claim(inbox: &Path, id: &str, host: &str) -> Option<Result<Request, String>> {
+    validate_op_id(id).ok()?;
     let pending = inbox.join(format!("{id}.req"));
-    // a request that cannot be read is claimed (and answered not-started)
-    let ours = read_request(&pending).map_or(true, |req| req.host == host);
-    ours && std::fs::rename(&pending, inbox.join(format!("{id}.claimed"))).is_ok()
+    let req = read_request(&pending).and_then(|req| {
+        if req.op_id == id {
+            Ok(req)
+        } else {
+            Err(format!("request for {} filed as {id}", req.op_id))
+        }
+    });
+    if req.as_ref().is_ok_and(|req| req.host != host) {
+        return None;
+    }
+    std::fs::rename(&pending, inbox.join(format!("{id}.claimed")))
+        .ok()
+        .map(|()| req)
 }
 
 /// Starts a claimed op. Once claimed, the op either starts or gets a
 /// `not-started` record: it is never left silent.
-fn start_claimed(inbox: &Path, id: &str) {
-    let claimed = inbox.join(format!("{id}.claimed"));
-    let started = read_request(&claimed)
-        .and_then(|req| {
-            if req.op_id == id {
-                Ok(req)
-            } else {
-                Err(format!("request for {} filed as {id}", req.op_id))
-            }
-        })
+fn start_claimed(id: &str, req: Result<Request, String>) {
+    let started = req
         .and_then(|req| start(&req).map_err(|e| format!("the launcher could not start it: {e}")));
     if let Err(reason) = started {
         let code = Path::new(OPS_DIR).join(format!("{id}.code"));

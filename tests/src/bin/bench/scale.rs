@@ -48,13 +48,14 @@ fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
 }
 
-fn rss_kb(pid: u32) -> anyhow::Result<u64> {
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...).
+fn status_kb(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS for {pid}"))
+        .ok_or_else(|| anyhow::anyhow!("no {field} for {pid}"))
 }
 
 /// Host pids of the resident launchers (`/.opkernel/shim serve`) of the
@@ -90,13 +91,7 @@ fn launcher_pids(k: &KernelProcess) -> anyhow::Result<Vec<u32>> {
 }
 
 pub fn peak_rss_mb(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(f64::NAN);
-    Ok(kb / 1024.0)
+    Ok(status_kb(pid, "VmHWM")? as f64 / 1024.0)
 }
 
 /// Warms one container per run and puts a gate fifo in each scratch dir.
@@ -255,7 +250,7 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
     for (&p, before) in launchers.iter().zip(l0) {
         let ticks = proc_cpu_ticks(p)?.saturating_sub(before);
         launcher_cpu_pct_max = launcher_cpu_pct_max.max(ticks as f64 / hz / secs * 100.0);
-        launcher_rss_kb_max = launcher_rss_kb_max.max(rss_kb(p)?);
+        launcher_rss_kb_max = launcher_rss_kb_max.max(status_kb(p, "VmRSS")?);
     }
     let seen = collect(k, &run_ids, ids.len(), Duration::from_secs(300)).await?;
     let (lost, duplicated) = count_outcomes(k, &ids, &seen).await?;
