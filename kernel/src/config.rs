@@ -35,6 +35,8 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     pub max_live_ops_per_run: u64,
     pub max_live_ops: u64,
+    /// Deepest delegation: a run's chain holds at most this many ancestors.
+    pub max_depth: usize,
     /// Idle time after which a container without live ops may be reaped.
     pub reap_ttl: Duration,
     pub reap_interval: Duration,
@@ -106,6 +108,7 @@ impl Config {
             ),
             max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512),
             max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384),
+            max_depth: env_u64("OPKERNEL_MAX_DEPTH", 4) as usize,
             reap_ttl: Duration::from_secs(env_u64("OPKERNEL_REAP_TTL_SECONDS", 3600)),
             reap_interval: Duration::from_secs(
                 env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300).max(1),
@@ -116,6 +119,21 @@ impl Config {
                 sandbox::docker::REQUEST_TIMEOUT_SECS,
             ),
             attempt_healthy: Duration::from_millis(env_u64("OPKERNEL_ATTEMPT_HEALTHY_MS", 60_000)),
+        }
+    }
+
+    /// The envelope of a top-level run the operator gave none: the
+    /// kernel's profile limits, no timeout ceiling beyond the kernel's own,
+    /// the per-run live-op limit and no approval rules of its own.
+    pub fn default_envelope(&self) -> crate::tasks::Envelope {
+        crate::tasks::Envelope {
+            max_timeout_sec: None,
+            memory_bytes: self.profile.memory_bytes,
+            cpus: self.profile.nano_cpus as f64 / 1e9,
+            pids_limit: self.profile.pids_limit,
+            network: self.profile.network.clone(),
+            max_live_ops: self.max_live_ops_per_run,
+            approval: crate::tasks::ApprovalRules::default(),
         }
     }
 

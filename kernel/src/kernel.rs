@@ -35,6 +35,17 @@ pub enum StartError {
     Sandbox(#[from] sandbox::SandboxError),
 }
 
+/// What never changes about a run once it exists: its chain and envelope,
+/// and the container profile that follows from them.
+#[derive(Debug)]
+pub struct RunMeta {
+    pub run_id: String,
+    /// Ancestor run ids, root first.
+    pub chain: Vec<String>,
+    pub envelope: crate::tasks::Envelope,
+    pub profile: sandbox::Profile,
+}
+
 /// Per live op: its observer's inbox and a "done" signal.
 pub struct OpHandle {
     pub inbox: Arc<Inbox>,
@@ -59,6 +70,8 @@ pub struct Kernel {
     /// Per run: launches hold it shared from container to exec; the reaper
     /// holds it exclusively while it decides and removes.
     run_gates: Lock<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
+    /// Runs' immutable facts, read once from the control plane.
+    run_meta: Lock<HashMap<String, Arc<RunMeta>>>,
     _lock: File,
 }
 
@@ -204,6 +217,7 @@ impl Kernel {
             containers: Lock::default(),
             run_locks: Lock::default(),
             run_gates: Lock::default(),
+            run_meta: Lock::default(),
             _lock: lock,
         }))
     }
@@ -401,7 +415,11 @@ impl Kernel {
 
     /// The run container for `identity`, created on first use. Calls for one
     /// run are serialized; a known container is reused without a round trip.
-    pub async fn ensure_container(&self, identity: &RunIdentity) -> sandbox::Result<ContainerInfo> {
+    pub async fn ensure_container(
+        &self,
+        identity: &RunIdentity,
+        profile: &sandbox::Profile,
+    ) -> sandbox::Result<ContainerInfo> {
         if let Some(info) = self.known_container(&identity.name) {
             return Ok(info);
         }
@@ -415,12 +433,54 @@ impl Kernel {
         if let Some(info) = self.known_container(&identity.name) {
             return Ok(info);
         }
-        let info = self
-            .backend
-            .ensure_container(identity, &self.config.profile)
-            .await?;
+        let info = self.backend.ensure_container(identity, profile).await?;
         self.remember_container(&info);
         Ok(info)
+    }
+
+    /// A run's immutable facts (cached), or `None` for an unknown run.
+    pub async fn run_meta(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<Arc<RunMeta>>, crate::store::StoreError> {
+        if let Some(meta) = self.run_meta.lock().get(run_id) {
+            return Ok(Some(meta.clone()));
+        }
+        let Some(record) = self.store.get_run(run_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(self.remember_run(&record)))
+    }
+
+    /// Caches the immutable facts of a run record.
+    pub fn remember_run(&self, record: &crate::store::RunRecord) -> Arc<RunMeta> {
+        let envelope = record
+            .envelope
+            .clone()
+            .unwrap_or_else(|| self.config.default_envelope());
+        let meta = Arc::new(RunMeta {
+            run_id: record.run_id.clone(),
+            chain: record.chain.clone(),
+            profile: envelope.profile(&self.config.profile),
+            envelope,
+        });
+        self.run_meta
+            .lock()
+            .entry(record.run_id.clone())
+            .or_insert(meta)
+            .clone()
+    }
+
+    /// The container profile of a run: its envelope's limits over the
+    /// kernel's profile (the kernel's profile for a run not recorded).
+    pub async fn run_profile(
+        &self,
+        run_id: &str,
+    ) -> Result<sandbox::Profile, crate::store::StoreError> {
+        Ok(match self.run_meta(run_id).await? {
+            Some(meta) => meta.profile.clone(),
+            None => self.config.profile.clone(),
+        })
     }
 
     fn run_gate(&self, run_id: &str) -> Arc<tokio::sync::RwLock<()>> {

@@ -20,6 +20,7 @@ pub mod report;
 pub mod serve;
 pub mod store;
 pub mod sync;
+pub mod tasks;
 pub mod tools;
 pub mod views;
 pub mod watcher;

@@ -115,6 +115,8 @@ impl Outcome {
 pub enum KillReason {
     Kill,
     Timeout,
+    /// The op's run (or an ancestor) was cancelled: a kill like any other.
+    Cancel,
 }
 
 impl KillReason {
@@ -122,6 +124,7 @@ impl KillReason {
         match self {
             KillReason::Kill => "kill",
             KillReason::Timeout => "timeout",
+            KillReason::Cancel => "cancel",
         }
     }
 
@@ -129,6 +132,7 @@ impl KillReason {
         match s {
             "kill" => Some(KillReason::Kill),
             "timeout" => Some(KillReason::Timeout),
+            "cancel" => Some(KillReason::Cancel),
             _ => None,
         }
     }
@@ -143,7 +147,7 @@ impl KillReason {
                 exit_code,
                 killed: false,
             },
-            (KillReason::Kill, true) => Outcome::Completed {
+            (KillReason::Kill | KillReason::Cancel, true) => Outcome::Completed {
                 exit_code,
                 killed: true,
             },

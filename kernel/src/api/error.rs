@@ -42,6 +42,32 @@ impl ApiError {
     pub fn too_many(message: impl Into<String>) -> Self {
         Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_reached", message)
     }
+    /// An admission refused by the run's state, a budget or a live-op limit.
+    pub fn refused(refusal: &crate::store::Refusal) -> Self {
+        use crate::store::Refusal;
+        let message = refusal.to_string();
+        match refusal {
+            Refusal::Limit(_) => Self::too_many(message),
+            Refusal::Budget(_) => Self::new(StatusCode::CONFLICT, "budget_exhausted", message),
+            Refusal::State { state, .. } => Self::run_state(*state, message),
+        }
+    }
+    /// 409 naming a run state that forbids the request.
+    pub fn run_state(state: crate::tasks::RunState, message: impl Into<String>) -> Self {
+        use crate::tasks::RunState;
+        let code = match state {
+            RunState::Paused => "run_paused",
+            RunState::Completed => "run_completed",
+            RunState::Cancelled => "run_cancelled",
+            RunState::Active => "conflict",
+        };
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+    /// 403: a request over its run's envelope, or a child's envelope or
+    /// budget wider than its parent's.
+    pub fn envelope_exceeded(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "envelope_exceeded", message)
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }

@@ -5,6 +5,7 @@ mod console;
 pub mod error;
 mod ops;
 mod reports;
+mod runs;
 mod views;
 
 use std::sync::Arc;
@@ -29,7 +30,15 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
     let mut app = Router::new()
         .route("/v1/health", get(views::health))
         .route("/v1/tools", get(views::tools))
-        .route("/v1/runs", post(ops::register_run))
+        .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
+        .route("/v1/runs/{run}", get(runs::get_run))
+        .route("/v1/runs/{run}/pause", post(runs::pause))
+        .route("/v1/runs/{run}/resume", post(runs::resume))
+        .route("/v1/runs/{run}/cancel", post(runs::cancel))
+        .route("/v1/runs/{run}/complete", post(runs::complete))
+        .route("/v1/runs/{run}/usage", post(runs::usage))
+        .route("/v1/runs/{run}/events", get(runs::events))
+        .route("/v1/runs/{run}/events/stream", get(runs::events_stream))
         .route("/v1/tools/run_command", post(ops::run_oneshot))
         .route("/v1/runs/{run}/tools/run_command", post(ops::run_command))
         .route(
@@ -118,14 +127,61 @@ pub fn parse_run_command(body: &[u8]) -> Result<ops::RunCommand, String> {
     serde_json::from_slice(body).map_err(|e| e.to_string())
 }
 
-/// Checks a run id from a path and that the caller may act on it.
-pub fn authorize_run(principal: &Principal, run_id: &str) -> ApiResult<()> {
-    sandbox::profile::validate_run_id(run_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+/// How far a run token reaches for an action (SPEC §14): its own run
+/// alone (run commands, drain and ack reports, notes, finish, complete,
+/// usage, children), or also its descendants (list, state, console,
+/// events, kill, pause, resume, cancel). The operator reaches every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Own,
+    Subtree,
+}
+
+/// Whether `principal` may act on `run_id` within `scope`.
+pub async fn may_act(
+    kernel: &Kernel,
+    principal: &Principal,
+    run_id: &str,
+    scope: Scope,
+) -> ApiResult<bool> {
     if principal.may_act_on(run_id) {
-        Ok(())
-    } else {
-        Err(ApiError::forbidden("this token acts on another run"))
+        return Ok(true);
     }
+    let Principal::Run(own) = principal else {
+        return Ok(false);
+    };
+    if scope == Scope::Own {
+        return Ok(false);
+    }
+    Ok(kernel
+        .run_meta(run_id)
+        .await?
+        .is_some_and(|meta| meta.chain.iter().any(|a| a == own)))
+}
+
+/// Checks a run id from a path and that the caller may act on it.
+pub async fn authorize_run(
+    kernel: &Kernel,
+    principal: &Principal,
+    run_id: &str,
+    scope: Scope,
+) -> ApiResult<()> {
+    sandbox::profile::validate_run_id(run_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if may_act(kernel, principal, run_id, scope).await? {
+        return Ok(());
+    }
+    let own_descendant = match principal {
+        Principal::Run(own) => kernel
+            .run_meta(run_id)
+            .await?
+            .is_some_and(|meta| meta.chain.contains(own)),
+        Principal::Operator => false,
+    };
+    Err(ApiError::forbidden(if own_descendant {
+        "a run token acts on its descendants' state, never on their reports, notes, commands or completion"
+    } else {
+        "this token acts on another run"
+    }))
 }
 
 pub fn require_operator(principal: &Principal) -> ApiResult<()> {
@@ -137,7 +193,8 @@ pub fn require_operator(principal: &Principal) -> ApiResult<()> {
     }
 }
 
-/// Loads an op the caller may see; another run's op is "not found".
+/// Loads an op the caller may see (its run's or a descendant's); any
+/// other run's op is "not found".
 pub async fn visible_op(
     kernel: &Kernel,
     principal: &Principal,
@@ -145,7 +202,7 @@ pub async fn visible_op(
 ) -> ApiResult<crate::store::Op> {
     sandbox::shim::validate_op_id(id).map_err(|e| ApiError::bad_request(e.to_string()))?;
     match kernel.store.get_op(id).await? {
-        Some(op) if principal.may_act_on(&op.run_id) => Ok(op),
+        Some(op) if may_act(kernel, principal, &op.run_id, Scope::Subtree).await? => Ok(op),
         _ => Err(ApiError::not_found(format!("no operation {id}"))),
     }
 }

@@ -6,36 +6,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{
-    authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body, Seg,
+    authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body, Scope, Seg,
 };
-use crate::auth::{new_token, token_sha256, Principal};
+use crate::auth::Principal;
 use crate::lifecycle::KillReason;
 use crate::store::{Admission, NewOp, Op, StartRequest};
 use crate::views::OpView;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterRun {
-    run_id: String,
-}
-
-pub async fn register_run(
-    State(k): State<AppState>,
-    principal: Principal,
-    Body(req): Body<RegisterRun>,
-) -> ApiResult<Json<Value>> {
-    require_operator(&principal)?;
-    sandbox::profile::validate_run_id(&req.run_id)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let token = new_token();
-    k.store
-        .register_run(&req.run_id, &token_sha256(&token))
-        .await?;
-    Ok(Json(json!({"run_id": req.run_id, "token": token})))
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,7 +33,7 @@ pub fn started_message(id: &str, timeout_sec: u64) -> String {
     )
 }
 
-fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
     };
@@ -69,7 +47,10 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
     Ok(Some(key.to_owned()))
 }
 
-fn validate(k: &AppState, req: &RunCommand) -> ApiResult<u64> {
+/// The command's timeout: the one asked for, or the default (never above
+/// the kernel's ceiling nor the run's envelope). A timeout above the
+/// kernel's ceiling is bad input; one above the envelope is refused.
+fn validate(k: &AppState, req: &RunCommand, envelope: &crate::tasks::Envelope) -> ApiResult<u64> {
     sandbox::shim::validate_command(&req.command)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let (default, max, var) = if req.background {
@@ -85,7 +66,8 @@ fn validate(k: &AppState, req: &RunCommand) -> ApiResult<u64> {
             "OPKERNEL_FG_MAX_SECONDS",
         )
     };
-    let timeout = req.timeout_sec.unwrap_or(default.min(max));
+    let ceiling = envelope.max_timeout_sec.unwrap_or(u64::MAX);
+    let timeout = req.timeout_sec.unwrap_or(default.min(max).min(ceiling));
     if timeout == 0 || timeout > max {
         let kind = if req.background {
             "background"
@@ -94,6 +76,11 @@ fn validate(k: &AppState, req: &RunCommand) -> ApiResult<u64> {
         };
         return Err(ApiError::bad_request(format!(
             "timeout_sec must be between 1 and {max} for a {kind} command (limit set by {var}), got {timeout}"
+        )));
+    }
+    if timeout > ceiling {
+        return Err(ApiError::envelope_exceeded(format!(
+            "timeout_sec {timeout} is over this run's envelope (max_timeout_sec {ceiling})"
         )));
     }
     Ok(timeout)
@@ -106,8 +93,17 @@ pub async fn run_command(
     headers: HeaderMap,
     Body(req): Body<RunCommand>,
 ) -> ApiResult<Json<OpView>> {
-    authorize_run(&principal, &run)?;
-    let timeout = validate(&k, &req)?;
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
+    // a run the operator acts on before registering it becomes a
+    // top-level run with the kernel's default envelope
+    let meta = match k.run_meta(&run).await? {
+        Some(meta) => meta,
+        None => {
+            let record = k.store.ensure_run(&run).await?;
+            k.remember_run(&record)
+        }
+    };
+    let timeout = validate(&k, &req, &meta.envelope)?;
     let key = idempotency_key(&headers)?;
     let start = StartRequest {
         scratch_key: sandbox::profile::scratch_key(&run),
@@ -117,17 +113,22 @@ pub async fn run_command(
         timeout_sec: timeout,
         idempotency_key: key,
     };
-    start_and_answer(&k, start).await
+    start_and_answer(&k, start, meta.envelope.max_live_ops).await
 }
 
 /// Inserts the op durably, hands it to its observer and answers: at once
 /// for a background op, at its end for a foreground one.
-async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<OpView>> {
+async fn start_and_answer(
+    k: &AppState,
+    start: StartRequest,
+    max_live_per_run: u64,
+) -> ApiResult<Json<OpView>> {
     let background = start.background;
-    // the limits are checked in the insert's transaction: an idempotent
-    // retry finds its op first, and concurrent starts cannot pass together
+    // the limits, the run's state and its budgets are checked in the
+    // insert's transaction: an idempotent retry finds its op first, and
+    // concurrent starts (or a start and a cancel) cannot pass together
     let limits = Admission {
-        max_live_per_run: k.config.max_live_ops_per_run,
+        max_live_per_run,
         max_live: k.config.max_live_ops,
     };
     let (op, fresh) = match k.store.insert_op(start, limits).await? {
@@ -138,7 +139,7 @@ async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<O
                 "Idempotency-Key was already used for operation {id} with a different request"
             )))
         }
-        NewOp::Refused(why) => return Err(ApiError::too_many(why)),
+        NewOp::Refused(why) => return Err(ApiError::refused(&why)),
     };
     if fresh {
         crate::observer::spawn_fresh(k, op.clone());
@@ -189,7 +190,7 @@ pub async fn run_oneshot(
             "background commands need a run: use /v1/runs/{run}/tools/run_command",
         ));
     }
-    let timeout = validate(&k, &req)?;
+    let timeout = validate(&k, &req, &k.config.default_envelope())?;
     let run = format!("oneshot-{}", uuid::Uuid::new_v4().simple());
     let start = StartRequest {
         scratch_key: sandbox::profile::scratch_key(&run),
@@ -199,7 +200,7 @@ pub async fn run_oneshot(
         timeout_sec: timeout,
         idempotency_key: None,
     };
-    let answer = start_and_answer(&k, start).await;
+    let answer = start_and_answer(&k, start, k.config.max_live_ops_per_run).await;
     k.remove_run_container(&run).await;
     answer
 }
@@ -216,7 +217,8 @@ pub async fn kill_operation(
     Seg(run): Seg<String>,
     Body(req): Body<KillOperation>,
 ) -> ApiResult<Json<OpView>> {
-    authorize_run(&principal, &run)?;
+    // an ancestor may kill a descendant's op (through the descendant's path)
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
     let op = visible_op(&k, &principal, &req.operation_id).await?;
     if op.run_id != run {
         return Err(ApiError::not_found(format!(

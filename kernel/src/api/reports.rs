@@ -7,7 +7,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Seg};
+use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
 use crate::auth::Principal;
 use crate::store::Report;
 use crate::views::{FinishView, OpView};
@@ -49,7 +49,7 @@ pub async fn report(
     Seg(run): Seg<String>,
     Params(q): Params<WaitQuery>,
 ) -> ApiResult<Json<Report>> {
-    authorize_run(&principal, &run)?;
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
     let wait = q.wait.unwrap_or(0);
     if wait > MAX_REPORT_WAIT_SEC {
         return Err(ApiError::bad_request(format!(
@@ -66,7 +66,7 @@ pub async fn ack(
     principal: Principal,
     Seg((run, report_id)): Seg<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    authorize_run(&principal, &run)?;
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
     if uuid::Uuid::parse_str(&report_id).is_err() {
         return Err(ApiError::bad_request("report id must be a uuid"));
     }
@@ -91,7 +91,7 @@ pub async fn note(
     Seg(run): Seg<String>,
     Body(note): Body<Note>,
 ) -> ApiResult<Json<Value>> {
-    authorize_run(&principal, &run)?;
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
     if note.text.trim().is_empty() || note.text.len() > MAX_NOTE_BYTES || note.text.contains('\0') {
         return Err(ApiError::bad_request(format!(
             "note text must be non-empty, without NUL bytes and at most {MAX_NOTE_BYTES} bytes"
@@ -113,7 +113,7 @@ pub async fn finish(
     principal: Principal,
     Seg(run): Seg<String>,
 ) -> ApiResult<Json<FinishView>> {
-    authorize_run(&principal, &run)?;
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
     let mut events = k.run_events(&run);
     let ops = loop {
         events.borrow_and_update();

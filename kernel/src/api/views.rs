@@ -34,13 +34,10 @@ pub async fn list_ops(
     let run = match (&principal, q.run) {
         (Principal::Operator, run) => run,
         (Principal::Run(own), None) => Some(own.clone()),
-        (Principal::Run(own), Some(run)) if *own == run => Some(run),
-        (Principal::Run(_), Some(_)) => {
-            return Err(ApiError::forbidden("this token acts on another run"))
-        }
+        (Principal::Run(_), Some(run)) => Some(run),
     };
     if let Some(run) = &run {
-        sandbox::profile::validate_run_id(run).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        super::authorize_run(&k, &principal, run, super::Scope::Subtree).await?;
     }
     let ops = k
         .store

@@ -25,14 +25,13 @@ impl ObserverAttempt {
             self.settle(outcome).await?;
             return Ok(false);
         }
-        let identity = match RunIdentity::new(&self.op.run_id, &k.config.profile) {
-            Ok(identity) => identity,
-            Err(e) => return self.fail(e.to_string()).await,
+        let Some((identity, profile)) = self.run_target().await? else {
+            return Ok(false);
         };
         // the reaper decides about this run's container only while no launch
         // holds the gate, and re-checks the control plane under it
         let _gate = k.launch_gate(&self.op.run_id).await;
-        let Some(container) = self.run_container(&identity).await? else {
+        let Some(container) = self.run_container(&identity, &profile).await? else {
             return Ok(false);
         };
         // only the winner of the claim may launch; the claim also records
@@ -60,7 +59,10 @@ impl ObserverAttempt {
                 return Ok(true);
             }
         }
-        if !self.launch_claimed(&identity, container.id).await? {
+        if !self
+            .launch_claimed(&identity, &profile, container.id)
+            .await?
+        {
             return Ok(false);
         }
         self.reload().await?;
@@ -108,6 +110,7 @@ impl ObserverAttempt {
     pub(super) async fn launch_claimed(
         &mut self,
         identity: &RunIdentity,
+        profile: &sandbox::Profile,
         mut container_id: String,
     ) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
@@ -131,7 +134,7 @@ impl ObserverAttempt {
                 LaunchVerdict::StaleContainer => {
                     k.forget_container(&container_id);
                     k.probes.forget(&container_id);
-                    let Some(fresh) = self.run_container(identity).await? else {
+                    let Some(fresh) = self.run_container(identity, profile).await? else {
                         return Ok(false);
                     };
                     container_id = fresh.id;
@@ -162,6 +165,22 @@ impl ObserverAttempt {
         };
         k.store.record_exec(&self.op.id, &launch_id).await?;
         Ok(k.backend.start_launch(&launch_id).await)
+    }
+
+    /// The op's run container identity and profile (its run's envelope
+    /// over the kernel's profile), or `None` after settling the op failed
+    /// (nothing ran: the run id cannot name a container).
+    pub(super) async fn run_target(
+        &self,
+    ) -> Result<Option<(RunIdentity, sandbox::Profile)>, ObserverError> {
+        let profile = self.kernel.run_profile(&self.op.run_id).await?;
+        match RunIdentity::new(&self.op.run_id, &profile) {
+            Ok(identity) => Ok(Some((identity, profile))),
+            Err(e) => {
+                self.fail(e.to_string()).await?;
+                Ok(None)
+            }
+        }
     }
 
     /// Reloads the row: true when the op is terminal, or was just settled
@@ -196,8 +215,9 @@ impl ObserverAttempt {
     async fn run_container(
         &self,
         identity: &RunIdentity,
+        profile: &sandbox::Profile,
     ) -> Result<Option<sandbox::ContainerInfo>, ObserverError> {
-        match self.kernel.ensure_container(identity).await {
+        match self.kernel.ensure_container(identity, profile).await {
             Ok(c) => Ok(Some(c)),
             Err(e) => {
                 self.fail(format!("run container unavailable: {e}")).await?;

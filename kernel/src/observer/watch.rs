@@ -312,22 +312,17 @@ impl ObserverAttempt {
         clock: &Clock,
     ) -> Result<bool, ObserverError> {
         let k = self.kernel.clone();
-        let identity = match sandbox::RunIdentity::new(&self.op.run_id, &k.config.profile) {
-            Ok(identity) => identity,
-            Err(e) => {
-                self.settle(Outcome::Failed {
-                    error: e.to_string(),
-                    killed: false,
-                })
-                .await?;
-                return Ok(false);
-            }
+        let Some((identity, profile)) = self.run_target().await? else {
+            return Ok(false);
         };
         let Some(container_id) = self.op.container_id.clone() else {
             return Err(ObserverError::Vanished(self.op.id.clone()));
         };
         let _gate = k.launch_gate(&self.op.run_id).await;
-        if !self.launch_claimed(&identity, container_id).await? {
+        if !self
+            .launch_claimed(&identity, &profile, container_id)
+            .await?
+        {
             return Ok(false);
         }
         self.reload().await?;

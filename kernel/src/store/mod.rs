@@ -2,6 +2,7 @@
 //! single authority on every op's lifecycle, its reports, notes and runs.
 //! Every call runs on the blocking pool, never on the async workers.
 
+mod journal;
 mod ops;
 mod reports;
 mod runs;
@@ -13,8 +14,10 @@ use rusqlite::Connection;
 
 use crate::sync::Lock;
 
+pub use journal::{Event, ModelUsage, UsageRecorded};
 pub use ops::{Admission, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
+pub use runs::{CreatedRun, NewRun, Refusal, RunChange, RunRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -34,11 +37,17 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../../migrations/0002_review_fixes.sql")),
     (3, include_str!("../../migrations/0003_usage.sql")),
     (4, include_str!("../../migrations/0004_launcher.sql")),
+    (5, include_str!("../../migrations/0005_runs_as_tasks.sql")),
 ];
 
 #[derive(Clone)]
 pub struct Store {
     conn: Arc<Lock<Connection>>,
+    /// The sequence number of the latest event inserted: a wake-up for
+    /// journal readers. It may name an event whose transaction then rolled
+    /// back (readers only re-read), and it is set before the writer's
+    /// commit, which readers wait for on the connection's lock.
+    journal: Arc<tokio::sync::watch::Sender<i64>>,
 }
 
 impl Store {
@@ -51,9 +60,24 @@ impl Store {
         // every hot statement stays parsed
         conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn)?;
+        let journal = Arc::new(tokio::sync::watch::channel(0).0);
+        let hook = journal.clone();
+        conn.update_hook(Some(
+            move |action: rusqlite::hooks::Action, _db: &str, table: &str, rowid: i64| {
+                if table == "events" && action == rusqlite::hooks::Action::SQLITE_INSERT {
+                    hook.send_replace(rowid);
+                }
+            },
+        ));
         Ok(Store {
             conn: Arc::new(Lock::new(conn)),
+            journal,
         })
+    }
+
+    /// Changes whenever an event may have been appended to any journal.
+    pub fn journal(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.journal.subscribe()
     }
 
     /// Runs `f` with the connection on the blocking pool.

@@ -170,8 +170,9 @@ pub enum NewOp {
     Existing(Op),
     /// The idempotency key was seen before with a different request.
     KeyConflict(String),
-    /// A live-op limit is reached: nothing was inserted.
-    Refused(String),
+    /// A live-op limit, the run's state or a budget forbids it: nothing
+    /// was inserted.
+    Refused(super::Refusal),
 }
 
 /// How an observer attempt begins, for the "failed attempts in a row" count.
@@ -233,6 +234,38 @@ fn admission_refusal(
     })
 }
 
+/// The event of an op's terminal write: `tool.completed` for a command
+/// that ended with a code (killed or not), `tool.failed` for every other end.
+fn settled_event(op: &Op) -> (&'static str, serde_json::Value) {
+    let seconds = |ms: Option<i64>| ms.map(|ms| ms.max(0) as f64 / 1000.0);
+    let op_seconds = seconds(op.started_at.zip(op.finished_at).map(|(s, f)| f - s));
+    let cpu_seconds = seconds(op.usage.map(|u| u.cpu_ms as i64));
+    match op.status {
+        Status::Completed => (
+            "tool.completed",
+            serde_json::json!({
+                "background": op.background,
+                "exit_code": op.exit_code,
+                "killed": op.killed,
+                "op_seconds": op_seconds,
+                "cpu_seconds": cpu_seconds,
+            }),
+        ),
+        status => (
+            "tool.failed",
+            serde_json::json!({
+                "background": op.background,
+                "status": status.as_str(),
+                "effect": op.effect,
+                "exit_code": op.exit_code,
+                "killed": op.killed,
+                "error": op.error,
+                "op_seconds": op_seconds,
+            }),
+        ),
+    }
+}
+
 fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"))?
@@ -261,17 +294,20 @@ impl Store {
                     return Ok(NewOp::Existing(op));
                 }
             }
-            if let Some(refusal) = admission_refusal(&tx, &req.run_id, limits)? {
-                return Ok(NewOp::Refused(refusal));
-            }
             let id = uuid::Uuid::new_v4().to_string();
             let now = now_ms();
+            super::runs::ensure_top_level(&tx, &req.run_id, now)?;
+            // the run's state and budgets are read in this transaction: a
+            // pause, cancel or usage fact commits before or after it, whole
+            if let Some(refusal) = super::runs::run_refusal(&tx, &req.run_id)? {
+                return Ok(NewOp::Refused(refusal));
+            }
+            if let Some(refusal) = admission_refusal(&tx, &req.run_id, limits)? {
+                return Ok(NewOp::Refused(super::Refusal::Limit(refusal)));
+            }
             // a new op reopens a finished run: its container is needed again
-            tx.prepare_cached(
-                "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) \
-                 ON CONFLICT (run_id) DO UPDATE SET finished_at = NULL",
-            )?
-            .execute(params![req.run_id, now])?;
+            tx.prepare_cached("UPDATE runs SET finished_at = NULL WHERE run_id = ?1 AND finished_at IS NOT NULL")?
+                .execute([&req.run_id])?;
             tx.prepare_cached(
                 "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
                  created_at, idempotency_key, request_sha256) VALUES (?1, ?2, ?3, ?4, ?5, 'starting', ?6, ?7, ?8, ?9)",
@@ -287,6 +323,17 @@ impl Store {
                     req.idempotency_key,
                     request_sha
                 ],
+            )?;
+            super::journal::append_event(
+                &tx,
+                &req.run_id,
+                "tool.started",
+                Some(&id),
+                serde_json::json!({
+                    "command": crate::report::bounded_argv(&req.command, crate::report::MAX_VIEW_ARGV_BYTES).0,
+                    "background": req.background,
+                    "timeout_sec": req.timeout_sec,
+                }),
             )?;
             let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
             tx.commit()?;
@@ -517,9 +564,12 @@ impl Store {
 
     /// The compare-and-set terminal write: only a non-terminal row changes.
     /// Returns whether this writer won.
+    /// A won write also appends the op's usage fact to the ledger and its
+    /// `tool.completed` or `tool.failed` event, in the same transaction.
     pub async fn settle(&self, id: &str, s: Settlement) -> StoreResult<bool> {
         let id = id.to_owned();
         self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let (exit_code, killed, effect, error) = match &s.outcome {
                 Outcome::Completed { exit_code, killed } => (Some(*exit_code), *killed, None, None),
                 Outcome::TimedOut { exit_code, killed } => {
@@ -528,14 +578,15 @@ impl Store {
                 Outcome::Lost { reason } => (None, false, Some(EFFECT_UNCERTAIN), Some(reason.clone())),
                 Outcome::Failed { error, killed } => (None, *killed, None, Some(error.clone())),
             };
-            let n = conn.execute(
+            let now = now_ms();
+            let n = tx.prepare_cached(
                 &format!(
                     "UPDATE ops SET status = ?2, exit_code = ?3, killed = ?4, effect = ?5, error = ?6, \
                      output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10, \
                      cpu_ms = ?11, max_rss_kb = ?12 \
                      WHERE id = ?1 AND status IN ({})",
                     live_sql()
-                ),
+                ))?.execute(
                 params![
                     id,
                     s.outcome.status().as_str(),
@@ -546,12 +597,22 @@ impl Store {
                     s.output_tail,
                     s.log.as_ref().map(|l| l.sha256.clone()),
                     s.log.as_ref().map(|l| l.size as i64),
-                    now_ms(),
+                    now,
                     s.usage.map(|u| u.cpu_ms as i64),
                     s.usage.map(|u| u.max_rss_kb as i64),
                 ],
             )?;
-            Ok(n == 1)
+            if n != 1 {
+                return Ok(false);
+            }
+            let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+            let wall = op.started_at.map(|start| now - start);
+            let cpu = op.usage.map(|u| u.cpu_ms as i64);
+            super::journal::record_op_usage(&tx, &op.run_id, &id, wall, cpu)?;
+            let (kind, data) = settled_event(&op);
+            super::journal::append_event(&tx, &op.run_id, kind, Some(&id), data)?;
+            tx.commit()?;
+            Ok(true)
         })
         .await
     }
@@ -663,7 +724,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match store.insert_op(req(Some("k2"), "true"), one).await.unwrap() {
-            NewOp::Refused(why) => assert!(why.contains("limit 1"), "{why}"),
+            NewOp::Refused(why) => assert!(why.to_string().contains("limit 1"), "{why}"),
             other => panic!("{other:?}"),
         }
         // concurrent starts cannot pass the limit together

@@ -128,6 +128,14 @@ fn within_bounds(
     (resolved, notes, more)
 }
 
+/// A report's text with its closing `Budget:` line when a budget applies.
+fn with_budget(text: String, run_id: &str, budget: &[crate::tasks::LimitUse]) -> String {
+    match crate::tasks::budget_line(run_id, budget) {
+        Some(line) => format!("{text}{line}\n"),
+        None => text,
+    }
+}
+
 fn unacked(conn: &Connection, run_id: &str) -> StoreResult<Option<Report>> {
     let body: Option<String> = conn
         .query_row(
@@ -194,10 +202,11 @@ impl Store {
             let items: Vec<ReportItem> = resolved.iter().map(ReportItem::from_op).collect();
             let running = running_items(&tx, &run_id)?;
             let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
+            let budget = super::runs::budget_status(&tx, &run_id)?;
             let report = Report {
                 report_id: Some(uuid::Uuid::new_v4().to_string()),
                 run_id: run_id.clone(),
-                text: render(&items, &running, &note_texts, more),
+                text: with_budget(render(&items, &running, &note_texts, more), &run_id, &budget),
                 resolved: items,
                 running,
                 notes: note_texts,
@@ -220,6 +229,17 @@ impl Store {
             for (id, _) in &notes {
                 tx.execute("UPDATE notes SET report_id = ?2 WHERE id = ?1", params![id, report.report_id])?;
             }
+            super::journal::append_event(
+                &tx,
+                &run_id,
+                "report.delivered",
+                None,
+                serde_json::json!({
+                    "report_id": report.report_id,
+                    "operation_ids": report.resolved.iter().map(|r| r.operation_id.clone()).collect::<Vec<_>>(),
+                    "notes": report.notes.len(),
+                }),
+            )?;
             tx.commit()?;
             Ok(Some(report))
         })
@@ -231,9 +251,10 @@ impl Store {
         let run_id = run_id.to_owned();
         self.call(move |conn| {
             let running = running_items(conn, &run_id)?;
+            let budget = super::runs::budget_status(conn, &run_id)?;
             Ok(Report {
                 report_id: None,
-                text: render(&[], &running, &[], 0),
+                text: with_budget(render(&[], &running, &[], 0), &run_id, &budget),
                 run_id,
                 resolved: Vec::new(),
                 running,
@@ -282,15 +303,19 @@ impl Store {
             if pending as u64 >= MAX_PENDING_NOTES {
                 return Ok(None);
             }
-            conn.execute(
-                "INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?1, ?2)",
-                params![run_id, now_ms()],
-            )?;
+            super::runs::ensure_top_level(&conn, &run_id, now_ms())?;
             conn.execute(
                 "INSERT INTO notes (run_id, text, created_at) VALUES (?1, ?2, ?3)",
                 params![run_id, text, now_ms()],
             )?;
             let id = conn.last_insert_rowid();
+            super::journal::append_event(
+                &conn,
+                &run_id,
+                "note.received",
+                None,
+                serde_json::json!({"note_id": id, "bytes": text.len()}),
+            )?;
             conn.commit()?;
             Ok(Some(id))
         })

@@ -1,19 +1,514 @@
-//! Registered runs and their tokens (stored as sha256, never in clear).
+//! Runs as durable tasks: run records (parent, chain, principal, state,
+//! envelope, budget), their tokens (stored as sha256, never in clear), the
+//! ancestry that makes "a run and its descendants" one lookup, the
+//! compare-and-set state transitions and the admission checks that read
+//! them inside the admitting transaction.
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde_json::json;
 
-use super::{now_ms, Store, StoreResult};
+use super::journal::{append_event, usage_over_subtree};
+use super::{now_ms, Store, StoreError, StoreResult};
+use crate::lifecycle::{live_sql, KillReason};
+use crate::tasks::{transition, Budget, Envelope, LimitUse, RunAction, RunState, Transition};
+
+/// A run as the control plane records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub parent_run_id: Option<String>,
+    /// Ancestor run ids, root first (empty for a top-level run).
+    pub chain: Vec<String>,
+    /// `operator`, or `run:<id>` of the run that created it.
+    pub principal: String,
+    pub state: RunState,
+    /// `None`: the kernel's default envelope (a run registered without one).
+    pub envelope: Option<Envelope>,
+    pub budget: Budget,
+    pub created_at: i64,
+    pub state_changed_at: Option<i64>,
+    pub summary: Option<String>,
+    pub decided_by: Option<String>,
+    pub finished_at: Option<i64>,
+}
+
+impl RunRecord {
+    pub fn depth(&self) -> usize {
+        self.chain.len()
+    }
+}
+
+const RUN_COLUMNS: &str = "run_id, parent_run_id, chain, principal, state, envelope, budget, \
+    created_at, state_changed_at, summary, decided_by, finished_at";
+
+fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let corrupt = |what: String| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
+    };
+    let chain: String = row.get("chain")?;
+    let state: String = row.get("state")?;
+    let envelope: String = row.get("envelope")?;
+    let budget: String = row.get("budget")?;
+    Ok(RunRecord {
+        run_id: row.get("run_id")?,
+        parent_run_id: row.get("parent_run_id")?,
+        chain: serde_json::from_str(&chain).map_err(|e| corrupt(format!("chain: {e}")))?,
+        principal: row.get("principal")?,
+        state: RunState::parse(&state).ok_or_else(|| corrupt(format!("run state {state}")))?,
+        envelope: if envelope == "{}" {
+            None
+        } else {
+            Some(serde_json::from_str(&envelope).map_err(|e| corrupt(format!("envelope: {e}")))?)
+        },
+        budget: serde_json::from_str(&budget).map_err(|e| corrupt(format!("budget: {e}")))?,
+        created_at: row.get("created_at")?,
+        state_changed_at: row.get("state_changed_at")?,
+        summary: row.get("summary")?,
+        decided_by: row.get("decided_by")?,
+        finished_at: row.get("finished_at")?,
+    })
+}
+
+pub(super) fn get_run(conn: &Connection, run_id: &str) -> StoreResult<Option<RunRecord>> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
+        .query_row([run_id], run_from_row)
+        .optional()?)
+}
+
+/// Records a top-level run with the kernel's default envelope unless the
+/// run exists (a run the operator acts on before registering it).
+pub(super) fn ensure_top_level(conn: &Connection, run_id: &str, now: i64) -> StoreResult<()> {
+    conn.prepare_cached("INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?1, ?2)")?
+        .execute(params![run_id, now])?;
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?1, 0)",
+    )?
+    .execute([run_id])?;
+    Ok(())
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> StoreResult<String> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// Why a run may not admit a new op or child run now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// A live-op limit is reached (429).
+    Limit(String),
+    /// The run or an ancestor is paused, completed or cancelled (409).
+    State { run_id: String, state: RunState },
+    /// A budget limit of the run or an ancestor is reached (409).
+    Budget(LimitUse),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Limit(m) => f.write_str(m),
+            Refusal::State { run_id, state } => write!(
+                f,
+                "run {run_id} is {}: {}",
+                state.as_str(),
+                match state {
+                    RunState::Paused => "nothing new is admitted until it is resumed",
+                    RunState::Completed => "it was completed; nothing new is admitted",
+                    _ => "it was cancelled; nothing new is admitted",
+                }
+            ),
+            Refusal::Budget(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The run and its ancestors (nearest first), as admission reads them.
+fn lineage(conn: &Connection, run_id: &str) -> StoreResult<Vec<(String, RunState, Budget)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT r.run_id, r.state, r.budget FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
+         WHERE a.run_id = ?1 ORDER BY a.distance",
+    )?;
+    let rows = stmt.query_map([run_id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, state, budget) = row?;
+        let state = RunState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
+        let budget: Budget = serde_json::from_str(&budget)
+            .map_err(|e| StoreError::Corrupt(format!("run {id} budget: {e}")))?;
+        out.push((id, state, budget));
+    }
+    Ok(out)
+}
+
+/// Whether the run may admit something new: it and every ancestor are
+/// active, and no budget on the way up is reached (each budget counts the
+/// ledger over its run's whole subtree, derived now).
+pub(super) fn run_refusal(conn: &Connection, run_id: &str) -> StoreResult<Option<Refusal>> {
+    let lineage = lineage(conn, run_id)?;
+    for (id, state, _) in &lineage {
+        if *state != RunState::Active {
+            return Ok(Some(Refusal::State {
+                run_id: id.clone(),
+                state: *state,
+            }));
+        }
+    }
+    for (id, _, budget) in &lineage {
+        if budget.is_empty() {
+            continue;
+        }
+        if let Some(mut e) = usage_over_subtree(conn, id)?.exhausted(budget) {
+            e.run_id = id.clone();
+            return Ok(Some(Refusal::Budget(e)));
+        }
+    }
+    Ok(None)
+}
+
+/// The tightest limit of each kind on the run's chain (its own budget
+/// included): what a child's budget may not exceed.
+pub(super) fn tightest_budget(conn: &Connection, run_id: &str) -> StoreResult<Budget> {
+    Ok(lineage(conn, run_id)?
+        .iter()
+        .fold(Budget::default(), |acc, (_, _, b)| acc.tightest(b)))
+}
+
+/// Per limit kind set anywhere on the run's chain, the one with the least
+/// left (the run's own or an ancestor's, over that run's subtree): what
+/// the run can still spend. Empty when no budget applies.
+pub(super) fn budget_status(conn: &Connection, run_id: &str) -> StoreResult<Vec<LimitUse>> {
+    let mut best: Vec<LimitUse> = Vec::new();
+    for (id, _, budget) in lineage(conn, run_id)? {
+        if budget.is_empty() {
+            continue;
+        }
+        let used = usage_over_subtree(conn, &id)?;
+        for (limit, used, max) in used.amounts(&budget) {
+            let left = max as f64 - used;
+            match best.iter_mut().find(|b| b.limit == limit) {
+                Some(b) if b.max as f64 - b.used <= left => {}
+                Some(b) => {
+                    *b = LimitUse {
+                        limit,
+                        used,
+                        max,
+                        run_id: id.clone(),
+                    };
+                }
+                None => best.push(LimitUse {
+                    limit,
+                    used,
+                    max,
+                    run_id: id.clone(),
+                }),
+            }
+        }
+    }
+    best.sort_by_key(|b| crate::tasks::LIMITS.iter().position(|l| *l == b.limit));
+    Ok(best)
+}
+
+/// A run to create.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub run_id: String,
+    pub parent: Option<String>,
+    pub envelope: Option<Envelope>,
+    pub budget: Budget,
+    pub token_sha256: String,
+}
+
+/// The result of creating a run.
+#[derive(Debug)]
+pub enum CreatedRun {
+    Created(RunRecord),
+    /// The run exists: nothing changed.
+    Exists(RunRecord),
+    /// The parent may not admit a child now.
+    Refused(Refusal),
+    /// The parent does not exist.
+    NoParent,
+}
+
+/// The outcome of a state change.
+#[derive(Debug)]
+pub enum RunChange {
+    /// Applied (or already so): the run as it is now, with the runs whose
+    /// state changed and the ops whose kill was requested (a cancel).
+    Done {
+        run: RunRecord,
+        changed: Vec<String>,
+        kills: Vec<String>,
+    },
+    /// Not allowed from the run's state.
+    Refused(RunState),
+    /// `complete` while ops of the run or its descendants are live.
+    LiveOps(u64),
+    NotFound,
+}
 
 impl Store {
+    /// Creates a run: top-level (operator) or a child of `parent`, with its
+    /// ancestry and, for a child, `run.child_created` in the parent's
+    /// journal, all in one transaction. The parent must be active and
+    /// within its budget. An existing run is left as it is.
+    pub async fn create_run(&self, new: NewRun) -> StoreResult<CreatedRun> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if let Some(existing) = get_run(&tx, &new.run_id)? {
+                return Ok(CreatedRun::Exists(existing));
+            }
+            let now = now_ms();
+            let (chain, principal) = match &new.parent {
+                None => (Vec::new(), "operator".to_owned()),
+                Some(parent) => {
+                    let Some(p) = get_run(&tx, parent)? else {
+                        return Ok(CreatedRun::NoParent);
+                    };
+                    if let Some(refusal) = run_refusal(&tx, parent)? {
+                        return Ok(CreatedRun::Refused(refusal));
+                    }
+                    let mut chain = p.chain.clone();
+                    chain.push(parent.clone());
+                    (chain, format!("run:{parent}"))
+                }
+            };
+            let envelope = match &new.envelope {
+                Some(e) => to_json(e)?,
+                None => "{}".to_owned(),
+            };
+            tx.execute(
+                "INSERT INTO runs (run_id, token_sha256, created_at, parent_run_id, chain, principal, \
+                 envelope, budget, state_changed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3)",
+                params![
+                    new.run_id,
+                    new.token_sha256,
+                    now,
+                    new.parent,
+                    to_json(&chain)?,
+                    principal,
+                    envelope,
+                    to_json(&new.budget)?
+                ],
+            )?;
+            let mut ancestry = tx.prepare_cached(
+                "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?2, ?3)",
+            )?;
+            ancestry.execute(params![new.run_id, new.run_id, 0])?;
+            for (i, ancestor) in chain.iter().rev().enumerate() {
+                ancestry.execute(params![new.run_id, ancestor, i as i64 + 1])?;
+            }
+            drop(ancestry);
+            if let Some(parent) = &new.parent {
+                append_event(
+                    &tx,
+                    parent,
+                    "run.child_created",
+                    None,
+                    json!({
+                        "child_run_id": new.run_id,
+                        "envelope": new.envelope,
+                        "budget": new.budget,
+                    }),
+                )?;
+            }
+            let run = get_run(&tx, &new.run_id)?
+                .ok_or_else(|| StoreError::Corrupt(new.run_id.clone()))?;
+            tx.commit()?;
+            Ok(CreatedRun::Created(run))
+        })
+        .await
+    }
+
+    /// Gives an existing run a new token (the old one stops working).
+    pub async fn rekey_run(&self, run_id: &str, token_sha256: &str) -> StoreResult<bool> {
+        let (run_id, token) = (run_id.to_owned(), token_sha256.to_owned());
+        self.call(move |conn| {
+            Ok(conn.execute(
+                "UPDATE runs SET token_sha256 = ?2 WHERE run_id = ?1",
+                params![run_id, token],
+            )? == 1)
+        })
+        .await
+    }
+
+    /// A run's record; `None` for an unknown run.
+    pub async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| get_run(conn, &run_id)).await
+    }
+
+    /// Records a top-level run with the kernel's defaults unless it exists,
+    /// and returns it.
+    pub async fn ensure_run(&self, run_id: &str) -> StoreResult<RunRecord> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            ensure_top_level(conn, &run_id, now_ms())?;
+            get_run(conn, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))
+        })
+        .await
+    }
+
+    /// The direct children of a run with their states, oldest first.
+    pub async fn children(&self, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT run_id, state FROM runs WHERE parent_run_id = ?1 ORDER BY created_at, run_id",
+            )?;
+            let rows = stmt.query_map([run_id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })?;
+            rows.map(|row| {
+                let (id, state) = row?;
+                let state = RunState::parse(&state)
+                    .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
+                Ok((id, state))
+            })
+            .collect()
+        })
+        .await
+    }
+
+    /// Runs with their live-op counts, oldest first: every run, or a run
+    /// and its descendants.
+    pub async fn list_runs(
+        &self,
+        root: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Vec<(RunRecord, u64)>> {
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT {cols}, (SELECT COUNT(*) FROM ops o WHERE o.run_id = runs.run_id \
+                 AND o.status IN ({live})) AS live FROM runs \
+                 WHERE ?1 IS NULL OR run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) \
+                 ORDER BY created_at, run_id LIMIT ?2",
+                cols = RUN_COLUMNS,
+                live = live_sql()
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt.query_map(params![root, limit], |r| {
+                Ok((run_from_row(r)?, r.get::<_, i64>("live")? as u64))
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// The tightest budget on a run's chain (see [`tightest_budget`]).
+    pub async fn tightest_budget(&self, run_id: &str) -> StoreResult<Budget> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| tightest_budget(conn, &run_id)).await
+    }
+
+    /// Whether `ancestor` is `run_id` or one of its ancestors.
+    pub async fn is_within(&self, run_id: &str, ancestor: &str) -> StoreResult<bool> {
+        let (run_id, ancestor) = (run_id.to_owned(), ancestor.to_owned());
+        self.call(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM run_ancestry WHERE run_id = ?1 AND ancestor_id = ?2)",
+                )?
+                .query_row(params![run_id, ancestor], |r| r.get(0))?)
+        })
+        .await
+    }
+
+    /// Why the run may not admit anything new now, if it may not.
+    pub async fn run_refusal(&self, run_id: &str) -> StoreResult<Option<Refusal>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| run_refusal(conn, &run_id)).await
+    }
+
+    /// Applies `action` to a run by compare-and-set, with its event, in one
+    /// transaction. `complete` is refused while ops of the run or its
+    /// descendants are live. `cancel` also cancels every descendant that is
+    /// not over and records a durable kill request for every live op of
+    /// the run and its descendants (their observers act on them, now or
+    /// after a restart).
+    pub async fn change_run(
+        &self,
+        run_id: &str,
+        action: RunAction,
+        by: &str,
+        summary: Option<String>,
+    ) -> StoreResult<RunChange> {
+        let (run_id, by) = (run_id.to_owned(), by.to_owned());
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(run) = get_run(&tx, &run_id)? else {
+                return Ok(RunChange::NotFound);
+            };
+            let mut changed = Vec::new();
+            let mut kills = Vec::new();
+            match transition(run.state, action) {
+                Transition::Refused(state) => return Ok(RunChange::Refused(state)),
+                Transition::Already => {}
+                Transition::Change { from, to } => {
+                    if action == RunAction::Complete {
+                        let live = live_in_subtree(&tx, &run_id)?;
+                        if live > 0 {
+                            return Ok(RunChange::LiveOps(live));
+                        }
+                    }
+                    let data = match &summary {
+                        Some(s) => json!({"by": by, "summary": s}),
+                        None => json!({"by": by}),
+                    };
+                    set_state(
+                        &tx,
+                        &run_id,
+                        from,
+                        to,
+                        action,
+                        &by,
+                        summary.as_deref(),
+                        data,
+                    )?;
+                    changed.push(run_id.clone());
+                }
+            }
+            if action == RunAction::Cancel {
+                // a repeated cancel re-checks the subtree: nothing may have
+                // been left out by an earlier one
+                for (id, state) in descendants(&tx, &run_id)? {
+                    if let Transition::Change { from, to } = transition(state, action) {
+                        let data = json!({"by": by, "cancelled_with": run_id});
+                        set_state(&tx, &id, from, to, action, &by, None, data)?;
+                        changed.push(id);
+                    }
+                }
+                kills = request_kills_in_subtree(&tx, &run_id)?;
+            }
+            let run = get_run(&tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))?;
+            tx.commit()?;
+            Ok(RunChange::Done {
+                run,
+                changed,
+                kills,
+            })
+        })
+        .await
+    }
+
     /// Registers a run (or re-keys it) with the hash of its new token.
     pub async fn register_run(&self, run_id: &str, token_sha256: &str) -> StoreResult<()> {
         let (run_id, token) = (run_id.to_owned(), token_sha256.to_owned());
         self.call(move |conn| {
-            conn.execute(
-                "INSERT INTO runs (run_id, token_sha256, created_at) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT (run_id) DO UPDATE SET token_sha256 = excluded.token_sha256",
-                params![run_id, token, now_ms()],
+            let tx = conn.transaction()?;
+            ensure_top_level(&tx, &run_id, now_ms())?;
+            tx.execute(
+                "UPDATE runs SET token_sha256 = ?2 WHERE run_id = ?1",
+                params![run_id, token],
             )?;
+            tx.commit()?;
             Ok(())
         })
         .await
@@ -24,11 +519,8 @@ impl Store {
         let token = token_sha256.to_owned();
         self.call(move |conn| {
             Ok(conn
-                .query_row(
-                    "SELECT run_id FROM runs WHERE token_sha256 = ?1",
-                    [token],
-                    |r| r.get(0),
-                )
+                .prepare_cached("SELECT run_id FROM runs WHERE token_sha256 = ?1")?
+                .query_row([token], |r| r.get(0))
                 .optional()?)
         })
         .await
@@ -106,4 +598,92 @@ impl Store {
         })
         .await
     }
+}
+
+/// Live ops of a run and its descendants.
+fn live_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<u64> {
+    let n: i64 = conn
+        .prepare_cached(&format!(
+            "SELECT COUNT(*) FROM ops WHERE status IN ({}) AND run_id IN \
+             (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
+            live_sql()
+        ))?
+        .query_row([run_id], |r| r.get(0))?;
+    Ok(n as u64)
+}
+
+/// Descendants of a run (not the run itself), nearest first.
+fn descendants(conn: &Connection, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT r.run_id, r.state FROM run_ancestry a JOIN runs r ON r.run_id = a.run_id \
+         WHERE a.ancestor_id = ?1 AND a.distance > 0 ORDER BY a.distance, r.created_at",
+    )?;
+    let rows = stmt.query_map([run_id], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+    })?;
+    rows.map(|row| {
+        let (id, state) = row?;
+        let state = RunState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
+        Ok((id, state))
+    })
+    .collect()
+}
+
+/// The compare-and-set write of a run's state, with its event.
+#[allow(clippy::too_many_arguments)]
+fn set_state(
+    conn: &Connection,
+    run_id: &str,
+    from: RunState,
+    to: RunState,
+    action: RunAction,
+    by: &str,
+    summary: Option<&str>,
+    data: serde_json::Value,
+) -> StoreResult<()> {
+    let decided = to.is_final();
+    let n = conn
+        .prepare_cached(
+            "UPDATE runs SET state = ?3, state_changed_at = ?4, \
+             summary = COALESCE(?5, summary), decided_by = CASE WHEN ?6 THEN ?7 ELSE decided_by END \
+             WHERE run_id = ?1 AND state = ?2",
+        )?
+        .execute(params![
+            run_id,
+            from.as_str(),
+            to.as_str(),
+            now_ms(),
+            summary,
+            decided,
+            by
+        ])?;
+    if n != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "run {run_id} left {} inside its own transaction",
+            from.as_str()
+        )));
+    }
+    append_event(conn, run_id, action.event(), None, data)?;
+    Ok(())
+}
+
+/// Records a kill request on every live op of a run and its descendants
+/// that has none yet; returns every live op of the subtree (each needs its
+/// observer to act).
+fn request_kills_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<Vec<String>> {
+    conn.prepare_cached(&format!(
+        "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
+         WHERE kill_requested_at IS NULL AND status IN ({live}) AND run_id IN \
+         (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
+        live = live_sql()
+    ))?
+    .execute(params![run_id, now_ms(), KillReason::Cancel.as_str()])?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id FROM ops WHERE status IN ({live}) AND run_id IN \
+         (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) ORDER BY created_at",
+        live = live_sql()
+    ))?;
+    let rows = stmt.query_map([run_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }

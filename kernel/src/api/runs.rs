@@ -1,0 +1,543 @@
+//! Runs as durable tasks (SPEC §14): creating runs and child runs, their
+//! state, the state changes, model usage, and the run's trace (events by
+//! long poll and SSE).
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::Json;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
+use crate::auth::{new_token, token_sha256, Principal};
+use crate::store::{CreatedRun, Event, ModelUsage, NewRun, RunChange, RunRecord, UsageRecorded};
+use crate::tasks::{Budget, EnvelopeError, EnvelopeRequest, RunAction, RunState, MAX_AMOUNT};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRun {
+    run_id: String,
+    envelope: Option<EnvelopeRequest>,
+    budget: Option<Budget>,
+}
+
+fn envelope_error(e: EnvelopeError) -> ApiError {
+    match e {
+        EnvelopeError::Invalid(m) => ApiError::bad_request(m),
+        wider @ EnvelopeError::Wider { .. } => ApiError::envelope_exceeded(format!(
+            "the child's {wider}: a child run may only narrow its parent's envelope and budget"
+        )),
+    }
+}
+
+fn who(principal: &Principal) -> String {
+    match principal {
+        Principal::Operator => "operator".to_owned(),
+        Principal::Run(run) => format!("run:{run}"),
+    }
+}
+
+/// `POST /v1/runs`: the operator registers a top-level run (or re-keys
+/// one); a run token creates a child of its own run, whose envelope and
+/// budget may only narrow the parent's. Parent, chain and principal come
+/// from the token, never from the body.
+pub async fn create_run(
+    State(k): State<AppState>,
+    principal: Principal,
+    Body(req): Body<CreateRun>,
+) -> ApiResult<Json<Value>> {
+    sandbox::profile::validate_run_id(&req.run_id)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let budget = req.budget.unwrap_or_default();
+    budget.validate().map_err(envelope_error)?;
+    let (parent, envelope) = match &principal {
+        Principal::Operator => {
+            let envelope = req
+                .envelope
+                .as_ref()
+                .map(|e| e.resolve_top_level(&k.config.default_envelope()))
+                .transpose()
+                .map_err(envelope_error)?;
+            (None, envelope)
+        }
+        Principal::Run(parent) => {
+            let meta = k
+                .run_meta(parent)
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("no run {parent}")))?;
+            if meta.chain.len() + 1 > k.config.max_depth {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::FORBIDDEN,
+                    "depth_exceeded",
+                    format!(
+                        "run {parent} is at depth {} and children may be at most {} deep (OPKERNEL_MAX_DEPTH)",
+                        meta.chain.len(),
+                        k.config.max_depth
+                    ),
+                ));
+            }
+            let envelope = req
+                .envelope
+                .clone()
+                .unwrap_or_default()
+                .narrow(&meta.envelope)
+                .map_err(envelope_error)?;
+            budget
+                .narrow(&k.store.tightest_budget(parent).await?)
+                .map_err(envelope_error)?;
+            (Some(parent.clone()), Some(envelope))
+        }
+    };
+    let token = new_token();
+    let created = k
+        .store
+        .create_run(NewRun {
+            run_id: req.run_id.clone(),
+            parent: parent.clone(),
+            envelope: envelope.clone(),
+            budget,
+            token_sha256: token_sha256(&token),
+        })
+        .await?;
+    let record = match created {
+        CreatedRun::Created(record) => record,
+        CreatedRun::Exists(record) => {
+            // a retry of the same creation gets a fresh token (the first
+            // answer may never have arrived); anything else is a conflict
+            let retry = match &parent {
+                // the operator re-keys any run; what it restates must match
+                None => {
+                    (req.envelope.is_none() || record.envelope == envelope)
+                        && (req.budget.is_none() || record.budget == budget)
+                }
+                Some(_) => {
+                    record.parent_run_id == parent
+                        && record.envelope == envelope
+                        && record.budget == budget
+                }
+            };
+            if !retry {
+                return Err(ApiError::conflict(format!(
+                    "run {} already exists with another parent, envelope or budget",
+                    req.run_id
+                )));
+            }
+            k.store
+                .rekey_run(&record.run_id, &token_sha256(&token))
+                .await?;
+            record
+        }
+        CreatedRun::Refused(refusal) => return Err(ApiError::refused(&refusal)),
+        CreatedRun::NoParent => return Err(ApiError::not_found("the token's run is gone")),
+    };
+    let meta = k.remember_run(&record);
+    Ok(Json(json!({
+        "run_id": record.run_id,
+        "token": token,
+        "parent_run_id": record.parent_run_id,
+        "chain": record.chain,
+        "state": record.state,
+        "envelope": meta.envelope,
+        "budget": record.budget,
+    })))
+}
+
+/// A run as `GET /v1/runs/{run}` shows it.
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub run_id: String,
+    pub state: RunState,
+    pub parent_run_id: Option<String>,
+    pub chain: Vec<String>,
+    pub principal: String,
+    pub children: Vec<Value>,
+    pub envelope: crate::tasks::Envelope,
+    pub budget: Budget,
+    /// Over the run and its descendants, keyed by the limit names.
+    pub used: Value,
+    /// Of the run's own budget limits, derived from the ledger now.
+    pub remaining: Value,
+    pub created_at: i64,
+    pub state_changed_at: Option<i64>,
+    pub summary: Option<String>,
+    pub decided_by: Option<String>,
+}
+
+async fn run_view(k: &AppState, record: RunRecord) -> ApiResult<RunView> {
+    let meta = k.remember_run(&record);
+    let used = k.store.usage_over_subtree(&record.run_id).await?;
+    let children = k
+        .store
+        .children(&record.run_id)
+        .await?
+        .into_iter()
+        .map(|(id, state)| json!({"run_id": id, "state": state}))
+        .collect();
+    Ok(RunView {
+        state: record.state,
+        parent_run_id: record.parent_run_id,
+        chain: record.chain,
+        principal: record.principal,
+        children,
+        envelope: meta.envelope.clone(),
+        used: used.to_json(),
+        remaining: used.remaining(&record.budget),
+        budget: record.budget,
+        created_at: record.created_at,
+        state_changed_at: record.state_changed_at,
+        summary: record.summary,
+        decided_by: record.decided_by,
+        run_id: record.run_id,
+    })
+}
+
+async fn load_run(k: &AppState, run: &str) -> ApiResult<RunRecord> {
+    k.store
+        .get_run(run)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no run {run}")))
+}
+
+pub async fn get_run(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+) -> ApiResult<Json<RunView>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    let record = load_run(&k, &run).await?;
+    Ok(Json(run_view(&k, record).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListRunsQuery {
+    limit: Option<u32>,
+}
+
+/// Every run (operator) or the token's run and its descendants, oldest
+/// first, each with its parent, state and live-op count.
+pub async fn list_runs(
+    State(k): State<AppState>,
+    principal: Principal,
+    Params(q): Params<ListRunsQuery>,
+) -> ApiResult<Json<Value>> {
+    let root = match &principal {
+        Principal::Operator => None,
+        Principal::Run(own) => Some(own.clone()),
+    };
+    let runs = k
+        .store
+        .list_runs(root, q.limit.unwrap_or(1000).min(10_000))
+        .await?;
+    let runs: Vec<Value> = runs
+        .into_iter()
+        .map(|(r, live)| {
+            json!({
+                "run_id": r.run_id,
+                "parent_run_id": r.parent_run_id,
+                "depth": r.chain.len(),
+                "state": r.state,
+                "live_ops": live,
+                "budget": r.budget,
+                "created_at": r.created_at,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "runs": runs })))
+}
+
+/// Applies a state change and answers with the run as it is now.
+async fn change(
+    k: AppState,
+    principal: Principal,
+    run: String,
+    action: RunAction,
+    scope: Scope,
+    summary: Option<String>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&k, &principal, &run, scope).await?;
+    let change = k
+        .store
+        .change_run(&run, action, &who(&principal), summary)
+        .await?;
+    let (record, changed, kills) = match change {
+        RunChange::Done {
+            run,
+            changed,
+            kills,
+        } => (run, changed, kills),
+        RunChange::NotFound => return Err(ApiError::not_found(format!("no run {run}"))),
+        RunChange::Refused(state) => {
+            return Err(ApiError::run_state(
+                state,
+                format!(
+                    "run {run} is {}: it cannot {} any more",
+                    state.as_str(),
+                    action.as_str()
+                ),
+            ))
+        }
+        RunChange::LiveOps(n) => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "ops_live",
+                format!(
+                    "{n} operations of run {run} or its descendants are still live: \
+                     wait for their results or kill them, then complete the run"
+                ),
+            ))
+        }
+    };
+    // the kill requests are durable; observers act on them now (or the
+    // next kernel does, after a restart)
+    for id in &kills {
+        crate::observer::spawn(&k, id.clone());
+        k.poke_kill(id);
+    }
+    for id in &changed {
+        k.bump_run(id);
+    }
+    let view = run_view(&k, record).await?;
+    Ok(Json(json!({
+        "run": view,
+        "changed": changed,
+        "kill_requested": kills,
+    })))
+}
+
+pub async fn pause(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+) -> ApiResult<Json<Value>> {
+    change(k, principal, run, RunAction::Pause, Scope::Subtree, None).await
+}
+
+pub async fn resume(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+) -> ApiResult<Json<Value>> {
+    change(k, principal, run, RunAction::Resume, Scope::Subtree, None).await
+}
+
+pub async fn cancel(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+) -> ApiResult<Json<Value>> {
+    change(k, principal, run, RunAction::Cancel, Scope::Subtree, None).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Complete {
+    summary: String,
+}
+
+/// Bytes of a completion summary.
+const MAX_SUMMARY_BYTES: usize = 16 * 1024;
+
+/// `complete` is an explicit decision of the run itself (or the operator):
+/// silence or an idle run never completes it.
+pub async fn complete(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Body(req): Body<Complete>,
+) -> ApiResult<Json<Value>> {
+    if req.summary.trim().is_empty()
+        || req.summary.len() > MAX_SUMMARY_BYTES
+        || req.summary.contains('\0')
+    {
+        return Err(ApiError::bad_request(format!(
+            "summary must be non-empty, without NUL bytes and at most {MAX_SUMMARY_BYTES} bytes"
+        )));
+    }
+    change(
+        k,
+        principal,
+        run,
+        RunAction::Complete,
+        Scope::Own,
+        Some(req.summary),
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRequest {
+    model: String,
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cost_micros: u64,
+}
+
+/// `POST /v1/runs/{run}/usage`: the agent runtime's model usage, one
+/// append-only ledger fact (a retry under the same `Idempotency-Key`
+/// records nothing more).
+pub async fn usage(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    headers: HeaderMap,
+    Body(req): Body<UsageRequest>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
+    let model_ok = !req.model.trim().is_empty()
+        && req.model.len() <= 128
+        && !req.model.chars().any(char::is_control);
+    if !model_ok {
+        return Err(ApiError::bad_request(
+            "model must be 1-128 characters without control characters",
+        ));
+    }
+    for (name, v) in [
+        ("input_tokens", req.input_tokens),
+        ("output_tokens", req.output_tokens),
+        ("cost_micros", req.cost_micros),
+    ] {
+        if v > MAX_AMOUNT {
+            return Err(ApiError::bad_request(format!(
+                "{name} must be at most {MAX_AMOUNT}"
+            )));
+        }
+    }
+    let record = load_run(&k, &run).await?;
+    let key = super::ops::idempotency_key(&headers)?;
+    let usage = ModelUsage {
+        model: req.model,
+        input_tokens: req.input_tokens,
+        output_tokens: req.output_tokens,
+        cost_micros: req.cost_micros,
+    };
+    let (seq, recorded) = match k.store.record_model_usage(&run, usage, key).await? {
+        UsageRecorded::Recorded(seq) => (seq, true),
+        UsageRecorded::Existing(seq) => (seq, false),
+        UsageRecorded::KeyConflict => {
+            return Err(ApiError::conflict(
+                "Idempotency-Key was already used for different usage of this run",
+            ))
+        }
+    };
+    let used = k.store.usage_over_subtree(&run).await?;
+    Ok(Json(json!({
+        "run_id": run,
+        "seq": seq,
+        "recorded": recorded,
+        "used": used.to_json(),
+        "remaining": used.remaining(&record.budget),
+    })))
+}
+
+/// Longest an events call may wait.
+pub const MAX_EVENTS_WAIT_SEC: u64 = 300;
+/// Events in one answer (and one SSE batch).
+const EVENTS_PAGE: u32 = 500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(default)]
+    after: i64,
+    #[serde(default)]
+    wait: u64,
+    limit: Option<u32>,
+}
+
+/// `GET /v1/runs/{run}/events?after=SEQ&wait=SEC`: the run's events after
+/// `after`, waiting up to `wait` seconds for the first one.
+pub async fn events(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Params(q): Params<EventsQuery>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    load_run(&k, &run).await?;
+    if q.wait > MAX_EVENTS_WAIT_SEC {
+        return Err(ApiError::bad_request(format!(
+            "wait must be at most {MAX_EVENTS_WAIT_SEC} s"
+        )));
+    }
+    let limit = q.limit.unwrap_or(EVENTS_PAGE).clamp(1, EVENTS_PAGE);
+    let deadline = Instant::now() + Duration::from_secs(q.wait);
+    let mut journal = k.store.journal();
+    let events = loop {
+        journal.borrow_and_update();
+        let events = k.store.events_after(&run, q.after, limit).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !events.is_empty() || left.is_zero() {
+            break events;
+        }
+        // the safety-net period bounds a missed wake-up
+        let _ = tokio::time::timeout(left.min(Duration::from_secs(5)), journal.changed()).await;
+    };
+    let next_after = events.last().map_or(q.after, |e| e.seq);
+    Ok(Json(json!({
+        "run_id": run,
+        "events": events,
+        "next_after": next_after,
+    })))
+}
+
+/// `GET /v1/runs/{run}/events/stream`: the run's events over SSE from
+/// `after` (or `Last-Event-ID`), live; each SSE event's id is its `seq`.
+pub async fn events_stream(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Params(q): Params<EventsQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    load_run(&k, &run).await?;
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(q.after);
+    let journal = k.store.journal();
+    let state = (
+        k,
+        run,
+        after,
+        journal,
+        std::collections::VecDeque::<Event>::new(),
+    );
+    let stream = futures::stream::unfold(
+        state,
+        |(k, run, mut after, mut journal, mut queue)| async move {
+            loop {
+                if let Some(event) = queue.pop_front() {
+                    after = event.seq;
+                    let data = serde_json::to_string(&event).unwrap_or_default();
+                    let sse = SseEvent::default().id(event.seq.to_string()).data(data);
+                    return Some((Ok(sse), (k, run, after, journal, queue)));
+                }
+                journal.borrow_and_update();
+                match k.store.events_after(&run, after, EVENTS_PAGE).await {
+                    Ok(events) if !events.is_empty() => queue.extend(events),
+                    Ok(_) => {
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(5), journal.changed()).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%e, %run, "events stream ends: control plane error");
+                        return None;
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}

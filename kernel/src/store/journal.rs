@@ -1,0 +1,212 @@
+//! The two append-only records of a run: the events journal (its trace)
+//! and the usage ledger (what budgets are derived from). Both are written
+//! only inside the transaction of the change they record, so an event never
+//! describes a change that did not commit and no committed change lacks it.
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::{now_ms, Store, StoreError, StoreResult};
+use crate::tasks::Used;
+
+/// One event of a run's trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub seq: i64,
+    pub at: i64,
+    pub kind: String,
+    pub operation_id: Option<String>,
+    pub data: Value,
+}
+
+/// Appends an event to a run's journal (inside the caller's transaction).
+pub(super) fn append_event(
+    conn: &Connection,
+    run_id: &str,
+    kind: &str,
+    operation_id: Option<&str>,
+    data: Value,
+) -> StoreResult<i64> {
+    conn.prepare_cached(
+        "INSERT INTO events (run_id, at, kind, operation_id, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        run_id,
+        now_ms(),
+        kind,
+        operation_id,
+        data.to_string()
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// The ledger's totals over a run and all its descendants.
+pub(super) fn usage_over_subtree(conn: &Connection, run_id: &str) -> StoreResult<Used> {
+    let row: (i64, i64, i64, i64) = conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(op_ms), 0), COALESCE(SUM(cpu_ms), 0), \
+             COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_micros), 0) \
+             FROM usage WHERE run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
+        )?
+        .query_row([run_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
+    Ok(Used {
+        op_ms: row.0.max(0) as u64,
+        cpu_ms: row.1.max(0) as u64,
+        tokens: row.2.max(0) as u64,
+        cost_micros: row.3.max(0) as u64,
+    })
+}
+
+/// The ledger fact of a settled op: its wall time from its recorded start
+/// to its end, and its CPU time when the shim measured it (never made up).
+/// Nothing for an op that never started. At most one per op.
+pub(super) fn record_op_usage(
+    conn: &Connection,
+    run_id: &str,
+    op_id: &str,
+    wall_ms: Option<i64>,
+    cpu_ms: Option<i64>,
+) -> StoreResult<()> {
+    let Some(wall) = wall_ms else {
+        return Ok(());
+    };
+    conn.prepare_cached(
+        "INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) \
+         VALUES (?1, ?2, 'op', ?3, ?4, ?5)",
+    )?
+    .execute(params![run_id, now_ms(), op_id, wall.max(0), cpu_ms])?;
+    Ok(())
+}
+
+/// Model usage reported by the agent runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelUsage {
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_micros: u64,
+}
+
+/// The result of recording model usage.
+#[derive(Debug, PartialEq, Eq)]
+pub enum UsageRecorded {
+    /// A new fact, with its ledger sequence number.
+    Recorded(i64),
+    /// A retry under the same idempotency key: the fact it recorded.
+    Existing(i64),
+    /// The idempotency key was used for a different fact.
+    KeyConflict,
+}
+
+impl Store {
+    /// Appends a model-usage fact and its `usage.recorded` event.
+    pub async fn record_model_usage(
+        &self,
+        run_id: &str,
+        usage: ModelUsage,
+        idempotency_key: Option<String>,
+    ) -> StoreResult<UsageRecorded> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let sha = hex::encode(Sha256::digest(
+                serde_json::to_vec(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            ));
+            if let Some(key) = &idempotency_key {
+                let seen: Option<(i64, Option<String>)> = tx
+                    .query_row(
+                        "SELECT seq, request_sha256 FROM usage WHERE run_id = ?1 AND idempotency_key = ?2",
+                        params![run_id, key],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()?;
+                if let Some((seq, seen_sha)) = seen {
+                    return Ok(if seen_sha.as_deref() == Some(sha.as_str()) {
+                        UsageRecorded::Existing(seq)
+                    } else {
+                        UsageRecorded::KeyConflict
+                    });
+                }
+            }
+            tx.execute(
+                "INSERT INTO usage (run_id, at, source, model, input_tokens, output_tokens, cost_micros, \
+                 idempotency_key, request_sha256) VALUES (?1, ?2, 'model', ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    run_id,
+                    now_ms(),
+                    usage.model,
+                    usage.input_tokens as i64,
+                    usage.output_tokens as i64,
+                    usage.cost_micros as i64,
+                    idempotency_key,
+                    sha
+                ],
+            )?;
+            let seq = tx.last_insert_rowid();
+            append_event(
+                &tx,
+                &run_id,
+                "usage.recorded",
+                None,
+                json!({
+                    "model": usage.model,
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                    "cost_micros": usage.cost_micros,
+                }),
+            )?;
+            tx.commit()?;
+            Ok(UsageRecorded::Recorded(seq))
+        })
+        .await
+    }
+
+    /// The ledger's totals over a run and its descendants, derived now.
+    pub async fn usage_over_subtree(&self, run_id: &str) -> StoreResult<Used> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| usage_over_subtree(conn, &run_id))
+            .await
+    }
+
+    /// Events of a run after `after`, oldest first, at most `limit`.
+    pub async fn events_after(
+        &self,
+        run_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<Event>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, at, kind, operation_id, data FROM events \
+                 WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt.query_map(params![run_id, after, limit], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })?;
+            rows.map(|row| {
+                let (seq, at, kind, operation_id, data) = row?;
+                Ok(Event {
+                    seq,
+                    at,
+                    kind,
+                    operation_id,
+                    data: serde_json::from_str(&data)
+                        .map_err(|e| StoreError::Corrupt(format!("event {seq}: {e}")))?,
+                })
+            })
+            .collect()
+        })
+        .await
+    }
+}

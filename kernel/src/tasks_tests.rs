@@ -1,0 +1,290 @@
+use super::*;
+
+fn parent() -> Envelope {
+    Envelope {
+        max_timeout_sec: Some(600),
+        memory_bytes: 1 << 30,
+        cpus: 1.5,
+        pids_limit: 256,
+        network: "bridge".into(),
+        max_live_ops: 32,
+        approval: ApprovalRules {
+            patterns: vec!["^rm ".into()],
+            all: false,
+            timeout_sec: None,
+            on_timeout: None,
+        },
+    }
+}
+
+#[test]
+fn the_transition_table() {
+    use RunAction as A;
+    use RunState as S;
+    let change = |from, to| Transition::Change { from, to };
+    let table = [
+        (S::Active, A::Pause, change(S::Active, S::Paused)),
+        (S::Active, A::Resume, Transition::Already),
+        (S::Active, A::Complete, change(S::Active, S::Completed)),
+        (S::Active, A::Cancel, change(S::Active, S::Cancelled)),
+        (S::Paused, A::Pause, Transition::Already),
+        (S::Paused, A::Resume, change(S::Paused, S::Active)),
+        (S::Paused, A::Complete, change(S::Paused, S::Completed)),
+        (S::Paused, A::Cancel, change(S::Paused, S::Cancelled)),
+        (S::Completed, A::Pause, Transition::Refused(S::Completed)),
+        (S::Completed, A::Resume, Transition::Refused(S::Completed)),
+        (S::Completed, A::Complete, Transition::Already),
+        (S::Completed, A::Cancel, Transition::Refused(S::Completed)),
+        (S::Cancelled, A::Pause, Transition::Refused(S::Cancelled)),
+        (S::Cancelled, A::Resume, Transition::Refused(S::Cancelled)),
+        (S::Cancelled, A::Complete, Transition::Refused(S::Cancelled)),
+        (S::Cancelled, A::Cancel, Transition::Already),
+    ];
+    for (state, action, want) in table {
+        assert_eq!(transition(state, action), want, "{state:?} {action:?}");
+    }
+    // final states are absorbing: nothing leads out of them
+    for s in RunState::ALL.into_iter().filter(|s| s.is_final()) {
+        for a in [A::Pause, A::Resume, A::Complete, A::Cancel] {
+            assert!(!matches!(transition(s, a), Transition::Change { .. }));
+        }
+    }
+    for s in RunState::ALL {
+        assert_eq!(RunState::parse(s.as_str()), Some(s));
+    }
+}
+
+#[test]
+fn a_child_may_narrow_every_field() {
+    let req = EnvelopeRequest {
+        max_timeout_sec: Some(60),
+        memory_bytes: Some(256 << 20),
+        cpus: Some(0.5),
+        pids_limit: Some(64),
+        network: Some("none".into()),
+        max_live_ops: Some(4),
+        approval: Some(ApprovalRules {
+            patterns: vec!["^git push".into()],
+            all: false,
+            timeout_sec: Some(30),
+            on_timeout: Some(OnTimeout::Deny),
+        }),
+    };
+    let env = req.narrow(&parent()).unwrap();
+    assert_eq!(env.max_timeout_sec, Some(60));
+    assert_eq!(env.memory_bytes, 256 << 20);
+    assert_eq!(env.cpus, 0.5);
+    assert_eq!(env.pids_limit, 64);
+    assert_eq!(env.network, "none");
+    assert_eq!(env.max_live_ops, 4);
+    // rules are added to the parent's, never replace them
+    assert_eq!(env.approval.patterns, vec!["^rm ", "^git push"]);
+    assert_eq!(env.approval.on_timeout, Some(OnTimeout::Deny));
+    // nothing asked: the parent's envelope as is
+    assert_eq!(
+        EnvelopeRequest::default().narrow(&parent()).unwrap(),
+        parent()
+    );
+}
+
+#[test]
+fn every_widening_is_refused_naming_its_field() {
+    let cases: Vec<(&str, EnvelopeRequest)> = vec![
+        (
+            "max_timeout_sec",
+            EnvelopeRequest {
+                max_timeout_sec: Some(601),
+                ..Default::default()
+            },
+        ),
+        (
+            "memory_bytes",
+            EnvelopeRequest {
+                memory_bytes: Some((1 << 30) + 1),
+                ..Default::default()
+            },
+        ),
+        (
+            "cpus",
+            EnvelopeRequest {
+                cpus: Some(1.6),
+                ..Default::default()
+            },
+        ),
+        (
+            "pids_limit",
+            EnvelopeRequest {
+                pids_limit: Some(257),
+                ..Default::default()
+            },
+        ),
+        (
+            "network",
+            EnvelopeRequest {
+                network: Some("host".into()),
+                ..Default::default()
+            },
+        ),
+        (
+            "max_live_ops",
+            EnvelopeRequest {
+                max_live_ops: Some(33),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (field, req) in cases {
+        match req.narrow(&parent()) {
+            Err(EnvelopeError::Wider { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+    // a parent without a timeout ceiling leaves any timeout narrower
+    let open = Envelope {
+        max_timeout_sec: None,
+        ..parent()
+    };
+    assert!(EnvelopeRequest {
+        max_timeout_sec: Some(10_000),
+        ..Default::default()
+    }
+    .narrow(&open)
+    .is_ok());
+    // a parent without a network: the child cannot get one
+    let closed = Envelope {
+        network: "none".into(),
+        ..parent()
+    };
+    assert!(matches!(
+        EnvelopeRequest {
+            network: Some("bridge".into()),
+            ..Default::default()
+        }
+        .narrow(&closed),
+        Err(EnvelopeError::Wider {
+            field: "network",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn budgets_only_narrow_against_the_tightest_on_the_chain() {
+    let parent = Budget {
+        tokens: Some(1000),
+        ..Default::default()
+    };
+    let grandparent = Budget {
+        op_seconds: Some(60),
+        tokens: Some(5000),
+        ..Default::default()
+    };
+    let tightest = parent.tightest(&grandparent);
+    assert_eq!(tightest.tokens, Some(1000));
+    assert_eq!(tightest.op_seconds, Some(60));
+    let ok = Budget {
+        tokens: Some(1000),
+        op_seconds: Some(30),
+        cost_micros: Some(1),
+        ..Default::default()
+    };
+    assert!(ok.narrow(&tightest).is_ok());
+    for (field, b) in [
+        (
+            "tokens",
+            Budget {
+                tokens: Some(1001),
+                ..Default::default()
+            },
+        ),
+        (
+            "op_seconds",
+            Budget {
+                op_seconds: Some(61),
+                ..Default::default()
+            },
+        ),
+    ] {
+        match b.narrow(&tightest) {
+            Err(EnvelopeError::Wider { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn bad_envelopes_are_invalid_not_wider() {
+    for req in [
+        EnvelopeRequest {
+            memory_bytes: Some(1),
+            ..Default::default()
+        },
+        EnvelopeRequest {
+            cpus: Some(f64::NAN),
+            ..Default::default()
+        },
+        EnvelopeRequest {
+            network: Some("a b".into()),
+            ..Default::default()
+        },
+        EnvelopeRequest {
+            max_live_ops: Some(0),
+            ..Default::default()
+        },
+        EnvelopeRequest {
+            approval: Some(ApprovalRules {
+                patterns: vec!["(".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ] {
+        assert!(
+            matches!(req.narrow(&parent()), Err(EnvelopeError::Invalid(_))),
+            "{req:?}"
+        );
+    }
+    let json = r#"{"memory_bytes": 1, "bogus": 2}"#;
+    assert!(serde_json::from_str::<EnvelopeRequest>(json).is_err());
+}
+
+#[test]
+fn limits_are_reached_exactly() {
+    let budget = Budget {
+        tokens: Some(100),
+        op_seconds: Some(2),
+        ..Default::default()
+    };
+    let mut used = Used {
+        tokens: 99,
+        op_ms: 1999,
+        ..Default::default()
+    };
+    assert_eq!(used.exhausted(&budget), None);
+    used.tokens = 100;
+    let e = used.exhausted(&budget).unwrap();
+    assert_eq!((e.limit, e.max), ("tokens", 100));
+    used.tokens = 0;
+    used.op_ms = 2000;
+    assert_eq!(used.exhausted(&budget).unwrap().limit, "op_seconds");
+    assert_eq!(
+        used.remaining(&budget),
+        serde_json::json!({"op_seconds": 0.0, "tokens": 100})
+    );
+    assert_eq!(used.summary(&budget), "op_seconds 2/2, tokens 0/100");
+}
+
+#[test]
+fn the_default_envelope_keeps_the_base_profile() {
+    let base = sandbox::Profile::default();
+    let env = Envelope {
+        max_timeout_sec: None,
+        memory_bytes: base.memory_bytes,
+        cpus: base.nano_cpus as f64 / 1e9,
+        pids_limit: base.pids_limit,
+        network: base.network.clone(),
+        max_live_ops: 512,
+        approval: ApprovalRules::default(),
+    };
+    assert_eq!(env.profile(&base), base);
+}
