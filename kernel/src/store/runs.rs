@@ -687,3 +687,7 @@ fn request_kills_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<Vec<
     let rows = stmt.query_map([run_id], |r| r.get(0))?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
+
+#[cfg(test)]
+#[path = "runs_tests.rs"]
+mod tests;

@@ -1,0 +1,384 @@
+use crate::lifecycle::{KillReason, Outcome};
+use crate::store::{
+    test_store, Admission, CreatedRun, ModelUsage, NewOp, NewRun, Refusal, RunChange, Settlement,
+    StartRequest, Store,
+};
+use crate::tasks::{Budget, RunAction, RunState};
+
+fn start(run: &str) -> StartRequest {
+    StartRequest {
+        run_id: run.into(),
+        scratch_key: "k".into(),
+        command: vec!["true".into()],
+        background: true,
+        timeout_sec: 60,
+        idempotency_key: None,
+    }
+}
+
+async fn run(store: &Store, id: &str, parent: Option<&str>, budget: Budget) {
+    let created = store
+        .create_run(NewRun {
+            run_id: id.into(),
+            parent: parent.map(str::to_owned),
+            envelope: None,
+            budget,
+            token_sha256: format!("sha-{id}"),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(created, CreatedRun::Created(_)), "{created:?}");
+}
+
+async fn admit(store: &Store, run: &str) -> Result<crate::store::Op, Refusal> {
+    match store
+        .insert_op(start(run), Admission::UNLIMITED)
+        .await
+        .unwrap()
+    {
+        NewOp::Created(op) => Ok(op),
+        NewOp::Refused(r) => Err(r),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn tokens(store: &Store, run: &str, n: u64) {
+    store
+        .record_model_usage(
+            run,
+            ModelUsage {
+                model: "m".into(),
+                input_tokens: n,
+                output_tokens: 0,
+                cost_micros: 0,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+async fn kinds(store: &Store, run: &str) -> Vec<String> {
+    store
+        .events_after(run, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
+}
+
+#[tokio::test]
+async fn admission_stops_exactly_at_the_limit_of_the_run_or_any_ancestor() {
+    let store = test_store();
+    let limit = Budget {
+        tokens: Some(100),
+        ..Default::default()
+    };
+    run(&store, "root", None, limit).await;
+    run(&store, "child", Some("root"), Budget::default()).await;
+    tokens(&store, "child", 99).await;
+    admit(&store, "child").await.unwrap();
+    admit(&store, "root").await.unwrap();
+    // the child's usage counts against its parent's budget
+    tokens(&store, "child", 1).await;
+    for who in ["child", "root"] {
+        match admit(&store, who).await {
+            Err(Refusal::Budget(e)) => {
+                assert_eq!(
+                    (e.limit, e.max, e.used, e.run_id.as_str()),
+                    ("tokens", 100, 100.0, "root")
+                );
+                assert!(e.to_string().contains("tokens used 100 of 100"), "{e}");
+            }
+            other => panic!("{who}: {other:?}"),
+        }
+    }
+    // a child run is refused too
+    let refused = store
+        .create_run(NewRun {
+            run_id: "late".into(),
+            parent: Some("child".into()),
+            envelope: None,
+            budget: Budget::default(),
+            token_sha256: "sha-late".into(),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(refused, CreatedRun::Refused(Refusal::Budget(_))));
+}
+
+#[tokio::test]
+async fn remaining_is_derived_from_the_ledger_never_stored() {
+    let store = test_store();
+    run(
+        &store,
+        "r",
+        None,
+        Budget {
+            op_seconds: Some(10),
+            cpu_seconds: Some(5),
+            ..Default::default()
+        },
+    )
+    .await;
+    // no column of any table holds a budget counter
+    let columns: Vec<String> = store
+        .call(|c| {
+            let mut stmt = c.prepare(
+                "SELECT m.name || '.' || p.name FROM sqlite_master m, pragma_table_info(m.name) p \
+                 WHERE m.type = 'table'",
+            )?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            Ok(rows.collect::<Result<Vec<String>, _>>()?)
+        })
+        .await
+        .unwrap();
+    for c in &columns {
+        assert!(
+            !c.contains("remaining") && !c.contains("used") && !c.contains("spent"),
+            "a stored counter: {c}"
+        );
+    }
+    // facts written straight into the ledger are what the totals say
+    store
+        .call(|c| {
+            c.execute_batch(
+                "INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) VALUES ('r', 1, 'op', 'a', 4000, 1500);
+                 INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) VALUES ('r', 2, 'op', 'b', 2500, NULL);",
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let used = store.usage_over_subtree("r").await.unwrap();
+    assert_eq!((used.op_ms, used.cpu_ms), (6500, 1500));
+    let record = store.get_run("r").await.unwrap().unwrap();
+    assert_eq!(
+        used.remaining(&record.budget),
+        serde_json::json!({"op_seconds": 3.5, "cpu_seconds": 3.5})
+    );
+    store
+        .call(|c| {
+            c.execute(
+                "INSERT INTO usage (run_id, at, source, operation_id, op_ms) VALUES ('r', 3, 'op', 'c', 3500)",
+                [],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert!(matches!(admit(&store, "r").await, Err(Refusal::Budget(e)) if e.limit == "op_seconds"));
+    // the ledger is append-only
+    let update = store
+        .call(|c| Ok(c.execute("UPDATE usage SET op_ms = 0", [])))
+        .await
+        .unwrap();
+    let delete = store
+        .call(|c| Ok(c.execute("DELETE FROM usage", [])))
+        .await
+        .unwrap();
+    assert!(update.is_err() && delete.is_err());
+}
+
+#[tokio::test]
+async fn a_settled_op_is_charged_once_with_its_event() {
+    let store = test_store();
+    let op = admit(&store, "r").await.unwrap();
+    assert!(store
+        .mark_running(&op.id, crate::store::now_ms() - 1500)
+        .await
+        .unwrap());
+    let settle = |exit_code| Settlement {
+        outcome: Outcome::Completed {
+            exit_code,
+            killed: false,
+        },
+        output_tail: None,
+        log: None,
+        usage: Some(sandbox::Usage {
+            cpu_ms: 700,
+            max_rss_kb: 1,
+        }),
+    };
+    assert!(store.settle(&op.id, settle(0)).await.unwrap());
+    assert!(!store.settle(&op.id, settle(1)).await.unwrap());
+    let used = store.usage_over_subtree("r").await.unwrap();
+    assert_eq!(used.cpu_ms, 700);
+    assert!((1500..5000).contains(&used.op_ms), "{used:?}");
+    let events = store.events_after("r", 0, 100).await.unwrap();
+    let seen: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(seen, ["tool.started", "tool.completed"]);
+    assert_eq!(events[1].data["exit_code"], 0);
+    assert_eq!(events[1].data["cpu_seconds"], 0.7);
+    // an op that never ran is not charged, and its end is a failure
+    let never = admit(&store, "r").await.unwrap();
+    let failed = Settlement {
+        outcome: Outcome::Failed {
+            error: "no".into(),
+            killed: false,
+        },
+        output_tail: None,
+        log: None,
+        usage: None,
+    };
+    assert!(store.settle(&never.id, failed).await.unwrap());
+    assert_eq!(store.usage_over_subtree("r").await.unwrap(), used);
+    assert_eq!(kinds(&store, "r").await.last().unwrap(), "tool.failed");
+}
+
+#[tokio::test]
+async fn cancel_reaches_every_descendant_and_live_op_durably() {
+    let store = test_store();
+    run(&store, "p", None, Budget::default()).await;
+    run(&store, "c", Some("p"), Budget::default()).await;
+    run(&store, "g", Some("c"), Budget::default()).await;
+    run(&store, "other", None, Budget::default()).await;
+    let mut live = Vec::new();
+    for r in ["p", "c", "g"] {
+        live.push(admit(&store, r).await.unwrap().id);
+    }
+    let bystander = admit(&store, "other").await.unwrap();
+    // an op whose kill was already asked keeps its first reason
+    store
+        .request_kill(&live[0], KillReason::Kill)
+        .await
+        .unwrap();
+    let RunChange::Done {
+        run,
+        changed,
+        kills,
+    } = store
+        .change_run("c", RunAction::Cancel, "run:p", None)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(run.state, RunState::Cancelled);
+    assert_eq!(changed, ["c", "g"]);
+    assert_eq!(kills, live[1..]);
+    for id in &live[1..] {
+        let op = store.get_op(id).await.unwrap().unwrap();
+        assert_eq!(op.kill_reason, Some(KillReason::Cancel));
+    }
+    let op = store.get_op(&live[0]).await.unwrap().unwrap();
+    assert_eq!(op.kill_reason, Some(KillReason::Kill));
+    let untouched = store.get_op(&bystander.id).await.unwrap().unwrap();
+    assert_eq!(untouched.kill_requested_at, None);
+    // nothing new below the cancelled run; its parent goes on
+    for r in ["c", "g"] {
+        assert!(matches!(
+            admit(&store, r).await,
+            Err(Refusal::State {
+                state: RunState::Cancelled,
+                ..
+            })
+        ));
+    }
+    admit(&store, "p").await.unwrap();
+    assert_eq!(kinds(&store, "g").await, ["tool.started", "run.cancelled"]);
+    // repeated: nothing changes, no second event
+    let RunChange::Done { changed, .. } = store
+        .change_run("c", RunAction::Cancel, "run:p", None)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(changed.is_empty());
+    assert_eq!(kinds(&store, "g").await.len(), 2);
+    assert!(matches!(
+        store
+            .change_run("g", RunAction::Resume, "operator", None)
+            .await
+            .unwrap(),
+        RunChange::Refused(RunState::Cancelled)
+    ));
+}
+
+#[tokio::test]
+async fn complete_waits_for_live_ops_and_pause_blocks_the_subtree() {
+    let store = test_store();
+    run(&store, "p", None, Budget::default()).await;
+    run(&store, "c", Some("p"), Budget::default()).await;
+    let op = admit(&store, "c").await.unwrap();
+    assert!(matches!(
+        store
+            .change_run("p", RunAction::Complete, "operator", Some("done".into()))
+            .await
+            .unwrap(),
+        RunChange::LiveOps(1)
+    ));
+    let RunChange::Done { changed, .. } = store
+        .change_run("p", RunAction::Pause, "operator", None)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(changed, ["p"]);
+    // a paused ancestor holds back its descendants too
+    match admit(&store, "c").await {
+        Err(Refusal::State { run_id, state }) => {
+            assert_eq!((run_id.as_str(), state), ("p", RunState::Paused))
+        }
+        other => panic!("{other:?}"),
+    }
+    store
+        .settle(
+            &op.id,
+            Settlement {
+                outcome: Outcome::Lost { reason: "x".into() },
+                output_tail: None,
+                log: None,
+                usage: None,
+            },
+        )
+        .await
+        .unwrap();
+    let RunChange::Done { run, .. } = store
+        .change_run("p", RunAction::Complete, "run:p", Some("all done".into()))
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(run.state, RunState::Completed);
+    assert_eq!(run.summary.as_deref(), Some("all done"));
+    assert_eq!(run.decided_by.as_deref(), Some("run:p"));
+    assert_eq!(
+        kinds(&store, "p").await,
+        ["run.child_created", "run.paused", "run.completed"]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_or_rolled_back_change_leaves_no_event() {
+    let store = test_store();
+    run(&store, "r", None, Budget::default()).await;
+    store
+        .change_run("r", RunAction::Pause, "operator", None)
+        .await
+        .unwrap();
+    assert!(admit(&store, "r").await.is_err());
+    assert_eq!(kinds(&store, "r").await, ["run.paused"]);
+    // a transaction that fails after appending its event takes it along
+    let failed = store
+        .call(|c| {
+            let tx = c.transaction()?;
+            crate::store::journal::append_event(
+                &tx,
+                "r",
+                "tool.started",
+                None,
+                serde_json::json!({}),
+            )?;
+            tx.execute("INSERT INTO no_such_table VALUES (1)", [])?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(kinds(&store, "r").await, ["run.paused"]);
+}
