@@ -40,6 +40,7 @@ proptest! {
                 duration_sec: 1.0,
                 timeout_sec: 10,
                 output_tail: Some(tail.clone()),
+                kill_reason: killed.then(|| "cancel".to_owned()),
             })
             .collect();
         let text = render(&resolved, &[], &notes, 0);

@@ -98,7 +98,12 @@ pub fn resolution_line(item: &ReportItem) -> String {
     let took = human_duration(item.duration_sec.round() as u64);
     match item.status {
         Status::Completed if item.killed => format!(
-            "- {id} killed: exit_code={} ({took})",
+            "- {id} killed{}: exit_code={} ({took})",
+            if item.kill_reason.as_deref() == Some("cancel") {
+                " (run cancelled)"
+            } else {
+                ""
+            },
             item.exit_code.map_or("?".to_owned(), |c| c.to_string())
         ),
         Status::Completed => format!(
@@ -201,6 +206,7 @@ mod tests {
             duration_sec: 252.0,
             timeout_sec: 900,
             output_tail: tail.map(str::to_owned),
+            kill_reason: None,
         }
     }
 

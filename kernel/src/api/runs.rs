@@ -26,12 +26,20 @@ pub struct CreateRun {
     budget: Option<Budget>,
 }
 
-fn envelope_error(e: EnvelopeError) -> ApiError {
-    match e {
+/// An envelope or budget error as the API answers it; `what` names the
+/// part of the request (`envelope` or `budget`).
+fn envelope_error(what: &'static str) -> impl Fn(EnvelopeError) -> ApiError {
+    move |e| {
+        match e {
         EnvelopeError::Invalid(m) => ApiError::bad_request(m),
-        wider @ EnvelopeError::Wider { .. } => ApiError::envelope_exceeded(format!(
-            "the child's {wider}: a child run may only narrow its parent's envelope and budget"
+        EnvelopeError::Wider {
+            field,
+            asked,
+            allowed,
+        } => ApiError::envelope_exceeded(format!(
+            "{what}.{field}: {asked} is wider than the parent's {allowed} (a child run may only narrow its parent's envelope and budget)"
         )),
+    }
     }
 }
 
@@ -54,7 +62,7 @@ pub async fn create_run(
     sandbox::profile::validate_run_id(&req.run_id)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let budget = req.budget.unwrap_or_default();
-    budget.validate().map_err(envelope_error)?;
+    budget.validate().map_err(envelope_error("budget"))?;
     let (parent, envelope) = match &principal {
         Principal::Operator => {
             let envelope = req
@@ -62,7 +70,7 @@ pub async fn create_run(
                 .as_ref()
                 .map(|e| e.resolve_top_level(&k.config.default_envelope()))
                 .transpose()
-                .map_err(envelope_error)?;
+                .map_err(envelope_error("envelope"))?;
             (None, envelope)
         }
         Principal::Run(parent) => {
@@ -86,10 +94,10 @@ pub async fn create_run(
                 .clone()
                 .unwrap_or_default()
                 .narrow(&meta.envelope)
-                .map_err(envelope_error)?;
+                .map_err(envelope_error("envelope"))?;
             budget
                 .narrow(&k.store.tightest_budget(parent).await?)
-                .map_err(envelope_error)?;
+                .map_err(envelope_error("budget"))?;
             (Some(parent.clone()), Some(envelope))
         }
     };

@@ -202,4 +202,8 @@ impl Client {
     pub fn base(&self) -> &str {
         &self.base
     }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
 }

@@ -2,6 +2,7 @@
 //! a client of its HTTP API.
 
 pub mod client;
+mod tasks;
 mod verbs;
 
 use std::net::SocketAddr;
@@ -95,10 +96,80 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Register a run and print its run token
+    /// Register a run and print its run token (with a run token: create a
+    /// child of that run, which may only narrow its envelope and budget)
     Token {
         #[arg(long)]
         run: String,
+        /// Envelope as JSON, e.g. '{"memory_bytes": 536870912, "max_timeout_sec": 600}'
+        #[arg(long)]
+        envelope: Option<String>,
+        /// Budget as JSON, e.g. '{"tokens": 200000, "op_seconds": 3600}'
+        #[arg(long)]
+        budget: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List runs as a parent/child tree
+    Runs {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run: state, parent, chain, children, envelope, budget, usage
+    RunState {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a run (and what it delegated): nothing new is admitted
+    Pause {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume a paused run
+    Resume {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run and its descendants: every live op is killed
+    Cancel {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Complete a run with a summary (refused while its ops are live)
+    Complete {
+        run: String,
+        #[arg(long)]
+        summary: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run's usage and budget, or (with --model) record model usage
+    Usage {
+        run: String,
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long, default_value_t = 0)]
+        input_tokens: u64,
+        #[arg(long, default_value_t = 0)]
+        output_tokens: u64,
+        #[arg(long, default_value_t = 0)]
+        cost_micros: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's events (its trace); --follow streams new ones
+    Events {
+        run: String,
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        #[arg(long, short)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
     },
     /// List operations
     Ps {
@@ -205,7 +276,54 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
         Command::Report { run, wait, json } => verbs::report(&client, &run, wait, json).await,
         Command::Note { run, text } => verbs::note(&client, &run, &text).await,
         Command::Finish { run, json } => verbs::finish(&client, &run, json).await,
-        Command::Token { run } => verbs::token(&client, &run).await,
+        Command::Token {
+            run,
+            envelope,
+            budget,
+            json,
+        } => {
+            let parse = |what: &str,
+                         v: Option<String>|
+             -> anyhow::Result<Option<serde_json::Value>> {
+                v.map(|v| serde_json::from_str(&v).with_context(|| format!("--{what} is not JSON")))
+                    .transpose()
+            };
+            let envelope = parse("envelope", envelope)?;
+            let budget = parse("budget", budget)?;
+            verbs::token(&client, &run, envelope, budget, json).await
+        }
+        Command::Runs { json } => tasks::runs(&client, json).await,
+        Command::RunState { run, json } => tasks::run_state(&client, &run, json).await,
+        Command::Pause { run, json } => tasks::change(&client, &run, "pause", None, json).await,
+        Command::Resume { run, json } => tasks::change(&client, &run, "resume", None, json).await,
+        Command::Cancel { run, json } => tasks::change(&client, &run, "cancel", None, json).await,
+        Command::Complete { run, summary, json } => {
+            tasks::change(&client, &run, "complete", Some(summary), json).await
+        }
+        Command::Usage {
+            run,
+            model,
+            input_tokens,
+            output_tokens,
+            cost_micros,
+            json,
+        } => {
+            let record = model.map(|model| {
+                serde_json::json!({
+                    "model": model,
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "cost_micros": cost_micros,
+                })
+            });
+            tasks::usage(&client, &run, record, json).await
+        }
+        Command::Events {
+            run,
+            after,
+            follow,
+            json,
+        } => tasks::events(&client, &run, after, follow, json).await,
         Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
         Command::Containers { json } => verbs::containers(&client, json).await,
         Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,

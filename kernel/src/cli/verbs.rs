@@ -176,9 +176,28 @@ pub(super) async fn finish(client: &Client, run: &str, json: bool) -> anyhow::Re
     Ok(0)
 }
 
-pub(super) async fn token(client: &Client, run: &str) -> anyhow::Result<i32> {
-    let v = client.post("/v1/runs", &json!({"run_id": run})).await?;
-    println!("{}", v["token"].as_str().unwrap_or("-"));
+/// `opkernel token`: registers a run (operator) or creates a child run (run
+/// token) and prints the new run's token.
+pub(super) async fn token(
+    client: &Client,
+    run: &str,
+    envelope: Option<Value>,
+    budget: Option<Value>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let mut body = json!({"run_id": run});
+    if let Some(e) = envelope {
+        body["envelope"] = e;
+    }
+    if let Some(b) = budget {
+        body["budget"] = b;
+    }
+    let v = client.post("/v1/runs", &body).await?;
+    if json {
+        print_json(&v);
+    } else {
+        println!("{}", v["token"].as_str().unwrap_or("-"));
+    }
     Ok(0)
 }
 

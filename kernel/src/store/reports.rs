@@ -29,6 +29,10 @@ pub struct ReportItem {
     pub duration_sec: f64,
     pub timeout_sec: u64,
     pub output_tail: Option<String>,
+    /// Why a killed op was killed: `kill`, `timeout` or `cancel` (its run
+    /// or an ancestor was cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_reason: Option<String>,
 }
 
 /// One still-running op in a report.
@@ -67,6 +71,10 @@ impl ReportItem {
             duration_sec: ((end - op.budget_start_ms()).max(0) as f64) / 1000.0,
             timeout_sec: op.timeout_sec,
             output_tail: op.output_tail.clone(),
+            kill_reason: op
+                .killed
+                .then(|| op.kill_reason.map(|r| r.as_str().to_owned()))
+                .flatten(),
         }
     }
 }

@@ -109,12 +109,12 @@ impl std::fmt::Display for Refusal {
             Refusal::Limit(m) => f.write_str(m),
             Refusal::State { run_id, state } => write!(
                 f,
-                "run {run_id} is {}: {}",
+                "run {run_id} is {}: nothing new is admitted{}",
                 state.as_str(),
-                match state {
-                    RunState::Paused => "nothing new is admitted until it is resumed",
-                    RunState::Completed => "it was completed; nothing new is admitted",
-                    _ => "it was cancelled; nothing new is admitted",
+                if *state == RunState::Paused {
+                    " until it is resumed"
+                } else {
+                    ""
                 }
             ),
             Refusal::Budget(e) => e.fmt(f),

@@ -1,0 +1,219 @@
+//! Client verbs of runs as tasks: the run tree, a run's state, its state
+//! changes, its usage and its events.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::client::Client;
+use super::{or_dash, print_json};
+
+/// `opkernel runs`: every run the token reaches, as a tree.
+pub(super) async fn runs(client: &Client, json: bool) -> anyhow::Result<i32> {
+    let v = client.get("/v1/runs").await?;
+    if json {
+        print_json(&v);
+        return Ok(0);
+    }
+    let runs = v["runs"].as_array().cloned().unwrap_or_default();
+    let ids: std::collections::HashSet<&str> =
+        runs.iter().filter_map(|r| r["run_id"].as_str()).collect();
+    let mut children: BTreeMap<Option<&str>, Vec<&Value>> = BTreeMap::new();
+    for r in &runs {
+        // a run whose parent is out of view is a root of this view
+        let parent = r["parent_run_id"].as_str().filter(|p| ids.contains(p));
+        children.entry(parent).or_default().push(r);
+    }
+    println!("{:<48} {:<10} {:>5}  BUDGET", "RUN", "STATE", "LIVE");
+    fn walk(children: &BTreeMap<Option<&str>, Vec<&Value>>, parent: Option<&str>, depth: usize) {
+        for r in children.get(&parent).into_iter().flatten() {
+            let id = r["run_id"].as_str().unwrap_or("-");
+            let name = format!("{}{}", "  ".repeat(depth), id);
+            let budget = r["budget"]
+                .as_object()
+                .filter(|b| !b.is_empty())
+                .map(|b| {
+                    b.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_else(|| "-".to_owned());
+            println!(
+                "{:<48} {:<10} {:>5}  {budget}",
+                name,
+                r["state"].as_str().unwrap_or("-"),
+                r["live_ops"].to_string()
+            );
+            walk(children, Some(id), depth + 1);
+        }
+    }
+    walk(&children, None, 0);
+    Ok(0)
+}
+
+fn print_run(v: &Value) {
+    let s = |k: &str| v[k].as_str().map(str::to_owned);
+    println!("run        {}", or_dash(&s("run_id")));
+    println!("state      {}", or_dash(&s("state")));
+    println!("parent     {}", or_dash(&s("parent_run_id")));
+    let chain: Vec<&str> = v["chain"]
+        .as_array()
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    println!(
+        "chain      {}",
+        if chain.is_empty() {
+            "-".to_owned()
+        } else {
+            chain.join(" > ")
+        }
+    );
+    let children: Vec<String> = v["children"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .map(|c| {
+                    format!(
+                        "{} ({})",
+                        c["run_id"].as_str().unwrap_or("-"),
+                        c["state"].as_str().unwrap_or("-")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "children   {}",
+        if children.is_empty() {
+            "-".to_owned()
+        } else {
+            children.join(", ")
+        }
+    );
+    println!("envelope   {}", v["envelope"]);
+    println!("budget     {}", v["budget"]);
+    println!("used       {}", v["used"]);
+    println!("remaining  {}", v["remaining"]);
+    if let Some(summary) = s("summary") {
+        println!("summary    {summary} (by {})", or_dash(&s("decided_by")));
+    }
+}
+
+pub(super) async fn run_state(client: &Client, run: &str, json: bool) -> anyhow::Result<i32> {
+    let v = client.get(&format!("/v1/runs/{run}")).await?;
+    if json {
+        print_json(&v);
+    } else {
+        print_run(&v);
+    }
+    Ok(0)
+}
+
+/// `opkernel pause|resume|cancel|complete RUN`.
+pub(super) async fn change(
+    client: &Client,
+    run: &str,
+    action: &str,
+    summary: Option<String>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let body = match summary {
+        Some(s) => json!({ "summary": s }),
+        None => json!({}),
+    };
+    let v = client
+        .post(&format!("/v1/runs/{run}/{action}"), &body)
+        .await?;
+    if json {
+        print_json(&v);
+        return Ok(0);
+    }
+    println!("run {run}: {}", v["run"]["state"].as_str().unwrap_or("-"));
+    let changed = v["changed"].as_array().map_or(0, Vec::len);
+    if changed > 1 {
+        println!("{} runs changed state (descendants included)", changed);
+    }
+    let kills = v["kill_requested"].as_array().map_or(0, Vec::len);
+    if kills > 0 {
+        println!("{kills} live operations are being killed; their results arrive in reports");
+    }
+    Ok(0)
+}
+
+pub(super) async fn usage(
+    client: &Client,
+    run: &str,
+    record: Option<Value>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let v = match record {
+        Some(body) => client.post(&format!("/v1/runs/{run}/usage"), &body).await?,
+        None => client.get(&format!("/v1/runs/{run}")).await?,
+    };
+    if json {
+        print_json(&v);
+        return Ok(0);
+    }
+    println!("used       {}", v["used"]);
+    if let Some(budget) = v.get("budget") {
+        println!("budget     {budget}");
+    }
+    println!("remaining  {}", v["remaining"]);
+    Ok(0)
+}
+
+fn print_event(e: &Value, json: bool) {
+    if json {
+        println!("{e}");
+        return;
+    }
+    let at = e["at"]
+        .as_i64()
+        .map(crate::views::rfc3339)
+        .unwrap_or_default();
+    println!(
+        "{:>6} {at} {:<20} {} {}",
+        e["seq"].to_string(),
+        e["kind"].as_str().unwrap_or("-"),
+        e["operation_id"].as_str().unwrap_or("-"),
+        e["data"]
+    );
+}
+
+/// `opkernel events RUN`: the run's trace; `--follow` keeps streaming.
+pub(super) async fn events(
+    client: &Client,
+    run: &str,
+    after: i64,
+    follow: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    if follow {
+        client
+            .sse(
+                &format!("/v1/runs/{run}/events/stream?after={after}"),
+                |_, data| {
+                    let e: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+                    print_event(&e, json);
+                    true
+                },
+            )
+            .await?;
+        return Ok(0);
+    }
+    let mut after = after;
+    loop {
+        let v = client
+            .get(&format!("/v1/runs/{run}/events?after={after}"))
+            .await?;
+        let events = v["events"].as_array().cloned().unwrap_or_default();
+        if events.is_empty() {
+            return Ok(0);
+        }
+        for e in &events {
+            print_event(e, json);
+        }
+        after = v["next_after"].as_i64().unwrap_or(after);
+    }
+}
