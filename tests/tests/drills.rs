@@ -68,4 +68,5 @@ drills!(
     launcher_killed_after_claim => "launcher-killed-after-claim",
     container_restarted_pending => "container-restarted-pending",
     request_flood => "request-flood",
+    cancel_interrupted => "cancel-interrupted",
 );

@@ -9,6 +9,7 @@ pub mod harness;
 mod launcher;
 pub mod proxy;
 mod review;
+mod tasks;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("launcher-killed-after-claim", "the launcher killed between a claim and the pid file: lost by evidence, never run by exec"),
     ("container-restarted-pending", "the container restarted under a pending request: it runs once"),
     ("request-flood", "a flood of 500 requests at once: all run once through the launcher, delivered once"),
+    ("cancel-interrupted", "a run with a child cancelled (10 live ops), the kernel SIGKILLed mid-cancel: all killed once, reported once"),
 ];
 
 fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
@@ -91,6 +93,7 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
             Box::pin(async move { launcher::container_restarted_pending(&kit).await })
         }
         "request-flood" => Box::pin(async move { launcher::request_flood(&kit).await }),
+        "cancel-interrupted" => Box::pin(async move { tasks::cancel_interrupted(&kit).await }),
         _ => return None,
     })
 }

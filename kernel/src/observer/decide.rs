@@ -200,15 +200,27 @@ impl State {
 
     /// The outcome of a recorded exit code, given the kill request (only a
     /// signal that reached the command makes it killed or timed out).
+    ///
+    /// A signal is recorded after it lands: a kernel that died between the
+    /// two leaves the code as the only witness. A death by TERM or KILL
+    /// while a kill was requested is taken as the kill's doing.
     pub fn outcome_of(&self, code: i32) -> Outcome {
         match self.kill {
-            Some(kill) => kill.reason.outcome(code, kill.signalled),
+            Some(kill) => kill
+                .reason
+                .outcome(code, kill.signalled || died_of_kill_signal(code)),
             None => Outcome::Completed {
                 exit_code: code,
                 killed: false,
             },
         }
     }
+}
+
+/// Whether an exit code says the process died of SIGTERM or SIGKILL (the
+/// shim reports a death by signal N as 128 + N).
+pub fn died_of_kill_signal(code: i32) -> bool {
+    code == 128 + libc::SIGTERM || code == 128 + libc::SIGKILL
 }
 
 /// The op's `.code` file.

@@ -694,6 +694,29 @@ fn a_kill_is_carried_through_restarts() {
             |a| *a == completed(0, false),
         ),
         (
+            "TERM landed, the kernel died before recording it: the code is the witness",
+            adopted(KillReason::Cancel, false),
+            code(143),
+            |a| *a == completed(143, true),
+        ),
+        (
+            "KILL landed unrecorded on a timeout: timed out",
+            adopted(KillReason::Timeout, false),
+            code(137),
+            |a| {
+                *a == Action::Settle(Outcome::TimedOut {
+                    exit_code: Some(137),
+                    killed: true,
+                })
+            },
+        ),
+        (
+            "another code while a kill was asked: the command's own result",
+            adopted(KillReason::Kill, false),
+            code(1),
+            |a| *a == completed(1, false),
+        ),
+        (
             "the sequence starts over at TERM",
             adopted(KillReason::Kill, true),
             w.step(1),

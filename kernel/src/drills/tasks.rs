@@ -1,0 +1,128 @@
+//! Drills of runs as tasks: a cancel interrupted by a kernel SIGKILL.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::bail;
+use serde_json::json;
+
+use super::{check, count_lines, scratch_path, unique_run, Kit, LONG};
+use crate::cli::client::Client;
+
+/// A run with five live ops and a child run with five more; the parent run
+/// is cancelled and the kernel SIGKILLed right after, while TERMs are out
+/// and half the commands ignore them. After the restart every op ends
+/// killed exactly once, each result is delivered once, and both runs stay
+/// cancelled.
+pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit
+        .start("cancelint", &[("OPKERNEL_KILL_GRACE_MS", "3000")])
+        .await?;
+    let (parent, child) = (unique_run("cancel-p"), unique_run("cancel-c"));
+    let created = k
+        .client
+        .post("/v1/runs", &json!({ "run_id": parent }))
+        .await?;
+    let parent_client = Client::new(
+        k.client.base().to_owned(),
+        created["token"].as_str().unwrap_or_default().to_owned(),
+    );
+    parent_client
+        .post("/v1/runs", &json!({ "run_id": child }))
+        .await?;
+    let mut ops: Vec<(String, String, bool)> = Vec::new();
+    for run in [&parent, &child] {
+        for i in 0..5 {
+            // the odd ones ignore TERM: only the KILL after the grace ends them
+            let ignores_term = i % 2 == 1;
+            let script = if ignores_term {
+                "echo x >> /scratch/ran; trap '' TERM; sleep 300 & wait"
+            } else {
+                "echo x >> /scratch/ran; exec sleep 300"
+            };
+            let op = k.start_bg(run, &["sh", "-c", script], 600).await?;
+            ops.push((run.clone(), op, ignores_term));
+        }
+    }
+    for (_, op, _) in &ops {
+        k.container_of(op).await?;
+    }
+    let answer = k
+        .client
+        .post(&format!("/v1/runs/{parent}/cancel"), &json!({}))
+        .await?;
+    let asked = answer["kill_requested"].as_array().map_or(0, Vec::len);
+    check(asked == 10, || {
+        format!("cancel asked {asked} kills: {answer}")
+    })?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    k.sigkill();
+    let mut still_live = 0;
+    for (_, op, _) in &ops {
+        let (status, _) = k.state_offline(op)?;
+        if status == "running" {
+            still_live += 1;
+        }
+    }
+    check(still_live > 0, || {
+        "every op settled before the SIGKILL: the drill did not interrupt the cancel".to_owned()
+    })?;
+    k.spawn().await?;
+    let mut codes: HashMap<i64, usize> = HashMap::new();
+    for (_, op, ignores_term) in &ops {
+        let s = k.wait_terminal(op, LONG).await?;
+        let code = s["exit_code"].as_i64().unwrap_or(-1);
+        let want = if *ignores_term { 137 } else { 143 };
+        check(
+            s["status"] == "completed" && s["killed"] == true && code == want,
+            || format!("{op} did not end killed {want}: {s}"),
+        )?;
+        *codes.entry(code).or_default() += 1;
+    }
+    for run in [&parent, &child] {
+        let ran = count_lines(&scratch_path(&k, run, "ran"));
+        check(ran == 5, || format!("run {run}: commands ran {ran} times"))?;
+        let mut delivered = k
+            .collect_deliveries(run, 5, Duration::from_secs(20))
+            .await?;
+        let again = k.collect_deliveries(run, 1, Duration::from_secs(2)).await?;
+        delivered.sort();
+        let mut want: Vec<String> = ops
+            .iter()
+            .filter(|(r, _, _)| r == run)
+            .map(|(_, op, _)| op.clone())
+            .collect();
+        want.sort();
+        check(delivered == want && again.is_empty(), || {
+            format!("run {run}: delivered {delivered:?} then {again:?}, expected {want:?}")
+        })?;
+        let state = k.client.get(&format!("/v1/runs/{run}")).await?;
+        check(state["state"] == "cancelled", || {
+            format!("run {run}: {state}")
+        })?;
+        let events = k
+            .client
+            .get(&format!("/v1/runs/{run}/events?limit=500"))
+            .await?;
+        let ended = events["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["kind"] == "tool.completed")
+            .count();
+        check(ended == 5, || {
+            format!("run {run}: {ended} tool.completed events for 5 ops")
+        })?;
+    }
+    let (term, kill) = (
+        codes.get(&143).copied().unwrap_or(0),
+        codes.get(&137).copied().unwrap_or(0),
+    );
+    if term + kill != 10 {
+        bail!("codes {codes:?}");
+    }
+    Ok(format!(
+        "cancel of a run and its child (10 live ops), kernel SIGKILLed {still_live} ops in: \
+         after restart {term} ended 143 and {kill} ended 137, each killed, run and reported once"
+    ))
+}
