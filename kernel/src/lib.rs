@@ -50,6 +50,18 @@ mod layering_tests {
             ("watcher.rs", include_str!("watcher.rs"), upper_than_probes),
             ("inbox.rs", include_str!("inbox.rs"), upper_than_probes),
             ("sync.rs", include_str!("sync.rs"), upper_than_probes),
+            // the rules of runs as tasks are pure: the store applies them
+            (
+                "tasks.rs",
+                include_str!("tasks.rs"),
+                &[
+                    "crate::kernel",
+                    "crate::store",
+                    "crate::api",
+                    "tokio",
+                    "rusqlite",
+                ],
+            ),
             (
                 "observer/decide.rs",
                 include_str!("observer/decide.rs"),

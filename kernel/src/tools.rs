@@ -15,7 +15,10 @@ pub fn tool_definitions(c: &Config) -> Value {
                  Foreground: waits and returns the exit code and output; timeout_sec defaults to {} and may be at most {}. \
                  Background (background: true): returns an operation id at once; the result (exit code + output tail) \
                  arrives later as a follow-up message; timeout_sec defaults to {} and may be at most {}. \
-                 Values out of range are rejected, not clamped.",
+                 Values out of range are rejected, not clamped. The operator (or the run that delegated this one) may \
+                 set a lower timeout ceiling and a budget for this run: a command over the ceiling is refused \
+                 (envelope_exceeded), and once the budget is spent, or while the run is paused, new commands are \
+                 refused (budget_exhausted, run_paused) with a message saying why.",
                 c.fg_default_sec, c.fg_max_sec, c.bg_default_sec, c.bg_max_sec
             ),
             "parameters": {

@@ -122,7 +122,7 @@ pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
         bail!("codes {codes:?}");
     }
     Ok(format!(
-        "cancel of a run and its child (10 live ops), kernel SIGKILLed {still_live} ops in: \
+        "cancel of a run and its child (10 live ops), the kernel SIGKILLed with {still_live} still running: \
          after restart {term} ended 143 and {kill} ended 137, each killed, run and reported once"
     ))
 }
