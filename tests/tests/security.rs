@@ -123,9 +123,22 @@ async fn run_tokens_act_on_their_own_run_only() {
         .await
         .unwrap();
     assert_eq!(s, 404);
+    // with a run token, POST /v1/runs makes a child of the token's run
+    // (never of another run: the parent comes from the token)
+    let child = unique_run("a-child");
+    let (s, resp) = ca
+        .request(
+            Method::POST,
+            "/v1/runs",
+            Some(&json!({"run_id": child})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["parent_run_id"], json!(a));
     // operator-only endpoints
     for (method, path, body) in [
-        (Method::POST, "/v1/runs", json!({"run_id": "x"})),
         (Method::GET, "/v1/containers", json!({})),
         (Method::POST, "/v1/reap?dry_run=true", json!({})),
         (
