@@ -310,7 +310,7 @@ async fn change(
     for id in &changed {
         k.bump_run(id);
     }
-    let view = run_view(&k, record).await?;
+    let view = run_view(&k, *record).await?;
     Ok(Json(json!({
         "run": view,
         "changed": changed,

@@ -243,7 +243,7 @@ pub enum RunChange {
     /// Applied (or already so): the run as it is now, with the runs whose
     /// state changed and the ops whose kill was requested (a cancel).
     Done {
-        run: RunRecord,
+        run: Box<RunRecord>,
         changed: Vec<String>,
         kills: Vec<String>,
     },
@@ -490,7 +490,7 @@ impl Store {
             let run = get_run(&tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))?;
             tx.commit()?;
             Ok(RunChange::Done {
-                run,
+                run: Box::new(run),
                 changed,
                 kills,
             })
