@@ -170,6 +170,151 @@ async fn the_cli_drives_a_whole_run() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no operation"));
 }
 
+fn cli_as(k: &KernelProcess, token: &str, args: &[&str]) -> Output {
+    Command::new(kernel_binary().unwrap())
+        .args(args)
+        .env("OPKERNEL_URL", k.client.base())
+        .env("OPKERNEL_HOME", &k.home)
+        .env("OPKERNEL_TOKEN", token)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_cli_drives_runs_as_tasks() {
+    let k = KernelProcess::start(&kernel_binary().unwrap(), "clitasks", &[])
+        .await
+        .unwrap();
+    let (p, c) = (unique_run("clip"), unique_run("clic"));
+    let made = cli(
+        &k,
+        &[
+            "token",
+            "--run",
+            &p,
+            "--budget",
+            r#"{"tokens": 1000}"#,
+            "--json",
+        ],
+    );
+    assert!(made.status.success(), "{made:?}");
+    let v: Value = serde_json::from_slice(&made.stdout).unwrap();
+    let parent_token = v["token"].as_str().unwrap().to_owned();
+    assert_eq!(v["budget"]["tokens"], 1000);
+    // a child through the parent's token; a wider budget is refused by name
+    let wide = cli_as(
+        &k,
+        &parent_token,
+        &["token", "--run", &c, "--budget", r#"{"tokens": 2000}"#],
+    );
+    assert_eq!(wide.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&wide.stderr).contains("budget.tokens"),
+        "{wide:?}"
+    );
+    let child = cli_as(&k, &parent_token, &["token", "--run", &c]);
+    assert!(child.status.success(), "{child:?}");
+    let bad = cli(&k, &["token", "--run", &c, "--envelope", "{nope"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let tree = stdout(&cli(&k, &["runs"]));
+    let (pl, cl) = (
+        tree.lines().find(|l| l.starts_with(&p)).unwrap(),
+        tree.lines()
+            .find(|l| l.trim_start().starts_with(&c))
+            .unwrap(),
+    );
+    assert!(
+        pl.contains("active") && pl.contains("tokens=1000"),
+        "{tree}"
+    );
+    assert!(
+        cl.starts_with("  "),
+        "the child is indented under its parent: {tree}"
+    );
+    let used = cli_as(
+        &k,
+        &parent_token,
+        &[
+            "usage",
+            &p,
+            "--model",
+            "m",
+            "--input-tokens",
+            "10",
+            "--output-tokens",
+            "5",
+            "--json",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&used.stdout).unwrap();
+    assert_eq!(
+        (
+            v["used"]["tokens"].as_u64(),
+            v["remaining"]["tokens"].as_u64()
+        ),
+        (Some(15), Some(985))
+    );
+    let state = stdout(&cli(&k, &["run-state", &c]));
+    assert!(state.contains(&format!("chain      {p}")), "{state}");
+    assert!(cli_as(&k, &parent_token, &["pause", &c]).status.success());
+    let refused = cli(&k, &["run", "--run", &c, "--", "true"]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("is paused"),
+        "{refused:?}"
+    );
+    assert!(cli_as(&k, &parent_token, &["resume", &c]).status.success());
+    let op = stdout(&cli(
+        &k,
+        &[
+            "run",
+            "--run",
+            &c,
+            "--background",
+            "--json",
+            "--",
+            "sleep",
+            "60",
+        ],
+    ));
+    let op: Value = serde_json::from_str(&op).unwrap();
+    k.container_of(op["operation_id"].as_str().unwrap())
+        .await
+        .unwrap();
+    let cancel = cli_as(&k, &parent_token, &["cancel", &p]);
+    assert!(cancel.status.success(), "{cancel:?}");
+    assert!(
+        stdout(&cancel).contains("1 live operations are being killed"),
+        "{cancel:?}"
+    );
+    k.wait_terminal(
+        op["operation_id"].as_str().unwrap(),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let done = cli(&k, &["complete", &p, "--summary", "x"]);
+    assert!(
+        String::from_utf8_lossy(&done.stderr).contains("cancelled"),
+        "{done:?}"
+    );
+    let events = stdout(&cli(&k, &["events", &c]));
+    let kinds: Vec<&str> = events
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run.paused",
+            "run.resumed",
+            "tool.started",
+            "run.cancelled",
+            "tool.completed"
+        ],
+        "{events}"
+    );
+}
+
 fn managed_containers() -> Vec<String> {
     let out = Command::new("docker")
         .args(["ps", "-aq", "--filter", "label=opkernel.managed=true"])
