@@ -381,7 +381,7 @@ impl Kernel {
         );
         let (tail, digest, usage) = tokio::task::spawn_blocking(move || {
             if !has_log {
-                return (None, None, None);
+                return (None, None, (None, None));
             }
             let tail = ops
                 .log_tail(&id, crate::report::TAIL_BYTES as u64 * 2)
@@ -390,10 +390,16 @@ impl Kernel {
             let usage = has_code
                 .then(|| ops.read_code(&id).ok().and_then(|r| r.usage()))
                 .flatten();
-            (tail, ops.log_digest(&id).ok(), usage)
+            let ended_at = has_code.then(|| ops.code_written_at(&id)).flatten();
+            (tail, ops.log_digest(&id).ok(), (usage, ended_at))
         })
         .await
-        .unwrap_or((None, None, None));
+        .unwrap_or((None, None, (None, None)));
+        let (usage, ended_at) = usage;
+        // an op without a recorded end ran at most until its deadline and
+        // the kill sequence after it (a longer outage is not its use)
+        let charge_cap_ms = (op.timeout_sec.saturating_mul(1000)
+            + 2 * self.config.kill_grace.as_millis() as u64) as i64;
         let won = self
             .store
             .settle(
@@ -403,6 +409,8 @@ impl Kernel {
                     output_tail: tail,
                     log: digest,
                     usage,
+                    ended_at,
+                    charge_cap_ms: Some(charge_cap_ms),
                 },
             )
             .await?;
@@ -469,6 +477,11 @@ impl Kernel {
             .entry(record.run_id.clone())
             .or_insert(meta)
             .clone()
+    }
+
+    /// Drops a run's cached facts (a one-shot run, gone with its container).
+    pub fn forget_run(&self, run_id: &str) {
+        self.run_meta.lock().remove(run_id);
     }
 
     /// The container profile of a run: its envelope's limits over the

@@ -178,7 +178,7 @@ pub enum EnvelopeError {
     #[error("{0}")]
     Invalid(String),
     /// Wider than the parent's (403 `envelope_exceeded`), naming the field.
-    #[error("{field}: {asked} is wider than the parent's {allowed}")]
+    #[error("{field}: {asked} is wider than the parent allows ({allowed})")]
     Wider {
         field: &'static str,
         asked: String,
@@ -301,20 +301,21 @@ impl EnvelopeRequest {
             }
             env.max_timeout_sec = Some(t);
         }
+        // a parent limit of 0 (or below) is Docker's "unlimited"
         if let Some(m) = self.memory_bytes {
-            if m > parent.memory_bytes {
+            if parent.memory_bytes > 0 && m > parent.memory_bytes {
                 return Err(wider("memory_bytes", m, parent.memory_bytes));
             }
             env.memory_bytes = m;
         }
         if let Some(c) = self.cpus {
-            if c > parent.cpus {
+            if parent.cpus > 0.0 && c > parent.cpus {
                 return Err(wider("cpus", c, parent.cpus));
             }
             env.cpus = c;
         }
         if let Some(p) = self.pids_limit {
-            if p > parent.pids_limit {
+            if parent.pids_limit > 0 && p > parent.pids_limit {
                 return Err(wider("pids_limit", p, parent.pids_limit));
             }
             env.pids_limit = p;
@@ -489,8 +490,14 @@ impl Used {
             .filter_map(|(name, limit)| {
                 let limit = limit?;
                 let (used, reached) = match name {
-                    "op_seconds" => (self.op_ms as f64 / 1000.0, self.op_ms >= limit * 1000),
-                    "cpu_seconds" => (self.cpu_ms as f64 / 1000.0, self.cpu_ms >= limit * 1000),
+                    "op_seconds" => (
+                        self.op_ms as f64 / 1000.0,
+                        self.op_ms >= limit.saturating_mul(1000),
+                    ),
+                    "cpu_seconds" => (
+                        self.cpu_ms as f64 / 1000.0,
+                        self.cpu_ms >= limit.saturating_mul(1000),
+                    ),
                     "tokens" => (self.tokens as f64, self.tokens >= limit),
                     _ => (self.cost_micros as f64, self.cost_micros >= limit),
                 };

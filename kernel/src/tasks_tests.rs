@@ -150,6 +150,22 @@ fn every_widening_is_refused_naming_its_field() {
     }
     .narrow(&open)
     .is_ok());
+    // a parent without a memory, cpu or pids limit (Docker's 0): any value narrows it
+    let unlimited = Envelope {
+        memory_bytes: 0,
+        cpus: 0.0,
+        pids_limit: 0,
+        ..parent()
+    };
+    let env = EnvelopeRequest {
+        memory_bytes: Some(1 << 40),
+        cpus: Some(512.0),
+        pids_limit: Some(100_000),
+        ..Default::default()
+    }
+    .narrow(&unlimited)
+    .unwrap();
+    assert_eq!(env.memory_bytes, 1 << 40);
     // a parent without a network: the child cannot get one
     let closed = Envelope {
         network: "none".into(),

@@ -110,6 +110,19 @@ impl OpsDir {
         parse_op_result(&name, &text)
     }
 
+    /// When the op's `.code` was written (its mtime, unix ms): the end of
+    /// the command, as the shim recorded it. `None` without a regular file.
+    pub fn code_written_at(&self, op_id: &str) -> Option<i64> {
+        let name = format!("{op_id}.code");
+        let file = open_regular(&self.file(op_id, "code").ok()?, &name).ok()?;
+        let modified = file.metadata().ok()?.modified().ok()?;
+        let ms = modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis();
+        i64::try_from(ms).ok()
+    }
+
     fn inbox_file(&self, op_id: &str, state: &str) -> Result<PathBuf, OpFileError> {
         validate_op_id(op_id)
             .map_err(|e| OpFileError::Garbage(format!("{op_id}.{state}"), e.to_string()))?;

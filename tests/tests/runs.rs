@@ -663,3 +663,124 @@ async fn complete_is_explicit_refused_while_ops_live_and_every_transition_is_an_
     .unwrap();
     assert_eq!(streamed, seqs[4..]);
 }
+
+#[tokio::test]
+async fn a_pause_is_undone_only_from_above_and_a_childs_token_only_by_a_keyed_retry() {
+    let k = kernel("held", &[]).await;
+    let (p, c) = (unique_run("p"), unique_run("c"));
+    let parent = create(&k, &k.client, json!({ "run_id": p })).await;
+    let create_child = |key: Option<&'static str>| {
+        let parent = parent.clone();
+        let c = c.clone();
+        async move {
+            let headers: Vec<(&str, &str)> =
+                key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+            parent
+                .request(
+                    Method::POST,
+                    "/v1/runs",
+                    Some(&json!({"run_id": c})),
+                    &headers,
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let (s, first) = create_child(Some("make-c")).await;
+    assert_eq!(s, 200, "{first}");
+    // a retry under the same key re-keys (the first answer may be lost) ...
+    let (s, again) = create_child(Some("make-c")).await;
+    assert_eq!(s, 200, "{again}");
+    assert_ne!(first["token"], again["token"]);
+    // ... anything else cannot take the child's token
+    for key in [None, Some("other")] {
+        let (s, v) = create_child(key).await;
+        assert_eq!(s, 409, "{v}");
+    }
+    let (s, v) = call(
+        &k.client,
+        Method::POST,
+        "/v1/runs",
+        Some(json!({"run_id": c})),
+    )
+    .await;
+    assert_eq!(
+        s, 409,
+        "the operator cannot re-register a child as its own: {v}"
+    );
+    let child = Client::new(
+        k.client.base().to_owned(),
+        again["token"].as_str().unwrap().to_owned(),
+    );
+    let old = Client::new(
+        k.client.base().to_owned(),
+        first["token"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(
+        call(&old, Method::GET, &format!("/v1/runs/{c}"), None)
+            .await
+            .0,
+        401
+    );
+    // paused by its parent: the child cannot resume itself
+    assert_eq!(
+        call(&parent, Method::POST, &format!("/v1/runs/{c}/pause"), None)
+            .await
+            .0,
+        200
+    );
+    let (s, v) = call(&child, Method::POST, &format!("/v1/runs/{c}/resume"), None).await;
+    assert_eq!(s, 403, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("paused by run:{p}")));
+    assert_eq!(
+        call(&parent, Method::POST, &format!("/v1/runs/{c}/resume"), None)
+            .await
+            .0,
+        200
+    );
+    // paused by itself: it may resume; paused by the operator: only the operator
+    assert_eq!(
+        call(&child, Method::POST, &format!("/v1/runs/{c}/pause"), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(&child, Method::POST, &format!("/v1/runs/{c}/resume"), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(
+            &k.client,
+            Method::POST,
+            &format!("/v1/runs/{c}/pause"),
+            None
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        call(&parent, Method::POST, &format!("/v1/runs/{c}/resume"), None)
+            .await
+            .0,
+        403
+    );
+    let (s, v) = call(
+        &k.client,
+        Method::POST,
+        &format!("/v1/runs/{c}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (s, v["run"]["state"].as_str()),
+        (200, Some("active")),
+        "{v}"
+    );
+}

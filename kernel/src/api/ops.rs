@@ -202,6 +202,7 @@ pub async fn run_oneshot(
     };
     let answer = start_and_answer(&k, start, k.config.max_live_ops_per_run).await;
     k.remove_run_container(&run).await;
+    k.forget_run(&run);
     answer
 }
 

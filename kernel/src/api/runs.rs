@@ -37,7 +37,7 @@ fn envelope_error(what: &'static str) -> impl Fn(EnvelopeError) -> ApiError {
             asked,
             allowed,
         } => ApiError::envelope_exceeded(format!(
-            "{what}.{field}: {asked} is wider than the parent's {allowed} (a child run may only narrow its parent's envelope and budget)"
+            "{what}.{field}: {asked} is wider than the parent allows ({allowed}): a child run may only narrow its parent's envelope and budget"
         )),
     }
     }
@@ -57,8 +57,10 @@ fn who(principal: &Principal) -> String {
 pub async fn create_run(
     State(k): State<AppState>,
     principal: Principal,
+    headers: HeaderMap,
     Body(req): Body<CreateRun>,
 ) -> ApiResult<Json<Value>> {
+    let key = super::ops::idempotency_key(&headers)?;
     sandbox::profile::validate_run_id(&req.run_id)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let budget = req.budget.unwrap_or_default();
@@ -110,6 +112,7 @@ pub async fn create_run(
             envelope: envelope.clone(),
             budget,
             token_sha256: token_sha256(&token),
+            idempotency_key: key.clone(),
         })
         .await?;
     let record = match created {
@@ -118,20 +121,26 @@ pub async fn create_run(
             // a retry of the same creation gets a fresh token (the first
             // answer may never have arrived); anything else is a conflict
             let retry = match &parent {
-                // the operator re-keys any run; what it restates must match
+                // the operator re-keys a top-level run (what it restates
+                // must match); a child's token comes from its parent
                 None => {
-                    (req.envelope.is_none() || record.envelope == envelope)
+                    record.parent_run_id.is_none()
+                        && (req.envelope.is_none() || record.envelope == envelope)
                         && (req.budget.is_none() || record.budget == budget)
                 }
+                // a parent's retry of a creation whose answer it lost: the
+                // same request under the same Idempotency-Key
                 Some(_) => {
                     record.parent_run_id == parent
                         && record.envelope == envelope
                         && record.budget == budget
+                        && key.is_some()
+                        && record.idempotency_key == key
                 }
             };
             if !retry {
                 return Err(ApiError::conflict(format!(
-                    "run {} already exists with another parent, envelope or budget",
+                    "run {} already exists (a retry of a child's creation needs the same body and Idempotency-Key)",
                     req.run_id
                 )));
             }
@@ -289,6 +298,11 @@ async fn change(
                     action.as_str()
                 ),
             ))
+        }
+        RunChange::PausedAbove(pauser) => {
+            return Err(ApiError::forbidden(format!(
+                "run {run} was paused by {pauser}: only it, a run above it or the operator may resume it"
+            )))
         }
         RunChange::LiveOps(n) => {
             return Err(ApiError::new(

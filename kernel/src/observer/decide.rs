@@ -111,6 +111,10 @@ pub struct Kill {
     pub phase: KillPhase,
     /// A signal reached the op's processes (durable: counts across restarts).
     pub signalled: bool,
+    /// A signal was about to be sent (durable, written before the first):
+    /// a TERM or KILL death after it is the kill's, even when the kernel
+    /// died before recording that the signal landed.
+    pub intent: bool,
 }
 
 impl Kill {
@@ -121,6 +125,15 @@ impl Kill {
             reason,
             phase: KillPhase::Requested,
             signalled,
+            intent: signalled,
+        }
+    }
+
+    /// The request with its recorded intent to signal.
+    pub fn with_intent(self, intent: bool) -> Kill {
+        Kill {
+            intent: self.intent || intent,
+            ..self
         }
     }
 
@@ -132,6 +145,7 @@ impl Kill {
                 Signal::Kill => KillPhase::KillSent { at },
             },
             signalled: self.signalled || hit,
+            intent: true,
             ..self
         }
     }
@@ -201,14 +215,15 @@ impl State {
     /// The outcome of a recorded exit code, given the kill request (only a
     /// signal that reached the command makes it killed or timed out).
     ///
-    /// A signal is recorded after it lands: a kernel that died between the
-    /// two leaves the code as the only witness. A death by TERM or KILL
-    /// while a kill was requested is taken as the kill's doing.
+    /// A signal is recorded after it lands, its intent before it is sent:
+    /// a kernel that died between the two leaves the code as the witness.
+    /// A death by TERM or KILL after the intent is taken as the kill's.
     pub fn outcome_of(&self, code: i32) -> Outcome {
         match self.kill {
-            Some(kill) => kill
-                .reason
-                .outcome(code, kill.signalled || died_of_kill_signal(code)),
+            Some(kill) => kill.reason.outcome(
+                code,
+                kill.signalled || (kill.intent && died_of_kill_signal(code)),
+            ),
             None => Outcome::Completed {
                 exit_code: code,
                 killed: false,

@@ -328,6 +328,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
                     reason: KillReason::Kill,
                     phase: KillPhase::KillSent { at: w.at(0) },
                     signalled: true,
+                    intent: true,
                 }),
                 ..root()
             },
@@ -394,6 +395,7 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             reason: KillReason::Kill,
             phase,
             signalled: false,
+            intent: false,
         }),
         ..w.running()
     };
@@ -668,6 +670,10 @@ fn a_kill_is_carried_through_restarts() {
         kill: Some(Kill::adopt(reason, signalled)),
         ..w.running()
     };
+    let intended = |reason| State {
+        kill: Some(Kill::adopt(reason, false).with_intent(true)),
+        ..w.running()
+    };
     let code = |c| w.step(1).with_code(CodeFile::Recorded(c));
     check(vec![
         (
@@ -695,13 +701,19 @@ fn a_kill_is_carried_through_restarts() {
         ),
         (
             "TERM landed, the kernel died before recording it: the code is the witness",
-            adopted(KillReason::Cancel, false),
+            intended(KillReason::Cancel),
             code(143),
             |a| *a == completed(143, true),
         ),
         (
+            "a 143 before any signal was about to be sent: the command's own",
+            adopted(KillReason::Cancel, false),
+            code(143),
+            |a| *a == completed(143, false),
+        ),
+        (
             "KILL landed unrecorded on a timeout: timed out",
-            adopted(KillReason::Timeout, false),
+            intended(KillReason::Timeout),
             code(137),
             |a| {
                 *a == Action::Settle(Outcome::TimedOut {
@@ -712,7 +724,7 @@ fn a_kill_is_carried_through_restarts() {
         ),
         (
             "another code while a kill was asked: the command's own result",
-            adopted(KillReason::Kill, false),
+            intended(KillReason::Kill),
             code(1),
             |a| *a == completed(1, false),
         ),

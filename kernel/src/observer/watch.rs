@@ -183,7 +183,10 @@ impl ObserverAttempt {
     /// The kill request the row carries, as this attempt takes it up.
     fn recorded_kill(&self) -> Option<Kill> {
         self.op.kill_requested_at?;
-        Some(Kill::adopt(self.op.kill_reason?, self.op.kill_signalled))
+        Some(
+            Kill::adopt(self.op.kill_reason?, self.op.kill_signalled)
+                .with_intent(self.op.kill_intent),
+        )
     }
 
     /// The cheap facts of a step. A drill's fault fails the attempt here; a
@@ -360,6 +363,11 @@ impl ObserverAttempt {
         signal: Signal,
     ) -> Step {
         let k = &self.kernel;
+        // the intent is durable before the first signal can land
+        if let Some(kill) = s.kill.as_mut().filter(|kill| !kill.intent) {
+            k.store.record_kill_intent(&self.op.id).await?;
+            kill.intent = true;
+        }
         let hit = match k
             .backend
             .signal_op(container_id, &self.op.id, rec, signal)

@@ -44,20 +44,23 @@ pub(super) fn append_event(
 
 /// The ledger's totals over a run and all its descendants.
 pub(super) fn usage_over_subtree(conn: &Connection, run_id: &str) -> StoreResult<Used> {
-    let row: (i64, i64, i64, i64) = conn
+    // TOTAL sums as a float: no input can make it fail with an integer
+    // overflow (SUM would, and then every admission under the run too)
+    let (op, cpu, tokens, cost): (f64, f64, f64, f64) = conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(op_ms), 0), COALESCE(SUM(cpu_ms), 0), \
-             COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_micros), 0) \
+            "SELECT TOTAL(op_ms), TOTAL(cpu_ms), TOTAL(input_tokens) + TOTAL(output_tokens), \
+             TOTAL(cost_micros) \
              FROM usage WHERE run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
         )?
         .query_row([run_id], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?;
+    // `as` saturates: a total past u64 reads as u64::MAX, past any limit
     Ok(Used {
-        op_ms: row.0.max(0) as u64,
-        cpu_ms: row.1.max(0) as u64,
-        tokens: row.2.max(0) as u64,
-        cost_micros: row.3.max(0) as u64,
+        op_ms: op.max(0.0) as u64,
+        cpu_ms: cpu.max(0.0) as u64,
+        tokens: tokens.max(0.0) as u64,
+        cost_micros: cost.max(0.0) as u64,
     })
 }
 

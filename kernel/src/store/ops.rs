@@ -33,6 +33,8 @@ pub struct Op {
     /// A kill or timeout signal reached the op's processes (durable, so a
     /// kill interrupted by a restart still ends `killed`).
     pub kill_signalled: bool,
+    /// A kill or timeout signal was about to be sent (written before it).
+    pub kill_intent: bool,
     /// The Docker exec that ran the op's wrapper, when known.
     pub exec_id: Option<String>,
     /// When the op was handed to its container's resident launcher.
@@ -60,7 +62,7 @@ impl Op {
 /// rows are read by column name.
 pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
     exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
-    heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, exec_id, \
+    heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, kill_intent, exec_id, \
     handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, kernel_id, report_id, delivered_inline";
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
@@ -104,6 +106,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         kill_requested_at: row.get("kill_requested_at")?,
         kill_reason: kill_reason.as_deref().and_then(KillReason::parse),
         kill_signalled: row.get("kill_signalled")?,
+        kill_intent: row.get("kill_intent")?,
         exec_id: row.get("exec_id")?,
         handed_over_at: row.get("handed_over_at")?,
         effect: row.get("effect")?,
@@ -194,6 +197,12 @@ pub struct Settlement {
     pub output_tail: Option<String>,
     pub log: Option<sandbox::LogDigest>,
     pub usage: Option<sandbox::Usage>,
+    /// When the command ended, by its code record (unix ms); `None` when
+    /// no code was recorded (then it is charged until the settlement).
+    pub ended_at: Option<i64>,
+    /// The most an op without a recorded end is charged (its timeout and
+    /// kill sequence), so a kernel outage or a grace window is not billed.
+    pub charge_cap_ms: Option<i64>,
 }
 
 /// Why a new op of `run_id` may not be admitted now, if it may not.
@@ -489,6 +498,19 @@ impl Store {
         .await
     }
 
+    /// Records that a kill or timeout signal is about to be sent.
+    pub async fn record_kill_intent(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE ops SET kill_intent = 1 WHERE id = ?1 AND kill_intent = 0",
+                [id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Records that a kill or timeout signal reached the op's processes.
     pub async fn record_signalled(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
@@ -606,7 +628,10 @@ impl Store {
                 return Ok(false);
             }
             let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
-            let wall = op.started_at.map(|start| now - start);
+            let wall = op.started_at.map(|start| match s.ended_at {
+                Some(end) => end.min(now) - start,
+                None => (now - start).min(s.charge_cap_ms.unwrap_or(i64::MAX)),
+            });
             let cpu = op.usage.map(|u| u.cpu_ms as i64);
             super::journal::record_op_usage(&tx, &op.run_id, &id, wall, cpu)?;
             let (kind, data) = settled_event(&op);
@@ -781,6 +806,8 @@ mod tests {
             output_tail: None,
             log: None,
             usage: Some(usage),
+            ended_at: None,
+            charge_cap_ms: None,
         };
         assert!(store
             .settle(
@@ -826,6 +853,8 @@ mod tests {
             output_tail: None,
             log: None,
             usage: None,
+            ended_at: None,
+            charge_cap_ms: None,
         };
         assert!(store.settle(&op.id, s).await.unwrap());
         let row = store.get_op(&op.id).await.unwrap().unwrap();

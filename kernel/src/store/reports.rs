@@ -374,6 +374,8 @@ mod tests {
             output_tail: None,
             log: None,
             usage: None,
+            ended_at: None,
+            charge_cap_ms: None,
         };
         assert!(store.settle(id, s).await.unwrap());
     }

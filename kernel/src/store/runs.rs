@@ -29,6 +29,10 @@ pub struct RunRecord {
     pub state_changed_at: Option<i64>,
     pub summary: Option<String>,
     pub decided_by: Option<String>,
+    /// Who paused it (`operator` or `run:<id>`), while it is paused.
+    pub paused_by: Option<String>,
+    /// The `Idempotency-Key` a child was created under.
+    pub idempotency_key: Option<String>,
     pub finished_at: Option<i64>,
 }
 
@@ -39,7 +43,7 @@ impl RunRecord {
 }
 
 const RUN_COLUMNS: &str = "run_id, parent_run_id, chain, principal, state, envelope, budget, \
-    created_at, state_changed_at, summary, decided_by, finished_at";
+    created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at";
 
 fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let corrupt = |what: String| {
@@ -65,6 +69,8 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         state_changed_at: row.get("state_changed_at")?,
         summary: row.get("summary")?,
         decided_by: row.get("decided_by")?,
+        paused_by: row.get("paused_by")?,
+        idempotency_key: row.get("idempotency_key")?,
         finished_at: row.get("finished_at")?,
     })
 }
@@ -223,6 +229,7 @@ pub struct NewRun {
     pub envelope: Option<Envelope>,
     pub budget: Budget,
     pub token_sha256: String,
+    pub idempotency_key: Option<String>,
 }
 
 /// The result of creating a run.
@@ -251,6 +258,8 @@ pub enum RunChange {
     Refused(RunState),
     /// `complete` while ops of the run or its descendants are live.
     LiveOps(u64),
+    /// `resume` by someone below whoever paused it (named here).
+    PausedAbove(String),
     NotFound,
 }
 
@@ -286,7 +295,8 @@ impl Store {
             };
             tx.execute(
                 "INSERT INTO runs (run_id, token_sha256, created_at, parent_run_id, chain, principal, \
-                 envelope, budget, state_changed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3)",
+                 envelope, budget, state_changed_at, idempotency_key) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9)",
                 params![
                     new.run_id,
                     new.token_sha256,
@@ -295,7 +305,8 @@ impl Store {
                     to_json(&chain)?,
                     principal,
                     envelope,
-                    to_json(&new.budget)?
+                    to_json(&new.budget)?,
+                    new.idempotency_key
                 ],
             )?;
             let mut ancestry = tx.prepare_cached(
@@ -452,6 +463,13 @@ impl Store {
                 Transition::Refused(state) => return Ok(RunChange::Refused(state)),
                 Transition::Already => {}
                 Transition::Change { from, to } => {
+                    if action == RunAction::Resume {
+                        if let Some(pauser) = run.paused_by.as_deref() {
+                            if !may_undo(&tx, &by, pauser)? {
+                                return Ok(RunChange::PausedAbove(pauser.to_owned()));
+                            }
+                        }
+                    }
                     if action == RunAction::Complete {
                         let live = live_in_subtree(&tx, &run_id)?;
                         if live > 0 {
@@ -494,22 +512,6 @@ impl Store {
                 changed,
                 kills,
             })
-        })
-        .await
-    }
-
-    /// Registers a run (or re-keys it) with the hash of its new token.
-    pub async fn register_run(&self, run_id: &str, token_sha256: &str) -> StoreResult<()> {
-        let (run_id, token) = (run_id.to_owned(), token_sha256.to_owned());
-        self.call(move |conn| {
-            let tx = conn.transaction()?;
-            ensure_top_level(&tx, &run_id, now_ms())?;
-            tx.execute(
-                "UPDATE runs SET token_sha256 = ?2 WHERE run_id = ?1",
-                params![run_id, token],
-            )?;
-            tx.commit()?;
-            Ok(())
         })
         .await
     }
@@ -600,6 +602,22 @@ impl Store {
     }
 }
 
+/// Whether `by` may undo what `pauser` did: it is the operator, the same
+/// principal, or a run above the pausing run.
+fn may_undo(conn: &Connection, by: &str, pauser: &str) -> StoreResult<bool> {
+    if by == "operator" || by == pauser {
+        return Ok(true);
+    }
+    let (Some(by), Some(pauser)) = (by.strip_prefix("run:"), pauser.strip_prefix("run:")) else {
+        return Ok(false);
+    };
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM run_ancestry WHERE run_id = ?1 AND ancestor_id = ?2)",
+        )?
+        .query_row(params![pauser, by], |r| r.get(0))?)
+}
+
 /// Live ops of a run and its descendants.
 fn live_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<u64> {
     let n: i64 = conn
@@ -646,7 +664,8 @@ fn set_state(
     let n = conn
         .prepare_cached(
             "UPDATE runs SET state = ?3, state_changed_at = ?4, \
-             summary = COALESCE(?5, summary), decided_by = CASE WHEN ?6 THEN ?7 ELSE decided_by END \
+             summary = COALESCE(?5, summary), decided_by = CASE WHEN ?6 THEN ?7 ELSE decided_by END, \
+             paused_by = CASE WHEN ?3 = 'paused' THEN ?7 ELSE NULL END \
              WHERE run_id = ?1 AND state = ?2",
         )?
         .execute(params![
