@@ -37,6 +37,9 @@ pub struct Config {
     pub max_live_ops: u64,
     /// Deepest delegation: a run's chain holds at most this many ancestors.
     pub max_depth: usize,
+    /// Kernel-wide approval rules (`OPKERNEL_APPROVAL_MATCH`, one regex per
+    /// line), matched against every command joined by spaces.
+    pub approval_match: Vec<String>,
     /// Idle time after which a container without live ops may be reaped.
     pub reap_ttl: Duration,
     pub reap_interval: Duration,
@@ -109,6 +112,15 @@ impl Config {
             max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512),
             max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384),
             max_depth: env_u64("OPKERNEL_MAX_DEPTH", 4) as usize,
+            approval_match: std::env::var("OPKERNEL_APPROVAL_MATCH")
+                .map(|v| {
+                    v.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
             reap_ttl: Duration::from_secs(env_u64("OPKERNEL_REAP_TTL_SECONDS", 3600)),
             reap_interval: Duration::from_secs(
                 env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300).max(1),

@@ -41,6 +41,7 @@ proptest! {
                 timeout_sec: 10,
                 output_tail: Some(tail.clone()),
                 kill_reason: killed.then(|| "cancel".to_owned()),
+                denied_by: None,
             })
             .collect();
         let text = render(&resolved, &[], &notes, 0);

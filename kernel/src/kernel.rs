@@ -29,6 +29,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("invalid setting: {0}")]
+    Config(String),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
@@ -44,6 +46,20 @@ pub struct RunMeta {
     pub chain: Vec<String>,
     pub envelope: crate::tasks::Envelope,
     pub profile: sandbox::Profile,
+    /// The envelope's approval patterns, compiled.
+    approval: Vec<(String, regex::Regex)>,
+}
+
+/// Compiles approval patterns; the error names the bad one.
+fn compile_patterns(patterns: &[String]) -> Result<Vec<(String, regex::Regex)>, String> {
+    patterns
+        .iter()
+        .map(|p| {
+            regex::Regex::new(p)
+                .map(|r| (p.clone(), r))
+                .map_err(|e| format!("approval pattern {p:?}: {e}"))
+        })
+        .collect()
 }
 
 /// Per live op: its observer's inbox and a "done" signal.
@@ -72,6 +88,8 @@ pub struct Kernel {
     run_gates: Lock<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
     /// Runs' immutable facts, read once from the control plane.
     run_meta: Lock<HashMap<String, Arc<RunMeta>>>,
+    /// `OPKERNEL_APPROVAL_MATCH`, compiled.
+    approval_match: Vec<(String, regex::Regex)>,
     _lock: File,
 }
 
@@ -198,6 +216,8 @@ impl Kernel {
         backend: Arc<dyn OpBackend>,
     ) -> Result<Arc<Kernel>, StartError> {
         check_run_user(backend.as_ref(), &config).await?;
+        let approval_match = compile_patterns(&config.approval_match)
+            .map_err(|e| StartError::Config(format!("OPKERNEL_APPROVAL_MATCH: {e}")))?;
         let id = kernel_identity();
         store.register_kernel(&id).await?;
         let probes = Arc::new(ProbeCache::default());
@@ -218,6 +238,7 @@ impl Kernel {
             run_locks: Lock::default(),
             run_gates: Lock::default(),
             run_meta: Lock::default(),
+            approval_match,
             _lock: lock,
         }))
     }
@@ -250,7 +271,9 @@ impl Kernel {
         }
     }
 
-    /// Background duties: heartbeats of observed ops.
+    /// Background duties: heartbeats of observed ops, and approval
+    /// timeouts (checked each second; they are durable, so a restart only
+    /// delays them).
     pub fn spawn_housekeeping(self: &Arc<Self>) {
         let k = self.clone();
         tokio::spawn(async move {
@@ -259,6 +282,29 @@ impl Kernel {
                 tick.tick().await;
                 if let Err(e) = k.store.heartbeat(&k.id).await {
                     tracing::warn!(%e, "heartbeat failed");
+                }
+            }
+        });
+        let k = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                match k.store.approval_timeouts().await {
+                    Ok(done) => {
+                        for action in done {
+                            match action {
+                                crate::store::TimeoutAction::Denied { op_id, run_id } => {
+                                    tracing::info!(op = %op_id, "approval timed out: denied");
+                                    k.bump_run(&run_id);
+                                }
+                                crate::store::TimeoutAction::Escalated { op_id, .. } => {
+                                    tracing::warn!(op = %op_id, "approval timed out: escalated, still waiting");
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(%e, "approval timeouts not checked"),
                 }
             }
         });
@@ -466,17 +512,52 @@ impl Kernel {
             .envelope
             .clone()
             .unwrap_or_else(|| self.config.default_envelope());
+        // patterns were checked when the run was made; one that no longer
+        // compiles holds every op rather than none (fail closed)
+        let approval = compile_patterns(&envelope.approval.patterns).unwrap_or_else(|e| {
+            tracing::error!(run = %record.run_id, %e, "approval pattern does not compile; every op waits");
+            vec![("(invalid pattern)".to_owned(), regex::Regex::new("").unwrap_or_else(|_| unreachable!()))]
+        });
         let meta = Arc::new(RunMeta {
             run_id: record.run_id.clone(),
             chain: record.chain.clone(),
             profile: envelope.profile(&self.config.profile),
             envelope,
+            approval,
         });
         self.run_meta
             .lock()
             .entry(record.run_id.clone())
             .or_insert(meta)
             .clone()
+    }
+
+    /// Whether a command of the run must wait for an operator's approval:
+    /// the run's rules (`all`, or a pattern of its envelope) or a
+    /// kernel-wide pattern matching the command joined by spaces.
+    pub fn approval_hold(
+        &self,
+        meta: &RunMeta,
+        command: &[String],
+    ) -> Option<crate::store::ApprovalHold> {
+        let rules = &meta.envelope.approval;
+        let joined = command.join(" ");
+        let rule = if rules.all {
+            Some("*".to_owned())
+        } else {
+            meta.approval
+                .iter()
+                .chain(&self.approval_match)
+                .find(|(_, re)| re.is_match(&joined))
+                .map(|(p, _)| p.clone())
+        }?;
+        Some(crate::store::ApprovalHold {
+            rule,
+            timeout_sec: rules.timeout_sec,
+            on_timeout: rules
+                .on_timeout
+                .unwrap_or(crate::tasks::OnTimeout::Escalate),
+        })
     }
 
     /// Drops a run's cached facts (a one-shot run, gone with its container).

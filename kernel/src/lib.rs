@@ -17,6 +17,7 @@ pub mod observer;
 pub mod probes;
 pub mod reaper;
 pub mod report;
+pub mod schedule;
 pub mod serve;
 pub mod store;
 pub mod sync;

@@ -6,40 +6,51 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// Admitted, held for an operator's decision (SPEC §16): nothing is
+    /// claimed or executed, no observer runs.
+    AwaitingApproval,
     Starting,
     Running,
     Completed,
     TimedOut,
     Lost,
     Failed,
+    /// Refused by the operator, by the approval timeout or by a kill before
+    /// approval: nothing ran.
+    Denied,
 }
 
 impl Status {
-    pub const ALL: [Status; 6] = [
+    pub const ALL: [Status; 8] = [
+        Status::AwaitingApproval,
         Status::Starting,
         Status::Running,
         Status::Completed,
         Status::TimedOut,
         Status::Lost,
         Status::Failed,
+        Status::Denied,
     ];
     /// The absorbing statuses. Every SQL statement that needs them uses
-    /// [`terminal_sql`] or [`live_sql`], built from this list.
-    pub const TERMINAL: [Status; 4] = [
+    /// [`terminal_sql`], [`live_sql`] or [`observed_sql`], built from this list.
+    pub const TERMINAL: [Status; 5] = [
         Status::Completed,
         Status::TimedOut,
         Status::Lost,
         Status::Failed,
+        Status::Denied,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Status::AwaitingApproval => "awaiting_approval",
             Status::Starting => "starting",
             Status::Running => "running",
             Status::Completed => "completed",
             Status::TimedOut => "timed_out",
             Status::Lost => "lost",
             Status::Failed => "failed",
+            Status::Denied => "denied",
         }
     }
 
@@ -51,10 +62,18 @@ impl Status {
         Status::TERMINAL.contains(&self)
     }
 
+    /// Whether an observer watches the op in this status (it may have run).
+    pub fn is_observed(self) -> bool {
+        matches!(self, Status::Starting | Status::Running)
+    }
+
     /// Whether the lifecycle allows moving from `self` to `next`.
     pub fn can_become(self, next: Status) -> bool {
         match (self, next) {
+            (Status::AwaitingApproval, n) => matches!(n, Status::Starting | Status::Denied),
             (Status::Starting, Status::Running) => true,
+            // denied means nothing ran: only a waiting op can be denied
+            (Status::Starting | Status::Running, Status::Denied) => false,
             (Status::Starting | Status::Running, n) => n.is_terminal(),
             _ => false,
         }
@@ -73,9 +92,16 @@ pub fn terminal_sql() -> String {
     sql_list(Status::TERMINAL.into_iter())
 }
 
-/// `'starting','running'` for `status IN (...)`.
+/// `'awaiting_approval','starting','running'` (every status that is not
+/// terminal) for `status IN (...)`.
 pub fn live_sql() -> String {
     sql_list(Status::ALL.into_iter().filter(|s| !s.is_terminal()))
+}
+
+/// `'starting','running'`: the statuses an observer watches (and settles
+/// from) for `status IN (...)`.
+pub fn observed_sql() -> String {
+    sql_list(Status::ALL.into_iter().filter(|s| s.is_observed()))
 }
 
 /// The effect of a lost op: the command may or may not have done its work.
@@ -185,7 +211,11 @@ mod tests {
         assert!(Status::Starting.can_become(Status::Running));
         assert!(!Status::Running.can_become(Status::Starting));
         assert!(!Status::Running.can_become(Status::Running));
-        for t in Status::TERMINAL {
+        assert!(!Status::Starting.can_become(Status::AwaitingApproval));
+        for t in Status::TERMINAL
+            .into_iter()
+            .filter(|t| *t != Status::Denied)
+        {
             assert!(Status::Starting.can_become(t));
             assert!(Status::Running.can_become(t));
         }
@@ -193,8 +223,23 @@ mod tests {
 
     #[test]
     fn sql_lists_follow_the_rust_definition() {
-        assert_eq!(terminal_sql(), "'completed','timed_out','lost','failed'");
-        assert_eq!(live_sql(), "'starting','running'");
+        assert_eq!(
+            terminal_sql(),
+            "'completed','timed_out','lost','failed','denied'"
+        );
+        assert_eq!(live_sql(), "'awaiting_approval','starting','running'");
+        assert_eq!(observed_sql(), "'starting','running'");
+    }
+
+    #[test]
+    fn a_waiting_op_starts_or_is_denied_and_only_it_can_be_denied() {
+        assert!(Status::AwaitingApproval.can_become(Status::Starting));
+        assert!(Status::AwaitingApproval.can_become(Status::Denied));
+        assert!(!Status::AwaitingApproval.can_become(Status::Completed));
+        assert!(!Status::AwaitingApproval.can_become(Status::Running));
+        assert!(!Status::Starting.can_become(Status::Denied));
+        assert!(!Status::Running.can_become(Status::Denied));
+        assert!(!Status::AwaitingApproval.is_observed());
     }
 
     #[test]

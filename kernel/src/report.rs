@@ -119,6 +119,15 @@ pub fn resolution_line(item: &ReportItem) -> String {
             "- {id} failed to start: {} (nothing ran)",
             item.message.as_deref().unwrap_or("unknown error")
         ),
+        Status::Denied if item.denied_by.as_deref() == Some("operator") => format!(
+            "- {id} denied by operator: {} (nothing ran)",
+            item.message.as_deref().unwrap_or("no reason given")
+        ),
+        Status::Denied => format!(
+            "- {id} denied: {} (nothing ran)",
+            item.message.as_deref().unwrap_or("not approved")
+        ),
+        Status::AwaitingApproval => format!("- {id} is awaiting approval"),
         Status::Starting | Status::Running => format!("- {id} is still running"),
     }
 }
@@ -165,6 +174,15 @@ pub fn render(
     if !running.is_empty() {
         out.push_str("Still running in the background:\n");
         for r in running.iter().take(MAX_RUNNING_LINES) {
+            if r.awaiting_approval {
+                out.push_str(&format!(
+                    "- {} `{}` (awaiting approval for {}; it starts only if an operator approves it)\n",
+                    r.operation_id,
+                    command_line(&r.command),
+                    human_duration(r.running_sec),
+                ));
+                continue;
+            }
             out.push_str(&format!(
                 "- {} `{}` (running {}, timeout {}s)\n",
                 r.operation_id,
@@ -207,6 +225,7 @@ mod tests {
             timeout_sec: 900,
             output_tail: tail.map(str::to_owned),
             kill_reason: None,
+            denied_by: None,
         }
     }
 
@@ -240,6 +259,7 @@ mod tests {
             ],
             running_sec: 130,
             timeout_sec: 900,
+            awaiting_approval: false,
         }];
         let text = render(&resolved, &running, &[], 0);
         assert_eq!(
@@ -296,6 +316,7 @@ mod tests {
                 command: vec!["sleep".into(), "9".into()],
                 running_sec: 1,
                 timeout_sec: 9,
+                awaiting_approval: false,
             })
             .collect();
         let text = render(&[], &running, &[], 7);

@@ -136,6 +136,23 @@ pub enum OnTimeout {
     Deny,
 }
 
+impl OnTimeout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Escalate => "escalate",
+            OnTimeout::Deny => "deny",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OnTimeout> {
+        match s {
+            "escalate" => Some(OnTimeout::Escalate),
+            "deny" => Some(OnTimeout::Deny),
+            _ => None,
+        }
+    }
+}
+
 impl ApprovalRules {
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty() && !self.all

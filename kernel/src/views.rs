@@ -68,6 +68,24 @@ pub struct OpView {
     /// A foreground op's output (in its reply only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// The approval hold, for an op an approval rule matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalView>,
+    /// The schedule that fired it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<String>,
+}
+
+/// An op's approval hold and its decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    pub rule: String,
+    pub timeout_sec: Option<u64>,
+    pub on_timeout: Option<String>,
+    pub escalated_at: Option<String>,
+    /// `operator` (approved or denied), `timeout` or `kill` (denied).
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
 }
 
 impl OpView {
@@ -103,6 +121,15 @@ impl OpView {
             delivered: op.report_id.is_some() || op.delivered_inline,
             report_id: op.report_id.clone(),
             output: None,
+            approval: op.approval_rule.as_ref().map(|rule| ApprovalView {
+                rule: rule.clone(),
+                timeout_sec: op.approval_timeout_sec,
+                on_timeout: op.approval_on_timeout.map(|o| o.as_str().to_owned()),
+                escalated_at: op.approval_escalated_at.map(rfc3339),
+                decided_by: op.approval_decided_by.clone(),
+                decided_at: op.approval_decided_at.map(rfc3339),
+            }),
+            schedule_id: op.schedule_id.clone(),
         }
     }
 

@@ -46,6 +46,9 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
             post(ops::kill_operation),
         )
         .route("/v1/operations/{id}", get(ops::get_operation))
+        .route("/v1/operations/{id}/approve", post(ops::approve))
+        .route("/v1/operations/{id}/deny", post(ops::deny))
+        .route("/v1/approvals", get(ops::approvals))
         .route("/v1/operations/{id}/log", get(console::raw_log))
         .route("/v1/operations/{id}/console", get(console::console))
         .route("/v1/runs/{run}/report", get(reports::report))

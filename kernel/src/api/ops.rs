@@ -11,8 +11,8 @@ use super::{
     authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body, Scope, Seg,
 };
 use crate::auth::Principal;
-use crate::lifecycle::KillReason;
-use crate::store::{Admission, NewOp, Op, StartRequest};
+use crate::lifecycle::{KillReason, Status};
+use crate::store::{Admission, NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
 use crate::views::OpView;
 
 #[derive(Debug, Deserialize)]
@@ -22,6 +22,16 @@ pub struct RunCommand {
     #[serde(default)]
     background: bool,
     timeout_sec: Option<u64>,
+}
+
+/// The reply of a start held for approval.
+pub fn awaiting_message(id: &str) -> String {
+    format!(
+        "Awaiting operator approval as operation {id}. Nothing runs until an operator approves it; it may \
+         also be denied. Do not wait idle: continue with other work, and the outcome (the result, or the \
+         denial with its reason) will arrive automatically as a follow-up message. Use kill_operation to \
+         withdraw it."
+    )
 }
 
 /// The exact reply of a background start.
@@ -105,13 +115,19 @@ pub async fn run_command(
     };
     let timeout = validate(&k, &req, &meta.envelope)?;
     let key = idempotency_key(&headers)?;
+    // a command an approval rule holds waits for an operator: its result
+    // comes in a report, as a background op's does (a caller cannot be
+    // kept waiting for a human)
+    let approval = k.approval_hold(&meta, &req.command);
     let start = StartRequest {
         scratch_key: sandbox::profile::scratch_key(&run),
         run_id: run,
         command: req.command,
-        background: req.background,
+        background: req.background || approval.is_some(),
         timeout_sec: timeout,
         idempotency_key: key,
+        approval,
+        schedule_id: None,
     };
     start_and_answer(&k, start, meta.envelope.max_live_ops).await
 }
@@ -141,10 +157,14 @@ async fn start_and_answer(
         }
         NewOp::Refused(why) => return Err(ApiError::refused(&why)),
     };
-    if fresh {
+    // a waiting op has no observer until it is approved
+    if fresh && op.status.is_observed() {
         crate::observer::spawn_fresh(k, op.clone());
-    } else if !op.status.is_terminal() {
+    } else if op.status.is_observed() {
         crate::observer::spawn(k, op.id.clone());
+    }
+    if op.status == Status::AwaitingApproval {
+        return Ok(Json(OpView::of(&op).saying(awaiting_message(&op.id))));
     }
     if background {
         return Ok(Json(
@@ -199,6 +219,8 @@ pub async fn run_oneshot(
         background: false,
         timeout_sec: timeout,
         idempotency_key: None,
+        approval: None,
+        schedule_id: None,
     };
     let answer = start_and_answer(&k, start, k.config.max_live_ops_per_run).await;
     k.remove_run_container(&run).await;
@@ -231,6 +253,22 @@ pub async fn kill_operation(
         let ended = format!("operation already ended: {}", op.status.as_str());
         return Ok(Json(OpView::of(&op).saying(ended)));
     }
+    if op.status == Status::AwaitingApproval {
+        let reason = "cancelled before approval";
+        k.store.deny_op(&op.id, reason, BY_KILL).await?;
+        let op = k
+            .store
+            .get_op(&op.id)
+            .await?
+            .ok_or_else(|| ApiError::internal("operation vanished"))?;
+        if op.status == Status::Denied {
+            k.bump_run(&op.run_id);
+            return Ok(Json(
+                OpView::of(&op).saying(format!("operation denied: {reason}")),
+            ));
+        }
+        // approved meanwhile: it is an ordinary op now, killed as one
+    }
     k.store.request_kill(&op.id, KillReason::Kill).await?;
     crate::observer::spawn(&k, op.id.clone());
     k.poke_kill(&op.id);
@@ -257,4 +295,90 @@ pub async fn get_operation(
 ) -> ApiResult<Json<OpView>> {
     let op = visible_op(&k, &principal, &id).await?;
     Ok(Json(OpView::of(&op)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deny {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /v1/operations/{id}/approve`: operator only (a run token, even the
+/// op's own, is refused: an agent cannot approve itself). The op starts
+/// like a new one; its timeout counts from its start.
+pub async fn approve(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+) -> ApiResult<Json<OpView>> {
+    require_operator(&principal)?;
+    let op = visible_op(&k, &principal, &id).await?;
+    match k.store.approve_op(&op.id).await? {
+        Some(op) => {
+            tracing::info!(op = %op.id, run = %op.run_id, "approved");
+            crate::observer::spawn_fresh(&k, op.clone());
+            Ok(Json(
+                OpView::of(&op).saying("approved: the operation starts now"),
+            ))
+        }
+        None => Err(ApiError::conflict(format!(
+            "operation {id} is not awaiting approval (it is {})",
+            op.status.as_str()
+        ))),
+    }
+}
+
+/// Bytes of a denial reason.
+const MAX_REASON_BYTES: usize = 4096;
+
+/// `POST /v1/operations/{id}/deny {"reason"}`: operator only. The op ends
+/// `denied` with the reason, delivered in the run's next report.
+pub async fn deny(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+    Body(req): Body<Deny>,
+) -> ApiResult<Json<OpView>> {
+    require_operator(&principal)?;
+    let op = visible_op(&k, &principal, &id).await?;
+    let reason = req.reason.unwrap_or_default();
+    if reason.len() > MAX_REASON_BYTES || reason.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "reason must be at most {MAX_REASON_BYTES} bytes, without NUL bytes"
+        )));
+    }
+    let reason = match reason.trim() {
+        "" => "no reason given".to_owned(),
+        r => r.to_owned(),
+    };
+    if !k.store.deny_op(&op.id, &reason, BY_OPERATOR).await? {
+        return Err(ApiError::conflict(format!(
+            "operation {id} is not awaiting approval (it is {})",
+            op.status.as_str()
+        )));
+    }
+    k.bump_run(&op.run_id);
+    let op = k
+        .store
+        .get_op(&op.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    Ok(Json(OpView::of(&op).saying(format!("denied: {reason}"))))
+}
+
+/// `GET /v1/approvals`: ops waiting for approval (the operator sees all; a
+/// run token its own run's and its descendants').
+pub async fn approvals(
+    State(k): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<serde_json::Value>> {
+    let root = match &principal {
+        Principal::Operator => None,
+        Principal::Run(own) => Some(own.clone()),
+    };
+    let ops = k.store.waiting_ops(root).await?;
+    Ok(Json(serde_json::json!({
+        "operations": ops.iter().map(OpView::of).collect::<Vec<_>>(),
+    })))
 }

@@ -282,12 +282,13 @@ async fn change(
         .store
         .change_run(&run, action, &who(&principal), summary)
         .await?;
-    let (record, changed, kills) = match change {
+    let (record, changed, kills, denied) = match change {
         RunChange::Done {
             run,
             changed,
             kills,
-        } => (run, changed, kills),
+            denied,
+        } => (run, changed, kills, denied),
         RunChange::NotFound => return Err(ApiError::not_found(format!("no run {run}"))),
         RunChange::Refused(state) => {
             return Err(ApiError::run_state(
@@ -324,12 +325,31 @@ async fn change(
     for id in &changed {
         k.bump_run(id);
     }
+    // a denied op is a result for its run's next report
+    for run in denied_runs(&k, &denied).await? {
+        k.bump_run(&run);
+    }
     let view = run_view(&k, *record).await?;
     Ok(Json(json!({
         "run": view,
         "changed": changed,
         "kill_requested": kills,
+        "denied": denied,
     })))
+}
+
+/// The runs of the given ops.
+async fn denied_runs(
+    k: &AppState,
+    ops: &[String],
+) -> ApiResult<std::collections::BTreeSet<String>> {
+    let mut runs = std::collections::BTreeSet::new();
+    for id in ops {
+        if let Some(op) = k.store.get_op(id).await? {
+            runs.insert(op.run_id);
+        }
+    }
+    Ok(runs)
 }
 
 pub async fn pause(

@@ -32,7 +32,7 @@ pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow:
         print_json(&op);
         return Ok(0);
     }
-    if req.background {
+    if req.background || op.status == "awaiting_approval" {
         println!("{}", or_dash(&op.message));
         return Ok(0);
     }

@@ -163,6 +163,8 @@ pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
         background: true,
         timeout_sec: 60,
         idempotency_key: None,
+        approval: None,
+        schedule_id: None,
     };
     let crate::store::NewOp::Created(unclaimed) = store
         .insert_op(

@@ -332,6 +332,8 @@ impl Harness {
             background: true,
             timeout_sec: 60,
             idempotency_key: None,
+            approval: None,
+            schedule_id: None,
         };
         match self
             .kernel

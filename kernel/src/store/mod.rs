@@ -2,10 +2,12 @@
 //! single authority on every op's lifecycle, its reports, notes and runs.
 //! Every call runs on the blocking pool, never on the async workers.
 
+mod approvals;
 mod journal;
 mod ops;
 mod reports;
 mod runs;
+mod schedules;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,10 +16,12 @@ use rusqlite::Connection;
 
 use crate::sync::Lock;
 
+pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use journal::{Event, ModelUsage, UsageRecorded};
-pub use ops::{Admission, AttemptStart, NewOp, Op, Settlement, StartRequest};
+pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
 pub use runs::{CreatedRun, NewRun, Refusal, RunChange, RunRecord};
+pub use schedules::{Fire, NewSchedule, Schedule, StartupReport, MAX_LAST_TAIL};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -38,6 +42,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../../migrations/0003_usage.sql")),
     (4, include_str!("../../migrations/0004_launcher.sql")),
     (5, include_str!("../../migrations/0005_runs_as_tasks.sql")),
+    (
+        6,
+        include_str!("../../migrations/0006_approvals_schedules.sql"),
+    ),
 ];
 
 #[derive(Clone)]
@@ -141,7 +149,8 @@ mod tests {
 
     #[test]
     fn schema_check_lists_every_status() {
-        let sql = super::MIGRATIONS[0].1;
+        // the latest migration that (re)creates the ops table
+        let sql = super::MIGRATIONS[5].1;
         for s in Status::ALL {
             assert!(sql.contains(&format!("'{}'", s.as_str())), "{s:?}");
         }
@@ -162,6 +171,8 @@ mod tests {
             background: true,
             timeout_sec: 60,
             idempotency_key: None,
+            approval: None,
+            schedule_id: None,
         };
         let NewOp::Created(op) = store.insert_op(req, Admission::UNLIMITED).await.unwrap() else {
             panic!()

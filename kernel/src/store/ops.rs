@@ -5,7 +5,9 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use sha2::{Digest, Sha256};
 
 use super::{now_ms, Store, StoreError, StoreResult};
-use crate::lifecycle::{live_sql, terminal_sql, KillReason, Outcome, Status, EFFECT_UNCERTAIN};
+use crate::lifecycle::{
+    live_sql, observed_sql, terminal_sql, KillReason, Outcome, Status, EFFECT_UNCERTAIN,
+};
 
 /// An op as the control plane records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +51,15 @@ pub struct Op {
     pub kernel_id: Option<String>,
     pub report_id: Option<String>,
     pub delivered_inline: bool,
+    /// The approval rule that held it (SPEC §16), if one did.
+    pub approval_rule: Option<String>,
+    pub approval_timeout_sec: Option<u64>,
+    pub approval_on_timeout: Option<crate::tasks::OnTimeout>,
+    pub approval_escalated_at: Option<i64>,
+    /// `operator`, `timeout` or `kill` (for a denial), `operator` for an approval.
+    pub approval_decided_by: Option<String>,
+    pub approval_decided_at: Option<i64>,
+    pub schedule_id: Option<String>,
 }
 
 impl Op {
@@ -63,7 +74,9 @@ impl Op {
 pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
     exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, kill_intent, exec_id, \
-    handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, kernel_id, report_id, delivered_inline";
+    handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, kernel_id, report_id, delivered_inline, \
+    approval_rule, approval_timeout_sec, approval_on_timeout, approval_escalated_at, approval_decided_by, \
+    approval_decided_at, schedule_id";
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
 pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
@@ -127,6 +140,18 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         kernel_id: row.get("kernel_id")?,
         report_id: row.get("report_id")?,
         delivered_inline: row.get("delivered_inline")?,
+        approval_rule: row.get("approval_rule")?,
+        approval_timeout_sec: row
+            .get::<_, Option<i64>>("approval_timeout_sec")?
+            .map(|v| v as u64),
+        approval_on_timeout: row
+            .get::<_, Option<String>>("approval_on_timeout")?
+            .as_deref()
+            .and_then(crate::tasks::OnTimeout::parse),
+        approval_escalated_at: row.get("approval_escalated_at")?,
+        approval_decided_by: row.get("approval_decided_by")?,
+        approval_decided_at: row.get("approval_decided_at")?,
+        schedule_id: row.get("schedule_id")?,
     })
 }
 
@@ -139,6 +164,19 @@ pub struct StartRequest {
     pub background: bool,
     pub timeout_sec: u64,
     pub idempotency_key: Option<String>,
+    /// Set when an approval rule matched: the op waits for an operator.
+    pub approval: Option<ApprovalHold>,
+    /// The schedule firing it, if one is.
+    pub schedule_id: Option<String>,
+}
+
+/// Why and how an op waits for approval (SPEC §16).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalHold {
+    /// The pattern that matched (`*` for a run whose rules hold every op).
+    pub rule: String,
+    pub timeout_sec: Option<u64>,
+    pub on_timeout: crate::tasks::OnTimeout,
 }
 
 impl StartRequest {
@@ -275,78 +313,120 @@ fn settled_event(op: &Op) -> (&'static str, serde_json::Value) {
     }
 }
 
-fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
+pub(super) fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"))?
         .query_row([id], op_from_row)
         .optional()?)
 }
 
+/// Inserts a start inside the caller's transaction: the idempotency key
+/// first (a retry finds its op), then admission (the run's state and
+/// budgets, the live-op limits), then the row (`awaiting_approval` when the
+/// request carries an approval hold, else `starting`) with its events.
+/// Writes nothing unless it returns `Created`.
+pub(super) fn insert_in(
+    tx: &Connection,
+    req: &StartRequest,
+    limits: Admission,
+) -> StoreResult<NewOp> {
+    let request_sha = req.fingerprint();
+    if let Some(key) = &req.idempotency_key {
+        let seen: Option<(String, String)> = tx
+            .prepare_cached(
+                "SELECT id, request_sha256 FROM ops WHERE run_id = ?1 AND idempotency_key = ?2",
+            )?
+            .query_row(params![req.run_id, key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((id, sha)) = seen {
+            if sha != request_sha {
+                return Ok(NewOp::KeyConflict(id));
+            }
+            let op = get(tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+            return Ok(NewOp::Existing(op));
+        }
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let now = now_ms();
+    // the run's state and budgets are read in this transaction: a pause,
+    // cancel or usage fact commits before or after it, whole
+    if let Some(refusal) = super::runs::run_refusal(tx, &req.run_id)? {
+        return Ok(NewOp::Refused(refusal));
+    }
+    if let Some(refusal) = admission_refusal(tx, &req.run_id, limits)? {
+        return Ok(NewOp::Refused(super::Refusal::Limit(refusal)));
+    }
+    super::runs::ensure_top_level(tx, &req.run_id, now)?;
+    // a new op reopens a finished run: its container is needed again
+    tx.prepare_cached(
+        "UPDATE runs SET finished_at = NULL WHERE run_id = ?1 AND finished_at IS NOT NULL",
+    )?
+    .execute([&req.run_id])?;
+    let status = match req.approval {
+        Some(_) => Status::AwaitingApproval,
+        None => Status::Starting,
+    };
+    let hold = req.approval.as_ref();
+    tx.prepare_cached(
+        "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
+         created_at, idempotency_key, request_sha256, approval_rule, approval_timeout_sec, \
+         approval_on_timeout, schedule_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    )?
+    .execute(params![
+        id,
+        req.run_id,
+        serde_json::to_string(&req.command).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        req.background,
+        req.timeout_sec as i64,
+        status.as_str(),
+        req.scratch_key,
+        now,
+        req.idempotency_key,
+        request_sha,
+        hold.map(|h| h.rule.clone()),
+        hold.and_then(|h| h.timeout_sec).map(|t| t as i64),
+        hold.map(|h| h.on_timeout.as_str()),
+        req.schedule_id,
+    ])?;
+    super::journal::append_event(
+        tx,
+        &req.run_id,
+        "tool.started",
+        Some(&id),
+        serde_json::json!({
+            "command": crate::report::bounded_argv(&req.command, crate::report::MAX_VIEW_ARGV_BYTES).0,
+            "background": req.background,
+            "timeout_sec": req.timeout_sec,
+            "schedule_id": req.schedule_id,
+        }),
+    )?;
+    if let Some(hold) = hold {
+        super::journal::append_event(
+            tx,
+            &req.run_id,
+            "approval.requested",
+            Some(&id),
+            serde_json::json!({
+                "rule": hold.rule,
+                "timeout_sec": hold.timeout_sec,
+                "on_timeout": hold.on_timeout.as_str(),
+            }),
+        )?;
+    }
+    let op = get(tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+    Ok(NewOp::Created(op))
+}
+
 impl Store {
     pub async fn insert_op(&self, req: StartRequest, limits: Admission) -> StoreResult<NewOp> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let request_sha = req.fingerprint();
-            if let Some(key) = &req.idempotency_key {
-                let seen: Option<(String, String)> = tx
-                    .query_row(
-                        "SELECT id, request_sha256 FROM ops WHERE run_id = ?1 AND idempotency_key = ?2",
-                        params![req.run_id, key],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()?;
-                if let Some((id, sha)) = seen {
-                    if sha != request_sha {
-                        return Ok(NewOp::KeyConflict(id));
-                    }
-                    let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
-                    return Ok(NewOp::Existing(op));
-                }
+            let new = insert_in(&tx, &req, limits)?;
+            if matches!(new, NewOp::Created(_)) {
+                tx.commit()?;
             }
-            let id = uuid::Uuid::new_v4().to_string();
-            let now = now_ms();
-            super::runs::ensure_top_level(&tx, &req.run_id, now)?;
-            // the run's state and budgets are read in this transaction: a
-            // pause, cancel or usage fact commits before or after it, whole
-            if let Some(refusal) = super::runs::run_refusal(&tx, &req.run_id)? {
-                return Ok(NewOp::Refused(refusal));
-            }
-            if let Some(refusal) = admission_refusal(&tx, &req.run_id, limits)? {
-                return Ok(NewOp::Refused(super::Refusal::Limit(refusal)));
-            }
-            // a new op reopens a finished run: its container is needed again
-            tx.prepare_cached("UPDATE runs SET finished_at = NULL WHERE run_id = ?1 AND finished_at IS NOT NULL")?
-                .execute([&req.run_id])?;
-            tx.prepare_cached(
-                "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
-                 created_at, idempotency_key, request_sha256) VALUES (?1, ?2, ?3, ?4, ?5, 'starting', ?6, ?7, ?8, ?9)",
-            )?
-            .execute(params![
-                    id,
-                    req.run_id,
-                    serde_json::to_string(&req.command).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                    req.background,
-                    req.timeout_sec as i64,
-                    req.scratch_key,
-                    now,
-                    req.idempotency_key,
-                    request_sha
-                ],
-            )?;
-            super::journal::append_event(
-                &tx,
-                &req.run_id,
-                "tool.started",
-                Some(&id),
-                serde_json::json!({
-                    "command": crate::report::bounded_argv(&req.command, crate::report::MAX_VIEW_ARGV_BYTES).0,
-                    "background": req.background,
-                    "timeout_sec": req.timeout_sec,
-                }),
-            )?;
-            let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
-            tx.commit()?;
-            Ok(NewOp::Created(op))
+            Ok(new)
         })
         .await
     }
@@ -361,7 +441,7 @@ impl Store {
         self.call(|conn| {
             let sql = format!(
                 "SELECT {COLUMNS} FROM ops WHERE status IN ({}) ORDER BY created_at",
-                live_sql()
+                observed_sql()
             );
             let mut stmt = conn.prepare(&sql)?;
             let rows = stmt.query_map([], op_from_row)?;
@@ -545,7 +625,7 @@ impl Store {
                 &format!(
                     "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
                      WHERE id = ?1 AND kill_requested_at IS NULL AND status IN ({})",
-                    live_sql()
+                    observed_sql()
                 ),
                 params![id, now_ms(), reason.as_str()],
             )?;
@@ -575,11 +655,11 @@ impl Store {
                 &format!(
                     "UPDATE ops SET attempt = attempt + 1, failed_attempts = {failed}, \
                      kernel_id = ?2, heartbeat_at = ?3 WHERE id = ?1 AND status IN ({})",
-                    live_sql()
+                    observed_sql()
                 ),
                 params![id, kernel_id, now_ms()],
             )?;
-            Ok(get(conn, &id)?.filter(|op| !op.status.is_terminal()))
+            Ok(get(conn, &id)?.filter(|op| op.status.is_observed()))
         })
         .await
     }
@@ -607,7 +687,7 @@ impl Store {
                      output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10, \
                      cpu_ms = ?11, max_rss_kb = ?12 \
                      WHERE id = ?1 AND status IN ({})",
-                    live_sql()
+                    observed_sql()
                 ))?.execute(
                 params![
                     id,
@@ -636,6 +716,7 @@ impl Store {
             super::journal::record_op_usage(&tx, &op.run_id, &id, wall, cpu)?;
             let (kind, data) = settled_event(&op);
             super::journal::append_event(&tx, &op.run_id, kind, Some(&id), data)?;
+            super::schedules::finalize_in(&tx, &op)?;
             tx.commit()?;
             Ok(true)
         })
@@ -666,7 +747,7 @@ impl Store {
             Ok(conn.execute(
                 &format!(
                     "UPDATE ops SET heartbeat_at = ?2 WHERE kernel_id = ?1 AND status IN ({})",
-                    live_sql()
+                    observed_sql()
                 ),
                 params![kernel_id, now_ms()],
             )?)
@@ -700,6 +781,8 @@ mod tests {
             background: true,
             timeout_sec: 60,
             idempotency_key: key.map(str::to_owned),
+            approval: None,
+            schedule_id: None,
         }
     }
 

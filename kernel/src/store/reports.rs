@@ -33,6 +33,9 @@ pub struct ReportItem {
     /// or an ancestor was cancelled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill_reason: Option<String>,
+    /// Who denied a denied op: `operator`, `timeout` or `kill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_by: Option<String>,
 }
 
 /// One still-running op in a report.
@@ -42,6 +45,9 @@ pub struct RunningItem {
     pub command: Vec<String>,
     pub running_sec: u64,
     pub timeout_sec: u64,
+    /// Held for an operator's approval (`running_sec` is then its wait).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_approval: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,6 +81,9 @@ impl ReportItem {
                 .killed
                 .then(|| op.kill_reason.map(|r| r.as_str().to_owned()))
                 .flatten(),
+            denied_by: (op.status == Status::Denied)
+                .then(|| op.approval_decided_by.clone())
+                .flatten(),
         }
     }
 }
@@ -99,6 +108,7 @@ fn running_items(conn: &Connection, run_id: &str) -> StoreResult<Vec<RunningItem
         command: bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES).0,
         running_sec: ((now - op.budget_start_ms()).max(0) / 1000) as u64,
         timeout_sec: op.timeout_sec,
+        awaiting_approval: op.status == Status::AwaitingApproval,
     })
     .collect())
 }
@@ -352,6 +362,8 @@ mod tests {
             background,
             timeout_sec: 60,
             idempotency_key: None,
+            approval: None,
+            schedule_id: None,
         };
         let NewOp::Created(op) = store.insert_op(req, Admission::UNLIMITED).await.unwrap() else {
             panic!()

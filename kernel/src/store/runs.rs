@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::journal::{append_event, usage_over_subtree};
 use super::{now_ms, Store, StoreError, StoreResult};
-use crate::lifecycle::{live_sql, KillReason};
+use crate::lifecycle::{live_sql, observed_sql, KillReason};
 use crate::tasks::{transition, Budget, Envelope, LimitUse, RunAction, RunState, Transition};
 
 /// A run as the control plane records it.
@@ -253,6 +253,8 @@ pub enum RunChange {
         run: Box<RunRecord>,
         changed: Vec<String>,
         kills: Vec<String>,
+        /// Ops that waited for approval, denied by a cancel.
+        denied: Vec<String>,
     },
     /// Not allowed from the run's state.
     Refused(RunState),
@@ -459,6 +461,7 @@ impl Store {
             };
             let mut changed = Vec::new();
             let mut kills = Vec::new();
+            let mut denied = Vec::new();
             match transition(run.state, action) {
                 Transition::Refused(state) => return Ok(RunChange::Refused(state)),
                 Transition::Already => {}
@@ -504,6 +507,7 @@ impl Store {
                     }
                 }
                 kills = request_kills_in_subtree(&tx, &run_id)?;
+                denied = super::approvals::deny_waiting_in_subtree(&tx, &run_id)?;
             }
             let run = get_run(&tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))?;
             tx.commit()?;
@@ -511,6 +515,7 @@ impl Store {
                 run: Box::new(run),
                 changed,
                 kills,
+                denied,
             })
         })
         .await
@@ -687,21 +692,21 @@ fn set_state(
     Ok(())
 }
 
-/// Records a kill request on every live op of a run and its descendants
-/// that has none yet; returns every live op of the subtree (each needs its
-/// observer to act).
+/// Records a kill request on every observed op (starting or running) of a
+/// run and its descendants that has none yet; returns every such op (each
+/// needs its observer to act). Waiting ops are denied instead.
 fn request_kills_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<Vec<String>> {
     conn.prepare_cached(&format!(
         "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
-         WHERE kill_requested_at IS NULL AND status IN ({live}) AND run_id IN \
+         WHERE kill_requested_at IS NULL AND status IN ({observed}) AND run_id IN \
          (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
-        live = live_sql()
+        observed = observed_sql()
     ))?
     .execute(params![run_id, now_ms(), KillReason::Cancel.as_str()])?;
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT id FROM ops WHERE status IN ({live}) AND run_id IN \
+        "SELECT id FROM ops WHERE status IN ({observed}) AND run_id IN \
          (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) ORDER BY created_at",
-        live = live_sql()
+        observed = observed_sql()
     ))?;
     let rows = stmt.query_map([run_id], |r| r.get(0))?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -13,6 +13,8 @@ fn start(run: &str) -> StartRequest {
         background: true,
         timeout_sec: 60,
         idempotency_key: None,
+        approval: None,
+        schedule_id: None,
     }
 }
 
@@ -272,6 +274,7 @@ async fn cancel_reaches_every_descendant_and_live_op_durably() {
         run,
         changed,
         kills,
+        ..
     } = store
         .change_run("c", RunAction::Cancel, "run:p", None)
         .await

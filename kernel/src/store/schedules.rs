@@ -1,0 +1,523 @@
+//! Schedules (SPEC §15): a schedule belongs to its run and fires as it.
+//!
+//! - **Fire**: one transaction claims the schedule for its due time and
+//!   inserts that due time's op (idempotency key `schedule:<id>:<due>`,
+//!   admitted like any op of the run: state, budget, envelope, approval),
+//!   so a due time fires at most once across any number of crashes. The
+//!   claim is held while the op lives.
+//! - **Finalize**: the op's settlement (or denial) transaction records the
+//!   bounded last result, releases the claim and reschedules from the
+//!   previous due time (slots that passed while the op ran are skipped with
+//!   an event); a one-shot is deleted (`delete_after_success`, succeeded)
+//!   or disabled.
+//! - **Start**: claims whose op is over are finalized, claims of a dead
+//!   kernel on a live op are taken over, and overdue schedules follow
+//!   `catch_up` ([`crate::schedule::startup`]).
+
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use serde_json::json;
+
+use super::journal::append_event;
+use super::ops::{get, insert_in, Admission, ApprovalHold, NewOp, Op, StartRequest};
+use super::{now_ms, Store, StoreError, StoreResult};
+use crate::lifecycle::Status;
+use crate::schedule::{startup, Startup, Timing};
+
+/// Schedules one run may hold.
+pub const MAX_SCHEDULES_PER_RUN: i64 = 64;
+/// Bytes of the last output tail a schedule keeps.
+pub const MAX_LAST_TAIL: usize = 4096;
+
+/// A schedule as the control plane records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub id: String,
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub timeout_sec: u64,
+    pub timing: Timing,
+    pub catch_up: bool,
+    pub delete_after_success: bool,
+    pub enabled: bool,
+    pub paused: bool,
+    pub next_due_at: Option<i64>,
+    pub claimed_at: Option<i64>,
+    pub claimed_by: Option<String>,
+    pub current_op_id: Option<String>,
+    pub current_due_at: Option<i64>,
+    pub last_due_at: Option<i64>,
+    pub last_op_id: Option<String>,
+    pub last_status: Option<String>,
+    pub last_exit_code: Option<i32>,
+    pub last_output_tail: Option<String>,
+    pub last_finished_at: Option<i64>,
+    pub created_at: i64,
+}
+
+const COLUMNS: &str = "id, run_id, command, timeout_sec, kind, spec, catch_up, delete_after_success, \
+    enabled, paused, next_due_at, claimed_at, claimed_by, current_op_id, current_due_at, last_due_at, \
+    last_op_id, last_status, last_exit_code, last_output_tail, last_finished_at, created_at";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
+    let corrupt = |what: String| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
+    };
+    let command: String = row.get("command")?;
+    let kind: String = row.get("kind")?;
+    let spec: String = row.get("spec")?;
+    Ok(Schedule {
+        id: row.get("id")?,
+        run_id: row.get("run_id")?,
+        command: serde_json::from_str(&command).map_err(|e| corrupt(e.to_string()))?,
+        timeout_sec: row.get::<_, i64>("timeout_sec")? as u64,
+        timing: Timing::parse(&kind, &spec).map_err(corrupt)?,
+        catch_up: row.get("catch_up")?,
+        delete_after_success: row.get("delete_after_success")?,
+        enabled: row.get("enabled")?,
+        paused: row.get("paused")?,
+        next_due_at: row.get("next_due_at")?,
+        claimed_at: row.get("claimed_at")?,
+        claimed_by: row.get("claimed_by")?,
+        current_op_id: row.get("current_op_id")?,
+        current_due_at: row.get("current_due_at")?,
+        last_due_at: row.get("last_due_at")?,
+        last_op_id: row.get("last_op_id")?,
+        last_status: row.get("last_status")?,
+        last_exit_code: row.get("last_exit_code")?,
+        last_output_tail: row.get("last_output_tail")?,
+        last_finished_at: row.get("last_finished_at")?,
+        created_at: row.get("created_at")?,
+    })
+}
+
+fn get_schedule(conn: &Connection, id: &str) -> StoreResult<Option<Schedule>> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()?)
+}
+
+/// The last `MAX_LAST_TAIL` bytes of an output tail, on a char boundary.
+fn bounded_tail(tail: Option<&str>) -> Option<String> {
+    let tail = tail?;
+    let mut start = tail.len().saturating_sub(MAX_LAST_TAIL);
+    while !tail.is_char_boundary(start) {
+        start += 1;
+    }
+    Some(tail[start..].to_owned())
+}
+
+/// A schedule to create (validated by the caller).
+#[derive(Debug, Clone)]
+pub struct NewSchedule {
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub timeout_sec: u64,
+    pub timing: Timing,
+    pub catch_up: bool,
+    pub delete_after_success: bool,
+}
+
+/// The result of one fire attempt.
+#[derive(Debug)]
+pub enum Fire {
+    /// The due time's op was inserted (it may wait for approval).
+    Fired(Op),
+    /// The due time's op existed and lives: the claim is held for it again.
+    Adopted(Op),
+    /// Not fired: the run refused it (paused, over budget, ...), recorded
+    /// as a skip.
+    Skipped(String),
+    /// Not due, or claimed by another scheduler: nothing happened.
+    NotDue,
+}
+
+/// What start-up did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StartupReport {
+    /// Claims of a dead kernel on a live op, now this kernel's.
+    pub adopted: usize,
+    /// Claims without a live op, released (and finalized where the op ended).
+    pub cleared: usize,
+    /// Overdue one-shots disabled (`catch_up: false`).
+    pub skipped: usize,
+    /// Overdue recurring schedules moved to their next future slot.
+    pub advanced: usize,
+    /// Overdue schedules left due for one catch-up fire.
+    pub catching_up: usize,
+}
+
+/// Finalizes the schedule that fired `op` (if any), inside the op's
+/// terminal transaction: bounded last result, claim released, next due
+/// time from the previous one (missed slots skipped with an event), a
+/// finished one-shot deleted or disabled.
+pub(super) fn finalize_in(conn: &Connection, op: &Op) -> StoreResult<()> {
+    let Some(s) = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM schedules WHERE current_op_id = ?1"
+        ))?
+        .query_row([&op.id], from_row)
+        .optional()?
+    else {
+        return Ok(());
+    };
+    let now = now_ms();
+    let succeeded = op.status == Status::Completed && op.exit_code == Some(0);
+    if !s.timing.is_recurring() && s.delete_after_success && succeeded {
+        conn.prepare_cached("DELETE FROM schedules WHERE id = ?1")?
+            .execute([&s.id])?;
+        return Ok(());
+    }
+    let mut next = s.next_due_at;
+    if s.timing.is_recurring() {
+        if let Some(due) = next.filter(|due| *due <= now) {
+            let (after, passed) = s.timing.next_after_now(due, now);
+            append_event(
+                conn,
+                &s.run_id,
+                "schedule.skipped",
+                None,
+                json!({
+                    "schedule_id": s.id,
+                    "reason": "previous still running",
+                    "due_at": crate::views::rfc3339(due),
+                    "slots": passed + 1,
+                }),
+            )?;
+            next = after;
+        }
+    }
+    conn.prepare_cached(
+        "UPDATE schedules SET last_due_at = current_due_at, last_op_id = ?2, last_status = ?3, \
+         last_exit_code = ?4, last_output_tail = ?5, last_finished_at = ?6, claimed_at = NULL, \
+         claimed_by = NULL, current_op_id = NULL, current_due_at = NULL, next_due_at = ?7, \
+         enabled = CASE WHEN ?8 THEN enabled ELSE 0 END WHERE id = ?1",
+    )?
+    .execute(params![
+        s.id,
+        op.id,
+        op.status.as_str(),
+        op.exit_code,
+        bounded_tail(op.output_tail.as_deref()),
+        now,
+        next,
+        s.timing.is_recurring(),
+    ])?;
+    Ok(())
+}
+
+/// Moves a recurring schedule past `due` without a run, or disables a
+/// one-shot; records `schedule.skipped` with the reason.
+fn skip_in(conn: &Connection, s: &Schedule, due: i64, reason: &str, now: i64) -> StoreResult<()> {
+    let (next, passed) = s.timing.next_after_now(due, now);
+    append_event(
+        conn,
+        &s.run_id,
+        "schedule.skipped",
+        None,
+        json!({
+            "schedule_id": s.id,
+            "reason": reason,
+            "due_at": crate::views::rfc3339(due),
+            "slots": passed + 1,
+        }),
+    )?;
+    conn.prepare_cached(
+        "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = ?2, \
+         last_status = 'skipped', last_due_at = ?3, \
+         enabled = CASE WHEN ?4 THEN enabled ELSE 0 END WHERE id = ?1",
+    )?
+    .execute(params![s.id, next, due, s.timing.is_recurring()])?;
+    Ok(())
+}
+
+impl Store {
+    /// Records a schedule with its first due time; `Err` message when the
+    /// run holds too many.
+    pub async fn create_schedule(&self, new: NewSchedule) -> StoreResult<Result<Schedule, String>> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let held: i64 = tx
+                .prepare_cached("SELECT COUNT(*) FROM schedules WHERE run_id = ?1")?
+                .query_row([&new.run_id], |r| r.get(0))?;
+            if held >= MAX_SCHEDULES_PER_RUN {
+                return Ok(Err(format!(
+                    "run {} already holds {held} schedules (at most {MAX_SCHEDULES_PER_RUN})",
+                    new.run_id
+                )));
+            }
+            let id = uuid::Uuid::new_v4().to_string();
+            let now = now_ms();
+            tx.prepare_cached(
+                "INSERT INTO schedules (id, run_id, command, timeout_sec, kind, spec, catch_up, \
+                 delete_after_success, next_due_at, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                id,
+                new.run_id,
+                serde_json::to_string(&new.command)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                new.timeout_sec as i64,
+                new.timing.kind(),
+                new.timing.spec(),
+                new.catch_up,
+                new.delete_after_success,
+                new.timing.first_due(now),
+                now,
+            ])?;
+            let s = get_schedule(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+            tx.commit()?;
+            Ok(Ok(s))
+        })
+        .await
+    }
+
+    pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<Schedule>> {
+        let id = id.to_owned();
+        self.call(move |conn| get_schedule(conn, &id)).await
+    }
+
+    /// Schedules of a run and its descendants (or every one), oldest first.
+    pub async fn list_schedules(&self, root: Option<String>) -> StoreResult<Vec<Schedule>> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM schedules WHERE ?1 IS NULL OR run_id IN \
+                 (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) ORDER BY created_at"
+            ))?;
+            let rows = stmt.query_map([root], from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// Deletes a schedule (an op it fired goes on as an ordinary op).
+    pub async fn delete_schedule(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.call(move |conn| Ok(conn.execute("DELETE FROM schedules WHERE id = ?1", [id])? == 1))
+            .await
+    }
+
+    /// Pauses or resumes a schedule. A resumed recurring schedule whose
+    /// due time passed meanwhile goes on from its next future slot.
+    pub async fn pause_schedule(&self, id: &str, paused: bool) -> StoreResult<Option<Schedule>> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(s) = get_schedule(&tx, &id)? else {
+                return Ok(None);
+            };
+            let now = now_ms();
+            let next = match s.next_due_at {
+                Some(due) if !paused && s.paused && due <= now && s.timing.is_recurring() => {
+                    s.timing.next_after_now(due, now).0
+                }
+                other => other,
+            };
+            tx.prepare_cached("UPDATE schedules SET paused = ?2, next_due_at = ?3 WHERE id = ?1")?
+                .execute(params![id, paused, next])?;
+            let s = get_schedule(&tx, &id)?;
+            tx.commit()?;
+            Ok(s)
+        })
+        .await
+    }
+
+    /// Due, enabled, unpaused and unclaimed schedules, most overdue first.
+    pub async fn due_schedules(&self, now: i64, limit: u32) -> StoreResult<Vec<Schedule>> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND paused = 0 \
+                 AND claimed_at IS NULL AND next_due_at <= ?1 ORDER BY next_due_at LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![now, limit], from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// The earliest due time of any schedule that could fire.
+    pub async fn next_schedule_due(&self) -> StoreResult<Option<i64>> {
+        self.call(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT MIN(next_due_at) FROM schedules WHERE enabled = 1 AND paused = 0 \
+                     AND claimed_at IS NULL",
+                )?
+                .query_row([], |r| r.get(0))?)
+        })
+        .await
+    }
+
+    /// Fires a schedule for its due time `due`: the claim and the op's
+    /// insert in one transaction (see the module comment). `hold` is the
+    /// approval hold the kernel found for the command; `limits` the run's.
+    pub async fn fire_schedule(
+        &self,
+        id: &str,
+        due: i64,
+        kernel_id: &str,
+        hold: Option<ApprovalHold>,
+        limits: Admission,
+    ) -> StoreResult<Fire> {
+        let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let claimed = tx
+                .prepare_cached(
+                    "UPDATE schedules SET claimed_at = ?3, claimed_by = ?4 WHERE id = ?1 \
+                     AND enabled = 1 AND paused = 0 AND claimed_at IS NULL \
+                     AND next_due_at = ?2 AND next_due_at <= ?3",
+                )?
+                .execute(params![id, due, now, kernel_id])?;
+            if claimed != 1 {
+                return Ok(Fire::NotDue);
+            }
+            let s = get_schedule(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+            let req = StartRequest {
+                run_id: s.run_id.clone(),
+                scratch_key: sandbox::profile::scratch_key(&s.run_id),
+                command: s.command.clone(),
+                background: true,
+                timeout_sec: s.timeout_sec,
+                idempotency_key: Some(format!("schedule:{}:{}", s.id, due)),
+                approval: hold,
+                schedule_id: Some(s.id.clone()),
+            };
+            let fire = match insert_in(&tx, &req, limits)? {
+                NewOp::Created(op) => {
+                    let (next, passed) = s.timing.next_after_now(due, now);
+                    tx.prepare_cached(
+                        "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3, next_due_at = ?4 \
+                         WHERE id = ?1",
+                    )?
+                    .execute(params![s.id, op.id, due, next])?;
+                    append_event(
+                        &tx,
+                        &s.run_id,
+                        "schedule.fired",
+                        Some(&op.id),
+                        json!({
+                            "schedule_id": s.id,
+                            "due_at": crate::views::rfc3339(due),
+                            "missed_slots": passed,
+                        }),
+                    )?;
+                    Fire::Fired(op)
+                }
+                NewOp::Existing(op) if !op.status.is_terminal() => {
+                    tx.prepare_cached(
+                        "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3 WHERE id = ?1",
+                    )?
+                    .execute(params![s.id, op.id, due])?;
+                    Fire::Adopted(op)
+                }
+                NewOp::Existing(op) => {
+                    // the due time's op ended without finalizing its schedule:
+                    // finalize now (never a second op for the same due time)
+                    tx.prepare_cached(
+                        "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3 WHERE id = ?1",
+                    )?
+                    .execute(params![s.id, op.id, due])?;
+                    finalize_in(&tx, &op)?;
+                    Fire::NotDue
+                }
+                NewOp::KeyConflict(other) => {
+                    let reason = format!("due time already used by operation {other}");
+                    skip_in(&tx, &s, due, &reason, now)?;
+                    Fire::Skipped(reason)
+                }
+                NewOp::Refused(why) => {
+                    let reason = why.to_string();
+                    skip_in(&tx, &s, due, &reason, now)?;
+                    Fire::Skipped(reason)
+                }
+            };
+            tx.commit()?;
+            Ok(fire)
+        })
+        .await
+    }
+
+    /// Start-up, before the scheduler's first batch (see the module
+    /// comment). Idempotent: a second run changes nothing.
+    pub async fn schedules_at_start(&self, kernel_id: &str) -> StoreResult<StartupReport> {
+        let kernel_id = kernel_id.to_owned();
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let mut report = StartupReport::default();
+            let claimed: Vec<Schedule> = {
+                let mut stmt = tx.prepare(&format!(
+                    "SELECT {COLUMNS} FROM schedules WHERE claimed_at IS NOT NULL"
+                ))?;
+                let rows = stmt.query_map([], from_row)?;
+                rows.collect::<Result<_, _>>()?
+            };
+            for s in claimed {
+                let op = match &s.current_op_id {
+                    Some(op_id) => get(&tx, op_id)?,
+                    None => None,
+                };
+                match op {
+                    Some(op) if !op.status.is_terminal() => {
+                        tx.execute(
+                            "UPDATE schedules SET claimed_by = ?2 WHERE id = ?1",
+                            params![s.id, kernel_id],
+                        )?;
+                        report.adopted += 1;
+                    }
+                    Some(op) => {
+                        finalize_in(&tx, &op)?;
+                        report.cleared += 1;
+                    }
+                    None => {
+                        tx.execute(
+                            "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, \
+                             current_op_id = NULL, current_due_at = NULL WHERE id = ?1",
+                            [&s.id],
+                        )?;
+                        report.cleared += 1;
+                    }
+                }
+            }
+            let overdue: Vec<Schedule> = {
+                let mut stmt = tx.prepare(&format!(
+                    "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND paused = 0 \
+                     AND claimed_at IS NULL AND next_due_at <= ?1"
+                ))?;
+                let rows = stmt.query_map([now], from_row)?;
+                rows.collect::<Result<_, _>>()?
+            };
+            for s in overdue {
+                let Some(due) = s.next_due_at else { continue };
+                match startup(&s.timing, s.catch_up, due, now) {
+                    Startup::NotOverdue => {}
+                    Startup::FireOnce { .. } => report.catching_up += 1,
+                    Startup::SkipOneShot => {
+                        skip_in(&tx, &s, due, "overdue at start (catch_up: false)", now)?;
+                        report.skipped += 1;
+                    }
+                    Startup::Advance { .. } => {
+                        skip_in(
+                            &tx,
+                            &s,
+                            due,
+                            "missed while the kernel was down (catch_up: false)",
+                            now,
+                        )?;
+                        report.advanced += 1;
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(report)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+#[path = "schedules_tests.rs"]
+mod tests;
