@@ -18,6 +18,7 @@ pub mod probes;
 pub mod reaper;
 pub mod report;
 pub mod schedule;
+pub mod scheduler;
 pub mod serve;
 pub mod store;
 pub mod sync;

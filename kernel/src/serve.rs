@@ -15,8 +15,32 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
     kernel.spawn_housekeeping();
     crate::reaper::spawn_periodic(kernel.clone());
+    let scheduler = crate::scheduler::Scheduler::start(kernel.clone()).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_ready(listener.local_addr()?);
-    axum::serve(listener, crate::api::router(kernel)).await?;
+    tokio::select! {
+        served = axum::serve(listener, crate::api::router(kernel)) => served?,
+        signal = stop_signal() => {
+            tracing::info!(signal, "stopping: the scheduler's batch under way is recorded first");
+        }
+    }
+    // commands keep running in their containers; the next start re-attaches
+    scheduler.stop().await;
     Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT, naming it.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // no handler: the default action (exit) stays in force
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
 }

@@ -18,7 +18,10 @@ pub fn tool_definitions(c: &Config) -> Value {
                  Values out of range are rejected, not clamped. The operator (or the run that delegated this one) may \
                  set a lower timeout ceiling and a budget for this run: a command over the ceiling is refused \
                  (envelope_exceeded), and once the budget is spent, or while the run is paused, new commands are \
-                 refused (budget_exhausted, run_paused) with a message saying why.",
+                 refused (budget_exhausted, run_paused) with a message saying why. A command may need an operator's \
+                 approval first: then the reply says \"Awaiting operator approval as operation <id>\", nothing runs \
+                 until an operator approves it, and its result (or its denial with the reason) arrives later as a \
+                 follow-up message, as a background operation's does.",
                 c.fg_default_sec, c.fg_max_sec, c.bg_default_sec, c.bg_max_sec
             ),
             "parameters": {
@@ -39,7 +42,8 @@ pub fn tool_definitions(c: &Config) -> Value {
             "name": "kill_operation",
             "description": format!(
                 "Cancel a background operation: its whole process tree gets SIGTERM, then SIGKILL after {} s. \
-                 The outcome (exit code 143 or 137, killed) arrives as a normal result.",
+                 The outcome (exit code 143 or 137, killed) arrives as a normal result. An operation still awaiting \
+                 approval is withdrawn instead: it ends denied (cancelled before approval) and nothing runs.",
                 c.kill_grace.as_secs()
             ),
             "parameters": {

@@ -6,6 +6,7 @@ pub mod error;
 mod ops;
 mod reports;
 mod runs;
+pub mod schedules;
 mod views;
 
 use std::sync::Arc;
@@ -39,6 +40,23 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/runs/{run}/usage", post(runs::usage))
         .route("/v1/runs/{run}/events", get(runs::events))
         .route("/v1/runs/{run}/events/stream", get(runs::events_stream))
+        .route(
+            "/v1/runs/{run}/schedules",
+            post(schedules::create).get(schedules::list),
+        )
+        .route(
+            "/v1/runs/{run}/schedules/{id}",
+            get(schedules::get_one).delete(schedules::delete),
+        )
+        .route(
+            "/v1/runs/{run}/schedules/{id}/pause",
+            post(schedules::pause),
+        )
+        .route(
+            "/v1/runs/{run}/schedules/{id}/resume",
+            post(schedules::resume),
+        )
+        .route("/v1/schedules", get(schedules::list_all))
         .route("/v1/tools/run_command", post(ops::run_oneshot))
         .route("/v1/runs/{run}/tools/run_command", post(ops::run_command))
         .route(

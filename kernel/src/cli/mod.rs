@@ -192,12 +192,91 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Schedules: commands a run runs later or repeatedly
+    Schedule {
+        #[command(subcommand)]
+        action: ScheduleCmd,
+    },
+    /// List operations waiting for approval
+    Approvals {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a waiting operation (operator token only): it starts now
+    Approve {
+        operation_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny a waiting operation (operator token only): it ends denied
+    Deny {
+        operation_id: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run recovery drills against the local Docker engine
     Drill {
         #[arg(default_value = "all")]
         name: String,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCmd {
+    /// Add a schedule to a run: exactly one of --cron, --every, --at
+    Add {
+        #[arg(long)]
+        run: String,
+        /// 5-field cron expression, UTC
+        #[arg(long)]
+        cron: Option<String>,
+        /// Every SEC seconds
+        #[arg(long)]
+        every: Option<u64>,
+        /// Once, at an RFC 3339 time
+        #[arg(long)]
+        at: Option<String>,
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// After a kernel outage, fire once for the missed time(s)
+        #[arg(long)]
+        catch_up: bool,
+        /// A one-shot that succeeded is deleted
+        #[arg(long)]
+        delete_after_success: bool,
+        #[arg(long)]
+        json: bool,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// List schedules (of a run and its descendants, or all the token reaches)
+    Ls {
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a schedule
+    Rm {
+        #[arg(long)]
+        run: String,
+        schedule_id: String,
+    },
+    /// Pause a schedule
+    Pause {
+        #[arg(long)]
+        run: String,
+        schedule_id: String,
+    },
+    /// Resume a paused schedule
+    Resume {
+        #[arg(long)]
+        run: String,
+        schedule_id: String,
     },
 }
 
@@ -327,6 +406,16 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
         Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
         Command::Containers { json } => verbs::containers(&client, json).await,
         Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,
+        Command::Schedule { action } => tasks::schedule(&client, action).await,
+        Command::Approvals { json } => tasks::approvals(&client, json).await,
+        Command::Approve { operation_id, json } => {
+            tasks::decide(&client, &operation_id, None, json).await
+        }
+        Command::Deny {
+            operation_id,
+            reason,
+            json,
+        } => tasks::decide(&client, &operation_id, Some(reason), json).await,
         Command::Serve { .. } | Command::Drill { .. } => {
             bail!("this verb is not a client verb")
         }

@@ -217,3 +217,218 @@ pub(super) async fn events(
         after = v["next_after"].as_i64().unwrap_or(after);
     }
 }
+
+/// `opkernel schedule add|ls|rm|pause|resume`.
+pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> anyhow::Result<i32> {
+    use super::ScheduleCmd as S;
+    match action {
+        S::Add {
+            run,
+            cron,
+            every,
+            at,
+            timeout,
+            catch_up,
+            delete_after_success,
+            json,
+            command,
+        } => {
+            let mut body = json!({
+                "command": command,
+                "catch_up": catch_up,
+                "delete_after_success": delete_after_success,
+            });
+            if let Some(c) = cron {
+                body["cron"] = json!(c);
+            }
+            if let Some(e) = every {
+                body["every_sec"] = json!(e);
+            }
+            if let Some(a) = at {
+                body["at"] = json!(a);
+            }
+            if let Some(t) = timeout {
+                body["timeout_sec"] = json!(t);
+            }
+            let v = client
+                .post(&format!("/v1/runs/{run}/schedules"), &body)
+                .await?;
+            if json {
+                print_json(&v);
+            } else {
+                println!(
+                    "schedule {} (next due {})",
+                    v["schedule_id"].as_str().unwrap_or("-"),
+                    v["next_due_at"].as_str().unwrap_or("-")
+                );
+            }
+        }
+        S::Ls { run, json } => {
+            let path = match &run {
+                Some(run) => format!("/v1/runs/{run}/schedules"),
+                None => "/v1/schedules".to_owned(),
+            };
+            let v = client.get(&path).await?;
+            if json {
+                print_json(&v);
+                return Ok(0);
+            }
+            println!(
+                "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} COMMAND",
+                "SCHEDULE", "RUN", "WHEN", "STATE", "NEXT DUE", "LAST"
+            );
+            for s in v["schedules"].as_array().into_iter().flatten() {
+                let when = if let Some(c) = s["cron"].as_str() {
+                    c.to_owned()
+                } else if let Some(e) = s["every_sec"].as_u64() {
+                    format!("every {e}s")
+                } else {
+                    format!("at {}", s["at"].as_str().unwrap_or("-"))
+                };
+                let state = if !s["enabled"].as_bool().unwrap_or(true) {
+                    "done"
+                } else if s["paused"].as_bool().unwrap_or(false) {
+                    "paused"
+                } else if s["current_operation_id"].is_string() {
+                    "running"
+                } else {
+                    "waiting"
+                };
+                let last = match (s["last_status"].as_str(), s["last_exit_code"].as_i64()) {
+                    (Some(st), Some(code)) => format!("{st} {code}"),
+                    (Some(st), None) => st.to_owned(),
+                    _ => "-".to_owned(),
+                };
+                let command: Vec<String> = s["command"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_owned))
+                    .collect();
+                println!(
+                    "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} {}",
+                    s["schedule_id"].as_str().unwrap_or("-"),
+                    s["run_id"].as_str().unwrap_or("-"),
+                    when,
+                    state,
+                    s["next_due_at"].as_str().unwrap_or("-"),
+                    last,
+                    crate::report::command_line(&command)
+                );
+            }
+        }
+        S::Rm { run, schedule_id } => {
+            client
+                .request(
+                    reqwest::Method::DELETE,
+                    &format!("/v1/runs/{run}/schedules/{schedule_id}"),
+                    None,
+                    &[],
+                )
+                .await
+                .and_then(ok_or_message)?;
+            println!("schedule {schedule_id} deleted");
+        }
+        S::Pause { run, schedule_id } => {
+            client
+                .post(
+                    &format!("/v1/runs/{run}/schedules/{schedule_id}/pause"),
+                    &json!({}),
+                )
+                .await?;
+            println!("schedule {schedule_id} paused");
+        }
+        S::Resume { run, schedule_id } => {
+            let v = client
+                .post(
+                    &format!("/v1/runs/{run}/schedules/{schedule_id}/resume"),
+                    &json!({}),
+                )
+                .await?;
+            println!(
+                "schedule {schedule_id} resumed (next due {})",
+                v["next_due_at"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// A raw request's answer, or its error message as an error.
+fn ok_or_message((status, body): (u16, Value)) -> anyhow::Result<Value> {
+    if (200..300).contains(&status) {
+        Ok(body)
+    } else {
+        anyhow::bail!(
+            "{} (HTTP {status})",
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or("request failed")
+        )
+    }
+}
+
+/// `opkernel approvals`: ops waiting for an operator.
+pub(super) async fn approvals(client: &Client, json: bool) -> anyhow::Result<i32> {
+    let v = client.get("/v1/approvals").await?;
+    if json {
+        print_json(&v);
+        return Ok(0);
+    }
+    println!(
+        "{:<36} {:<24} {:>8}  {:<24} {:<9} COMMAND",
+        "OPERATION", "RUN", "WAITING", "RULE", "ESCALATED"
+    );
+    for op in v["operations"].as_array().into_iter().flatten() {
+        let command: Vec<String> = op["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect();
+        println!(
+            "{:<36} {:<24} {:>8}  {:<24} {:<9} {}",
+            op["operation_id"].as_str().unwrap_or("-"),
+            op["run_id"].as_str().unwrap_or("-"),
+            crate::report::human_duration(op["duration_sec"].as_f64().unwrap_or(0.0) as u64),
+            op["approval"]["rule"].as_str().unwrap_or("-"),
+            if op["approval"]["escalated_at"].is_string() {
+                "yes"
+            } else {
+                "no"
+            },
+            crate::report::command_line(&command)
+        );
+    }
+    Ok(0)
+}
+
+/// `opkernel approve OP` / `opkernel deny OP --reason TEXT`.
+pub(super) async fn decide(
+    client: &Client,
+    op: &str,
+    deny_reason: Option<String>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let v = match deny_reason {
+        None => {
+            client
+                .post(&format!("/v1/operations/{op}/approve"), &json!({}))
+                .await?
+        }
+        Some(reason) => {
+            client
+                .post(
+                    &format!("/v1/operations/{op}/deny"),
+                    &json!({ "reason": reason }),
+                )
+                .await?
+        }
+    };
+    if json {
+        print_json(&v);
+    } else {
+        println!("{op}: {}", v["message"].as_str().unwrap_or("-"));
+    }
+    Ok(0)
+}

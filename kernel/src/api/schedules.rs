@@ -1,0 +1,239 @@
+//! Schedules (SPEC §15): made by a run (its own), listed, paused, resumed
+//! and deleted by it or an ancestor. A schedule fires as its run.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{authorize_run, ApiError, ApiResult, AppState, Body, Scope, Seg};
+use crate::auth::Principal;
+use crate::schedule::Timing;
+use crate::store::{NewSchedule, Schedule};
+use crate::views::rfc3339;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSchedule {
+    command: Vec<String>,
+    timeout_sec: Option<u64>,
+    cron: Option<String>,
+    every_sec: Option<u64>,
+    at: Option<String>,
+    #[serde(default)]
+    catch_up: bool,
+    #[serde(default)]
+    delete_after_success: bool,
+}
+
+/// A schedule as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleView {
+    pub schedule_id: String,
+    pub run_id: String,
+    pub command: Vec<String>,
+    pub timeout_sec: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub every_sec: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    pub catch_up: bool,
+    pub delete_after_success: bool,
+    pub enabled: bool,
+    pub paused: bool,
+    pub next_due_at: Option<String>,
+    /// The op its current due time fired, while that op lives.
+    pub current_operation_id: Option<String>,
+    pub last_due_at: Option<String>,
+    pub last_operation_id: Option<String>,
+    pub last_status: Option<String>,
+    pub last_exit_code: Option<i32>,
+    pub last_output_tail: Option<String>,
+    pub last_finished_at: Option<String>,
+    pub created_at: String,
+}
+
+impl ScheduleView {
+    pub fn of(s: &Schedule) -> ScheduleView {
+        let (cron, every_sec, at) = match &s.timing {
+            Timing::Cron { expr, .. } => (Some(expr.clone()), None, None),
+            Timing::Every { seconds } => (None, Some(*seconds), None),
+            Timing::At { at_ms } => (None, None, Some(rfc3339(*at_ms))),
+        };
+        ScheduleView {
+            schedule_id: s.id.clone(),
+            run_id: s.run_id.clone(),
+            command: s.command.clone(),
+            timeout_sec: s.timeout_sec,
+            cron,
+            every_sec,
+            at,
+            catch_up: s.catch_up,
+            delete_after_success: s.delete_after_success,
+            enabled: s.enabled,
+            paused: s.paused,
+            next_due_at: s.next_due_at.map(rfc3339),
+            current_operation_id: s.current_op_id.clone(),
+            last_due_at: s.last_due_at.map(rfc3339),
+            last_operation_id: s.last_op_id.clone(),
+            last_status: s.last_status.clone(),
+            last_exit_code: s.last_exit_code,
+            last_output_tail: s.last_output_tail.clone(),
+            last_finished_at: s.last_finished_at.map(rfc3339),
+            created_at: rfc3339(s.created_at),
+        }
+    }
+}
+
+/// `POST /v1/runs/{run}/schedules`: the run's own token (or the operator).
+pub async fn create(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Body(req): Body<CreateSchedule>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
+    sandbox::shim::validate_command(&req.command)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let timing = Timing::from_request(req.cron.as_deref(), req.every_sec, req.at.as_deref())
+        .map_err(ApiError::bad_request)?;
+    let meta = match k.run_meta(&run).await? {
+        Some(meta) => meta,
+        None => {
+            let record = k.store.ensure_run(&run).await?;
+            k.remember_run(&record)
+        }
+    };
+    // a scheduled op is a background op: the same limits, the run's envelope
+    let ceiling = meta.envelope.max_timeout_sec.unwrap_or(u64::MAX);
+    let max = k.config.bg_max_sec;
+    let timeout = req
+        .timeout_sec
+        .unwrap_or(k.config.bg_default_sec.min(max).min(ceiling));
+    if timeout == 0 || timeout > max {
+        return Err(ApiError::bad_request(format!(
+            "timeout_sec must be between 1 and {max} (limit set by OPKERNEL_BG_MAX_SECONDS), got {timeout}"
+        )));
+    }
+    if timeout > ceiling {
+        return Err(ApiError::envelope_exceeded(format!(
+            "timeout_sec {timeout} is over this run's envelope (max_timeout_sec {ceiling})"
+        )));
+    }
+    let created = k
+        .store
+        .create_schedule(NewSchedule {
+            run_id: run,
+            command: req.command,
+            timeout_sec: timeout,
+            timing,
+            catch_up: req.catch_up,
+            delete_after_success: req.delete_after_success,
+        })
+        .await?
+        .map_err(ApiError::too_many)?;
+    let view = ScheduleView::of(&created);
+    Ok(Json(json!({
+        "schedule_id": view.schedule_id,
+        "next_due_at": view.next_due_at,
+        "schedule": view,
+    })))
+}
+
+/// `GET /v1/runs/{run}/schedules`: the run's and its descendants'.
+pub async fn list(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    let list = k.store.list_schedules(Some(run)).await?;
+    Ok(Json(
+        json!({ "schedules": list.iter().map(ScheduleView::of).collect::<Vec<_>>() }),
+    ))
+}
+
+/// `GET /v1/schedules`: every schedule the token reaches.
+pub async fn list_all(State(k): State<AppState>, principal: Principal) -> ApiResult<Json<Value>> {
+    let root = match &principal {
+        Principal::Operator => None,
+        Principal::Run(own) => Some(own.clone()),
+    };
+    let list = k.store.list_schedules(root).await?;
+    Ok(Json(
+        json!({ "schedules": list.iter().map(ScheduleView::of).collect::<Vec<_>>() }),
+    ))
+}
+
+/// A schedule of `run` (or a descendant's, through its own path) the
+/// caller may act on.
+async fn load(k: &AppState, principal: &Principal, run: &str, id: &str) -> ApiResult<Schedule> {
+    authorize_run(k, principal, run, Scope::Subtree).await?;
+    if uuid::Uuid::parse_str(id).is_err() {
+        return Err(ApiError::bad_request("schedule id must be a uuid"));
+    }
+    match k.store.get_schedule(id).await? {
+        Some(s) if s.run_id == run => Ok(s),
+        _ => Err(ApiError::not_found(format!(
+            "no schedule {id} in run {run}"
+        ))),
+    }
+}
+
+pub async fn get_one(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg((run, id)): Seg<(String, String)>,
+) -> ApiResult<Json<ScheduleView>> {
+    let s = load(&k, &principal, &run, &id).await?;
+    Ok(Json(ScheduleView::of(&s)))
+}
+
+pub async fn delete(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg((run, id)): Seg<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let s = load(&k, &principal, &run, &id).await?;
+    let deleted = k.store.delete_schedule(&s.id).await?;
+    Ok(Json(json!({
+        "schedule_id": s.id,
+        "deleted": deleted,
+        // an op it fired goes on as an ordinary op of the run
+        "running_operation_id": s.current_op_id,
+    })))
+}
+
+async fn set_paused(
+    k: AppState,
+    principal: Principal,
+    run: String,
+    id: String,
+    paused: bool,
+) -> ApiResult<Json<ScheduleView>> {
+    let s = load(&k, &principal, &run, &id).await?;
+    let s = k
+        .store
+        .pause_schedule(&s.id, paused)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no schedule {id} in run {run}")))?;
+    Ok(Json(ScheduleView::of(&s)))
+}
+
+pub async fn pause(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg((run, id)): Seg<(String, String)>,
+) -> ApiResult<Json<ScheduleView>> {
+    set_paused(k, principal, run, id, true).await
+}
+
+pub async fn resume(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg((run, id)): Seg<(String, String)>,
+) -> ApiResult<Json<ScheduleView>> {
+    set_paused(k, principal, run, id, false).await
+}

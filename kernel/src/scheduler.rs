@@ -1,0 +1,114 @@
+//! The scheduler loop (SPEC §15): at start it settles what a dead kernel
+//! left (claims, overdue schedules by `catch_up`), then fires each due
+//! schedule as its run: the run's approval rules and live-op limit apply,
+//! and the op it fires is an ordinary background op of the run. A stop
+//! lets the batch under way be recorded; each fire is one transaction, so
+//! nothing is ever half done either way.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::kernel::Kernel;
+use crate::store::{now_ms, Admission, Fire, Schedule};
+
+/// Schedules fired per batch (the rest wait for the next one, at once).
+const BATCH: u32 = 100;
+/// Longest sleep between batches (a schedule made meanwhile is seen by it).
+const MAX_NAP: Duration = Duration::from_millis(500);
+
+/// A running scheduler: stop it to let its current batch finish.
+pub struct Scheduler {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Scheduler {
+    /// Applies the start-up rules, then starts the loop.
+    pub async fn start(k: Arc<Kernel>) -> Result<Scheduler, crate::store::StoreError> {
+        let report = k.store.schedules_at_start(&k.id).await?;
+        tracing::info!(?report, "schedules at start");
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                if *stopped.borrow() {
+                    break;
+                }
+                // the batch is not interrupted by a stop: it is recorded whole
+                let fired = match k.store.due_schedules(now_ms(), BATCH).await {
+                    Ok(due) => {
+                        let n = due.len();
+                        for s in due {
+                            fire_one(&k, s).await;
+                        }
+                        n
+                    }
+                    Err(e) => {
+                        tracing::warn!(%e, "cannot read due schedules");
+                        0
+                    }
+                };
+                if fired as u32 >= BATCH {
+                    continue;
+                }
+                let nap = match k.store.next_schedule_due().await {
+                    Ok(Some(due)) => Duration::from_millis(
+                        (due - now_ms()).clamp(0, MAX_NAP.as_millis() as i64) as u64,
+                    ),
+                    _ => MAX_NAP,
+                };
+                let _ = tokio::time::timeout(nap, stopped.changed()).await;
+            }
+        });
+        Ok(Scheduler { stop, task })
+    }
+
+    /// Stops the loop after its current batch.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Fires one due schedule as its run, and starts the op it fired.
+async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
+    let Some(due) = s.next_due_at else { return };
+    let meta = match k.run_meta(&s.run_id).await {
+        Ok(Some(meta)) => meta,
+        Ok(None) => match k.store.ensure_run(&s.run_id).await {
+            Ok(record) => k.remember_run(&record),
+            Err(e) => {
+                tracing::warn!(schedule = %s.id, %e, "cannot read the schedule's run");
+                return;
+            }
+        },
+        Err(e) => {
+            tracing::warn!(schedule = %s.id, %e, "cannot read the schedule's run");
+            return;
+        }
+    };
+    let hold = k.approval_hold(&meta, &s.command);
+    let limits = Admission {
+        max_live_per_run: meta.envelope.max_live_ops,
+        max_live: k.config.max_live_ops,
+    };
+    match k.store.fire_schedule(&s.id, due, &k.id, hold, limits).await {
+        Ok(Fire::Fired(op)) => {
+            tracing::info!(schedule = %s.id, op = %op.id, run = %s.run_id, due, "schedule fired");
+            if op.status.is_observed() {
+                crate::observer::spawn_fresh(k, op);
+            }
+        }
+        Ok(Fire::Adopted(op)) => {
+            if op.status.is_observed() {
+                crate::observer::spawn(k, op.id);
+            }
+        }
+        Ok(Fire::Skipped(reason)) => {
+            tracing::info!(schedule = %s.id, %reason, "schedule skipped a due time");
+        }
+        Ok(Fire::NotDue) => {}
+        Err(e) => tracing::warn!(schedule = %s.id, %e, "cannot fire schedule"),
+    }
+}
