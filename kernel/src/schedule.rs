@@ -15,7 +15,10 @@ const MAX_COUNTED_SLOTS: u64 = 100_000;
 #[derive(Debug, Clone)]
 pub enum Timing {
     /// A 5-field cron expression, evaluated in UTC.
-    Cron { expr: String, cron: croner::Cron },
+    Cron {
+        expr: String,
+        cron: Box<croner::Cron>,
+    },
     /// Every so many seconds, counted from the previous due time.
     Every { seconds: u64 },
     /// Once, at this time.
@@ -61,7 +64,7 @@ impl Timing {
                     .map_err(|e| format!("cron expression {spec:?}: {e}"))?;
                 Ok(Timing::Cron {
                     expr: spec.split_whitespace().collect::<Vec<_>>().join(" "),
-                    cron,
+                    cron: Box::new(cron),
                 })
             }
             "every" => {
