@@ -251,7 +251,7 @@ impl KernelProcess {
         self.wait_state(op, timeout, |s| {
             matches!(
                 s["status"].as_str(),
-                Some("completed" | "timed_out" | "lost" | "failed")
+                Some("completed" | "timed_out" | "lost" | "failed" | "denied")
             )
         })
         .await

@@ -1,0 +1,245 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Approval gates end to end against the real engine: a held op survives a
+//! restart, only the operator decides, approve runs it with its timeout
+//! from its start, deny and timeout-deny deliver `denied`, escalation keeps
+//! it waiting, and a kill withdraws it. Nothing is ever approved by itself.
+
+use std::time::Duration;
+
+use opkernel::cli::client::Client;
+use opkernel::drills::harness::{kernel_binary, KernelProcess};
+use opkernel_tests::unique_run;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(60);
+
+async fn kernel(tag: &str, env: &[(&str, &str)]) -> KernelProcess {
+    KernelProcess::start(&kernel_binary().unwrap(), tag, env)
+        .await
+        .unwrap()
+}
+
+/// A run whose envelope holds commands matching `^gated`, with its token.
+async fn gated_run(k: &KernelProcess, approval: Value) -> (String, Client) {
+    let run = unique_run("gated");
+    let v = k
+        .client
+        .post(
+            "/v1/runs",
+            &json!({"run_id": run, "envelope": {"approval": approval}}),
+        )
+        .await
+        .unwrap();
+    let token = v["token"].as_str().unwrap().to_owned();
+    (run, Client::new(k.client.base().to_owned(), token))
+}
+
+async fn start(c: &Client, run: &str, cmd: &[&str], timeout: u64) -> Value {
+    let (s, v) = c
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{run}/tools/run_command"),
+            Some(&json!({"command": cmd, "background": true, "timeout_sec": timeout})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+async fn event_kinds(k: &KernelProcess, run: &str, op: &str) -> Vec<String> {
+    let v = k
+        .client
+        .get(&format!("/v1/runs/{run}/events?limit=500"))
+        .await
+        .unwrap();
+    v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["operation_id"] == op)
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_held_op_survives_a_restart_and_only_the_operator_approves_it() {
+    let mut k = kernel("approve", &[]).await;
+    let (run, agent) = gated_run(&k, json!({"match": ["echo done$"]})).await;
+    // the command sleeps 2 s with a 3 s timeout: counted from the request,
+    // the 2.5 s wait below would time it out; counted from its start, it ends 0
+    let v = start(&agent, &run, &["sh", "-c", "sleep 2; echo done"], 3).await;
+    let op = v["operation_id"].as_str().unwrap().to_owned();
+    assert_eq!(v["status"], "awaiting_approval");
+    assert!(v["message"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("Awaiting operator approval as operation {op}.")));
+    // reports list it as waiting, not as running
+    let r = agent
+        .get(&format!("/v1/runs/{run}/report?wait=0"))
+        .await
+        .unwrap();
+    assert_eq!(r["running"][0]["awaiting_approval"], true);
+    assert!(
+        r["text"].as_str().unwrap().contains("awaiting approval"),
+        "{r}"
+    );
+    k.restart().await.unwrap();
+    let agent = Client::new(k.client.base().to_owned(), agent.token().to_owned());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let s = k.state(&op).await.unwrap();
+    assert_eq!(s["status"], "awaiting_approval", "nothing approves it: {s}");
+    assert!(
+        s["container_id"].is_null() && s["started_at"].is_null(),
+        "nothing ran: {s}"
+    );
+    // an agent cannot approve itself, not even its own op
+    for path in [
+        format!("/v1/operations/{op}/approve"),
+        format!("/v1/operations/{op}/deny"),
+    ] {
+        let (s, _) = agent
+            .request(Method::POST, &path, Some(&json!({})), &[])
+            .await
+            .unwrap();
+        assert_eq!(s, 403, "{path}");
+    }
+    let waiting = k.client.get("/v1/approvals").await.unwrap();
+    assert_eq!(waiting["operations"][0]["operation_id"], json!(op));
+    let (s, v) = k
+        .client
+        .request(
+            Method::POST,
+            &format!("/v1/operations/{op}/approve"),
+            None,
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{v}");
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(
+        (s["status"].as_str(), s["exit_code"].as_i64()),
+        (Some("completed"), Some(0)),
+        "{s}"
+    );
+    assert_eq!(s["output_tail"], "done\n");
+    assert_eq!(s["approval"]["decided_by"], "operator");
+    // approving twice is a conflict, not a second run
+    let (s, _) = k
+        .client
+        .request(
+            Method::POST,
+            &format!("/v1/operations/{op}/approve"),
+            None,
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 409);
+    assert_eq!(
+        event_kinds(&k, &run, &op).await,
+        [
+            "tool.started",
+            "approval.requested",
+            "approval.granted",
+            "tool.completed"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn deny_timeout_deny_escalation_and_kill() {
+    let k = kernel("deny", &[("OPKERNEL_APPROVAL_MATCH", "^rm -rf")]).await;
+    let (run, agent) = gated_run(&k, json!({"match": ["^gated"]})).await;
+    // a kernel-wide rule holds it too
+    let denied = start(&agent, &run, &["rm", "-rf", "/scratch/x"], 60).await;
+    let denied = denied["operation_id"].as_str().unwrap().to_owned();
+    let (s, _) = k
+        .client
+        .request(
+            Method::POST,
+            &format!("/v1/operations/{denied}/deny"),
+            Some(&json!({"reason": "not on prod"})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200);
+    let killed = start(&agent, &run, &["gated", "one"], 60).await;
+    let killed = killed["operation_id"].as_str().unwrap().to_owned();
+    let (s, v) = agent
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{run}/tools/kill_operation"),
+            Some(&json!({"operation_id": killed})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((s, v["status"].as_str()), (200, Some("denied")), "{v}");
+    let r = agent
+        .get(&format!("/v1/runs/{run}/report?wait=5"))
+        .await
+        .unwrap();
+    let text = r["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("- {denied} denied by operator: not on prod")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("- {killed} denied: cancelled before approval")),
+        "{text}"
+    );
+    for op in [&denied, &killed] {
+        let s = k.state(op).await.unwrap();
+        assert_eq!(s["status"], "denied");
+        assert!(s["started_at"].is_null() && s["exit_code"].is_null());
+    }
+
+    // on_timeout deny: denied once the timeout passes
+    let (run2, agent2) = gated_run(
+        &k,
+        json!({"all": true, "timeout_sec": 1, "on_timeout": "deny"}),
+    )
+    .await;
+    let op = start(&agent2, &run2, &["true"], 60).await;
+    let op = op["operation_id"].as_str().unwrap().to_owned();
+    let s = k.wait_terminal(&op, T).await.unwrap();
+    assert_eq!(
+        (s["status"].as_str(), s["message"].as_str()),
+        (Some("denied"), Some("approval timed out"))
+    );
+    let r = agent2
+        .get(&format!("/v1/runs/{run2}/report?wait=5"))
+        .await
+        .unwrap();
+    assert!(r["text"]
+        .as_str()
+        .unwrap()
+        .contains("denied: approval timed out"));
+
+    // escalate (the default): recorded once, and it keeps waiting
+    let (run3, agent3) = gated_run(&k, json!({"all": true, "timeout_sec": 1})).await;
+    let op = start(&agent3, &run3, &["true"], 60).await;
+    let op = op["operation_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let s = k.state(&op).await.unwrap();
+    assert_eq!(s["status"], "awaiting_approval", "{s}");
+    assert!(s["approval"]["escalated_at"].is_string(), "{s}");
+    assert_eq!(
+        event_kinds(&k, &run3, &op).await,
+        ["tool.started", "approval.requested", "approval.escalated"]
+    );
+    // a cancel of the run denies it
+    let v = k
+        .client
+        .post(&format!("/v1/runs/{run3}/cancel"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(v["denied"], json!([op]));
+    assert_eq!(k.state(&op).await.unwrap()["status"], "denied");
+}
