@@ -69,4 +69,6 @@ drills!(
     container_restarted_pending => "container-restarted-pending",
     request_flood => "request-flood",
     cancel_interrupted => "cancel-interrupted",
+    scheduler_crash => "scheduler-crash",
+    approval_restart => "approval-restart",
 );

@@ -50,6 +50,8 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("container-restarted-pending", "the container restarted under a pending request: it runs once"),
     ("request-flood", "a flood of 500 requests at once: all run once through the launcher, delivered once"),
     ("cancel-interrupted", "a run with a child cancelled (10 live ops), the kernel SIGKILLed mid-cancel: all killed once, reported once"),
+    ("scheduler-crash", "the kernel SIGKILLed while a schedule's claim is held: the op ends once, no due time fires twice"),
+    ("approval-restart", "an op awaiting approval across a kernel SIGKILL: still waiting, nothing ran; approved, it runs once"),
 ];
 
 fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
@@ -94,6 +96,8 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
         }
         "request-flood" => Box::pin(async move { launcher::request_flood(&kit).await }),
         "cancel-interrupted" => Box::pin(async move { tasks::cancel_interrupted(&kit).await }),
+        "scheduler-crash" => Box::pin(async move { tasks::scheduler_crash(&kit).await }),
+        "approval-restart" => Box::pin(async move { tasks::approval_restart(&kit).await }),
         _ => return None,
     })
 }

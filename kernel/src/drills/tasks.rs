@@ -126,3 +126,144 @@ pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
          after restart {term} ended 143 and {kill} ended 137, each killed, run and reported once"
     ))
 }
+
+/// A schedule's op is running (its claim held) when the kernel is
+/// SIGKILLed; after the restart the claim is taken over, the op ends once,
+/// no due time fires twice, and the schedule goes on.
+pub async fn scheduler_crash(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("schedcrash", &[]).await?;
+    let run = unique_run("sched");
+    let made = k
+        .client
+        .post(
+            &format!("/v1/runs/{run}/schedules"),
+            &json!({"command": ["sh", "-c", "echo x >> /scratch/ran; sleep 2"], "every_sec": 1}),
+        )
+        .await?;
+    let id = made["schedule_id"].as_str().unwrap_or_default().to_owned();
+    let path = format!("/v1/runs/{run}/schedules/{id}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let s = k.client.get(&path).await?;
+        if let Some(op) = s["current_operation_id"].as_str() {
+            break op.to_owned();
+        }
+        check(std::time::Instant::now() < deadline, || {
+            format!("the schedule never fired: {s}")
+        })?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    k.container_of(&held).await?;
+    k.sigkill();
+    // a no-op update counts the rows holding a claim
+    let claimed = k.sql_offline(
+        "UPDATE schedules SET claimed_at = claimed_at WHERE id = ?1 AND claimed_at IS NOT NULL",
+        &[&id],
+    )?;
+    check(claimed == 1, || "no claim held at the crash".to_owned())?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    k.spawn().await?;
+    let s = k.wait_terminal(&held, LONG).await?;
+    check(s["status"] == "completed" && s["exit_code"] == 0, || {
+        format!("the op in flight at the crash: {s}")
+    })?;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    k.client.post(&format!("{path}/pause"), &json!({})).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while k.client.get(&path).await?["current_operation_id"].is_string() {
+        check(std::time::Instant::now() < deadline, || {
+            "the schedule stayed busy".to_owned()
+        })?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = k
+        .client
+        .get(&format!("/v1/runs/{run}/events?limit=500"))
+        .await?;
+    let fired: Vec<(String, String)> = events["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "schedule.fired")
+        .map(|e| {
+            (
+                e["data"]["due_at"].as_str().unwrap_or_default().to_owned(),
+                e["operation_id"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let mut dues: Vec<&String> = fired.iter().map(|(d, _)| d).collect();
+    dues.sort();
+    dues.dedup();
+    check(dues.len() == fired.len() && fired.len() >= 2, || {
+        format!("due times fired: {fired:?}")
+    })?;
+    let ran = count_lines(&scratch_path(&k, &run, "ran"));
+    check(ran == fired.len(), || {
+        format!("{ran} commands ran for {} fires", fired.len())
+    })?;
+    let delivered = k
+        .collect_deliveries(&run, fired.len(), Duration::from_secs(20))
+        .await?;
+    check(delivered.len() == fired.len(), || {
+        format!("delivered {delivered:?} of {fired:?}")
+    })?;
+    Ok(format!(
+        "kernel SIGKILLed with a schedule's claim held: the op ended once (0), {} due times fired once each, each delivered once",
+        fired.len()
+    ))
+}
+
+/// An op waiting for approval across a kernel SIGKILL: it stays waiting
+/// (nothing runs, nothing approves it), then an approval runs it once and
+/// its result is delivered once.
+pub async fn approval_restart(kit: &Kit) -> anyhow::Result<String> {
+    let mut k = kit.start("approvalrestart", &[]).await?;
+    let run = unique_run("approve");
+    k.client
+        .post(
+            "/v1/runs",
+            &json!({"run_id": run, "envelope": {"approval": {"all": true}}}),
+        )
+        .await?;
+    let op = k
+        .start_bg(
+            &run,
+            &["sh", "-c", "echo x >> /scratch/ran; echo approved"],
+            60,
+        )
+        .await?;
+    let s = k.state(&op).await?;
+    check(s["status"] == "awaiting_approval", || format!("{s}"))?;
+    k.sigkill();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    k.spawn().await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let s = k.state(&op).await?;
+    check(
+        s["status"] == "awaiting_approval" && s["started_at"].is_null(),
+        || format!("after the restart: {s}"),
+    )?;
+    let ran = count_lines(&scratch_path(&k, &run, "ran"));
+    check(ran == 0, || format!("ran {ran} times before approval"))?;
+    k.client
+        .post(&format!("/v1/operations/{op}/approve"), &json!({}))
+        .await?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(
+        s["status"] == "completed" && s["exit_code"] == 0 && s["output_tail"] == "approved\n",
+        || format!("after approval: {s}"),
+    )?;
+    let ran = count_lines(&scratch_path(&k, &run, "ran"));
+    check(ran == 1, || format!("ran {ran} times"))?;
+    let delivered = k
+        .collect_deliveries(&run, 1, Duration::from_secs(10))
+        .await?;
+    let again = k
+        .collect_deliveries(&run, 1, Duration::from_secs(2))
+        .await?;
+    check(delivered == vec![op.clone()] && again.is_empty(), || {
+        format!("deliveries {delivered:?} then {again:?}")
+    })?;
+    Ok("an op awaiting approval across a kernel SIGKILL stays waiting; approved, it ran once and was delivered once".to_owned())
+}
