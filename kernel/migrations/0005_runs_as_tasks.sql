@@ -12,8 +12,6 @@ ALTER TABLE runs ADD COLUMN budget TEXT NOT NULL DEFAULT '{}';       -- JSON lim
 ALTER TABLE runs ADD COLUMN state_changed_at INTEGER;
 ALTER TABLE runs ADD COLUMN summary TEXT;                            -- the completion decision
 ALTER TABLE runs ADD COLUMN decided_by TEXT;                         -- who completed or cancelled it
-ALTER TABLE runs ADD COLUMN paused_by TEXT;                          -- who paused it (may resume it, with those above)
-ALTER TABLE runs ADD COLUMN idempotency_key TEXT;                    -- a child's creation key: a retry under it re-keys
 CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 
 -- every (run, ancestor) pair, the run itself included at distance 0: "the
@@ -63,10 +61,3 @@ CREATE TABLE events (
 CREATE INDEX events_by_run ON events (run_id, seq);
 CREATE TRIGGER events_no_update BEFORE UPDATE ON events
     BEGIN SELECT RAISE(ABORT, 'the events journal is append-only'); END;
-CREATE TRIGGER events_no_delete BEFORE DELETE ON events
-    BEGIN SELECT RAISE(ABORT, 'the events journal is append-only'); END;
-
--- a kill signal was about to be sent (written before the first signal): a
--- TERM or KILL death after it is the kill's, even if the kernel died
--- before it could record that the signal landed (kill_signalled)
-ALTER TABLE ops ADD COLUMN kill_intent INTEGER NOT NULL DEFAULT 0;

@@ -1,4 +1,14 @@
--- version 6: approval gates (SPEC §16) and schedules (SPEC §15).
+-- version 6: approval gates (SPEC §16) and schedules (SPEC §15), and what
+-- a review of version 5 added: who paused a run, a child's creation key,
+-- the events journal's delete guard and the durable kill intent.
+ALTER TABLE runs ADD COLUMN paused_by TEXT;                          -- who paused it (may resume it, with those above)
+ALTER TABLE runs ADD COLUMN idempotency_key TEXT;                    -- a child's creation key: a retry under it re-keys
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'the events journal is append-only'); END;
+-- a kill signal was about to be sent (written before the first signal): a
+-- TERM or KILL death after it is the kill's, even if the kernel died
+-- before it could record that the signal landed (kill_signalled)
+ALTER TABLE ops ADD COLUMN kill_intent INTEGER NOT NULL DEFAULT 0;
 --
 -- The ops table is rebuilt for its status CHECK to hold the two new
 -- statuses: awaiting_approval (not terminal; nothing claimed or executed)
@@ -71,6 +81,8 @@ CREATE INDEX ops_live ON ops (status) WHERE status IN ('awaiting_approval','star
 CREATE UNIQUE INDEX ops_idempotency ON ops (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX ops_undelivered ON ops (run_id) WHERE report_id IS NULL AND delivered_inline = 0;
 CREATE INDEX ops_waiting ON ops (created_at) WHERE status = 'awaiting_approval';
+-- what observers watch (recovery, heartbeats, kill requests) has its own index
+CREATE INDEX ops_observed ON ops (status) WHERE status IN ('starting','running');
 
 -- schedules: owned by a run and firing as it. `next_due_at` is the next due
 -- time; a claim (claimed_at, claimed_by) is taken in the transaction that

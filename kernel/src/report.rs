@@ -58,6 +58,31 @@ pub fn cut_tail(log: &[u8]) -> String {
     String::from_utf8_lossy(slice).into_owned()
 }
 
+/// RFC 3339 UTC time of a unix-millisecond timestamp.
+pub fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // civil-from-days (Howard Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
 /// `4m12s`, `12s`, `1h02m05s`.
 pub fn human_duration(secs: u64) -> String {
     let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
@@ -120,7 +145,7 @@ pub fn resolution_line(item: &ReportItem) -> String {
             item.message.as_deref().unwrap_or("unknown error")
         ),
         Status::Denied if item.denied_by.as_deref() == Some("operator") => format!(
-            "- {id} denied by operator: {} (nothing ran)",
+            "- {id} denied by operator: {}",
             item.message.as_deref().unwrap_or("no reason given")
         ),
         Status::Denied => format!(

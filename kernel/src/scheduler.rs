@@ -17,6 +17,8 @@ use crate::store::{now_ms, Admission, Fire, Schedule};
 const BATCH: u32 = 100;
 /// Longest sleep between batches (a schedule made meanwhile is seen by it).
 const MAX_NAP: Duration = Duration::from_millis(500);
+/// Shortest sleep between batches.
+const MIN_NAP: Duration = Duration::from_millis(20);
 
 /// A running scheduler: stop it to let its current batch finish.
 pub struct Scheduler {
@@ -52,9 +54,13 @@ impl Scheduler {
                 if fired as u32 >= BATCH {
                     continue;
                 }
+                // at least MIN_NAP: a schedule that stays due (a row that
+                // cannot fire) never spins the loop
                 let nap = match k.store.next_schedule_due().await {
                     Ok(Some(due)) => Duration::from_millis(
-                        (due - now_ms()).clamp(0, MAX_NAP.as_millis() as i64) as u64,
+                        (due - now_ms())
+                            .clamp(MIN_NAP.as_millis() as i64, MAX_NAP.as_millis() as i64)
+                            as u64,
                     ),
                     _ => MAX_NAP,
                 };

@@ -204,6 +204,8 @@ pub enum EnvelopeError {
 }
 
 const MAX_APPROVAL_PATTERNS: usize = 64;
+/// Longest approval timeout: a year.
+const MAX_APPROVAL_TIMEOUT_SEC: u64 = 366 * 24 * 3600;
 const MAX_PATTERN_BYTES: usize = 1024;
 
 fn invalid(msg: impl Into<String>) -> EnvelopeError {
@@ -283,8 +285,12 @@ impl EnvelopeRequest {
                 regex::Regex::new(p)
                     .map_err(|e| invalid(format!("envelope approval.match pattern {p:?}: {e}")))?;
             }
-            if a.timeout_sec == Some(0) {
-                return Err(invalid("envelope approval.timeout_sec must be at least 1"));
+            if a.timeout_sec
+                .is_some_and(|t| !(1..=MAX_APPROVAL_TIMEOUT_SEC).contains(&t))
+            {
+                return Err(invalid(format!(
+                    "envelope approval.timeout_sec must be between 1 and {MAX_APPROVAL_TIMEOUT_SEC}"
+                )));
             }
         }
         Ok(())

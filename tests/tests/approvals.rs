@@ -68,9 +68,9 @@ async fn event_kinds(k: &KernelProcess, run: &str, op: &str) -> Vec<String> {
 async fn a_held_op_survives_a_restart_and_only_the_operator_approves_it() {
     let mut k = kernel("approve", &[]).await;
     let (run, agent) = gated_run(&k, json!({"match": ["echo done$"]})).await;
-    // the command sleeps 2 s with a 3 s timeout: counted from the request,
+    // the command sleeps 1 s with a 2 s timeout: counted from the request,
     // the 2.5 s wait below would time it out; counted from its start, it ends 0
-    let v = start(&agent, &run, &["sh", "-c", "sleep 2; echo done"], 3).await;
+    let v = start(&agent, &run, &["sh", "-c", "sleep 1; echo done"], 2).await;
     let op = v["operation_id"].as_str().unwrap().to_owned();
     assert_eq!(v["status"], "awaiting_approval");
     assert!(v["message"]
@@ -109,6 +109,30 @@ async fn a_held_op_survives_a_restart_and_only_the_operator_approves_it() {
     }
     let waiting = k.client.get("/v1/approvals").await.unwrap();
     assert_eq!(waiting["operations"][0]["operation_id"], json!(op));
+    // an approval starts the op: a paused run refuses it, as it would a new op
+    k.client
+        .post(&format!("/v1/runs/{run}/pause"), &json!({}))
+        .await
+        .unwrap();
+    let (s, v) = k
+        .client
+        .request(
+            Method::POST,
+            &format!("/v1/operations/{op}/approve"),
+            None,
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("run_paused")),
+        "{v}"
+    );
+    k.client
+        .post(&format!("/v1/runs/{run}/resume"), &json!({}))
+        .await
+        .unwrap();
     let (s, v) = k
         .client
         .request(

@@ -329,6 +329,8 @@ async fn bad_schedules_are_clear_errors() {
         json!({"command": [], "every_sec": 5}),
         json!({"command": ["true"], "every_sec": 5, "timeout_sec": 999999}),
         json!({"command": ["true"], "every_sec": 5, "bogus": 1}),
+        json!({"command": ["true"], "cron": "0 0 30 2 *"}),
+        json!({"command": ["true"], "every_sec": 5, "delete_after_success": true}),
     ] {
         let (s, v) = k
             .client
@@ -353,5 +355,45 @@ async fn bad_schedules_are_clear_errors() {
     assert!(
         v["schedules"].as_array().unwrap().is_empty(),
         "nothing was made"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_run_ends_its_schedules() {
+    let k = kernel("sched-cancel").await;
+    let run = unique_run("over");
+    let id = add(&k, &run, json!({"command": ["true"], "every_sec": 1})).await;
+    k.client
+        .post(&format!("/v1/runs/{run}/cancel"), &json!({}))
+        .await
+        .unwrap();
+    quiet(&k, &run, &id).await;
+    let s = schedule(&k, &run, &id).await;
+    assert_eq!(
+        (s["enabled"].as_bool(), s["next_due_at"].as_str()),
+        (Some(false), None),
+        "{s}"
+    );
+    let before = events(&k, &run).await.len();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        events(&k, &run).await.len(),
+        before,
+        "a schedule of a cancelled run stays quiet"
+    );
+    let (st, v) = k
+        .client
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{run}/schedules"),
+            Some(&json!({"command": ["true"], "every_sec": 1})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("run_cancelled")),
+        "{v}"
     );
 }

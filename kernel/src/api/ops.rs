@@ -54,6 +54,12 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> 
         .ok_or_else(|| {
             ApiError::bad_request("Idempotency-Key must be 1-128 printable ASCII characters")
         })?;
+    // the kernel's own keys (a schedule's due times) are not the caller's
+    if key.starts_with("schedule:") {
+        return Err(ApiError::bad_request(
+            "Idempotency-Key may not start with \"schedule:\" (reserved for schedules)",
+        ));
+    }
     Ok(Some(key.to_owned()))
 }
 
@@ -263,8 +269,10 @@ pub async fn kill_operation(
             .ok_or_else(|| ApiError::internal("operation vanished"))?;
         if op.status == Status::Denied {
             k.bump_run(&op.run_id);
+            // it may have been denied just before, for another reason
+            let why = op.error.clone().unwrap_or_else(|| reason.to_owned());
             return Ok(Json(
-                OpView::of(&op).saying(format!("operation denied: {reason}")),
+                OpView::of(&op).saying(format!("operation denied: {why}")),
             ));
         }
         // approved meanwhile: it is an ordinary op now, killed as one
@@ -315,14 +323,15 @@ pub async fn approve(
     require_operator(&principal)?;
     let op = visible_op(&k, &principal, &id).await?;
     match k.store.approve_op(&op.id).await? {
-        Some(op) => {
+        Err(refusal) => Err(ApiError::refused(&refusal)),
+        Ok(Some(op)) => {
             tracing::info!(op = %op.id, run = %op.run_id, "approved");
             crate::observer::spawn_fresh(&k, op.clone());
             Ok(Json(
                 OpView::of(&op).saying("approved: the operation starts now"),
             ))
         }
-        None => Err(ApiError::conflict(format!(
+        Ok(None) => Err(ApiError::conflict(format!(
             "operation {id} is not awaiting approval (it is {})",
             op.status.as_str()
         ))),
@@ -348,6 +357,11 @@ pub async fn deny(
             "reason must be at most {MAX_REASON_BYTES} bytes, without NUL bytes"
         )));
     }
+    // one line in the report: control characters become spaces
+    let reason: String = reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     let reason = match reason.trim() {
         "" => "no reason given".to_owned(),
         r => r.to_owned(),

@@ -118,7 +118,9 @@ pub async fn finish(
     let ops = loop {
         events.borrow_and_update();
         let ops = k.store.run_ops(&run).await?;
-        if ops.iter().all(|op| op.status.is_terminal()) {
+        // an op held for approval waits for a person, not for the run:
+        // finish returns it as it is (awaiting_approval)
+        if ops.iter().all(|op| !op.status.is_observed()) {
             break ops;
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), events.changed()).await;

@@ -99,6 +99,16 @@ pub async fn create(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let timing = Timing::from_request(req.cron.as_deref(), req.every_sec, req.at.as_deref())
         .map_err(ApiError::bad_request)?;
+    if timing.first_due(crate::store::now_ms()).is_none() {
+        return Err(ApiError::bad_request(
+            "this cron expression never matches a future time",
+        ));
+    }
+    if req.delete_after_success && timing.is_recurring() {
+        return Err(ApiError::bad_request(
+            "delete_after_success is for one-shots (at); a recurring schedule is deleted with DELETE",
+        ));
+    }
     let meta = match k.run_meta(&run).await? {
         Some(meta) => meta,
         None => {
@@ -106,6 +116,19 @@ pub async fn create(
             k.remember_run(&record)
         }
     };
+    // a run that is over admits nothing, so it gets no schedule either (a
+    // paused run may: its schedule skips until it is resumed)
+    if let Some(record) = k.store.get_run(&run).await? {
+        if record.state.is_final() {
+            return Err(ApiError::run_state(
+                record.state,
+                format!(
+                    "run {run} is {}: it takes no schedules",
+                    record.state.as_str()
+                ),
+            ));
+        }
+    }
     // a scheduled op is a background op: the same limits, the run's envelope
     let ceiling = meta.envelope.max_timeout_sec.unwrap_or(u64::MAX);
     let max = k.config.bg_max_sec;

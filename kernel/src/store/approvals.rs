@@ -9,6 +9,7 @@ use serde_json::json;
 use super::journal::append_event;
 use super::ops::{get, op_from_row, COLUMNS};
 use super::{now_ms, Op, Store, StoreError, StoreResult};
+use crate::lifecycle::Status;
 
 /// Who denied an op.
 pub const BY_OPERATOR: &str = "operator";
@@ -87,11 +88,18 @@ impl Store {
     /// `awaiting_approval` → `starting` (by the operator), with
     /// `approval.granted`. The op as it is now, or `None` when it was not
     /// waiting. Its timeout counts from its start, like any op's.
-    pub async fn approve_op(&self, id: &str) -> StoreResult<Option<Op>> {
+    pub async fn approve_op(&self, id: &str) -> StoreResult<Result<Option<Op>, super::Refusal>> {
         let id = id.to_owned();
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
+            // an approval starts the op: its run (and every ancestor) must
+            // still admit it, as at its admission
+            if let Some(op) = get(&tx, &id)?.filter(|op| op.status == Status::AwaitingApproval) {
+                if let Some(refusal) = super::runs::run_refusal(&tx, &op.run_id)? {
+                    return Ok(Err(refusal));
+                }
+            }
             let n = tx
                 .prepare_cached(
                     "UPDATE ops SET status = 'starting', approval_decided_by = 'operator', \
@@ -99,7 +107,7 @@ impl Store {
                 )?
                 .execute(params![id, now])?;
             if n != 1 {
-                return Ok(None);
+                return Ok(Ok(None));
             }
             let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
             append_event(
@@ -110,7 +118,7 @@ impl Store {
                 json!({"by": BY_OPERATOR, "waited_sec": (now - op.created_at).max(0) / 1000}),
             )?;
             tx.commit()?;
-            Ok(Some(op))
+            Ok(Ok(Some(op)))
         })
         .await
     }

@@ -212,6 +212,42 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_version_5_database_upgrades_with_its_rows() {
+        let path = std::env::temp_dir().join(format!("opkernel-v5-{}.db", uuid::Uuid::new_v4()));
+        {
+            let mut conn = rusqlite::Connection::open(&path).unwrap();
+            for (number, sql) in &super::MIGRATIONS[..5] {
+                let tx = conn.transaction().unwrap();
+                tx.execute_batch(sql).unwrap();
+                tx.pragma_update(None, "user_version", number).unwrap();
+                tx.commit().unwrap();
+            }
+            conn.execute_batch(
+                "INSERT INTO runs (run_id, created_at) VALUES ('r', 1);
+                 INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, created_at, exit_code)
+                 VALUES ('00000000-0000-4000-8000-000000000001', 'r', '[\"true\"]', 1, 60, 'completed', 'k', 1, 0);",
+            )
+            .unwrap();
+        }
+        let store = super::Store::open(&path).unwrap();
+        let conn = store.conn.lock();
+        let (status, code): (String, i64) = conn
+            .query_row("SELECT status, exit_code FROM ops", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((status.as_str(), code), ("completed", 0));
+        let n: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'paused_by'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+
     #[tokio::test]
     async fn reopening_keeps_the_schema_version() {
         let path = std::env::temp_dir().join(format!("opkernel-mig-{}.db", uuid::Uuid::new_v4()));

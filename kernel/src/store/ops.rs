@@ -63,9 +63,15 @@ pub struct Op {
 }
 
 impl Op {
-    /// When the timeout budget started: the recorded start, else creation.
+    /// When the timeout budget started: the recorded start, else its
+    /// approval (a wait for an operator is not the command's time), else
+    /// its creation.
     pub fn budget_start_ms(&self) -> i64 {
-        self.started_at.unwrap_or(self.created_at)
+        self.started_at
+            .or(self
+                .approval_decided_at
+                .filter(|_| !matches!(self.status, Status::AwaitingApproval | Status::Denied)))
+            .unwrap_or(self.created_at)
     }
 }
 

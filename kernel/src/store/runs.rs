@@ -508,6 +508,10 @@ impl Store {
                 }
                 kills = request_kills_in_subtree(&tx, &run_id)?;
                 denied = super::approvals::deny_waiting_in_subtree(&tx, &run_id)?;
+                super::schedules::end_schedules_of(&tx, &run_id, true)?;
+            }
+            if action == RunAction::Complete && !changed.is_empty() {
+                super::schedules::end_schedules_of(&tx, &run_id, false)?;
             }
             let run = get_run(&tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))?;
             tx.commit()?;

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::journal::append_event;
 use super::ops::{get, insert_in, Admission, ApprovalHold, NewOp, Op, StartRequest};
-use super::{now_ms, Store, StoreError, StoreResult};
+use super::{now_ms, Refusal, Store, StoreError, StoreResult};
 use crate::lifecycle::Status;
 use crate::schedule::{startup, Startup, Timing};
 
@@ -152,58 +152,78 @@ pub struct StartupReport {
 /// time from the previous one (missed slots skipped with an event), a
 /// finished one-shot deleted or disabled.
 pub(super) fn finalize_in(conn: &Connection, op: &Op) -> StoreResult<()> {
-    let Some(s) = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM schedules WHERE current_op_id = ?1"
-        ))?
-        .query_row([&op.id], from_row)
+    let Some((id, kind, spec, next_due, delete_after_success)) = conn
+        .prepare_cached(
+            "SELECT id, kind, spec, next_due_at, delete_after_success FROM schedules \
+             WHERE current_op_id = ?1",
+        )?
+        .query_row([&op.id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+                r.get::<_, bool>(4)?,
+            ))
+        })
         .optional()?
     else {
         return Ok(());
     };
     let now = now_ms();
-    let succeeded = op.status == Status::Completed && op.exit_code == Some(0);
-    if !s.timing.is_recurring() && s.delete_after_success && succeeded {
+    let release = |next: Option<i64>, keep_enabled: bool| -> StoreResult<()> {
+        conn.prepare_cached(
+            "UPDATE schedules SET last_due_at = current_due_at, last_op_id = ?2, last_status = ?3, \
+             last_exit_code = ?4, last_output_tail = ?5, last_finished_at = ?6, claimed_at = NULL, \
+             claimed_by = NULL, current_op_id = NULL, current_due_at = NULL, next_due_at = ?7, \
+             enabled = CASE WHEN ?8 THEN enabled ELSE 0 END WHERE id = ?1",
+        )?
+        .execute(params![
+            id,
+            op.id,
+            op.status.as_str(),
+            op.exit_code,
+            bounded_tail(op.output_tail.as_deref()),
+            now,
+            next,
+            keep_enabled,
+        ])?;
+        Ok(())
+    };
+    // a row that no longer parses must not keep its op from ending: it is
+    // released and disabled
+    let Ok(timing) = Timing::parse(&kind, &spec) else {
+        tracing::error!(schedule = %id, %kind, %spec, "unreadable schedule timing: disabled");
+        return release(None, false);
+    };
+    let run_over = super::runs::get_run(conn, &op.run_id)?.is_some_and(|r| r.state.is_final());
+    let succeeded = op.status == Status::Completed && op.exit_code == Some(0) && !op.killed;
+    if !timing.is_recurring() && delete_after_success && succeeded {
         conn.prepare_cached("DELETE FROM schedules WHERE id = ?1")?
-            .execute([&s.id])?;
+            .execute([&id])?;
         return Ok(());
     }
-    let mut next = s.next_due_at;
-    if s.timing.is_recurring() {
-        if let Some(due) = next.filter(|due| *due <= now) {
-            let (after, passed) = s.timing.next_after_now(due, now);
-            append_event(
-                conn,
-                &s.run_id,
-                "schedule.skipped",
-                None,
-                json!({
-                    "schedule_id": s.id,
-                    "reason": "previous still running",
-                    "due_at": crate::views::rfc3339(due),
-                    "slots": passed + 1,
-                }),
-            )?;
-            next = after;
-        }
+    if !timing.is_recurring() || run_over {
+        return release(None, false);
     }
-    conn.prepare_cached(
-        "UPDATE schedules SET last_due_at = current_due_at, last_op_id = ?2, last_status = ?3, \
-         last_exit_code = ?4, last_output_tail = ?5, last_finished_at = ?6, claimed_at = NULL, \
-         claimed_by = NULL, current_op_id = NULL, current_due_at = NULL, next_due_at = ?7, \
-         enabled = CASE WHEN ?8 THEN enabled ELSE 0 END WHERE id = ?1",
-    )?
-    .execute(params![
-        s.id,
-        op.id,
-        op.status.as_str(),
-        op.exit_code,
-        bounded_tail(op.output_tail.as_deref()),
-        now,
-        next,
-        s.timing.is_recurring(),
-    ])?;
-    Ok(())
+    let mut next = next_due;
+    if let Some(due) = next.filter(|due| *due <= now) {
+        let (after, passed) = timing.next_after_now(due, now);
+        append_event(
+            conn,
+            &op.run_id,
+            "schedule.skipped",
+            None,
+            json!({
+                "schedule_id": id,
+                "reason": "previous still running",
+                "due_at": crate::report::rfc3339(due),
+                "slots": passed + 1,
+            }),
+        )?;
+        next = after;
+    }
+    release(next, true)
 }
 
 /// Moves a recurring schedule past `due` without a run, or disables a
@@ -218,16 +238,76 @@ fn skip_in(conn: &Connection, s: &Schedule, due: i64, reason: &str, now: i64) ->
         json!({
             "schedule_id": s.id,
             "reason": reason,
-            "due_at": crate::views::rfc3339(due),
+            "due_at": crate::report::rfc3339(due),
             "slots": passed + 1,
         }),
     )?;
+    // a recurring schedule's last_* describe its last run; a one-shot that
+    // will never run says so
     conn.prepare_cached(
         "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = ?2, \
-         last_status = 'skipped', last_due_at = ?3, \
-         enabled = CASE WHEN ?4 THEN enabled ELSE 0 END WHERE id = ?1",
+         last_status = CASE WHEN ?3 THEN last_status ELSE 'skipped' END, \
+         enabled = CASE WHEN ?3 THEN enabled ELSE 0 END WHERE id = ?1",
     )?
-    .execute(params![s.id, next, due, s.timing.is_recurring()])?;
+    .execute(params![s.id, next, s.timing.is_recurring()])?;
+    Ok(())
+}
+
+/// Ends a schedule whose run is over (completed or cancelled): disabled,
+/// no next due time, with its reason in the run's trace.
+fn end_in(conn: &Connection, s: &Schedule, reason: &str) -> StoreResult<()> {
+    append_event(
+        conn,
+        &s.run_id,
+        "schedule.skipped",
+        None,
+        json!({"schedule_id": s.id, "reason": reason, "disabled": true}),
+    )?;
+    conn.prepare_cached(
+        "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = NULL, \
+         enabled = 0 WHERE id = ?1",
+    )?
+    .execute([&s.id])?;
+    Ok(())
+}
+
+/// How long a one-shot refused for a passing reason (its run paused, a
+/// live-op limit) waits before it is tried again.
+const ONE_SHOT_RETRY_MS: i64 = 5_000;
+
+/// A one-shot refused for a passing reason: tried again later; the first
+/// refusal of a kind is in the trace.
+fn postpone_in(conn: &Connection, s: &Schedule, reason: &str, now: i64) -> StoreResult<()> {
+    let status = format!("waiting: {reason}");
+    if s.last_status.as_deref() != Some(status.as_str()) {
+        append_event(
+            conn,
+            &s.run_id,
+            "schedule.skipped",
+            None,
+            json!({"schedule_id": s.id, "reason": reason, "retry_in_sec": ONE_SHOT_RETRY_MS / 1000}),
+        )?;
+    }
+    conn.prepare_cached(
+        "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = ?2, \
+         last_status = ?3 WHERE id = ?1",
+    )?
+    .execute(params![s.id, now + ONE_SHOT_RETRY_MS, status])?;
+    Ok(())
+}
+
+/// Disables every schedule of a run (and, with `subtree`, of its
+/// descendants) whose run is over; a schedule whose op still lives is
+/// finalized when that op ends.
+pub(super) fn end_schedules_of(conn: &Connection, run_id: &str, subtree: bool) -> StoreResult<()> {
+    let sql = if subtree {
+        "UPDATE schedules SET enabled = 0, next_due_at = NULL WHERE claimed_at IS NULL AND enabled = 1 \
+         AND run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)"
+    } else {
+        "UPDATE schedules SET enabled = 0, next_due_at = NULL WHERE claimed_at IS NULL AND enabled = 1 \
+         AND run_id = ?1"
+    };
+    conn.prepare_cached(sql)?.execute([run_id])?;
     Ok(())
 }
 
@@ -331,7 +411,13 @@ impl Store {
                  AND claimed_at IS NULL AND next_due_at <= ?1 ORDER BY next_due_at LIMIT ?2"
             ))?;
             let rows = stmt.query_map(params![now, limit], from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            // an unreadable row is left out (and logged), never a stop for the rest
+            Ok(rows
+                .filter_map(|row| {
+                    row.map_err(|e| tracing::error!(%e, "unreadable schedule row left out"))
+                        .ok()
+                })
+                .collect())
         })
         .await
     }
@@ -400,7 +486,7 @@ impl Store {
                         Some(&op.id),
                         json!({
                             "schedule_id": s.id,
-                            "due_at": crate::views::rfc3339(due),
+                            "due_at": crate::report::rfc3339(due),
                             "missed_slots": passed,
                         }),
                     )?;
@@ -430,7 +516,17 @@ impl Store {
                 }
                 NewOp::Refused(why) => {
                     let reason = why.to_string();
-                    skip_in(&tx, &s, due, &reason, now)?;
+                    match &why {
+                        // the run is over: so is its schedule
+                        Refusal::State { state, .. } if state.is_final() => {
+                            end_in(&tx, &s, &reason)?
+                        }
+                        // passing: a one-shot tries again, a series goes on
+                        Refusal::State { .. } | Refusal::Limit(_) if !s.timing.is_recurring() => {
+                            postpone_in(&tx, &s, &reason, now)?
+                        }
+                        _ => skip_in(&tx, &s, due, &reason, now)?,
+                    }
                     Fire::Skipped(reason)
                 }
             };

@@ -301,3 +301,52 @@ async fn a_refused_fire_is_a_skip_with_its_reason() {
         .unwrap()
         .is_empty());
 }
+
+#[tokio::test]
+async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
+    let store = test_store();
+    store.ensure_run("r").await.unwrap();
+    let s = create(
+        &store,
+        NewSchedule {
+            timing: Timing::At {
+                at_ms: now_ms() - 10,
+            },
+            ..every("r", 1, false)
+        },
+    )
+    .await;
+    store
+        .change_run("r", crate::tasks::RunAction::Pause, "operator", None)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let due = store
+            .get_schedule(&s.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .next_due_at
+            .unwrap();
+        set_due(&store, &s.id, due.min(now_ms() - 1)).await;
+        let due = due.min(now_ms() - 1);
+        assert!(matches!(fire(&store, &s.id, due).await, Fire::Skipped(_)));
+        let after = store.get_schedule(&s.id).await.unwrap().unwrap();
+        assert!(after.enabled, "still to run");
+        assert!(after.next_due_at.unwrap() > now_ms());
+    }
+    // the first refusal is in the trace, not every retry
+    let k = kinds(&store, "r").await;
+    assert_eq!(
+        k.iter().filter(|k| *k == "schedule.skipped").count(),
+        1,
+        "{k:?}"
+    );
+    store
+        .change_run("r", crate::tasks::RunAction::Resume, "operator", None)
+        .await
+        .unwrap();
+    let due = now_ms() - 1;
+    set_due(&store, &s.id, due).await;
+    assert!(matches!(fire(&store, &s.id, due).await, Fire::Fired(_)));
+}
