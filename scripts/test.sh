@@ -15,6 +15,20 @@ scripts/build-image.sh --debian
 if ! command -v gcc >/dev/null || [ ! -e /usr/lib/x86_64-linux-gnu/libc.a ]; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
 fi
+# the MCP tests use the official Python client (PyPI `mcp`) from a
+# throwaway virtualenv under target/ (made once, kept while its pin holds)
+mcp_pin="mcp==2.3.0"
+venv="$root/target/mcp-venv"
+if [ "$(cat "$venv/.pin" 2>/dev/null)" != "$mcp_pin" ]; then
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "$mcp_pin"
+  echo "$mcp_pin" > "$venv/.pin"
+fi
+export OPKERNEL_MCP_PYTHON="$venv/bin/python"
 cargo build --workspace --bins
 export OPKERNEL_BIN="$root/target/debug/opkernel"
 # a test kernel killed while Docker was still creating a container can leave

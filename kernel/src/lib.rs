@@ -13,6 +13,7 @@ mod fuzz_tests;
 pub mod inbox;
 pub mod kernel;
 pub mod lifecycle;
+pub mod mcp;
 pub mod observer;
 pub mod probes;
 pub mod reaper;

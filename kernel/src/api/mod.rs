@@ -4,7 +4,7 @@
 mod console;
 pub mod error;
 mod ops;
-mod reports;
+pub mod reports;
 mod runs;
 pub mod schedules;
 mod views;
@@ -82,9 +82,13 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
             .route("/v1/drill/observer-wake/{id}", post(views::observer_wake))
             .route("/v1/drill/clock-step", post(views::clock_step));
     }
-    app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+    let api = app
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
-        .with_state(kernel)
+        .with_state(kernel.clone());
+    // MCP calls the API router itself: one definition of every tool
+    let mcp = crate::mcp::http::routes(kernel, api.clone());
+    api.merge(mcp)
 }
 
 impl FromRequestParts<AppState> for Principal {

@@ -525,10 +525,13 @@ pub async fn events(
         let _ = tokio::time::timeout(left.min(Duration::from_secs(5)), journal.changed()).await;
     };
     let next_after = events.last().map_or(q.after, |e| e.seq);
+    let last_seq = k.store.last_event_seq(&run).await?;
     Ok(Json(json!({
         "run_id": run,
         "events": events,
         "next_after": next_after,
+        // where a reader that wants only what comes next starts
+        "last_seq": last_seq,
     })))
 }
 

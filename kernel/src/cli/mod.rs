@@ -216,6 +216,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve MCP over stdio as one run (agent hosts launch it); talks to the
+    /// daemon at OPKERNEL_URL with the run token in OPKERNEL_TOKEN
+    Mcp {
+        #[arg(long)]
+        run: String,
+    },
     /// Run recovery drills against the local Docker engine
     Drill {
         #[arg(default_value = "all")]
@@ -406,6 +412,11 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
         Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
         Command::Containers { json } => verbs::containers(&client, json).await,
         Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,
+        Command::Mcp { run } => {
+            sandbox::profile::validate_run_id(&run)?;
+            crate::mcp::http::serve_stdio(client.base().to_owned(), client.token().to_owned(), run)
+                .await
+        }
         Command::Schedule { action } => tasks::schedule(&client, action).await,
         Command::Approvals { json } => tasks::approvals(&client, json).await,
         Command::Approve { operation_id, json } => {

@@ -175,6 +175,17 @@ impl Store {
             .await
     }
 
+    /// The run's latest event sequence number (0 without events).
+    pub async fn last_event_seq(&self, run_id: &str) -> StoreResult<i64> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")?
+                .query_row([run_id], |r| r.get(0))?)
+        })
+        .await
+    }
+
     /// Events of a run after `after`, oldest first, at most `limit`.
     pub async fn events_after(
         &self,

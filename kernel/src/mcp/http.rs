@@ -1,0 +1,130 @@
+//! The two MCP transports: streamable HTTP at `/mcp` on the daemon (the run
+//! token as bearer; legacy 2025 sessions per `Mcp-Session-Id` and the
+//! stateless 2026-07-28 revision), and stdio for `opkernel mcp --run RUN`.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::ServiceExt;
+
+use super::backend::{Backend, HttpBackend, RouterBackend};
+use super::{tools_from_api, OpkernelMcp, RunAuth};
+use crate::api::ApiError;
+use crate::auth::{constant_time_eq, token_sha256};
+use crate::kernel::Kernel;
+
+/// Authenticates every `/mcp` request: a run token only (the run comes
+/// from the token, never from tool arguments); the operator token names no
+/// run and is refused.
+async fn require_run_token(State(k): State<Arc<Kernel>>, mut req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && t.len() <= 256)
+        .map(str::to_owned);
+    let Some(token) = token else {
+        return ApiError::unauthorized().into_response();
+    };
+    let presented = token_sha256(&token);
+    if constant_time_eq(
+        presented.as_bytes(),
+        token_sha256(&k.operator_token).as_bytes(),
+    ) {
+        return ApiError::forbidden(
+            "MCP acts as one run: connect with that run's token (the operator token names no run)",
+        )
+        .into_response();
+    }
+    match k.store.run_for_token(&presented).await {
+        Ok(Some(run)) => {
+            req.extensions_mut().insert(RunAuth { token, run });
+            next.run(req).await
+        }
+        Ok(None) => ApiError::unauthorized().into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `/mcp` on the daemon, served by the handler over the API router `api`
+/// (called in-process).
+pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
+    let tools = match tools_from_api(&crate::tools::tool_definitions(&k.config)) {
+        Ok(tools) => Arc::new(tools),
+        Err(e) => {
+            tracing::error!(%e, "MCP tool definitions are malformed; /mcp serves none");
+            Arc::new(Vec::new())
+        }
+    };
+    let backend: Arc<dyn Backend> = Arc::new(RouterBackend { router: api });
+    let mut config = StreamableHttpServerConfig::default();
+    // the Host check guards a loopback listener against DNS rebinding; a
+    // kernel exposed on purpose (--allow-remote) is reached by other names
+    if !k.config.listen.ip().is_loopback() {
+        config = config.disable_allowed_hosts();
+    }
+    let service = StreamableHttpService::new(
+        move || Ok(OpkernelMcp::new(backend.clone(), tools.clone(), None)),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(k, require_run_token))
+}
+
+/// `opkernel mcp --run RUN`: the stdio transport, talking to the daemon at
+/// `OPKERNEL_URL` with `OPKERNEL_TOKEN`. Acks the report it served last
+/// when the client closes the connection cleanly.
+pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Result<i32> {
+    let backend = HttpBackend {
+        base: base.trim_end_matches('/').to_owned(),
+        http: reqwest::Client::new(),
+    };
+    // the run must be the token's to act on, before any client is served
+    let (status, body) = backend
+        .call(
+            &token,
+            reqwest::Method::GET,
+            &format!("/v1/runs/{run}"),
+            None,
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if !(status == 200 || status == 404) {
+        anyhow::bail!(
+            "this token cannot act on run {run}: {} (HTTP {status})",
+            body["error"]["message"].as_str().unwrap_or("refused")
+        );
+    }
+    let (status, api_tools) = backend
+        .call(&token, reqwest::Method::GET, "/v1/tools", None)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if status != 200 {
+        anyhow::bail!("cannot read the daemon's tool definitions (HTTP {status})");
+    }
+    let tools = Arc::new(tools_from_api(&api_tools).map_err(anyhow::Error::msg)?);
+    let handler = OpkernelMcp::new(Arc::new(backend), tools, Some(RunAuth { token, run }));
+    let service = match handler.clone().serve(rmcp::transport::stdio()).await {
+        Ok(service) => service,
+        // the client went away before its first request: nothing served
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(0),
+        Err(e) => anyhow::bail!("MCP session failed to start: {e}"),
+    };
+    match service.waiting().await {
+        // the client closed its end: it has what it was served
+        Ok(rmcp::service::QuitReason::Closed) => handler.finish().await,
+        other => tracing::warn!(
+            ?other,
+            "MCP stdio session ended abnormally; its last report is served again"
+        ),
+    }
+    Ok(0)
+}
