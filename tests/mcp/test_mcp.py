@@ -131,7 +131,7 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
         state = await c.call_tool("operation_state", {"operation_id": op})
         self.assertFalse(state.is_error)
         self.assertEqual(state.structured_content["run_id"], run)
-        report = await c.call_tool("wait_background_report", {"wait_sec": 20})
+        report = await c.call_tool("wait_background_report", {"wait_sec": 60})
         self.assertFalse(report.is_error, text_of(report))
         body = report.structured_content
         self.assertIsNotNone(body["report_id"])
@@ -149,7 +149,7 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
             ("run_command", {"command": []}, "command"),
             ("run_command", {"command": ["true"], "background": True, "timeout_sec": 999999}, "timeout_sec"),
             ("run_command", {"command": ["true"], "bogus": 1}, "unknown field"),
-            ("kill_operation", {"operation_id": "nope"}, "operation"),
+            ("kill_operation", {"operation_id": "nope"}, "operation id must be a lowercase uuid"),
             ("operation_state", {}, "operation_id is required"),
             ("wait_background_report", {"ack": "nope"}, "ack must be"),
             ("wait_background_report", {"wait_sec": -1}, "wait_sec"),
@@ -203,11 +203,46 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
             _, report = api("GET", f"/v1/runs/{run}/report?wait=0", token=token)
             self.assertIsNone(report["report_id"], first)
 
-    async def test_only_a_run_token_connects_over_http(self):
-        for token in [OPERATOR, "0" * 64]:
-            with self.assertRaises(Exception):
-                async with Http(token) as h, h.client() as c:
-                    await c.list_tools()
+    async def test_only_a_run_token_connects(self):
+        # over HTTP: the operator token is refused (403), a wrong one is not a token (401)
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}
+        async with httpx2.AsyncClient() as http:
+            for token, want in [(OPERATOR, 403), ("0" * 64, 401), (None, 401)]:
+                headers = {"Accept": "application/json, text/event-stream"}
+                if token:
+                    headers["Authorization"] = f"Bearer {token}"
+                r = await http.post(URL + "/mcp", json=hello, headers=headers)
+                self.assertEqual(r.status_code, want, r.text)
+        # a legacy session belongs to the run that opened it
+        run, token = new_run()
+        _, other_token = new_run()
+        async with httpx2.AsyncClient() as http:
+            headers = {"Accept": "application/json, text/event-stream"}
+            r = await http.post(URL + "/mcp", json=hello,
+                                headers={**headers, "Authorization": f"Bearer {token}"})
+            self.assertEqual(r.status_code, 200, r.text)
+            session = r.headers["mcp-session-id"]
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            r = await http.post(URL + "/mcp", json=listing, headers={
+                **headers, "Authorization": f"Bearer {other_token}", "Mcp-Session-Id": session,
+                "Mcp-Protocol-Version": "2025-11-25"})
+            self.assertEqual(r.status_code, 403, r.text)
+            r = await http.delete(URL + "/mcp", headers={
+                "Authorization": f"Bearer {other_token}", "Mcp-Session-Id": session})
+            self.assertEqual(r.status_code, 403, r.text)
+        # over stdio: `opkernel mcp` refuses the operator token and another run's
+        for wrong, needle in [(OPERATOR, "not the operator token"), (other_token, "not run")]:
+            proc = await asyncio.create_subprocess_exec(
+                BIN, "mcp", "--run", run,
+                env={**os.environ, "OPKERNEL_URL": URL, "OPKERNEL_TOKEN": wrong},
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn(needle, err.decode())
 
     async def test_kill_and_resolution_event_on_the_2026_revision(self):
         run, token = new_run()
@@ -269,14 +304,16 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
         served = None
         try:
             async with Client(params) as c:
-                r = await c.call_tool("wait_background_report", {"wait_sec": 20})
-                served = r.structured_content["report_id"]
-                self.assertIn(op["operation_id"], r.structured_content["text"])
-                os.kill(int(open(pidfile).read()), signal.SIGKILL)
+                r = await c.call_tool("wait_background_report", {"wait_sec": 60})
+                served = r.structured_content
+                with open(pidfile) as f:
+                    os.kill(int(f.read()), signal.SIGKILL)
                 await asyncio.sleep(0.3)
-        except BaseException:  # the transport breaks under the client: expected
+        except Exception:  # the transport breaks under the client: expected
             pass
         self.assertIsNotNone(served)
+        self.assertIn(op["operation_id"], served["text"])
+        served = served["report_id"]
         # a new session gets the very same report, then acks it on exit
         async with stdio(run, token) as c:
             r = await c.call_tool("wait_background_report", {"wait_sec": 0})

@@ -30,6 +30,7 @@ pub type AppState = Arc<Kernel>;
 pub fn router(kernel: Arc<Kernel>) -> Router {
     let mut app = Router::new()
         .route("/v1/health", get(views::health))
+        .route("/v1/whoami", get(views::whoami))
         .route("/v1/tools", get(views::tools))
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
         .route("/v1/runs/{run}", get(runs::get_run))

@@ -14,6 +14,14 @@ pub async fn health(State(k): State<AppState>) -> Json<Value> {
     Json(json!({"ok": true, "kernel_id": k.id}))
 }
 
+/// `GET /v1/whoami`: who the token is (the operator, or a run).
+pub async fn whoami(principal: Principal) -> Json<Value> {
+    Json(match principal {
+        Principal::Operator => json!({"principal": "operator", "run_id": null}),
+        Principal::Run(run) => json!({"principal": "run", "run_id": run}),
+    })
+}
+
 /// JSON tool definitions for function calling, with the limits stated.
 pub async fn tools(State(k): State<AppState>) -> Json<Value> {
     Json(crate::tools::tool_definitions(&k.config))

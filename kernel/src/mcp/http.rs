@@ -17,10 +17,20 @@ use crate::api::ApiError;
 use crate::auth::{constant_time_eq, token_sha256};
 use crate::kernel::Kernel;
 
+/// What `/mcp`'s layer keeps: the kernel, and which run each legacy
+/// session (`Mcp-Session-Id`) belongs to.
+#[derive(Clone)]
+struct Gate {
+    k: Arc<Kernel>,
+    sessions: Arc<crate::sync::Lock<std::collections::HashMap<String, String>>>,
+}
+
 /// Authenticates every `/mcp` request: a run token only (the run comes
 /// from the token, never from tool arguments); the operator token names no
-/// run and is refused.
-async fn require_run_token(State(k): State<Arc<Kernel>>, mut req: Request, next: Next) -> Response {
+/// run and is refused. A legacy session is bound to the run that opened
+/// it: another run's token cannot use, follow or close it.
+async fn require_run_token(State(gate): State<Gate>, mut req: Request, next: Next) -> Response {
+    let k = &gate.k;
     let token = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
@@ -42,14 +52,45 @@ async fn require_run_token(State(k): State<Arc<Kernel>>, mut req: Request, next:
         )
         .into_response();
     }
-    match k.store.run_for_token(&presented).await {
-        Ok(Some(run)) => {
-            req.extensions_mut().insert(RunAuth { token, run });
-            next.run(req).await
+    let run = match k.store.run_for_token(&presented).await {
+        Ok(Some(run)) => run,
+        Ok(None) => return ApiError::unauthorized().into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session {
+        if gate
+            .sessions
+            .lock()
+            .get(id)
+            .is_some_and(|owner| *owner != run)
+        {
+            return ApiError::forbidden("this MCP session belongs to another run").into_response();
         }
-        Ok(None) => ApiError::unauthorized().into_response(),
-        Err(e) => ApiError::from(e).into_response(),
     }
+    let closing = req.method() == axum::http::Method::DELETE;
+    req.extensions_mut().insert(RunAuth {
+        token,
+        run: run.clone(),
+    });
+    let resp = next.run(req).await;
+    match (&session, resp.headers().get("mcp-session-id")) {
+        // a session opened by this request: it is this run's
+        (None, Some(id)) => {
+            if let Ok(id) = id.to_str() {
+                gate.sessions.lock().insert(id.to_owned(), run);
+            }
+        }
+        (Some(id), _) if closing => {
+            gate.sessions.lock().remove(id);
+        }
+        _ => {}
+    }
+    resp
 }
 
 /// `/mcp` on the daemon, served by the handler over the API router `api`
@@ -74,9 +115,16 @@ pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    let gate = Gate {
+        k,
+        sessions: Arc::default(),
+    };
     axum::Router::new()
         .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(k, require_run_token))
+        .layer(axum::middleware::from_fn_with_state(
+            gate,
+            require_run_token,
+        ))
 }
 
 /// `opkernel mcp --run RUN`: the stdio transport, talking to the daemon at
@@ -87,21 +135,27 @@ pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Re
         base: base.trim_end_matches('/').to_owned(),
         http: reqwest::Client::new(),
     };
-    // the run must be the token's to act on, before any client is served
-    let (status, body) = backend
-        .call(
-            &token,
-            reqwest::Method::GET,
-            &format!("/v1/runs/{run}"),
-            None,
-        )
+    // MCP acts as one run, with that run's own token: never the operator
+    // token (it would reach every run), never an ancestor's
+    let (status, me) = backend
+        .call(&token, reqwest::Method::GET, "/v1/whoami", None)
         .await
         .map_err(anyhow::Error::msg)?;
-    if !(status == 200 || status == 404) {
+    if status != 200 {
         anyhow::bail!(
-            "this token cannot act on run {run}: {} (HTTP {status})",
-            body["error"]["message"].as_str().unwrap_or("refused")
+            "the daemon refused this token: {} (HTTP {status})",
+            me["error"]["message"].as_str().unwrap_or("refused")
         );
+    }
+    match (me["principal"].as_str(), me["run_id"].as_str()) {
+        (Some("run"), Some(own)) if own == run => {}
+        (Some("run"), Some(own)) => {
+            anyhow::bail!("OPKERNEL_TOKEN is run {own}'s token, not run {run}'s")
+        }
+        _ => anyhow::bail!(
+            "opkernel mcp acts as one run: set OPKERNEL_TOKEN to run {run}'s token \
+             (`opkernel token --run {run}`), not the operator token"
+        ),
     }
     let (status, api_tools) = backend
         .call(&token, reqwest::Method::GET, "/v1/tools", None)

@@ -36,6 +36,9 @@ use serde_json::{json, Value};
 use crate::sync::Lock;
 use backend::{Answer, Backend};
 
+/// How long an HTTP session's follower outlives its client's last request.
+const FOLLOW_IDLE_MS: i64 = 10 * 60 * 1000;
+
 /// The URI of an op's resource.
 pub fn op_uri(id: &str) -> String {
     format!("opkernel://operations/{id}")
@@ -123,8 +126,15 @@ pub struct OpkernelMcp {
 /// What a session remembers between calls.
 #[derive(Default)]
 struct Session {
-    /// The report served and not yet acknowledged.
-    pending_ack: Lock<Option<String>>,
+    /// The report served and not yet acknowledged, with the number of
+    /// calls that had arrived when it was served: only a call arriving
+    /// after that acknowledges it (one already in flight cannot show the
+    /// client has it).
+    pending_ack: Lock<Option<(String, u64)>>,
+    /// Calls arrived so far.
+    calls: std::sync::atomic::AtomicU64,
+    /// When the client last asked anything (unix ms).
+    last_seen: std::sync::atomic::AtomicI64,
     /// The run this session acts as (its first authenticated request's).
     auth: Lock<Option<RunAuth>>,
     /// Resource URIs a legacy client subscribed to.
@@ -242,10 +252,26 @@ impl OpkernelMcp {
         Ok((!(200..300).contains(&status)).then(|| tool_error(status, &body)))
     }
 
-    /// Acks what this session served and has not acked (its next call shows
-    /// the client has it).
-    async fn ack_pending(&self, auth: &RunAuth) {
-        let pending = self.session.pending_ack.lock().take();
+    /// Counts a call arriving; returns its number.
+    fn arrive(&self) -> u64 {
+        self.session
+            .last_seen
+            .store(crate::store::now_ms(), std::sync::atomic::Ordering::Relaxed);
+        self.session
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Acks what this session served before this call arrived (the call
+    /// shows the client has it).
+    async fn ack_pending(&self, auth: &RunAuth, arrival: Option<u64>) {
+        let pending = {
+            let mut pending = self.session.pending_ack.lock();
+            match (&*pending, arrival) {
+                (Some((_, served_at)), Some(arrival)) if arrival < *served_at => None,
+                _ => pending.take().map(|(id, _)| id),
+            }
+        };
         if let Some(id) = pending {
             match self.ack(auth, &id).await {
                 Ok(None) => tracing::debug!(report = %id, "report acknowledged by the next call"),
@@ -263,7 +289,7 @@ impl OpkernelMcp {
             .clone()
             .or_else(|| self.session.auth.lock().clone());
         if let Some(auth) = auth {
-            self.ack_pending(&auth).await;
+            self.ack_pending(&auth, None).await;
         }
     }
 
@@ -272,6 +298,7 @@ impl OpkernelMcp {
         auth: &RunAuth,
         args: &serde_json::Map<String, Value>,
         session: bool,
+        ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let wait = match args.get("wait_sec") {
             None | Some(Value::Null) => 0,
@@ -295,15 +322,27 @@ impl OpkernelMcp {
                 return Ok(refused);
             }
             let mut pending = self.session.pending_ack.lock();
-            if pending.as_deref() == Some(id) {
+            if pending.as_ref().is_some_and(|(p, _)| p == id) {
                 *pending = None;
             }
         }
         let path = format!("/v1/runs/{}/report?wait={wait}", auth.run);
-        let (status, body) = self.call(auth, reqwest::Method::GET, &path, None).await?;
-        if session && (200..300).contains(&status) {
+        // a wait the client cancelled (or gave up on) ends here: its answer
+        // would be dropped, so nothing it drained may count as delivered
+        let (status, body) = tokio::select! {
+            answer = self.call(auth, reqwest::Method::GET, &path, None) => answer?,
+            _ = ctx.ct.cancelled() => {
+                return Err(McpError::internal_error("the request was cancelled", None));
+            }
+        };
+        // served in a session that still has its client: acknowledged by a
+        // later call (or a clean exit); an unacknowledged report is served
+        // again, under the same report_id
+        let listening = !ctx.ct.is_cancelled() && !ctx.peer.is_transport_closed();
+        if session && listening && (200..300).contains(&status) {
             if let Some(id) = body["report_id"].as_str() {
-                *self.session.pending_ack.lock() = Some(id.to_owned());
+                let served_at = self.session.calls.load(std::sync::atomic::Ordering::SeqCst);
+                *self.session.pending_ack.lock() = Some((id.to_owned(), served_at));
             }
         }
         Ok(tool_result((status, body), |r| {
@@ -326,9 +365,15 @@ impl OpkernelMcp {
         tokio::spawn(async move {
             let mut after = match this.last_seq(&auth).await {
                 Some(seq) => seq,
-                None => return,
+                None => {
+                    // not following after all: the next request tries again
+                    this.session
+                        .following
+                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
             };
-            while !peer.is_transport_closed() {
+            while !peer.is_transport_closed() && !this.idle() {
                 let Some((resolved, next)) = this.resolutions(&auth, after, 20).await else {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
@@ -354,6 +399,17 @@ impl OpkernelMcp {
                 }
             }
         });
+    }
+
+    /// An HTTP session whose client has asked nothing for a while: its
+    /// follower stops, so the session can expire (a stdio session lasts as
+    /// long as its pipe).
+    fn idle(&self) -> bool {
+        let seen = self
+            .session
+            .last_seen
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.fixed_auth.is_none() && crate::store::now_ms() - seen > FOLLOW_IDLE_MS
     }
 
     /// The run's latest event sequence number now.
@@ -426,6 +482,7 @@ impl ServerHandler for OpkernelMcp {
     ) -> Result<InitializeResult, McpError> {
         ctx.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
+        self.arrive();
         // a legacy session: resolutions are pushed to it as they happen
         if let Ok(auth) = self.auth(&ctx) {
             self.follow(auth, ctx.peer.clone());
@@ -451,10 +508,11 @@ impl ServerHandler for OpkernelMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let auth = self.auth(&ctx)?;
+        let arrival = self.arrive();
         let session = legacy(ctx.protocol_version().as_ref()) || self.fixed_auth.is_some();
         // a session's next call shows the client has the report it was served
         if session {
-            self.ack_pending(&auth).await;
+            self.ack_pending(&auth, Some(arrival)).await;
         }
         let args = request.arguments.unwrap_or_default();
         let run = auth.run.clone();
@@ -513,7 +571,7 @@ impl ServerHandler for OpkernelMcp {
                     )
                 })
             }
-            "wait_background_report" => self.wait_report(&auth, &args, session).await?,
+                        "wait_background_report" => self.wait_report(&auth, &args, session, &ctx).await?,
             other => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {other:?}: the tools are run_command, kill_operation, operation_state, wait_background_report"),
@@ -640,6 +698,25 @@ impl ServerHandler for OpkernelMcp {
                 None,
             ));
         };
+        // an op that resolved between the acknowledgment and the cursor
+        // above is announced now: a listener misses nothing
+        for uri in context.requested().resource_subscriptions.iter().flatten() {
+            let Some(id) = op_of_uri(uri) else { continue };
+            let path = format!("/v1/operations/{id}");
+            if let Ok((200, op)) = self
+                .backend
+                .call(&auth.token, reqwest::Method::GET, &path, None)
+                .await
+            {
+                let done = !matches!(
+                    op["status"].as_str(),
+                    Some("starting" | "running" | "awaiting_approval")
+                );
+                if done {
+                    let _ = context.sink().notify_resource_updated(uri.clone()).await;
+                }
+            }
+        }
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
