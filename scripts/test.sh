@@ -15,9 +15,14 @@ scripts/build-image.sh --debian
 if ! command -v gcc >/dev/null || [ ! -e /usr/lib/x86_64-linux-gnu/libc.a ]; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
 fi
-# the MCP tests use the official Python client (PyPI `mcp`) from a
-# throwaway virtualenv under target/ (made once, kept while its pin holds)
-mcp_pin="mcp==2.3.0"
+# the panel is tested in a real headless Chromium (Debian's package)
+if ! command -v chromium >/dev/null; then
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+# the MCP tests use the official Python client (PyPI `mcp`), the panel's a
+# small DevTools client on `websocket-client`, from a throwaway virtualenv
+# under target/ (made once, kept while its pins hold)
+mcp_pin="mcp==2.3.0 websocket-client==1.8.0"
 venv="$root/target/mcp-venv"
 if [ "$(cat "$venv/.pin" 2>/dev/null)" != "$mcp_pin" ]; then
   if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
@@ -25,7 +30,8 @@ if [ "$(cat "$venv/.pin" 2>/dev/null)" != "$mcp_pin" ]; then
   fi
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "$mcp_pin"
+  # shellcheck disable=SC2086 # the pins are separate words
+  "$venv/bin/pip" install -q --disable-pip-version-check $mcp_pin
   echo "$mcp_pin" > "$venv/.pin"
 fi
 export OPKERNEL_MCP_PYTHON="$venv/bin/python"

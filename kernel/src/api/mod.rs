@@ -4,6 +4,7 @@
 mod console;
 pub mod error;
 mod ops;
+pub mod panel;
 pub mod reports;
 mod runs;
 pub mod schedules;
@@ -29,6 +30,9 @@ pub type AppState = Arc<Kernel>;
 
 pub fn router(kernel: Arc<Kernel>) -> Router {
     let mut app = Router::new()
+        .route("/", get(panel::index))
+        .route("/ui/app.js", get(panel::script))
+        .route("/ui/app.css", get(panel::style))
         .route("/v1/health", get(views::health))
         .route("/v1/whoami", get(views::whoami))
         .route("/v1/tools", get(views::tools))
@@ -41,6 +45,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/runs/{run}/usage", post(runs::usage))
         .route("/v1/runs/{run}/events", get(runs::events))
         .route("/v1/runs/{run}/events/stream", get(runs::events_stream))
+        .route("/v1/runs/{run}/reports", get(runs::reports))
         .route(
             "/v1/runs/{run}/schedules",
             post(schedules::create).get(schedules::list),

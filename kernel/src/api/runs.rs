@@ -494,6 +494,8 @@ pub struct EventsQuery {
     #[serde(default)]
     wait: u64,
     limit: Option<u32>,
+    /// The last `tail` events instead (no wait).
+    tail: Option<u32>,
 }
 
 /// `GET /v1/runs/{run}/events?after=SEQ&wait=SEC`: the run's events after
@@ -512,6 +514,16 @@ pub async fn events(
         )));
     }
     let limit = q.limit.unwrap_or(EVENTS_PAGE).clamp(1, EVENTS_PAGE);
+    if let Some(n) = q.tail {
+        let events = k.store.events_tail(&run, n.clamp(1, EVENTS_PAGE)).await?;
+        let last_seq = k.store.last_event_seq(&run).await?;
+        return Ok(Json(json!({
+            "run_id": run,
+            "events": events,
+            "next_after": last_seq,
+            "last_seq": last_seq,
+        })));
+    }
     let deadline = Instant::now() + Duration::from_secs(q.wait);
     let mut journal = k.store.journal();
     let events = loop {
@@ -585,4 +597,39 @@ pub async fn events_stream(
         },
     );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportsQuery {
+    limit: Option<u32>,
+}
+
+/// `GET /v1/runs/{run}/reports`: the run's reports as they were served,
+/// newest first, with whether each was acknowledged. Read-only: reading
+/// drains and acks nothing, so an ancestor (and the panel) may look.
+pub async fn reports(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Params(q): Params<ReportsQuery>,
+) -> ApiResult<Json<Value>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    let list = k
+        .store
+        .recent_reports(&run, q.limit.unwrap_or(20).clamp(1, 200))
+        .await?;
+    let reports: Vec<Value> = list
+        .into_iter()
+        .map(|(r, created, acked)| {
+            json!({
+                "report_id": r.report_id,
+                "created_at": crate::report::rfc3339(created),
+                "acked_at": acked.map(crate::report::rfc3339),
+                "resolved": r.resolved.len(),
+                "text": r.text,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "run_id": run, "reports": reports })))
 }

@@ -21,6 +21,23 @@ pub struct Event {
     pub data: Value,
 }
 
+/// One event row (`seq, at, kind, operation_id, data`); its data is
+/// checked JSON.
+fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<Event>> {
+    let seq: i64 = r.get(0)?;
+    let data: String = r.get(4)?;
+    Ok(Ok(Event {
+        seq,
+        at: r.get(1)?,
+        kind: r.get(2)?,
+        operation_id: r.get(3)?,
+        data: match serde_json::from_str(&data) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(StoreError::Corrupt(format!("event {seq}: {e}")))),
+        },
+    }))
+}
+
 /// Appends an event to a run's journal (inside the caller's transaction).
 pub(super) fn append_event(
     conn: &Connection,
@@ -186,6 +203,20 @@ impl Store {
         .await
     }
 
+    /// The run's last `n` events, oldest first.
+    pub async fn events_tail(&self, run_id: &str, n: u32) -> StoreResult<Vec<Event>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, at, kind, operation_id, data FROM (SELECT seq, at, kind, operation_id, data \
+                 FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+            )?;
+            let rows = stmt.query_map(params![run_id, n], event_from_row)?;
+            rows.map(|row| row?).collect()
+        })
+        .await
+    }
+
     /// Events of a run after `after`, oldest first, at most `limit`.
     pub async fn events_after(
         &self,
@@ -199,27 +230,8 @@ impl Store {
                 "SELECT seq, at, kind, operation_id, data FROM events \
                  WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
             )?;
-            let rows = stmt.query_map(params![run_id, after, limit], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            })?;
-            rows.map(|row| {
-                let (seq, at, kind, operation_id, data) = row?;
-                Ok(Event {
-                    seq,
-                    at,
-                    kind,
-                    operation_id,
-                    data: serde_json::from_str(&data)
-                        .map_err(|e| StoreError::Corrupt(format!("event {seq}: {e}")))?,
-                })
-            })
-            .collect()
+            let rows = stmt.query_map(params![run_id, after, limit], event_from_row)?;
+            rows.map(|row| row?).collect()
         })
         .await
     }

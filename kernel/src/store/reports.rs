@@ -283,6 +283,37 @@ impl Store {
         .await
     }
 
+    /// The run's stored reports, newest first, with when each was acked
+    /// (reading them neither drains nor acks anything).
+    pub async fn recent_reports(
+        &self,
+        run_id: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<(Report, i64, Option<i64>)>> {
+        let run_id = run_id.to_owned();
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT body, created_at, acked_at FROM reports WHERE run_id = ?1 \
+                 ORDER BY created_at DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![run_id, limit], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                ))
+            })?;
+            rows.map(|row| {
+                let (body, created, acked) = row?;
+                let report: Report = serde_json::from_str(&body)
+                    .map_err(|e| StoreError::Corrupt(format!("report body: {e}")))?;
+                Ok((report, created, acked))
+            })
+            .collect()
+        })
+        .await
+    }
+
     /// Acknowledges a report. `Ok(false)` when no such report of this run exists.
     pub async fn ack_report(&self, run_id: &str, report_id: &str) -> StoreResult<bool> {
         let (run_id, report_id) = (run_id.to_owned(), report_id.to_owned());

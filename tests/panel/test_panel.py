@@ -1,0 +1,264 @@
+"""The live panel in a real headless Chromium, driven over the DevTools
+protocol (a small client on `websocket-client`).
+
+Run by tests/tests/panel.rs against a real kernel: OPKERNEL_URL and
+OPKERNEL_OPERATOR_TOKEN come from there; screenshots of each state go to
+OPKERNEL_PANEL_SHOTS.
+"""
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+import uuid
+
+import websocket
+
+URL = os.environ["OPKERNEL_URL"].rstrip("/")
+OPERATOR = os.environ["OPKERNEL_OPERATOR_TOKEN"]
+SHOTS = os.environ.get("OPKERNEL_PANEL_SHOTS", tempfile.mkdtemp())
+CHROMIUM = os.environ.get("OPKERNEL_CHROMIUM", shutil.which("chromium") or "chromium")
+
+
+def api(method, path, body=None, token=OPERATOR):
+    req = urllib.request.Request(
+        URL + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        raise AssertionError(f"{method} {path}: {e.code} {e.read()!r}")
+
+
+def new_run(envelope=None):
+    run = f"panel-{uuid.uuid4().hex[:8]}"
+    body = {"run_id": run}
+    if envelope:
+        body["envelope"] = envelope
+    return run, api("POST", "/v1/runs", body)["token"]
+
+
+def start_bg(run, token, command, timeout=120):
+    return api("POST", f"/v1/runs/{run}/tools/run_command",
+               {"command": command, "background": True, "timeout_sec": timeout}, token)["operation_id"]
+
+
+class Browser:
+    """Headless Chromium and one page, over the DevTools protocol."""
+
+    def __init__(self):
+        self.profile = tempfile.mkdtemp(prefix="opkernel-chromium-")
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*",
+             f"--user-data-dir={self.profile}", "--window-size=1280,900", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        port_file = os.path.join(self.profile, "DevToolsActivePort")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(port_file) or not open(port_file).read().strip():
+            assert time.monotonic() < deadline, "chromium did not start"
+            time.sleep(0.05)
+        port = open(port_file).read().split()[0]
+        pages = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list").read())
+        page = next(p for p in pages if p["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
+        self.next_id = 0
+        self.send("Page.enable")
+        self.send("Runtime.enable")
+
+    def close(self):
+        self.ws.close()
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    def send(self, method, params=None):
+        self.next_id += 1
+        me = self.next_id
+        self.ws.send(json.dumps({"id": me, "method": method, "params": params or {}}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == me:
+                if "error" in msg:
+                    raise AssertionError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def eval(self, expr):
+        r = self.send("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True})
+        if "exceptionDetails" in r:
+            raise AssertionError(f"{expr}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def wait(self, expr, timeout=30, what=None):
+        deadline = time.monotonic() + timeout
+        while True:
+            # a DOM node does not travel by value: ask for its truth
+            value = self.eval(f"!!({expr})")
+            if value:
+                return value
+            assert time.monotonic() < deadline, f"timed out waiting for {what or expr}"
+            time.sleep(0.1)
+
+    def goto(self, url):
+        # a marker on the old document tells it apart from the new one
+        self.eval("window.__leaving = true")
+        self.send("Page.navigate", {"url": url})
+        self.wait("!window.__leaving && document.readyState === 'complete'")
+
+    def shot(self, name):
+        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
+        path = os.path.join(SHOTS, name)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+        return path
+
+    def sign_in(self, token):
+        self.goto(URL + "/")
+        self.wait("!!document.getElementById('token')")
+        self.eval(f"document.getElementById('token').value = {json.dumps(token)};"
+                  "document.getElementById('signin').requestSubmit(); true")
+        self.wait("!document.getElementById('app').hidden", what="signed in")
+
+
+def card(op):
+    return f"document.querySelector('#live-ops [data-op=\"{op}\"]')"
+
+
+class PanelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(SHOTS, exist_ok=True)
+        cls.b = Browser()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.b.close()
+
+    def test_1_sign_in_and_watch_an_op_stream_and_leave(self):
+        b = self.b
+        b.goto(URL + "/")
+        self.assertEqual(b.eval("document.activeElement.id"), "token", "the token field has the focus")
+        b.shot("01-sign-in.png")
+        b.sign_in(OPERATOR)
+        # the token is in the tab's session storage, never in the URL
+        self.assertNotIn(OPERATOR, b.eval("location.href"))
+        self.assertEqual(b.eval("sessionStorage.getItem('opkernel.token')"), OPERATOR)
+        run, token = new_run()
+        op = start_bg(run, token, ["sh", "-c", "for i in $(seq 1 12); do echo tick $i; sleep 0.5; done"])
+        b.wait(f"{card(op)} && {card(op)}.querySelector('pre').textContent.includes('tick 2')",
+               what="the op's card with its first output")
+        height = b.eval(f"{card(op)}.getBoundingClientRect().height")
+        first = b.eval(f"{card(op)}.querySelector('pre').textContent")
+        b.wait(f"{card(op)}.querySelector('pre').textContent.includes('tick 5')", what="more output")
+        self.assertTrue(b.eval(f"{card(op)}.querySelector('pre').textContent").startswith(first))
+        # streaming output does not move the layout
+        self.assertEqual(b.eval(f"{card(op)}.getBoundingClientRect().height"), height)
+        self.assertIn("running", b.eval(f"{card(op)}.textContent"))
+        b.shot("02-live-op-streaming.png")
+        b.wait(f"!{card(op)}", timeout=30, what="the card to leave on completion")
+        b.shot("03-op-left-on-completion.png")
+        self.assertEqual(api("GET", f"/v1/operations/{op}")["status"], "completed")
+
+    def test_2_approve_a_waiting_op_from_the_panel(self):
+        b = self.b
+        b.sign_in(OPERATOR)
+        # eight ops streaming at once: the panel keeps answering (a browser
+        # has six connections to a host)
+        busy, busy_token = new_run()
+        busy_ops = [start_bg(busy, busy_token, ["sh", "-c", f"echo busy {i}; sleep 8"]) for i in range(8)]
+        for op in busy_ops:
+            b.wait(f"{card(op)} && {card(op)}.querySelector('pre').textContent.includes('busy')",
+                   what="every busy op's card with its output")
+        run, token = new_run({"approval": {"all": True}})
+        op = start_bg(run, token, ["sh", "-c", "echo approved in the panel"])
+        button = f"document.querySelector('#approvals [data-op=\"{op}\"] button.approve')"
+        b.wait(button, what="the waiting op with its approve button")
+        b.eval(f"document.querySelector('#approvals [data-op=\"{op}\"]').scrollIntoView(); true")
+        b.shot("04-approval-waiting.png")
+        self.assertEqual(api("GET", f"/v1/operations/{op}")["status"], "awaiting_approval")
+        b.eval(f"{button}.click(); true")
+        deadline = time.monotonic() + 30
+        while api("GET", f"/v1/operations/{op}")["status"] != "completed":
+            assert time.monotonic() < deadline, "the approved op did not run"
+            time.sleep(0.1)
+        state = api("GET", f"/v1/operations/{op}")
+        self.assertEqual((state["exit_code"], state["output_tail"]), (0, "approved in the panel\n"))
+        self.assertEqual(state["approval"]["decided_by"], "operator")
+        b.wait(f"!document.querySelector('#approvals [data-op=\"{op}\"]')", what="the approval to leave")
+
+    def test_3_a_run_token_sees_its_run_only(self):
+        b = self.b
+        mine, my_token = new_run()
+        other, other_token = new_run()
+        my_op = start_bg(mine, my_token, ["sleep", "6"])
+        other_op = start_bg(other, other_token, ["sleep", "6"])
+        b.eval("sessionStorage.clear(); true")
+        b.sign_in(my_token)
+        b.wait(f"{card(my_op)}", what="its own live op")
+        b.wait(f"document.querySelector('#runs [data-run=\"{mine}\"]')", what="its own run")
+        time.sleep(2.5)  # a few refreshes
+        text = b.eval("document.body.innerText")
+        self.assertNotIn(other, text)
+        self.assertNotIn(other_op, text)
+        self.assertNotIn(other_op, b.eval("document.body.innerHTML"))
+        self.assertIn(f"run {mine}", b.eval("document.getElementById('who').textContent"))
+        # operator-only sections are not shown to a run token
+        self.assertTrue(b.eval("document.querySelector('#containers').closest('section').hidden"))
+        b.shot("05-run-token-own-run-only.png")
+
+    def test_4_phone_layout(self):
+        b = self.b
+        b.send("Emulation.setDeviceMetricsOverride",
+               {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+        try:
+            b.eval("sessionStorage.clear(); true")
+            b.sign_in(OPERATOR)
+            run, token = new_run()
+            op = start_bg(run, token, ["sh", "-c", "for i in $(seq 1 20); do echo phone $i; sleep 0.3; done"])
+            b.wait(f"{card(op)} && {card(op)}.querySelector('pre').textContent.includes('phone 2')")
+            # nothing wider than the screen
+            self.assertLessEqual(b.eval("document.documentElement.scrollWidth"), 390)
+            b.shot("06-phone.png")
+        finally:
+            b.send("Emulation.clearDeviceMetricsOverride")
+
+    def test_5_first_paint_against_a_kernel_with_1000_ops(self):
+        b = self.b
+        run, token = new_run()
+        for _ in range(1000):
+            api("POST", f"/v1/runs/{run}/tools/run_command",
+                {"command": ["true"], "background": True}, token)
+        total = sum(1 for _ in api("GET", "/v1/ops?limit=5000")["operations"])
+        self.assertGreaterEqual(total, 1000)
+        b.eval("sessionStorage.clear(); true")
+        b.sign_in(OPERATOR)
+        began = time.monotonic()
+        b.eval("window.__leaving = true")
+        b.send("Page.reload", {"ignoreCache": True})
+        b.wait("!window.__leaving && document.readyState === 'complete'")
+        b.wait("!document.getElementById('app').hidden && document.querySelectorAll('#runs li').length > 0",
+               what="the signed-in panel with its runs")
+        ready_ms = (time.monotonic() - began) * 1000
+        paint = b.eval("JSON.stringify(performance.getEntriesByType('paint').map(e => [e.name, e.startTime]))")
+        fcp = dict(json.loads(paint)).get("first-contentful-paint")
+        weight = sum(len(urllib.request.urlopen(URL + p).read()) for p in ["/", "/ui/app.js", "/ui/app.css"])
+        print("PANEL " + json.dumps({
+            "ops_in_kernel": total, "page_weight_bytes": weight,
+            "first_contentful_paint_ms": round(fcp, 1) if fcp else None,
+            "panel_ready_ms": round(ready_ms, 1), "screenshots": SHOTS,
+        }))
+        self.assertIsNotNone(fcp)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
