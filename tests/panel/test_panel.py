@@ -200,12 +200,18 @@ class PanelTest(unittest.TestCase):
         b = self.b
         mine, my_token = new_run()
         other, other_token = new_run()
+        child = f"{mine}-child"
+        api("POST", "/v1/runs", {"run_id": child}, my_token)
         my_op = start_bg(mine, my_token, ["sleep", "6"])
         other_op = start_bg(other, other_token, ["sleep", "6"])
         b.eval("sessionStorage.clear(); true")
         b.sign_in(my_token)
         b.wait(f"{card(my_op)}", what="its own live op")
         b.wait(f"document.querySelector('#runs [data-run=\"{mine}\"]')", what="its own run")
+        # its child, indented under it in the tree
+        b.wait(f"document.querySelector('#runs [data-run=\"{child}\"]')", what="its child run")
+        pad = "parseFloat(getComputedStyle(document.querySelector('#runs [data-run=\"%s\"]')).paddingLeft)"
+        self.assertGreater(b.eval(pad % child), b.eval(pad % mine))
         time.sleep(2.5)  # a few refreshes
         text = b.eval("document.body.innerText")
         self.assertNotIn(other, text)

@@ -12,7 +12,7 @@ const STYLE: &str = include_str!("../panel/app.css");
 
 /// Only this origin's script, style and API: no inline code, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-    img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+    img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     (

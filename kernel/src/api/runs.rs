@@ -515,8 +515,13 @@ pub async fn events(
     }
     let limit = q.limit.unwrap_or(EVENTS_PAGE).clamp(1, EVENTS_PAGE);
     if let Some(n) = q.tail {
-        let events = k.store.events_tail(&run, n.clamp(1, EVENTS_PAGE)).await?;
+        // the cursor first, then the tail up to it: a stream opened after
+        // it misses nothing and repeats nothing
         let last_seq = k.store.last_event_seq(&run).await?;
+        let events = k
+            .store
+            .events_tail(&run, n.clamp(1, EVENTS_PAGE), last_seq)
+            .await?;
         return Ok(Json(json!({
             "run_id": run,
             "events": events,
@@ -615,6 +620,7 @@ pub async fn reports(
     Params(q): Params<ReportsQuery>,
 ) -> ApiResult<Json<Value>> {
     authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    load_run(&k, &run).await?;
     let list = k
         .store
         .recent_reports(&run, q.limit.unwrap_or(20).clamp(1, 200))

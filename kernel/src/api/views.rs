@@ -32,6 +32,9 @@ pub async fn tools(State(k): State<AppState>) -> Json<Value> {
 pub struct ListQuery {
     run: Option<String>,
     limit: Option<u32>,
+    /// Only ops that are not terminal.
+    #[serde(default)]
+    live: bool,
 }
 
 pub async fn list_ops(
@@ -49,7 +52,7 @@ pub async fn list_ops(
     }
     let ops = k
         .store
-        .list_ops(run, q.limit.unwrap_or(200).min(5000))
+        .list_ops_filtered(run, q.limit.unwrap_or(200).min(5000), q.live)
         .await?;
     Ok(Json(OpList {
         operations: ops.iter().map(OpView::of).collect(),

@@ -89,21 +89,21 @@ async function signIn(token) {
 }
 
 function signOut(message) {
+  if (message) console.warn(message);
   sessionStorage.removeItem(KEY);
   location.reload();
-  if (message) console.warn(message);
 }
 
 // ---- live background operations -----------------------------------------
 
 async function liveOps() {
   if (state.who.principal === "operator") {
-    return (await api("GET", "/v1/ops?limit=1000")).operations;
+    return (await api("GET", "/v1/ops?live=true&limit=1000")).operations;
   }
   // a run token: its run and its descendants, run by run
   const all = [];
   for (const run of state.runs) {
-    all.push(...(await api("GET", `/v1/ops?run=${encodeURIComponent(run.run_id)}&limit=500`)).operations);
+    all.push(...(await api("GET", `/v1/ops?live=true&run=${encodeURIComponent(run.run_id)}&limit=500`)).operations);
   }
   return all;
 }
@@ -119,7 +119,7 @@ function card(op) {
     el("div", { class: "bar", role: "progressbar", "aria-label": "time used of the timeout" }, bar),
     out);
   const ctl = new AbortController();
-  const c = { li, out, bar, meta, st, op, ctl, done: false };
+  const c = { li, out, bar, meta, st, op, ctl, done: false, offset: 0 };
   follow(c);
   return c;
 }
@@ -156,18 +156,21 @@ function append(c, text) {
 }
 
 async function poll(c) {
-  let offset = 0;
   const decoder = new TextDecoder();
   while (!c.done) {
-    try {
-      const r = await fetch(`/v1/operations/${c.op.operation_id}/log?offset=${offset}`, {
-        headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` }, signal: c.ctl.signal,
-      });
-      const bytes = new Uint8Array(await r.arrayBuffer());
-      offset += bytes.length;
-      if (bytes.length) append(c, decoder.decode(bytes, { stream: true }));
-    } catch (e) {
-      if (c.ctl.signal.aborted) return;
+    if (!document.hidden) {
+      try {
+        const r = await fetch(`/v1/operations/${c.op.operation_id}/log?offset=${c.offset}`, {
+          headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` }, signal: c.ctl.signal,
+        });
+        if (r.ok) {
+          const bytes = new Uint8Array(await r.arrayBuffer());
+          c.offset += bytes.length;
+          if (bytes.length) append(c, decoder.decode(bytes, { stream: true }));
+        }
+      } catch (e) {
+        if (c.ctl.signal.aborted) return;
+      }
     }
     await new Promise((ok) => setTimeout(ok, 1500));
   }
@@ -175,10 +178,11 @@ async function poll(c) {
 
 async function stream(c) {
   try {
-    await sse(`/v1/operations/${c.op.operation_id}/console`, (event, data) => {
+    await sse(`/v1/operations/${c.op.operation_id}/console?offset=${c.offset}`, (event, data) => {
       const v = JSON.parse(data);
       if (event === "output") {
         append(c, v.text);
+        c.offset = v.offset;
       } else if (event === "done") {
         leave(c, v.status);
         return false;
@@ -204,27 +208,36 @@ function leave(c, finalStatus) {
 }
 
 function renderLiveCount() {
-  const n = [...state.cards.values()].filter((c) => !c.done).length;
-  $("live-count").textContent = n ? `(${n})` : "";
+  const n = [...state.cards.values()].filter((c) => !c.done).length + (state.hidden || 0);
+  $("live-count").textContent = n ? `(${n}${state.hidden ? `; ${state.hidden} not shown` : ""})` : "";
   $("live-empty").hidden = state.cards.size > 0;
 }
 
+// Cards shown at once; the rest are counted (a browser cannot follow
+// thousands of outputs, nor a person read them).
+const MAX_CARDS = 24;
+
 async function refreshLive() {
-  const ops = await liveOps();
-  const seen = new Set();
+  const ops = (await liveOps()).filter((op) => op.background && LIVE.has(op.status));
+  const seen = new Set(ops.map((op) => op.operation_id));
   for (const op of ops) {
-    if (!op.background) continue;
     const c = state.cards.get(op.operation_id);
-    if (LIVE.has(op.status)) {
-      seen.add(op.operation_id);
-      if (!c) {
-        const fresh = card(op);
-        state.cards.set(op.operation_id, fresh);
-        $("live-ops").append(fresh.li);
-        update(fresh, op);
-      } else if (!c.done) update(c, op);
-    } else if (c) leave(c, op.status);
+    if (c) {
+      if (!c.done) update(c, op);
+    } else if (state.cards.size < MAX_CARDS) {
+      const fresh = card(op);
+      state.cards.set(op.operation_id, fresh);
+      $("live-ops").append(fresh.li);
+      update(fresh, op);
+    }
   }
+  // a card whose op is no longer live: it resolved (its final status says how)
+  for (const c of state.cards.values()) {
+    if (!c.done && !seen.has(c.op.operation_id)) {
+      api("GET", `/v1/operations/${c.op.operation_id}`).then((op) => !LIVE.has(op.status) && leave(c, op.status), () => {});
+    }
+  }
+  state.hidden = Math.max(0, ops.length - [...state.cards.values()].filter((c) => !c.done).length);
   renderLiveCount();
 }
 
@@ -242,15 +255,23 @@ async function refreshRuns() {
   const items = [];
   const walk = (p, d) => (kids.get(p) || []).forEach((r) => { items.push([r, d]); walk(r.run_id, d + 1); });
   walk(null, 0);
-  $("runs").replaceChildren(...items.slice(-300).map(([r, d]) =>
-    el("li", {
-      tabindex: "0", role: "button", "data-run": r.run_id,
-      class: r.run_id === state.run ? "selected" : "",
-      style: `padding-left:${0.4 + d * 1.1}rem`,
-      onclick: () => selectRun(r.run_id),
-      onkeydown: (e) => (e.key === "Enter" || e.key === " ") && (e.preventDefault(), selectRun(r.run_id)),
-    }, el("span", { class: "name mono" }, r.run_id), status(r.state),
-    el("span", { class: "muted" }, r.live_ops ? `${r.live_ops} live` : ""))));
+  const shown = items.slice(0, 300);
+  // the same tree: nothing rebuilt (focus and scroll stay where they are)
+  const sig = JSON.stringify(shown.map(([r, d]) => [r.run_id, r.state, r.live_ops, d]));
+  if (sig !== state.runsSig) {
+    state.runsSig = sig;
+    $("runs").replaceChildren(...shown.map(([r, d]) => {
+      const li = el("li", {
+        tabindex: "0", role: "button", "data-run": r.run_id,
+        class: r.run_id === state.run ? "selected" : "",
+        onclick: () => selectRun(r.run_id),
+        onkeydown: (e) => (e.key === "Enter" || e.key === " ") && (e.preventDefault(), selectRun(r.run_id)),
+      }, el("span", { class: "name mono" }, r.run_id), status(r.state),
+      el("span", { class: "muted" }, r.live_ops ? `${r.live_ops} live` : ""));
+      li.style.paddingLeft = `${0.4 + d * 1.1}rem`;
+      return li;
+    }));
+  }
   if (!state.run && state.runs.length) selectRun(state.who.run_id || state.runs[state.runs.length - 1].run_id);
 }
 
@@ -259,24 +280,45 @@ async function selectRun(run) {
   $("run-name").textContent = run;
   for (const li of $("runs").children) li.classList.toggle("selected", li.dataset.run === run);
   if (state.trace) state.trace.abort();
-  state.trace = new AbortController();
+  const ctl = new AbortController();
+  state.trace = ctl;
   $("trace").replaceChildren();
-  refreshRun();
-  const tail = await api("GET", `/v1/runs/${encodeURIComponent(run)}/events?tail=50`);
-  tail.events.forEach(traceLine);
-  sse(`/v1/runs/${encodeURIComponent(run)}/events/stream?after=${tail.last_seq}`, (_, data) => {
-    traceLine(JSON.parse(data));
-    return true;
-  }, state.trace.signal).catch(() => {});
+  state.reportsSig = null;
+  refreshRun().catch(() => {});
+  let after;
+  try {
+    const tail = await api("GET", `/v1/runs/${encodeURIComponent(run)}/events?tail=50`);
+    if (ctl.signal.aborted) return;
+    tail.events.forEach(traceLine);
+    after = tail.last_seq;
+  } catch (e) {
+    return;
+  }
+  // live from there on, reconnecting (from the last event seen) if the
+  // stream drops
+  while (!ctl.signal.aborted) {
+    try {
+      await sse(`/v1/runs/${encodeURIComponent(run)}/events/stream?after=${after}`, (_, data) => {
+        const e = JSON.parse(data);
+        after = e.seq;
+        traceLine(e);
+        return true;
+      }, ctl.signal);
+    } catch (e) {
+      // dropped: try again shortly
+    }
+    await new Promise((ok) => setTimeout(ok, 2000));
+  }
 }
 
 function traceLine(e) {
   const list = $("trace");
+  const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 4;
   const at = new Date(e.at).toISOString().slice(11, 23);
   const data = JSON.stringify(e.data);
   list.append(el("li", {}, `${at} `, el("span", { class: "kind" }, e.kind), e.operation_id ? ` ${e.operation_id.slice(0, 8)}` : "", ` ${data.length > 160 ? data.slice(0, 160) + "…" : data}`));
   while (list.children.length > 50) list.firstChild.remove();
-  list.scrollTop = list.scrollHeight;
+  if (atEnd) list.scrollTop = list.scrollHeight;
 }
 
 async function refreshRun() {
@@ -291,6 +333,9 @@ async function refreshRun() {
   $("run-detail").replaceChildren(
     el("div", {}, status(r.state), r.parent_run_id ? ` child of ${r.parent_run_id}` : " top-level", r.children.length ? ` · ${r.children.length} children` : ""),
     el("h3", {}, "Budget"), budget);
+  const sig = JSON.stringify(reports.reports.map((p) => [p.report_id, p.acked_at]));
+  if (sig === state.reportsSig) return;
+  state.reportsSig = sig;
   $("reports").replaceChildren(...(reports.reports.length ? reports.reports.map((p) =>
     el("details", { class: "report" }, el("summary", {}, `${p.created_at} · ${p.resolved} results · ${p.acked_at ? "acked" : "not acked yet"}`), el("pre", {}, p.text))) : [el("p", { class: "muted" }, "No report yet.")]));
 }
@@ -300,6 +345,9 @@ async function refreshRun() {
 async function refreshApprovals() {
   const ops = (await api("GET", "/v1/approvals")).operations;
   $("approvals-count").textContent = ops.length ? `(${ops.length})` : "";
+  const sig = JSON.stringify(ops.map((op) => [op.operation_id, op.approval && op.approval.escalated_at]));
+  if (sig === state.approvalsSig) return;
+  state.approvalsSig = sig;
   const operator = state.who.principal === "operator";
   $("approvals").replaceChildren(...(ops.length ? ops.map((op) => {
     const reason = el("input", { type: "text", placeholder: "reason to deny", "aria-label": `reason to deny ${op.operation_id}` });
@@ -333,7 +381,7 @@ async function refreshSchedules() {
 
 async function refreshContainers() {
   if (state.who.principal !== "operator") return;
-  const [cs, ops] = await Promise.all([api("GET", "/v1/containers"), api("GET", "/v1/ops?limit=1000")]);
+  const [cs, ops] = await Promise.all([api("GET", "/v1/containers"), api("GET", "/v1/ops?live=true&limit=5000")]);
   const live = new Map();
   for (const op of ops.operations) {
     if (LIVE.has(op.status) && op.container_id) live.set(op.container_id, (live.get(op.container_id) || 0) + 1);
@@ -353,13 +401,18 @@ async function dryRunReaper() {
 
 function every(ms, f) {
   const tick = async () => {
-    try { await f(); } catch (e) { console.warn(e); }
+    // a hidden tab asks nothing
+    if (!document.hidden) {
+      try { await f(); } catch (e) { console.warn(e); }
+    }
     setTimeout(tick, ms);
   };
   tick();
 }
 
 function start() {
+  if (state.started) return;
+  state.started = true;
   every(3000, refreshRuns);
   every(1000, refreshLive);
   every(2000, refreshApprovals);
@@ -372,6 +425,7 @@ function start() {
 document.addEventListener("DOMContentLoaded", () => {
   $("signin").addEventListener("submit", async (e) => {
     e.preventDefault();
+    if (state.who) return;
     $("signin-error").textContent = "";
     try {
       await signIn($("token").value.trim());

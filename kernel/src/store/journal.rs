@@ -203,15 +203,15 @@ impl Store {
         .await
     }
 
-    /// The run's last `n` events, oldest first.
-    pub async fn events_tail(&self, run_id: &str, n: u32) -> StoreResult<Vec<Event>> {
+    /// The run's last `n` events up to `upto`, oldest first.
+    pub async fn events_tail(&self, run_id: &str, n: u32, upto: i64) -> StoreResult<Vec<Event>> {
         let run_id = run_id.to_owned();
         self.call(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, at, kind, operation_id, data FROM (SELECT seq, at, kind, operation_id, data \
-                 FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+                 FROM events WHERE run_id = ?1 AND seq <= ?3 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
             )?;
-            let rows = stmt.query_map(params![run_id, n], event_from_row)?;
+            let rows = stmt.query_map(params![run_id, n, upto], event_from_row)?;
             rows.map(|row| row?).collect()
         })
         .await

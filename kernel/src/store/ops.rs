@@ -456,6 +456,36 @@ impl Store {
         .await
     }
 
+    /// Live ops (not terminal), newest first, optionally of one run: read
+    /// through the index of live statuses, whatever the table's size.
+    pub async fn list_live_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM ops WHERE status IN ({}) AND (?1 IS NULL OR run_id = ?1) \
+                 ORDER BY created_at DESC LIMIT ?2",
+                live_sql()
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map(params![run_id, limit], op_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// [`Store::list_ops`], or [`Store::list_live_ops`] when `live`.
+    pub async fn list_ops_filtered(
+        &self,
+        run_id: Option<String>,
+        limit: u32,
+        live: bool,
+    ) -> StoreResult<Vec<Op>> {
+        if live {
+            self.list_live_ops(run_id, limit).await
+        } else {
+            self.list_ops(run_id, limit).await
+        }
+    }
+
     /// Ops, newest first, optionally of one run.
     pub async fn list_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
         self.call(move |conn| {
