@@ -65,6 +65,18 @@ mod layering_tests {
                     "rusqlite",
                 ],
             ),
+            // so is schedule timing
+            (
+                "schedule.rs",
+                include_str!("schedule.rs"),
+                &[
+                    "crate::kernel",
+                    "crate::store",
+                    "crate::api",
+                    "tokio",
+                    "rusqlite",
+                ],
+            ),
             (
                 "observer/decide.rs",
                 include_str!("observer/decide.rs"),

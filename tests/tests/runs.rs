@@ -354,6 +354,8 @@ async fn a_parent_kills_a_childs_op_and_cancels_the_child_run() {
         k.container_of(op).await.unwrap();
     }
     let parent_op = start_ok(&parent, &p, &["sleep", "300"]).await;
+    // running before the cancel: a cancel of the child must leave it so
+    k.container_of(&parent_op).await.unwrap();
     let (s, v) = call(&parent, Method::POST, &format!("/v1/runs/{c}/cancel"), None).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["run"]["state"], "cancelled");
