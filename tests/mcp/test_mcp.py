@@ -202,6 +202,14 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
             await c.call_tool("operation_state", {"operation_id": str(uuid.uuid4())})
             _, report = api("GET", f"/v1/runs/{run}/report?wait=0", token=token)
             self.assertIsNone(report["report_id"], first)
+        # a session closed cleanly (DELETE) has what it was served
+        async with Http(token) as h:
+            async with h.client(mode="legacy") as c:
+                op, _ = await start_bg(c, ["true"])
+                r = await c.call_tool("wait_background_report", {"wait_sec": 60})
+                self.assertIn(op, r.structured_content["text"])
+            _, report = api("GET", f"/v1/runs/{run}/report?wait=0", token=token)
+            self.assertIsNone(report["report_id"], "the clean close acknowledged it")
 
     async def test_only_a_run_token_connects(self):
         # over HTTP: the operator token is refused (403), a wrong one is not a token (401)

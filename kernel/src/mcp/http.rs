@@ -12,7 +12,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::ServiceExt;
 
 use super::backend::{Backend, HttpBackend, RouterBackend};
-use super::{tools_from_api, OpkernelMcp, RunAuth};
+use super::{tools_from_api, OpkernelMcp, RunAuth, Sessions};
 use crate::api::ApiError;
 use crate::auth::{constant_time_eq, token_sha256};
 use crate::kernel::Kernel;
@@ -23,6 +23,7 @@ use crate::kernel::Kernel;
 struct Gate {
     k: Arc<Kernel>,
     sessions: Arc<crate::sync::Lock<std::collections::HashMap<String, String>>>,
+    handlers: Sessions,
 }
 
 /// Authenticates every `/mcp` request: a run token only (the run comes
@@ -73,11 +74,19 @@ async fn require_run_token(State(gate): State<Gate>, mut req: Request, next: Nex
         }
     }
     let closing = req.method() == axum::http::Method::DELETE;
+    if let (true, Some(id)) = (closing, &session) {
+        // a clean close: the session has what it was served
+        OpkernelMcp::close_session(&gate.handlers, id).await;
+    }
     req.extensions_mut().insert(RunAuth {
         token,
         run: run.clone(),
     });
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
+    // the official Python client counts only 200/204 as a closed session
+    if closing && resp.status() == axum::http::StatusCode::ACCEPTED {
+        *resp.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    }
     match (&session, resp.headers().get("mcp-session-id")) {
         // a session opened by this request: it is this run's
         (None, Some(id)) => {
@@ -110,14 +119,22 @@ pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
     if !k.config.listen.ip().is_loopback() {
         config = config.disable_allowed_hosts();
     }
+    let handlers: Sessions = Arc::default();
     let service = StreamableHttpService::new(
-        move || Ok(OpkernelMcp::new(backend.clone(), tools.clone(), None)),
+        {
+            let handlers = handlers.clone();
+            move || {
+                Ok(OpkernelMcp::new(backend.clone(), tools.clone(), None)
+                    .with_sessions(handlers.clone()))
+            }
+        },
         Arc::new(LocalSessionManager::default()),
         config,
     );
     let gate = Gate {
         k,
         sessions: Arc::default(),
+        handlers,
     };
     axum::Router::new()
         .nest_service("/mcp", service)

@@ -121,7 +121,17 @@ pub struct OpkernelMcp {
     /// Fixed (stdio); per request from the bearer token (HTTP).
     fixed_auth: Option<RunAuth>,
     session: Arc<Session>,
+    /// HTTP: the handlers of open legacy sessions by `Mcp-Session-Id`, so a
+    /// session's clean close (DELETE) acks what it was served.
+    sessions: Option<Sessions>,
 }
+
+/// Open legacy HTTP sessions' handlers by `Mcp-Session-Id`.
+pub type Sessions = Arc<Lock<std::collections::HashMap<String, OpkernelMcp>>>;
+
+/// A session handler forgotten after this long without a request (its
+/// session expired without a DELETE).
+const SESSION_FORGET_MS: i64 = 60 * 60 * 1000;
 
 /// What a session remembers between calls.
 #[derive(Default)]
@@ -190,6 +200,48 @@ impl OpkernelMcp {
             tools,
             fixed_auth,
             session: Arc::new(Session::default()),
+            sessions: None,
+        }
+    }
+
+    /// Registers the handler's legacy sessions in `sessions` (HTTP).
+    pub fn with_sessions(mut self, sessions: Sessions) -> Self {
+        self.sessions = Some(sessions);
+        self
+    }
+
+    /// A legacy session closed cleanly (DELETE): it has what it was served.
+    pub async fn close_session(sessions: &Sessions, id: &str) {
+        let handler = sessions.lock().remove(id);
+        if let Some(handler) = handler {
+            handler.finish().await;
+        }
+    }
+
+    /// Remembers this handler under the request's session id.
+    fn register(&self, ctx: &RequestContext<RoleServer>) {
+        let Some(sessions) = &self.sessions else {
+            return;
+        };
+        let Some(id) = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+        else {
+            return;
+        };
+        let mut map = sessions.lock();
+        if !map.contains_key(id) {
+            let now = crate::store::now_ms();
+            map.retain(|_, h| {
+                now - h
+                    .session
+                    .last_seen
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    < SESSION_FORGET_MS
+            });
+            map.insert(id.to_owned(), self.clone());
         }
     }
 
@@ -508,6 +560,7 @@ impl ServerHandler for OpkernelMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let auth = self.auth(&ctx)?;
+        self.register(&ctx);
         let arrival = self.arrive();
         let session = legacy(ctx.protocol_version().as_ref()) || self.fixed_auth.is_some();
         // a session's next call shows the client has the report it was served
