@@ -433,11 +433,11 @@ impl Kernel {
                 .log_tail(&id, crate::report::TAIL_BYTES as u64 * 2)
                 .ok()
                 .map(|(bytes, _)| cut_tail(&bytes));
-            let usage = has_code
-                .then(|| ops.read_code(&id).ok().and_then(|r| r.usage()))
-                .flatten();
-            let ended_at = has_code.then(|| ops.code_written_at(&id)).flatten();
-            (tail, ops.log_digest(&id).ok(), (usage, ended_at))
+            let recorded = match has_code.then(|| ops.read_code_written(&id)) {
+                Some(Ok((result, written))) => (result.usage(), written),
+                _ => (None, None),
+            };
+            (tail, ops.log_digest(&id).ok(), recorded)
         })
         .await
         .unwrap_or((None, None, (None, None)));

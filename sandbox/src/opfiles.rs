@@ -110,17 +110,19 @@ impl OpsDir {
         parse_op_result(&name, &text)
     }
 
-    /// When the op's `.code` was written (its mtime, unix ms): the end of
-    /// the command, as the shim recorded it. `None` without a regular file.
-    pub fn code_written_at(&self, op_id: &str) -> Option<i64> {
+    /// The op's `.code` with when it was written (its mtime, unix ms: the
+    /// end of the command, as the shim recorded it), from one open.
+    pub fn read_code_written(&self, op_id: &str) -> Result<(OpResult, Option<i64>), OpFileError> {
         let name = format!("{op_id}.code");
-        let file = open_regular(&self.file(op_id, "code").ok()?, &name).ok()?;
-        let modified = file.metadata().ok()?.modified().ok()?;
-        let ms = modified
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_millis();
-        i64::try_from(ms).ok()
+        let file = open_regular(&self.file(op_id, "code")?, &name)?;
+        let written = file
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_millis()).ok());
+        let text = read_bounded(file, &name, MAX_CODE_FILE)?;
+        Ok((parse_op_result(&name, &text)?, written))
     }
 
     fn inbox_file(&self, op_id: &str, state: &str) -> Result<PathBuf, OpFileError> {
@@ -298,7 +300,11 @@ fn open_regular(path: &Path, name: &str) -> Result<File, OpFileError> {
 }
 
 fn read_small(path: &Path, name: &str, max: u64) -> Result<String, OpFileError> {
-    let file = open_regular(path, name)?;
+    read_bounded(open_regular(path, name)?, name, max)
+}
+
+/// An open file's text, refused above `max` bytes or when not UTF-8.
+fn read_bounded(file: File, name: &str, max: u64) -> Result<String, OpFileError> {
     let mut bytes = Vec::new();
     file.take(max + 1)
         .read_to_end(&mut bytes)
