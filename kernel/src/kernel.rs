@@ -41,7 +41,6 @@ pub enum StartError {
 /// and the container profile that follows from them.
 #[derive(Debug)]
 pub struct RunMeta {
-    pub run_id: String,
     /// Ancestor run ids, root first.
     pub chain: Vec<String>,
     pub envelope: crate::tasks::Envelope,
@@ -506,6 +505,20 @@ impl Kernel {
         Ok(Some(self.remember_run(&record)))
     }
 
+    /// A run's immutable facts; a run not recorded yet (one the operator
+    /// acts on before registering it) becomes a top-level run with the
+    /// kernel's default envelope.
+    pub async fn run_meta_or_create(
+        &self,
+        run_id: &str,
+    ) -> Result<Arc<RunMeta>, crate::store::StoreError> {
+        if let Some(meta) = self.run_meta(run_id).await? {
+            return Ok(meta);
+        }
+        let record = self.store.ensure_run(run_id).await?;
+        Ok(self.remember_run(&record))
+    }
+
     /// Caches the immutable facts of a run record.
     pub fn remember_run(&self, record: &crate::store::RunRecord) -> Arc<RunMeta> {
         let envelope = record
@@ -519,7 +532,6 @@ impl Kernel {
             vec![("(invalid pattern)".to_owned(), regex::Regex::new("").unwrap_or_else(|_| unreachable!()))]
         });
         let meta = Arc::new(RunMeta {
-            run_id: record.run_id.clone(),
             chain: record.chain.clone(),
             profile: envelope.profile(&self.config.profile),
             envelope,

@@ -80,15 +80,8 @@ impl Scheduler {
 /// Fires one due schedule as its run, and starts the op it fired.
 async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
     let Some(due) = s.next_due_at else { return };
-    let meta = match k.run_meta(&s.run_id).await {
-        Ok(Some(meta)) => meta,
-        Ok(None) => match k.store.ensure_run(&s.run_id).await {
-            Ok(record) => k.remember_run(&record),
-            Err(e) => {
-                tracing::warn!(schedule = %s.id, %e, "cannot read the schedule's run");
-                return;
-            }
-        },
+    let meta = match k.run_meta_or_create(&s.run_id).await {
+        Ok(meta) => meta,
         Err(e) => {
             tracing::warn!(schedule = %s.id, %e, "cannot read the schedule's run");
             return;

@@ -110,15 +110,7 @@ pub async fn run_command(
     Body(req): Body<RunCommand>,
 ) -> ApiResult<Json<OpView>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
-    // a run the operator acts on before registering it becomes a
-    // top-level run with the kernel's default envelope
-    let meta = match k.run_meta(&run).await? {
-        Some(meta) => meta,
-        None => {
-            let record = k.store.ensure_run(&run).await?;
-            k.remember_run(&record)
-        }
-    };
+    let meta = k.run_meta_or_create(&run).await?;
     let timeout = validate(&k, &req, &meta.envelope)?;
     let key = idempotency_key(&headers)?;
     // a command an approval rule holds waits for an operator: its result

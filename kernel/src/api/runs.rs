@@ -322,12 +322,10 @@ async fn change(
         crate::observer::spawn(&k, id.clone());
         k.poke_kill(id);
     }
+    // (a denied op is a result for its run's next report: its run is among
+    // those changed, since a waiting op is denied when its run is cancelled)
     for id in &changed {
         k.bump_run(id);
-    }
-    // a denied op is a result for its run's next report
-    for run in denied_runs(&k, &denied).await? {
-        k.bump_run(&run);
     }
     let view = run_view(&k, *record).await?;
     Ok(Json(json!({
@@ -336,20 +334,6 @@ async fn change(
         "kill_requested": kills,
         "denied": denied,
     })))
-}
-
-/// The runs of the given ops.
-async fn denied_runs(
-    k: &AppState,
-    ops: &[String],
-) -> ApiResult<std::collections::BTreeSet<String>> {
-    let mut runs = std::collections::BTreeSet::new();
-    for id in ops {
-        if let Some(op) = k.store.get_op(id).await? {
-            runs.insert(op.run_id);
-        }
-    }
-    Ok(runs)
 }
 
 pub async fn pause(

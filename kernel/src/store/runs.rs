@@ -421,25 +421,6 @@ impl Store {
         self.call(move |conn| tightest_budget(conn, &run_id)).await
     }
 
-    /// Whether `ancestor` is `run_id` or one of its ancestors.
-    pub async fn is_within(&self, run_id: &str, ancestor: &str) -> StoreResult<bool> {
-        let (run_id, ancestor) = (run_id.to_owned(), ancestor.to_owned());
-        self.call(move |conn| {
-            Ok(conn
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM run_ancestry WHERE run_id = ?1 AND ancestor_id = ?2)",
-                )?
-                .query_row(params![run_id, ancestor], |r| r.get(0))?)
-        })
-        .await
-    }
-
-    /// Why the run may not admit anything new now, if it may not.
-    pub async fn run_refusal(&self, run_id: &str) -> StoreResult<Option<Refusal>> {
-        let run_id = run_id.to_owned();
-        self.call(move |conn| run_refusal(conn, &run_id)).await
-    }
-
     /// Applies `action` to a run by compare-and-set, with its event, in one
     /// transaction. `complete` is refused while ops of the run or its
     /// descendants are live. `cancel` also cancels every descendant that is
