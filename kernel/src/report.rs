@@ -117,6 +117,17 @@ pub fn command_line(command: &[String]) -> String {
     }
 }
 
+/// [`command_line`] of an argv as the API shows it (a JSON array).
+pub fn command_line_json(argv: &serde_json::Value) -> String {
+    let argv: Vec<String> = argv
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    command_line(&argv)
+}
+
 /// The headline of one resolved op.
 pub fn resolution_line(item: &ReportItem) -> String {
     let id = &item.operation_id;

@@ -50,10 +50,12 @@ pub async fn list_ops(
     if let Some(run) = &run {
         super::authorize_run(&k, &principal, run, super::Scope::Subtree).await?;
     }
-    let ops = k
-        .store
-        .list_ops_filtered(run, q.limit.unwrap_or(200).min(5000), q.live)
-        .await?;
+    let limit = q.limit.unwrap_or(200).min(5000);
+    let ops = if q.live {
+        k.store.list_live_ops(run, limit).await?
+    } else {
+        k.store.list_ops(run, limit).await?
+    };
     Ok(Json(OpList {
         operations: ops.iter().map(OpView::of).collect(),
     }))

@@ -299,12 +299,6 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
                     (Some(st), None) => st.to_owned(),
                     _ => "-".to_owned(),
                 };
-                let command: Vec<String> = s["command"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|a| a.as_str().map(str::to_owned))
-                    .collect();
                 println!(
                     "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} {}",
                     s["schedule_id"].as_str().unwrap_or("-"),
@@ -313,7 +307,7 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
                     state,
                     s["next_due_at"].as_str().unwrap_or("-"),
                     last,
-                    crate::report::command_line(&command)
+                    crate::report::command_line_json(&s["command"])
                 );
             }
         }
@@ -380,12 +374,6 @@ pub(super) async fn approvals(client: &Client, json: bool) -> anyhow::Result<i32
         "OPERATION", "RUN", "WAITING", "RULE", "ESCALATED"
     );
     for op in v["operations"].as_array().into_iter().flatten() {
-        let command: Vec<String> = op["command"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.as_str().map(str::to_owned))
-            .collect();
         println!(
             "{:<36} {:<24} {:>8}  {:<24} {:<9} {}",
             op["operation_id"].as_str().unwrap_or("-"),
@@ -397,7 +385,7 @@ pub(super) async fn approvals(client: &Client, json: bool) -> anyhow::Result<i32
             } else {
                 "no"
             },
-            crate::report::command_line(&command)
+            crate::report::command_line_json(&op["command"])
         );
     }
     Ok(0)

@@ -655,13 +655,8 @@ impl ServerHandler for OpkernelMcp {
             .flatten()
             .filter_map(|op| {
                 let id = op["operation_id"].as_str()?;
-                let command: Vec<String> = op["command"]
-                    .as_array()?
-                    .iter()
-                    .filter_map(|a| a.as_str().map(str::to_owned))
-                    .collect();
                 Some(
-                    Resource::new(op_uri(id), crate::report::command_line(&command))
+                    Resource::new(op_uri(id), crate::report::command_line_json(&op["command"]))
                         .with_description(format!(
                             "operation {id}: {}",
                             op["status"].as_str().unwrap_or("-")

@@ -472,20 +472,6 @@ impl Store {
         .await
     }
 
-    /// [`Store::list_ops`], or [`Store::list_live_ops`] when `live`.
-    pub async fn list_ops_filtered(
-        &self,
-        run_id: Option<String>,
-        limit: u32,
-        live: bool,
-    ) -> StoreResult<Vec<Op>> {
-        if live {
-            self.list_live_ops(run_id, limit).await
-        } else {
-            self.list_ops(run_id, limit).await
-        }
-    }
-
     /// Ops, newest first, optionally of one run.
     pub async fn list_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
         self.call(move |conn| {
