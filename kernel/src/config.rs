@@ -35,6 +35,8 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     pub max_live_ops_per_run: u64,
     pub max_live_ops: u64,
+    /// Default `max_children` of a top-level run's envelope.
+    pub max_children: u64,
     /// Deepest delegation: a run's chain holds at most this many ancestors.
     pub max_depth: usize,
     /// Kernel-wide approval rules (`OPKERNEL_APPROVAL_MATCH`, one regex per
@@ -111,6 +113,7 @@ impl Config {
             ),
             max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512),
             max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384),
+            max_children: env_u64("OPKERNEL_MAX_CHILDREN", crate::tasks::DEFAULT_MAX_CHILDREN),
             max_depth: env_u64("OPKERNEL_MAX_DEPTH", 4) as usize,
             approval_match: std::env::var("OPKERNEL_APPROVAL_MATCH")
                 .map(|v| {
@@ -145,7 +148,18 @@ impl Config {
             pids_limit: self.profile.pids_limit,
             network: self.profile.network.clone(),
             max_live_ops: self.max_live_ops_per_run,
+            max_children: self.max_children,
             approval: crate::tasks::ApprovalRules::default(),
+        }
+    }
+
+    /// The admission limits: the kernel-wide one and the defaults for
+    /// runs without an envelope of their own.
+    pub fn admission(&self) -> crate::store::Admission {
+        crate::store::Admission {
+            max_live_per_run: self.max_live_ops_per_run,
+            max_live: self.max_live_ops,
+            max_children: self.max_children,
         }
     }
 

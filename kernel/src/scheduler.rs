@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::kernel::Kernel;
-use crate::store::{now_ms, Admission, Fire, Schedule};
+use crate::store::{now_ms, Fire, Schedule};
 
 /// Schedules fired per batch (the rest wait for the next one, at once).
 const BATCH: u32 = 100;
@@ -88,10 +88,7 @@ async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
         }
     };
     let hold = k.approval_hold(&meta, &s.command);
-    let limits = Admission {
-        max_live_per_run: meta.envelope.max_live_ops,
-        max_live: k.config.max_live_ops,
-    };
+    let limits = k.config.admission();
     match k.store.fire_schedule(&s.id, due, &k.id, hold, limits).await {
         Ok(Fire::Fired(op)) => {
             tracing::info!(schedule = %s.id, op = %op.id, run = %s.run_id, due, "schedule fired");

@@ -90,6 +90,11 @@ pub enum Transition {
     Already,
     /// Not allowed from this state: the run is over.
     Refused(RunState),
+    /// A pause placed by someone above the current pauser: the run stays
+    /// paused and the pause of record becomes theirs (event `run.paused`).
+    TakeOver,
+    /// A resume by someone below whoever paused the run: refused.
+    PausedAbove,
 }
 
 pub fn transition(state: RunState, action: RunAction) -> Transition {
@@ -111,6 +116,55 @@ pub fn transition(state: RunState, action: RunAction) -> Transition {
         (S::Paused, A::Pause) | (S::Active, A::Resume) => Transition::Already,
         (S::Completed, A::Complete) | (S::Cancelled, A::Cancel) => Transition::Already,
         (S::Completed | S::Cancelled, _) => Transition::Refused(state),
+    }
+}
+
+/// How high a principal stands over a run, for pauses: 0 is the operator,
+/// then the run's root, down to the run itself (`chain` is the run's
+/// ancestors, root first). A principal off the chain stands lowest.
+pub fn pause_rank(principal: &str, chain: &[String], run_id: &str) -> usize {
+    if principal == "operator" {
+        return 0;
+    }
+    let Some(run) = principal.strip_prefix("run:") else {
+        return usize::MAX;
+    };
+    chain
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once(run_id))
+        .position(|r| r == run)
+        .map_or(usize::MAX, |i| i + 1)
+}
+
+/// The transition table with the pause of record: the highest pauser's.
+/// `by` and `pauser` are [`pause_rank`]s (`pauser`: of whoever paused the
+/// run, `None` when nobody is recorded). A pause from above a paused
+/// run's pauser takes the pause over; a resume needs that level or above.
+pub fn transition_by(
+    state: RunState,
+    action: RunAction,
+    by: usize,
+    pauser: Option<usize>,
+) -> Transition {
+    match (state, action, pauser) {
+        (RunState::Paused, RunAction::Pause, Some(p)) if by < p => Transition::TakeOver,
+        (RunState::Paused, RunAction::Resume, Some(p)) if by > p => Transition::PausedAbove,
+        _ => transition(state, action),
+    }
+}
+
+/// A child run's id: `<parent>.<name>`, in its parent's namespace, so a
+/// run token can never take an id the operator (or another tree) may use.
+/// A name already in that namespace is kept as it is, so a retry may send
+/// either form.
+pub fn child_run_id(parent: &str, name: &str) -> String {
+    match name
+        .strip_prefix(parent)
+        .and_then(|rest| rest.strip_prefix('.'))
+    {
+        Some(rest) if !rest.is_empty() => name.to_owned(),
+        _ => format!("{parent}.{name}"),
     }
 }
 
@@ -169,6 +223,7 @@ pub struct EnvelopeRequest {
     pub pids_limit: Option<i64>,
     pub network: Option<String>,
     pub max_live_ops: Option<u64>,
+    pub max_children: Option<u64>,
     pub approval: Option<ApprovalRules>,
 }
 
@@ -183,9 +238,21 @@ pub struct Envelope {
     pub cpus: f64,
     pub pids_limit: i64,
     pub network: String,
+    /// Live ops of the run and its descendants together.
     pub max_live_ops: u64,
+    /// Unfinished (active or paused) descendant runs.
+    #[serde(default = "default_max_children")]
+    pub max_children: u64,
     #[serde(default, skip_serializing_if = "ApprovalRules::is_empty")]
     pub approval: ApprovalRules,
+}
+
+/// The kernel's default `max_children` (`OPKERNEL_MAX_CHILDREN`), also
+/// for envelopes recorded before the field existed.
+pub const DEFAULT_MAX_CHILDREN: u64 = 32;
+
+fn default_max_children() -> u64 {
+    DEFAULT_MAX_CHILDREN
 }
 
 /// Why a request may not have the envelope or budget it asks for.
@@ -270,6 +337,9 @@ impl EnvelopeRequest {
         if self.max_live_ops == Some(0) {
             return Err(invalid("envelope max_live_ops must be at least 1"));
         }
+        if self.max_children.is_some_and(|c| c > 1 << 20) {
+            return Err(invalid("envelope max_children must be at most 1048576"));
+        }
         if let Some(a) = &self.approval {
             if a.patterns.len() > MAX_APPROVAL_PATTERNS {
                 return Err(invalid(format!(
@@ -307,6 +377,7 @@ impl EnvelopeRequest {
         env.pids_limit = self.pids_limit.unwrap_or(defaults.pids_limit);
         env.network = self.network.clone().unwrap_or(defaults.network.clone());
         env.max_live_ops = self.max_live_ops.unwrap_or(defaults.max_live_ops);
+        env.max_children = self.max_children.unwrap_or(defaults.max_children);
         if let Some(a) = &self.approval {
             env.approval = add_rules(&defaults.approval, a);
         }
@@ -355,6 +426,12 @@ impl EnvelopeRequest {
                 return Err(wider("max_live_ops", l, parent.max_live_ops));
             }
             env.max_live_ops = l;
+        }
+        if let Some(c) = self.max_children {
+            if c > parent.max_children {
+                return Err(wider("max_children", c, parent.max_children));
+            }
+            env.max_children = c;
         }
         if let Some(a) = &self.approval {
             env.approval = add_rules(&parent.approval, a);

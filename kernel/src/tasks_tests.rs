@@ -8,6 +8,7 @@ fn parent() -> Envelope {
         pids_limit: 256,
         network: "bridge".into(),
         max_live_ops: 32,
+        max_children: 8,
         approval: ApprovalRules {
             patterns: vec!["^rm ".into()],
             all: false,
@@ -55,6 +56,124 @@ fn the_transition_table() {
 }
 
 #[test]
+fn the_pause_of_record_is_the_highest_pausers() {
+    use RunAction as A;
+    use RunState as S;
+    let chain = vec!["root".to_owned(), "mid".to_owned()];
+    let rank = |who: &str| pause_rank(who, &chain, "leaf");
+    assert_eq!(
+        [
+            "operator",
+            "run:root",
+            "run:mid",
+            "run:leaf",
+            "run:other",
+            "x"
+        ]
+        .map(rank),
+        [0, 1, 2, 3, usize::MAX, usize::MAX]
+    );
+    // the reproduced hole: the child pauses itself, the operator pauses
+    // it too, the child's resume is refused
+    let table = [
+        (S::Paused, A::Pause, 0, Some(3), Transition::TakeOver),
+        (S::Paused, A::Pause, 3, Some(0), Transition::Already),
+        (S::Paused, A::Pause, 2, Some(2), Transition::Already),
+        (S::Paused, A::Resume, 3, Some(0), Transition::PausedAbove),
+        (S::Paused, A::Resume, 2, Some(1), Transition::PausedAbove),
+        (
+            S::Paused,
+            A::Resume,
+            1,
+            Some(1),
+            change(S::Paused, S::Active),
+        ),
+        (
+            S::Paused,
+            A::Resume,
+            0,
+            Some(3),
+            change(S::Paused, S::Active),
+        ),
+        // a pause recorded before pausers were (nobody named): as before
+        (S::Paused, A::Resume, 3, None, change(S::Paused, S::Active)),
+        (S::Paused, A::Pause, 0, None, Transition::Already),
+        (S::Active, A::Pause, 3, None, change(S::Active, S::Paused)),
+        (S::Active, A::Resume, 3, None, Transition::Already),
+        (
+            S::Paused,
+            A::Cancel,
+            3,
+            Some(0),
+            change(S::Paused, S::Cancelled),
+        ),
+        (
+            S::Completed,
+            A::Pause,
+            0,
+            None,
+            Transition::Refused(S::Completed),
+        ),
+    ];
+    for (state, action, by, pauser, want) in table {
+        assert_eq!(
+            transition_by(state, action, by, pauser),
+            want,
+            "{state:?} {action:?} by {by} over {pauser:?}"
+        );
+    }
+    // every order of up to five pauses and resumes by the four levels:
+    // once paused by level r, only a level at or above r makes it active
+    let moves: Vec<(A, usize)> = [A::Pause, A::Resume]
+        .into_iter()
+        .flat_map(|a| (0..4).map(move |r| (a, r)))
+        .collect();
+    let mut orders: Vec<Vec<(A, usize)>> = vec![vec![]];
+    for _ in 0..5 {
+        orders = orders
+            .iter()
+            .flat_map(|o| {
+                moves.iter().map(move |m| {
+                    let mut o = o.clone();
+                    o.push(*m);
+                    o
+                })
+            })
+            .collect();
+    }
+    for order in &orders {
+        let (mut state, mut pauser, mut highest) = (S::Active, None::<usize>, None::<usize>);
+        for &(action, by) in order {
+            match transition_by(state, action, by, pauser) {
+                Transition::Change { to, .. } => {
+                    state = to;
+                    pauser = (to == S::Paused).then_some(by);
+                    if to == S::Active {
+                        let h = highest.expect("resumed without a pause");
+                        assert!(by <= h, "{order:?}: level {by} undid a pause by {h}");
+                    }
+                    highest = pauser;
+                }
+                Transition::TakeOver => {
+                    pauser = Some(by);
+                    highest = highest.map(|h| h.min(by));
+                }
+                Transition::Already | Transition::PausedAbove => {}
+                Transition::Refused(_) => unreachable!("{order:?}"),
+            }
+            assert_eq!(
+                pauser, highest,
+                "{order:?}: the record is the highest pauser"
+            );
+        }
+    }
+}
+
+fn change(from: RunState, to: RunState) -> Transition {
+    Transition::Change { from, to }
+}
+
+#[test]
 fn a_child_may_narrow_every_field() {
     let req = EnvelopeRequest {
         max_timeout_sec: Some(60),
@@ -63,6 +182,7 @@ fn a_child_may_narrow_every_field() {
         pids_limit: Some(64),
         network: Some("none".into()),
         max_live_ops: Some(4),
+        max_children: Some(2),
         approval: Some(ApprovalRules {
             patterns: vec!["^git push".into()],
             all: false,
@@ -77,6 +197,7 @@ fn a_child_may_narrow_every_field() {
     assert_eq!(env.pids_limit, 64);
     assert_eq!(env.network, "none");
     assert_eq!(env.max_live_ops, 4);
+    assert_eq!(env.max_children, 2);
     // rules are added to the parent's, never replace them
     assert_eq!(env.approval.patterns, vec!["^rm ", "^git push"]);
     assert_eq!(env.approval.on_timeout, Some(OnTimeout::Deny));
@@ -129,6 +250,13 @@ fn every_widening_is_refused_naming_its_field() {
             "max_live_ops",
             EnvelopeRequest {
                 max_live_ops: Some(33),
+                ..Default::default()
+            },
+        ),
+        (
+            "max_children",
+            EnvelopeRequest {
+                max_children: Some(9),
                 ..Default::default()
             },
         ),
@@ -300,7 +428,24 @@ fn the_default_envelope_keeps_the_base_profile() {
         pids_limit: base.pids_limit,
         network: base.network.clone(),
         max_live_ops: 512,
+        max_children: 32,
         approval: ApprovalRules::default(),
     };
     assert_eq!(env.profile(&base), base);
+}
+
+#[test]
+fn a_child_lives_in_its_parents_namespace() {
+    let table = [
+        ("p", "nightly", "p.nightly"),
+        ("p", "p.nightly", "p.nightly"),
+        ("p", "p.", "p.p."),
+        ("p", "pp.x", "p.pp.x"),
+        ("a.b", "c", "a.b.c"),
+        ("a.b", "a.b.c", "a.b.c"),
+        ("a", "a", "a.a"),
+    ];
+    for (parent, name, want) in table {
+        assert_eq!(child_run_id(parent, name), want, "{parent} {name}");
+    }
 }

@@ -185,7 +185,8 @@ async fn the_cli_drives_runs_as_tasks() {
     let k = KernelProcess::start(&kernel_binary().unwrap(), "clitasks", &[])
         .await
         .unwrap();
-    let (p, c) = (unique_run("clip"), unique_run("clic"));
+    let p = unique_run("clip");
+    let c = format!("{p}.clic");
     let made = cli(
         &k,
         &[

@@ -79,7 +79,8 @@ fn docker_inspect(container: &str, format: &str) -> String {
 #[tokio::test]
 async fn a_child_narrows_its_parent_and_gets_its_own_narrowed_container() {
     let k = kernel("narrow", &[("OPKERNEL_MAX_DEPTH", "2")]).await;
-    let (p, c) = (unique_run("parent"), unique_run("child"));
+    let p = unique_run("parent");
+    let c = format!("{p}.child");
     let parent = create(
         &k,
         &k.client,
@@ -198,7 +199,7 @@ async fn a_child_narrows_its_parent_and_gets_its_own_narrowed_container() {
         "1073741824"
     );
     // depth is bounded: OPKERNEL_MAX_DEPTH=2 allows a grandchild, no deeper
-    let g = unique_run("grand");
+    let g = format!("{c}.grand");
     let grand = create(&k, &child, json!({"run_id": g})).await;
     let (s, v) = call(
         &grand,
@@ -234,7 +235,8 @@ async fn a_child_narrows_its_parent_and_gets_its_own_narrowed_container() {
 #[tokio::test]
 async fn a_child_never_reaches_its_parent_or_a_sibling_and_a_parent_never_drains_a_child() {
     let k = kernel("reach", &[]).await;
-    let (p, a, b) = (unique_run("p"), unique_run("a"), unique_run("b"));
+    let p = unique_run("p");
+    let (a, b) = (format!("{p}.a"), format!("{p}.b"));
     let parent = create(&k, &k.client, json!({ "run_id": p })).await;
     let child_a = create(&k, &parent, json!({ "run_id": a })).await;
     let child_b = create(&k, &parent, json!({ "run_id": b })).await;
@@ -325,7 +327,8 @@ async fn a_child_never_reaches_its_parent_or_a_sibling_and_a_parent_never_drains
 #[tokio::test]
 async fn a_parent_kills_a_childs_op_and_cancels_the_child_run() {
     let k = kernel("parentkill", &[]).await;
-    let (p, c) = (unique_run("p"), unique_run("c"));
+    let p = unique_run("p");
+    let c = format!("{p}.c");
     let parent = create(&k, &k.client, json!({ "run_id": p })).await;
     let child = create(&k, &parent, json!({ "run_id": c })).await;
     let first = start_ok(&child, &c, &["sleep", "300"]).await;
@@ -403,7 +406,8 @@ async fn a_parent_kills_a_childs_op_and_cancels_the_child_run() {
 #[tokio::test]
 async fn model_usage_and_op_seconds_both_count_and_admission_stops_at_the_limit() {
     let k = kernel("budget", &[]).await;
-    let (p, c) = (unique_run("p"), unique_run("c"));
+    let p = unique_run("p");
+    let c = format!("{p}.c");
     let parent = create(
         &k,
         &k.client,
@@ -669,7 +673,8 @@ async fn complete_is_explicit_refused_while_ops_live_and_every_transition_is_an_
 #[tokio::test]
 async fn a_pause_is_undone_only_from_above_and_a_childs_token_only_by_a_keyed_retry() {
     let k = kernel("held", &[]).await;
-    let (p, c) = (unique_run("p"), unique_run("c"));
+    let p = unique_run("p");
+    let c = format!("{p}.c");
     let parent = create(&k, &k.client, json!({ "run_id": p })).await;
     let create_child = |key: Option<&'static str>| {
         let parent = parent.clone();
@@ -783,6 +788,159 @@ async fn a_pause_is_undone_only_from_above_and_a_childs_token_only_by_a_keyed_re
     assert_eq!(
         (s, v["run"]["state"].as_str()),
         (200, Some("active")),
+        "{v}"
+    );
+}
+
+/// Issue 22, defect 2: a pause from above is the pause of record; the
+/// paused run cannot undo it (before: the child's resume answered 200).
+#[tokio::test]
+async fn a_pause_from_above_cannot_be_undone_below() {
+    let k = kernel("pauses", &[]).await;
+    let p = unique_run("p");
+    let c = format!("{p}.c");
+    let parent = create(&k, &k.client, json!({ "run_id": p })).await;
+    let child = create(&k, &parent, json!({ "run_id": c })).await;
+    let post = |who: &Client, verb: &str| {
+        let (who, path) = (who.clone(), format!("/v1/runs/{c}/{verb}"));
+        async move { call(&who, Method::POST, &path, None).await }
+    };
+    let (s, v) = post(&child, "pause").await;
+    assert_eq!((s, v["run"]["state"].as_str()), (200, Some("paused")), "{v}");
+    // the operator's pause takes the pause over
+    let (s, v) = post(&k.client, "pause").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["changed"], json!([c]), "{v}");
+    // neither the child nor its parent may resume it now
+    for who in [&child, &parent] {
+        let (s, v) = post(who, "resume").await;
+        assert_eq!(s, 403, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("operator"));
+    }
+    let (s, v) = call(&child, Method::GET, &format!("/v1/runs/{c}"), None).await;
+    assert_eq!((s, v["state"].as_str()), (200, Some("paused")), "{v}");
+    let kinds: Vec<Value> = events(&child, &c)
+        .await
+        .into_iter()
+        .map(|e| e["data"].clone())
+        .collect();
+    assert!(
+        kinds.iter().any(|d| d["over"] == json!(format!("run:{c}"))),
+        "{kinds:?}"
+    );
+    let (s, v) = post(&k.client, "resume").await;
+    assert_eq!((s, v["run"]["state"].as_str()), (200, Some("active")), "{v}");
+}
+
+/// Issue 22, defect 3: `max_live_ops` bounds a run and its descendants
+/// together, and `max_children` bounds its unfinished children (before:
+/// three children each ran an op in their own container, all 200).
+#[tokio::test]
+async fn envelope_limits_bound_a_run_with_its_children() {
+    let k = kernel("subtree", &[]).await;
+    let p = unique_run("p");
+    let parent = create(
+        &k,
+        &k.client,
+        json!({ "run_id": p, "envelope": {"max_live_ops": 1, "max_children": 3} }),
+    )
+    .await;
+    let mut children = Vec::new();
+    for name in ["a", "b", "c"] {
+        let id = format!("{p}.{name}");
+        children.push((create(&k, &parent, json!({ "run_id": id })).await, id));
+    }
+    let (s, v) = call(
+        &parent,
+        Method::POST,
+        "/v1/runs",
+        Some(json!({"run_id": "d"})),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (429, Some("limit_reached")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_children"),
+        "{v}"
+    );
+    let first = start_ok(&children[0].0, &children[0].1, &["sleep", "30"]).await;
+    for (client, id) in &children[1..] {
+        let (s, v) = start(client, id, &["sleep", "30"]).await;
+        assert_eq!(s, 429, "{id}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("run {p} ")),
+            "{v}"
+        );
+    }
+    let (s, v) = start(&parent, &p, &["true"]).await;
+    assert_eq!(s, 429, "{v}");
+    let (s, _) = call(
+        &k.client,
+        Method::POST,
+        &format!("/v1/runs/{}/tools/kill_operation", children[0].1),
+        Some(json!({"operation_id": first})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    k.wait_terminal(&first, T).await.unwrap();
+    start_ok(&children[1].0, &children[1].1, &["true"]).await;
+}
+
+/// Issue 22, defect 5: a run token's child lives in its parent's namespace,
+/// so the operator's own `--run nightly` is a top-level run the agent can
+/// neither read nor kill (before: the child took the id `nightly`).
+#[tokio::test]
+async fn a_child_cannot_squat_an_operator_run_id() {
+    let k = kernel("squat", &[]).await;
+    let p = unique_run("p");
+    let nightly = unique_run("nightly");
+    let parent = create(&k, &k.client, json!({ "run_id": p })).await;
+    let (s, v) = call(
+        &parent,
+        Method::POST,
+        "/v1/runs",
+        Some(json!({"run_id": nightly})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["run_id"], json!(format!("{p}.{nightly}")), "{v}");
+    let child = Client::new(
+        k.client.base().to_owned(),
+        v["token"].as_str().unwrap().to_owned(),
+    );
+    let op = start_ok(&k.client, &nightly, &["sh", "-c", "echo operator-secret"]).await;
+    k.wait_terminal(&op, T).await.unwrap();
+    let (s, v) = call(&k.client, Method::GET, &format!("/v1/runs/{nightly}"), None).await;
+    assert_eq!((s, &v["parent_run_id"]), (200, &Value::Null), "{v}");
+    for who in [&parent, &child] {
+        let (s, _) = call(who, Method::GET, &format!("/v1/operations/{op}"), None).await;
+        assert_eq!(s, 404);
+        let (s, _) = call(who, Method::GET, &format!("/v1/operations/{op}/log"), None).await;
+        assert_eq!(s, 404);
+    }
+    // a name too long for the namespace is a clear 400
+    let (s, v) = call(
+        &parent,
+        Method::POST,
+        "/v1/runs",
+        Some(json!({"run_id": "x".repeat(60)})),
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("<parent>.<name>"),
         "{v}"
     );
 }

@@ -125,7 +125,7 @@ async fn run_tokens_act_on_their_own_run_only() {
     assert_eq!(s, 404);
     // with a run token, POST /v1/runs makes a child of the token's run
     // (never of another run: the parent comes from the token)
-    let child = unique_run("a-child");
+    let child = format!("{a}.a-child");
     let (s, resp) = ca
         .request(
             Method::POST,

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::auth::Principal;
 use crate::lifecycle::{KillReason, Status};
-use crate::store::{Admission, NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
+use crate::store::{NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
 use crate::views::OpView;
 
 #[derive(Debug, Deserialize)]
@@ -127,25 +127,17 @@ pub async fn run_command(
         approval,
         schedule_id: None,
     };
-    start_and_answer(&k, start, meta.envelope.max_live_ops).await
+    start_and_answer(&k, start).await
 }
 
 /// Inserts the op durably, hands it to its observer and answers: at once
 /// for a background op, at its end for a foreground one.
-async fn start_and_answer(
-    k: &AppState,
-    start: StartRequest,
-    max_live_per_run: u64,
-) -> ApiResult<Json<OpView>> {
+async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<OpView>> {
     let background = start.background;
     // the limits, the run's state and its budgets are checked in the
     // insert's transaction: an idempotent retry finds its op first, and
     // concurrent starts (or a start and a cancel) cannot pass together
-    let limits = Admission {
-        max_live_per_run,
-        max_live: k.config.max_live_ops,
-    };
-    let (op, fresh) = match k.store.insert_op(start, limits).await? {
+    let (op, fresh) = match k.store.insert_op(start, k.config.admission()).await? {
         NewOp::Created(op) => (op, true),
         NewOp::Existing(op) => (op, false),
         NewOp::KeyConflict(id) => {
@@ -220,7 +212,7 @@ pub async fn run_oneshot(
         approval: None,
         schedule_id: None,
     };
-    let answer = start_and_answer(&k, start, k.config.max_live_ops_per_run).await;
+    let answer = start_and_answer(&k, start).await;
     k.remove_run_container(&run).await;
     k.forget_run(&run);
     answer

@@ -61,8 +61,17 @@ pub async fn create_run(
     Body(req): Body<CreateRun>,
 ) -> ApiResult<Json<Value>> {
     let key = super::ops::idempotency_key(&headers)?;
-    sandbox::profile::validate_run_id(&req.run_id)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut req = req;
+    // a child's id lives in its parent's namespace (`<parent>.<name>`)
+    if let Principal::Run(parent) = &principal {
+        req.run_id = crate::tasks::child_run_id(parent, &req.run_id);
+    }
+    sandbox::profile::validate_run_id(&req.run_id).map_err(|e| match &principal {
+        Principal::Run(_) => {
+            ApiError::bad_request(format!("{e} (a child run's id is <parent>.<name>)"))
+        }
+        Principal::Operator => ApiError::bad_request(e.to_string()),
+    })?;
     let budget = req.budget.unwrap_or_default();
     budget.validate().map_err(envelope_error("budget"))?;
     let (parent, envelope) = match &principal {
@@ -113,6 +122,7 @@ pub async fn create_run(
             budget,
             token_sha256: token_sha256(&token),
             idempotency_key: key.clone(),
+            limits: k.config.admission(),
         })
         .await?;
     let record = match created {

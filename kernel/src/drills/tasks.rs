@@ -18,7 +18,8 @@ pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
         .start("cancelint", &[("OPKERNEL_KILL_GRACE_MS", "3000")])
         .await?;
-    let (parent, child) = (unique_run("cancel-p"), unique_run("cancel-c"));
+    let parent = unique_run("cancel-p");
+    let child = format!("{parent}.c");
     let created = k
         .client
         .post("/v1/runs", &json!({ "run_id": parent }))

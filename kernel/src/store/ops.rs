@@ -4,6 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use sha2::{Digest, Sha256};
 
+use super::runs::Counted;
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::{
     live_sql, observed_sql, terminal_sql, KillReason, Outcome, Status, EFFECT_UNCERTAIN,
@@ -48,6 +49,9 @@ pub struct Op {
     pub log_size: Option<u64>,
     /// What the command's process tree used (from the shim's code record).
     pub usage: Option<sandbox::Usage>,
+    /// Processes the command left behind that its shim stopped before
+    /// recording the code (from the code record; 0 when none or unknown).
+    pub leftovers: u32,
     pub kernel_id: Option<String>,
     pub report_id: Option<String>,
     pub delivered_inline: bool,
@@ -80,7 +84,7 @@ impl Op {
 pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, status, attempt, failed_attempts, \
     exec_claimed_at, scratch_key, container_id, pid, proc_start_ticks, hostname, created_at, started_at, \
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, kill_intent, exec_id, \
-    handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, kernel_id, report_id, delivered_inline, \
+    handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, leftovers, kernel_id, report_id, delivered_inline, \
     approval_rule, approval_timeout_sec, approval_on_timeout, approval_escalated_at, approval_decided_by, \
     approval_decided_at, schedule_id";
 
@@ -143,6 +147,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
             }),
             _ => None,
         },
+        leftovers: row.get::<_, i64>("leftovers")?.clamp(0, u32::MAX as i64) as u32,
         kernel_id: row.get("kernel_id")?,
         report_id: row.get("report_id")?,
         delivered_inline: row.get("delivered_inline")?,
@@ -197,8 +202,15 @@ impl StartRequest {
 /// starts cannot pass them together.
 #[derive(Debug, Clone, Copy)]
 pub struct Admission {
+    /// The live ops a run and its descendants may have together when the
+    /// run has the kernel's default envelope (a run with its own envelope
+    /// uses its `max_live_ops`).
     pub max_live_per_run: u64,
+    /// Every live op of the kernel.
     pub max_live: u64,
+    /// The unfinished descendant runs a run may have when it has the
+    /// kernel's default envelope (else its envelope's `max_children`).
+    pub max_children: u64,
 }
 
 impl Admission {
@@ -206,6 +218,7 @@ impl Admission {
     pub const UNLIMITED: Admission = Admission {
         max_live_per_run: u64::MAX,
         max_live: u64::MAX,
+        max_children: u64::MAX,
     };
 }
 
@@ -241,6 +254,9 @@ pub struct Settlement {
     pub output_tail: Option<String>,
     pub log: Option<sandbox::LogDigest>,
     pub usage: Option<sandbox::Usage>,
+    /// Processes the command left behind that the shim stopped (from the
+    /// code record, with the usage).
+    pub leftovers: u32,
     /// When the command ended, by its code record (unix ms); `None` when
     /// no code was recorded (then it is charged until the settlement).
     pub ended_at: Option<i64>,
@@ -249,42 +265,31 @@ pub struct Settlement {
     pub charge_cap_ms: Option<i64>,
 }
 
-/// Why a new op of `run_id` may not be admitted now, if it may not.
+/// Why a new op of `run_id` may not be admitted now, if it may not: its
+/// run tree's live-op limits (the run's and every ancestor's, each over
+/// its subtree), then the kernel-wide one.
 fn admission_refusal(
     conn: &Connection,
     run_id: &str,
     limits: Admission,
 ) -> StoreResult<Option<String>> {
-    // two index-only counts: the run's live ops through (run_id, status),
-    // all live ops through the partial index of live statuses (one query
-    // reading every live row's run id would visit the table once per
-    // live op, on every insert)
-    let run: i64 = conn
-        .prepare_cached(&format!(
-            "SELECT COUNT(*) FROM ops WHERE run_id = ?1 AND status IN ({})",
-            live_sql()
-        ))?
-        .query_row([run_id], |r| r.get(0))?;
+    if let Some(refusal) = super::runs::tree_limit_refusal(conn, run_id, Counted::Ops, limits)? {
+        return Ok(Some(refusal));
+    }
+    // an index-only count through the partial index of live statuses
     let total: i64 = conn
         .prepare_cached(&format!(
             "SELECT COUNT(*) FROM ops WHERE status IN ({})",
             live_sql()
         ))?
         .query_row([], |r| r.get(0))?;
-    let (total, run) = (total as u64, run as u64);
-    Ok(if run >= limits.max_live_per_run {
-        Some(format!(
-            "run {run_id} already has {run} live operations (limit {})",
-            limits.max_live_per_run
-        ))
-    } else if total >= limits.max_live {
-        Some(format!(
+    let total = total as u64;
+    Ok((total >= limits.max_live).then(|| {
+        format!(
             "the kernel already has {total} live operations (limit {})",
             limits.max_live
-        ))
-    } else {
-        None
-    })
+        )
+    }))
 }
 
 /// The event of an op's terminal write: `tool.completed` for a command
@@ -707,7 +712,7 @@ impl Store {
                 &format!(
                     "UPDATE ops SET status = ?2, exit_code = ?3, killed = ?4, effect = ?5, error = ?6, \
                      output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10, \
-                     cpu_ms = ?11, max_rss_kb = ?12 \
+                     cpu_ms = ?11, max_rss_kb = ?12, leftovers = ?13 \
                      WHERE id = ?1 AND status IN ({})",
                     observed_sql()
                 ))?.execute(
@@ -724,6 +729,7 @@ impl Store {
                     now,
                     s.usage.map(|u| u.cpu_ms as i64),
                     s.usage.map(|u| u.max_rss_kb as i64),
+                    s.leftovers as i64,
                 ],
             )?;
             if n != 1 {
@@ -844,6 +850,7 @@ mod tests {
         let one = Admission {
             max_live_per_run: 1,
             max_live: 10,
+            max_children: 1,
         };
         let NewOp::Created(a) = store.insert_op(req(Some("k1"), "true"), one).await.unwrap() else {
             panic!()
@@ -911,6 +918,7 @@ mod tests {
             output_tail: None,
             log: None,
             usage: Some(usage),
+            leftovers: 3,
             ended_at: None,
             charge_cap_ms: None,
         };
@@ -933,6 +941,7 @@ mod tests {
             (row.status, row.exit_code, row.effect, row.usage),
             (Status::Completed, Some(0), None, Some(usage))
         );
+        assert_eq!(row.leftovers, 3, "the leftovers its shim stopped");
         assert!(store
             .begin_attempt(&op.id, "k", AttemptStart::Clean)
             .await
@@ -958,6 +967,7 @@ mod tests {
             output_tail: None,
             log: None,
             usage: None,
+            leftovers: 0,
             ended_at: None,
             charge_cap_ms: None,
         };

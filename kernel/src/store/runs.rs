@@ -8,9 +8,13 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde_json::json;
 
 use super::journal::{append_event, usage_over_subtree};
+use super::ops::Admission;
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::{live_sql, observed_sql, KillReason};
-use crate::tasks::{transition, Budget, Envelope, LimitUse, RunAction, RunState, Transition};
+use crate::tasks::{
+    pause_rank, transition, transition_by, Budget, Envelope, LimitUse, RunAction, RunState,
+    Transition,
+};
 
 /// A run as the control plane records it.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,6 +182,96 @@ pub(super) fn run_refusal(conn: &Connection, run_id: &str) -> StoreResult<Option
     Ok(None)
 }
 
+/// What a run tree's envelope limits count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// Live ops of a run and its descendants (`max_live_ops`).
+    Ops,
+    /// Unfinished descendant runs (`max_children`).
+    Children,
+}
+
+/// The envelopes of a run and its ancestors (nearest first); `None` is
+/// the kernel's default envelope.
+fn lineage_envelopes(
+    conn: &Connection,
+    run_id: &str,
+) -> StoreResult<Vec<(String, Option<Envelope>)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT r.run_id, r.envelope FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
+         WHERE a.run_id = ?1 ORDER BY a.distance",
+    )?;
+    let rows = stmt.query_map([run_id], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+    })?;
+    rows.map(|row| {
+        let (id, envelope) = row?;
+        if envelope == "{}" {
+            return Ok((id, None));
+        }
+        let envelope = serde_json::from_str(&envelope)
+            .map_err(|e| StoreError::Corrupt(format!("run {id} envelope: {e}")))?;
+        Ok((id, Some(envelope)))
+    })
+    .collect()
+}
+
+/// How many of `counted` the subtree of `run_id` holds now.
+fn count_in_subtree(conn: &Connection, run_id: &str, counted: Counted) -> StoreResult<u64> {
+    match counted {
+        Counted::Ops => live_in_subtree(conn, run_id),
+        Counted::Children => {
+            let n: i64 = conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM run_ancestry a JOIN runs r ON r.run_id = a.run_id \
+                     WHERE a.ancestor_id = ?1 AND a.distance > 0 \
+                     AND r.state IN ('active', 'paused')",
+                )?
+                .query_row([run_id], |r| r.get(0))?;
+            Ok(n as u64)
+        }
+    }
+}
+
+/// Whether a new op of `run_id` (or a new child of it) would take its run
+/// tree past an envelope limit: the run's own and every ancestor's, each
+/// counted over its whole subtree (a parent's `max_live_ops` bounds its
+/// children's ops too). A run not recorded yet counts as a top-level run
+/// with the kernel's defaults.
+pub(super) fn tree_limit_refusal(
+    conn: &Connection,
+    run_id: &str,
+    counted: Counted,
+    limits: Admission,
+) -> StoreResult<Option<String>> {
+    let mut lineage = lineage_envelopes(conn, run_id)?;
+    if lineage.is_empty() {
+        lineage.push((run_id.to_owned(), None));
+    }
+    for (id, envelope) in lineage {
+        let (limit, name) = match (counted, &envelope) {
+            (Counted::Ops, Some(e)) => (e.max_live_ops, "max_live_ops"),
+            (Counted::Ops, None) => (limits.max_live_per_run, "max_live_ops"),
+            (Counted::Children, Some(e)) => (e.max_children, "max_children"),
+            (Counted::Children, None) => (limits.max_children, "max_children"),
+        };
+        if limit == u64::MAX {
+            continue;
+        }
+        let n = count_in_subtree(conn, &id, counted)?;
+        if n >= limit {
+            let what = match counted {
+                Counted::Ops => "live operations",
+                Counted::Children => "unfinished child runs",
+            };
+            return Ok(Some(format!(
+                "run {id} and its descendants already have {n} {what} (limit {limit}, envelope {name} of run {id})"
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// The tightest limit of each kind on the run's chain (its own budget
 /// included): what a child's budget may not exceed.
 pub(super) fn tightest_budget(conn: &Connection, run_id: &str) -> StoreResult<Budget> {
@@ -230,6 +324,8 @@ pub struct NewRun {
     pub budget: Budget,
     pub token_sha256: String,
     pub idempotency_key: Option<String>,
+    /// The kernel's defaults for runs without an envelope of their own.
+    pub limits: Admission,
 }
 
 /// The result of creating a run.
@@ -285,6 +381,11 @@ impl Store {
                     };
                     if let Some(refusal) = run_refusal(&tx, parent)? {
                         return Ok(CreatedRun::Refused(refusal));
+                    }
+                    if let Some(why) =
+                        tree_limit_refusal(&tx, parent, Counted::Children, new.limits)?
+                    {
+                        return Ok(CreatedRun::Refused(Refusal::Limit(why)));
                     }
                     let mut chain = p.chain.clone();
                     chain.push(parent.clone());
@@ -443,17 +544,20 @@ impl Store {
             let mut changed = Vec::new();
             let mut kills = Vec::new();
             let mut denied = Vec::new();
-            match transition(run.state, action) {
+            let rank = |who: &str| pause_rank(who, &run.chain, &run.run_id);
+            let pauser = run.paused_by.as_deref().map(rank);
+            match transition_by(run.state, action, rank(&by), pauser) {
                 Transition::Refused(state) => return Ok(RunChange::Refused(state)),
+                Transition::PausedAbove => {
+                    let pauser = run.paused_by.clone().unwrap_or_default();
+                    return Ok(RunChange::PausedAbove(pauser));
+                }
                 Transition::Already => {}
+                Transition::TakeOver => {
+                    take_over_pause(&tx, &run, &by)?;
+                    changed.push(run_id.clone());
+                }
                 Transition::Change { from, to } => {
-                    if action == RunAction::Resume {
-                        if let Some(pauser) = run.paused_by.as_deref() {
-                            if !may_undo(&tx, &by, pauser)? {
-                                return Ok(RunChange::PausedAbove(pauser.to_owned()));
-                            }
-                        }
-                    }
                     if action == RunAction::Complete {
                         let live = live_in_subtree(&tx, &run_id)?;
                         if live > 0 {
@@ -592,20 +696,24 @@ impl Store {
     }
 }
 
-/// Whether `by` may undo what `pauser` did: it is the operator, the same
-/// principal, or a run above the pausing run.
-fn may_undo(conn: &Connection, by: &str, pauser: &str) -> StoreResult<bool> {
-    if by == "operator" || by == pauser {
-        return Ok(true);
-    }
-    let (Some(by), Some(pauser)) = (by.strip_prefix("run:"), pauser.strip_prefix("run:")) else {
-        return Ok(false);
-    };
-    Ok(conn
+/// A pause from above the current pauser becomes the pause of record
+/// (compare-and-set on the pauser it replaces), with its `run.paused` event.
+fn take_over_pause(conn: &Connection, run: &RunRecord, by: &str) -> StoreResult<()> {
+    let n = conn
         .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM run_ancestry WHERE run_id = ?1 AND ancestor_id = ?2)",
+            "UPDATE runs SET paused_by = ?3 WHERE run_id = ?1 AND state = 'paused' \
+             AND paused_by IS ?2",
         )?
-        .query_row(params![pauser, by], |r| r.get(0))?)
+        .execute(params![run.run_id, run.paused_by, by])?;
+    if n != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "run {} changed pauser inside its own transaction",
+            run.run_id
+        )));
+    }
+    let data = json!({"by": by, "over": run.paused_by});
+    append_event(conn, &run.run_id, RunAction::Pause.event(), None, data)?;
+    Ok(())
 }
 
 /// Live ops of a run and its descendants.

@@ -27,6 +27,7 @@ async fn run(store: &Store, id: &str, parent: Option<&str>, budget: Budget) {
             budget,
             token_sha256: format!("sha-{id}"),
             idempotency_key: None,
+            limits: Admission::UNLIMITED,
         })
         .await
         .unwrap();
@@ -106,6 +107,7 @@ async fn admission_stops_exactly_at_the_limit_of_the_run_or_any_ancestor() {
             budget: Budget::default(),
             token_sha256: "sha-late".into(),
             idempotency_key: None,
+            limits: Admission::UNLIMITED,
         })
         .await
         .unwrap();
@@ -203,6 +205,7 @@ async fn a_settled_op_is_charged_once_with_its_event() {
             max_rss_kb: 1,
         }),
         // the code record's time, not the (later) settlement's
+        leftovers: 0,
         ended_at: Some(started + 1200),
         charge_cap_ms: None,
     };
@@ -226,6 +229,7 @@ async fn a_settled_op_is_charged_once_with_its_event() {
         output_tail: None,
         log: None,
         usage: None,
+        leftovers: 0,
         ended_at: None,
         charge_cap_ms: None,
     };
@@ -243,6 +247,7 @@ async fn a_settled_op_is_charged_once_with_its_event() {
         output_tail: None,
         log: None,
         usage: None,
+        leftovers: 0,
         ended_at: None,
         charge_cap_ms: Some(70_000),
     };
@@ -360,6 +365,7 @@ async fn complete_waits_for_live_ops_and_pause_blocks_the_subtree() {
                 output_tail: None,
                 log: None,
                 usage: None,
+                leftovers: 0,
                 ended_at: None,
                 charge_cap_ms: None,
             },
@@ -410,4 +416,87 @@ async fn a_refused_or_rolled_back_change_leaves_no_event() {
         .await;
     assert!(failed.is_err());
     assert_eq!(kinds(&store, "r").await, ["run.paused"]);
+}
+
+fn envelope(max_live_ops: u64, max_children: u64) -> crate::tasks::Envelope {
+    crate::tasks::Envelope {
+        max_timeout_sec: None,
+        memory_bytes: 1 << 30,
+        cpus: 1.0,
+        pids_limit: 256,
+        network: "none".into(),
+        max_live_ops,
+        max_children,
+        approval: Default::default(),
+    }
+}
+
+async fn create_with(
+    store: &Store,
+    id: &str,
+    parent: Option<&str>,
+    env: crate::tasks::Envelope,
+    limits: Admission,
+) -> CreatedRun {
+    store
+        .create_run(NewRun {
+            run_id: id.into(),
+            parent: parent.map(str::to_owned),
+            envelope: Some(env),
+            budget: Budget::default(),
+            token_sha256: format!("sha-{id}"),
+            idempotency_key: None,
+            limits,
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn envelope_limits_bound_the_whole_subtree() {
+    let store = test_store();
+    let limits = Admission {
+        max_live_per_run: 512,
+        max_live: 1000,
+        max_children: 3,
+    };
+    create_with(&store, "top", None, envelope(1, 3), limits).await;
+    for c in ["top.a", "top.b", "top.c"] {
+        let made = create_with(&store, c, Some("top"), envelope(1, 3), limits).await;
+        assert!(matches!(made, CreatedRun::Created(_)), "{made:?}");
+    }
+    // a fourth unfinished child passes max_children
+    match create_with(&store, "top.d", Some("top"), envelope(1, 3), limits).await {
+        CreatedRun::Refused(Refusal::Limit(why)) => {
+            assert!(
+                why.contains("limit 3") && why.contains("max_children"),
+                "{why}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // one live op in the whole tree: the children's count against the top
+    let admitted = |run: &'static str| {
+        let store = store.clone();
+        async move { store.insert_op(start(run), limits).await.unwrap() }
+    };
+    assert!(matches!(admitted("top.a").await, NewOp::Created(_)));
+    for run in ["top.b", "top.c", "top"] {
+        match admitted(run).await {
+            NewOp::Refused(Refusal::Limit(why)) => {
+                assert!(
+                    why.contains("run top ") && why.contains("limit 1"),
+                    "{run}: {why}"
+                )
+            }
+            other => panic!("{run}: {other:?}"),
+        }
+    }
+    // a finished child no longer counts against max_children
+    store
+        .change_run("top.c", RunAction::Cancel, "operator", None)
+        .await
+        .unwrap();
+    let made = create_with(&store, "top.d", Some("top"), envelope(1, 3), limits).await;
+    assert!(matches!(made, CreatedRun::Created(_)), "{made:?}");
 }
