@@ -44,9 +44,12 @@ const LAUNCHER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 fn classify(err: SandboxError) -> ProbeFailure {
     match err {
         SandboxError::NotFound(_) => ProbeFailure::Gone,
-        SandboxError::Conflict(msg) if msg.contains("not running") || msg.contains("paused") => {
-            ProbeFailure::Stopped
+        // a paused container is frozen, not stopped: it cannot answer now,
+        // and what runs in it goes on once unpaused (the grace applies)
+        SandboxError::Conflict(msg) if msg.contains("paused") => {
+            ProbeFailure::Unreachable(format!("the container is paused: {msg}"))
         }
+        SandboxError::Conflict(msg) if msg.contains("not running") => ProbeFailure::Stopped,
         SandboxError::Unreachable(msg) => ProbeFailure::Unreachable(msg),
         other => ProbeFailure::Other(other.to_string()),
     }

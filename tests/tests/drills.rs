@@ -49,6 +49,7 @@ drills!(
     exit_while_down => "exit-while-down",
     killed_from_inside => "killed-from-inside",
     container_removed => "container-removed",
+    container_pause => "container-pause",
     garbage_code => "garbage-code",
     pid_reused => "pid-reused",
     kill_interrupted => "kill-interrupted",

@@ -271,3 +271,49 @@ pub async fn observer_crash(kit: &Kit) -> anyhow::Result<String> {
         s["attempt"]
     ))
 }
+
+/// `docker pause` of a run container for 12 s, well inside the grace
+/// window, while its op sleeps 4 s then exits 3: a paused container is
+/// unreachable, not stopped, so the op waits and ends `completed 3` once
+/// unpaused. Probes run every 500 ms, and the kernel's log must show one
+/// finding the container paused, so the pause was really looked at.
+pub async fn container_pause(kit: &Kit) -> anyhow::Result<String> {
+    let env = [
+        ("OPKERNEL_GRACE_MS", "60000"),
+        ("OPKERNEL_PROBE_INTERVAL_MS", "500"),
+    ];
+    let k = kit.start("pause", &env).await?;
+    let run = unique_run("pause");
+    let (op, container, _) = running_op(&k, &run, &["sh", "-c", "sleep 4; exit 3"]).await?;
+    let docker = |verb: &str| -> anyhow::Result<()> {
+        let out = std::process::Command::new("docker")
+            .args([verb, &container])
+            .output()?;
+        check(out.status.success(), || {
+            format!("docker {verb}: {}", String::from_utf8_lossy(&out.stderr))
+        })
+    };
+    docker("pause")?;
+    let paused = Instant::now();
+    let deadline = paused + Duration::from_secs(12);
+    while Instant::now() < deadline {
+        let s = k.state(&op).await?;
+        if s["status"] != "running" {
+            let _ = docker("unpause");
+            anyhow::bail!("ended while paused (grace 60 s): {s}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let seen = k.log().contains("the container is paused");
+    docker("unpause")?;
+    check(seen, || "no probe saw the paused container".to_owned())?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(
+        s["status"] == "completed" && s["exit_code"] == 3 && s["killed"] == false,
+        || format!("{s}"),
+    )?;
+    Ok(format!(
+        "paused {:.0} s inside the 60 s grace: probes saw it paused, the op waited and completed with its code 3",
+        paused.elapsed().as_secs_f64()
+    ))
+}

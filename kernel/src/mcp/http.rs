@@ -12,6 +12,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::ServiceExt;
 
 use super::backend::{Backend, HttpBackend, RouterBackend};
+use super::delivery::{LedgerOf, TrackedBody, TrackedWriter};
 use super::{tools_from_api, OpkernelMcp, RunAuth, Sessions};
 use crate::api::ApiError;
 use crate::auth::{constant_time_eq, token_sha256};
@@ -83,6 +84,9 @@ async fn require_run_token(State(gate): State<Gate>, mut req: Request, next: Nex
         run: run.clone(),
     });
     let mut resp = next.run(req).await;
+    if let Some(id) = &session {
+        resp = track_delivery(resp, gate.handlers.clone(), id.clone());
+    }
     // the official Python client counts only 200/204 as a closed session
     if closing && resp.status() == axum::http::StatusCode::ACCEPTED {
         *resp.status_mut() = axum::http::StatusCode::NO_CONTENT;
@@ -100,6 +104,23 @@ async fn require_run_token(State(gate): State<Gate>, mut req: Request, next: Nex
         _ => {}
     }
     resp
+}
+
+/// A legacy session's SSE response (a POST's stream, or a GET stream):
+/// its session learns which reports were written out to its client.
+fn track_delivery(resp: Response, handlers: Sessions, session: String) -> Response {
+    let sse = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !sse {
+        return resp;
+    }
+    let ledger: LedgerOf = Arc::new(move || OpkernelMcp::ledger_of(&handlers, &session));
+    resp.map(|body| {
+        axum::body::Body::from_stream(TrackedBody::new(body.into_data_stream(), ledger))
+    })
 }
 
 /// `/mcp` on the daemon, served by the handler over the API router `api`
@@ -145,8 +166,9 @@ pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
 }
 
 /// `opkernel mcp --run RUN`: the stdio transport, talking to the daemon at
-/// `OPKERNEL_URL` with `OPKERNEL_TOKEN`. Acks the report it served last
-/// when the client closes the connection cleanly.
+/// `OPKERNEL_URL` with `OPKERNEL_TOKEN`. A report is acknowledged once its
+/// answer was flushed to stdout and the host's next call (or a clean
+/// close of its end) followed.
 pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Result<i32> {
     let backend = HttpBackend {
         base: base.trim_end_matches('/').to_owned(),
@@ -183,14 +205,16 @@ pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Re
     }
     let tools = Arc::new(tools_from_api(&api_tools).map_err(anyhow::Error::msg)?);
     let handler = OpkernelMcp::new(Arc::new(backend), tools, Some(RunAuth { token, run }));
-    let service = match handler.clone().serve(rmcp::transport::stdio()).await {
+    let ledger = handler.ledger();
+    let stdout = TrackedWriter::new(tokio::io::stdout(), Arc::new(move || Some(ledger.clone())));
+    let service = match handler.clone().serve((tokio::io::stdin(), stdout)).await {
         Ok(service) => service,
         // the client went away before its first request: nothing served
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(0),
         Err(e) => anyhow::bail!("MCP session failed to start: {e}"),
     };
     match service.waiting().await {
-        // the client closed its end: it has what it was served
+        // the client closed its end: it has what was written out to it
         Ok(rmcp::service::QuitReason::Closed) => handler.finish().await,
         other => tracing::warn!(
             ?other,

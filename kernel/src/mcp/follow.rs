@@ -1,0 +1,178 @@
+//! How a session hears of its run's background ops resolving: a legacy
+//! session's follower (log messages, `resources/updated` for subscribed
+//! ops) and the 2026 revision's `listen`.
+
+use std::time::Duration;
+
+use rmcp::model::ResourceUpdatedNotificationParam;
+#[allow(deprecated)]
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::service::SubscriptionContext;
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
+use serde_json::{json, Value};
+
+use super::{op_of_uri, op_uri, OpkernelMcp, RunAuth};
+
+/// How long an HTTP session's follower outlives its client's last request.
+const FOLLOW_IDLE_MS: i64 = 10 * 60 * 1000;
+
+impl OpkernelMcp {
+    /// Follows the run's trace and tells a legacy session when one of its
+    /// background ops resolves: a log message (older revisions' means) and
+    /// `resources/updated` for a subscribed op. Ends with the session.
+    pub(super) fn follow(&self, auth: RunAuth, peer: Peer<RoleServer>) {
+        if self
+            .session
+            .following
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut after = match this.last_seq(&auth).await {
+                Some(seq) => seq,
+                None => {
+                    // not following after all: the next request tries again
+                    this.session
+                        .following
+                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+            };
+            while !peer.is_transport_closed() && !this.idle() {
+                let Some((resolved, next)) = this.resolutions(&auth, after, 20).await else {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                };
+                after = next;
+                for (op, data) in resolved {
+                    let uri = op_uri(&op);
+                    #[allow(deprecated)]
+                    let logged = peer
+                        .notify_logging_message(LoggingMessageNotificationParam::new(
+                            LoggingLevel::Info,
+                            json!({"operation_id": op, "uri": uri, "resolved": data}),
+                        ))
+                        .await;
+                    if logged.is_err() {
+                        return;
+                    }
+                    if this.session.subscribed.lock().contains(&uri) {
+                        let _ = peer
+                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                            .await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// An HTTP session whose client has asked nothing for a while: its
+    /// follower stops, so the session can expire (a stdio session lasts as
+    /// long as its pipe).
+    fn idle(&self) -> bool {
+        let seen = self
+            .session
+            .last_seen
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.fixed_auth.is_none() && crate::store::now_ms() - seen > FOLLOW_IDLE_MS
+    }
+
+    /// The run's latest event sequence number now.
+    async fn last_seq(&self, auth: &RunAuth) -> Option<i64> {
+        let path = format!("/v1/runs/{}/events?after={}&limit=1", auth.run, i64::MAX);
+        match self
+            .backend
+            .call(&auth.token, reqwest::Method::GET, &path, None)
+            .await
+        {
+            Ok((200, body)) => body["last_seq"].as_i64(),
+            _ => None,
+        }
+    }
+
+    /// Background ops of the run resolved after `after` (waiting up to
+    /// `wait` seconds for one), and the sequence number to go on from.
+    async fn resolutions(
+        &self,
+        auth: &RunAuth,
+        after: i64,
+        wait: u64,
+    ) -> Option<(Vec<(String, Value)>, i64)> {
+        let path = format!("/v1/runs/{}/events?after={after}&wait={wait}", auth.run);
+        let (status, body) = self
+            .backend
+            .call(&auth.token, reqwest::Method::GET, &path, None)
+            .await
+            .ok()?;
+        if status != 200 {
+            return None;
+        }
+        let next = body["next_after"].as_i64().unwrap_or(after);
+        let resolved = body["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| {
+                matches!(e["kind"].as_str(), Some("tool.completed" | "tool.failed"))
+                    && e["data"]["background"] == true
+            })
+            .filter_map(|e| Some((e["operation_id"].as_str()?.to_owned(), e["data"].clone())))
+            .collect();
+        Some((resolved, next))
+    }
+
+    /// The 2026 revision's means: `resources/updated` for each listened op
+    /// of the run that resolves, while the client listens.
+    pub(super) async fn listen_resolutions(
+        &self,
+        context: SubscriptionContext,
+    ) -> Result<(), McpError> {
+        let auth = self.auth(context.request_context())?;
+        let Some(mut after) = self.last_seq(&auth).await else {
+            return Err(McpError::internal_error(
+                "cannot read the run's events",
+                None,
+            ));
+        };
+        // an op that resolved between the acknowledgment and the cursor
+        // above is announced now: a listener misses nothing
+        for uri in context.requested().resource_subscriptions.iter().flatten() {
+            let Some(id) = op_of_uri(uri) else { continue };
+            let path = format!("/v1/operations/{id}");
+            if let Ok((200, op)) = self
+                .backend
+                .call(&auth.token, reqwest::Method::GET, &path, None)
+                .await
+            {
+                let done = !matches!(
+                    op["status"].as_str(),
+                    Some("starting" | "running" | "awaiting_approval")
+                );
+                if done {
+                    let _ = context.sink().notify_resource_updated(uri.clone()).await;
+                }
+            }
+        }
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                step = self.resolutions(&auth, after, 20) => {
+                    let Some((resolved, next)) = step else {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    };
+                    after = next;
+                    for (op, _) in resolved {
+                        // the sink drops what the client did not listen for
+                        let _ = context
+                            .sink()
+                            .notify_resource_updated(op_uri(&op))
+                            .await;
+                    }
+                }
+            }
+        }
+    }
+}
