@@ -25,12 +25,16 @@ proptest! {
         code in 0i32..300,
         cpu in any::<u64>(),
         rss in any::<u64>(),
+        leftovers in prop_oneof![Just(0u32), any::<u32>()],
         flip in any::<proptest::sample::Index>(),
         with in proptest::sample::select(vec![b' ', b'\n', b'0', b'-', b'+', b'x', b'\t', 0u8]),
     ) {
-        let rec = OpResult::Exited(ExitRecord { code, usage: Some(Usage { cpu_ms: cpu, max_rss_kb: rss }) });
+        let rec = OpResult::Exited(ExitRecord { code, usage: Some(Usage { cpu_ms: cpu, max_rss_kb: rss }), leftovers });
         let text = rec.render();
         prop_assert_eq!(OpResult::parse(&text).is_ok(), code <= 255);
+        if code <= 255 {
+            prop_assert_eq!(OpResult::parse(&text), Ok(rec));
+        }
         // one byte changed: accepted only if it still reads as the canonical form
         let mut bytes = text.into_bytes();
         let at = flip.index(bytes.len());

@@ -7,8 +7,12 @@
 //!    cleared, `HOME=/scratch`), stdin from `/dev/null`, stdout and stderr
 //!    into one pipe that this process copies into `<id>.log` up to the cap;
 //! 3. once the command ends: the rest of its output (at most 2 s more, from
-//!    processes it left behind), then `<id>.code` (code, CPU ms and max RSS
-//!    of every process of the tree reaped here), renamed into place.
+//!    processes it left behind); then those processes are stopped (TERM, a
+//!    grace, KILL, each identity-checked: see `tree.rs`) and reaped; then
+//!    `<id>.code` (code, CPU ms and max RSS of every process of the tree
+//!    reaped here, and how many leftovers were stopped), renamed into place.
+//!    An op's process tree ends with the op: a command that must keep
+//!    running is started as its own background op.
 //!
 //! When nothing could be executed (the run user cannot be resolved, fork or
 //! the identity drop fails), `.code` says `not-started <reason>` and the op
@@ -34,6 +38,7 @@ use opkernel_shim::{
 };
 
 use crate::sys;
+use crate::tree::{self, Owner};
 
 /// How long output from processes the command left behind is still
 /// captured after the command itself ended.
@@ -144,9 +149,14 @@ fn run(launch: &Launch) -> io::Result<i32> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(op_file(&launch.op, "log"))?;
     log.set_len(0)?;
+    let owner = Owner {
+        op: &launch.op,
+        pid: me.pid,
+        since: me.start_ticks,
+    };
     let (result, status) = match start(launch, &log) {
         Ok(running) => {
-            let ended = running.finish(&mut log, launch.cap)?;
+            let ended = running.finish(&mut log, launch.cap, &owner)?;
             (OpResult::Exited(ended), ended.code)
         }
         Err(Unstarted::Exec { code, message }) => {
@@ -154,6 +164,7 @@ fn run(launch: &Launch) -> io::Result<i32> {
             let ended = ExitRecord {
                 code,
                 usage: Some(sys::children_usage()),
+                leftovers: 0,
             };
             (OpResult::Exited(ended), code)
         }
@@ -264,11 +275,11 @@ fn start(launch: &Launch, log: &File) -> Result<Running, Unstarted> {
 }
 
 impl Running {
-    /// Waits for the command, then for the rest of its output, and counts
-    /// the usage of everything reaped here. An error (the command could not
-    /// be waited for) leaves no code: the op is then judged by the kernel,
-    /// never given a made-up one.
-    fn finish(self, log: &mut File, cap: u64) -> io::Result<ExitRecord> {
+    /// Waits for the command, then for the rest of its output, stops what
+    /// it left behind, and counts the usage of everything reaped here. An
+    /// error (the command could not be waited for) leaves no code: the op is
+    /// then judged by the kernel, never given a made-up one.
+    fn finish(self, log: &mut File, cap: u64, owner: &Owner<'_>) -> io::Result<ExitRecord> {
         let code = loop {
             match sys::reap(false)? {
                 Some((pid, status)) if pid == self.child => break sys::exit_code(status),
@@ -288,7 +299,14 @@ impl Running {
                 self.copied.recv().ok()
             }
         };
-        reap_orphans();
+        let leftovers = tree::stop_leftovers(owner).unwrap_or_else(|e| {
+            let _ = write!(
+                log,
+                "\n[opkernel: cannot stop what the command left behind: {e}]\n"
+            );
+            tree::reap_ended();
+            0
+        });
         match copied {
             Some(Ok(c)) => {
                 if c.dropped > 0 {
@@ -315,12 +333,9 @@ impl Running {
         Ok(ExitRecord {
             code,
             usage: Some(sys::children_usage()),
+            leftovers,
         })
     }
-}
-
-fn reap_orphans() {
-    while let Ok(Some(_)) = sys::reap(true) {}
 }
 
 struct Copied {

@@ -11,6 +11,7 @@ mod launch;
 mod scan;
 mod serve;
 mod sys;
+mod tree;
 
 use std::ffi::OsString;
 

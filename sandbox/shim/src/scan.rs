@@ -11,31 +11,9 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 
 use opkernel_shim::format::{render_signalled, END_LINE};
-use opkernel_shim::procfs::{environ_marker, stat_start_ticks};
-use opkernel_shim::{validate_op_id, MarkedProcess, Signal};
+use opkernel_shim::{validate_op_id, Signal};
 
-use crate::sys;
-
-fn pids() -> io::Result<Vec<u32>> {
-    let mut pids: Vec<u32> = std::fs::read_dir("/proc")?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    pids.sort_unstable();
-    Ok(pids)
-}
-
-/// The marked identity of a live process; `None` for unmarked processes and
-/// for processes gone mid-read.
-fn marked(pid: u32) -> Option<MarkedProcess> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let op_id = environ_marker(&environ)?.to_owned();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(MarkedProcess {
-        pid,
-        start_ticks: stat_start_ticks(&stat)?,
-        op_id,
-    })
-}
+use crate::tree::{marked, pids, signal_checked};
 
 /// The probe listing: every marked process but this one, then `end`.
 pub fn listing() -> io::Result<String> {
@@ -103,26 +81,16 @@ fn parse(args: Vec<OsString>) -> Result<Target, String> {
 
 /// Sends the signal to `pid` if it is (still) one of the target's processes
 /// and not its launcher.
-fn signal_if_ours(pid: u32, t: &Target) -> io::Result<bool> {
-    let pidfd = match sys::pidfd_open(pid) {
-        Ok(fd) => Some(fd),
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => None,
-        Err(_) => return Ok(false),
-    };
+fn signal_if_ours(pid: u32, t: &Target) -> bool {
     // the launcher itself (pid and start ticks) is never signalled; a process
     // that reused its pid after it died is judged like any other
-    let ours = marked(pid).is_some_and(|p| {
-        let launcher = p.pid == t.launcher && p.start_ticks == t.since;
-        p.op_id == t.op && p.start_ticks >= t.since && !launcher
-    });
-    if !ours {
-        return Ok(false);
-    }
-    let sent = match &pidfd {
-        Some(fd) => sys::pidfd_send_signal(fd, t.signal.number()),
-        None => sys::kill(pid, t.signal.number()),
+    let ours = || {
+        marked(pid).is_some_and(|p| {
+            let launcher = p.pid == t.launcher && p.start_ticks == t.since;
+            p.op_id == t.op && p.start_ticks >= t.since && !launcher
+        })
     };
-    Ok(sent.is_ok())
+    signal_checked(pid, t.signal, ours)
 }
 
 pub fn signal(args: Vec<OsString>) -> i32 {
@@ -140,7 +108,7 @@ pub fn signal(args: Vec<OsString>) -> i32 {
             if pid == me {
                 continue;
             }
-            if signal_if_ours(pid, &target)? {
+            if signal_if_ours(pid, &target) {
                 out.write_all(render_signalled(pid).as_bytes())?;
             }
         }

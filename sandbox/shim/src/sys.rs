@@ -42,27 +42,46 @@ pub fn exit_code(status: libc::c_int) -> i32 {
     }
 }
 
-/// Reaps one child (any child). `Ok(None)`: with `nohang`, none has ended
-/// yet; or there is no child left at all.
-pub fn reap(nohang: bool) -> io::Result<Option<(u32, libc::c_int)>> {
+/// What one `wait4` for any child found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reaped {
+    /// This child ended and is reaped now: its pid and wait status.
+    Child(u32, libc::c_int),
+    /// Children are left, none has ended yet (only with `nohang`).
+    Running,
+    /// No child is left at all.
+    NoChildren,
+}
+
+/// Reaps one child (any child), telling "none ended yet" from "none left".
+pub fn reap_or_none(nohang: bool) -> io::Result<Reaped> {
     let mut status: libc::c_int = 0;
     let flags = if nohang { libc::WNOHANG } else { 0 };
     loop {
         // SAFETY: `status` is a valid out-pointer; a null rusage pointer is allowed.
         let pid = unsafe { libc::wait4(-1, &mut status, flags, std::ptr::null_mut()) };
         if pid > 0 {
-            return Ok(Some((pid as u32, status)));
+            return Ok(Reaped::Child(pid as u32, status));
         }
         if pid == 0 {
-            return Ok(None);
+            return Ok(Reaped::Running);
         }
         let err = io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::ECHILD) => return Ok(None),
+            Some(libc::ECHILD) => return Ok(Reaped::NoChildren),
             _ => return Err(err),
         }
     }
+}
+
+/// Reaps one child (any child). `Ok(None)`: with `nohang`, none has ended
+/// yet; or there is no child left at all.
+pub fn reap(nohang: bool) -> io::Result<Option<(u32, libc::c_int)>> {
+    Ok(match reap_or_none(nohang)? {
+        Reaped::Child(pid, status) => Some((pid, status)),
+        Reaped::Running | Reaped::NoChildren => None,
+    })
 }
 
 /// Usage of every child this process has reaped (and of the children they reaped).
