@@ -42,6 +42,7 @@ proptest! {
                 output_tail: Some(tail.clone()),
                 kill_reason: killed.then(|| "cancel".to_owned()),
                 denied_by: None,
+                leftovers: if *killed { 2 } else { 0 },
             })
             .collect();
         let text = render(&resolved, &[], &notes, 0);

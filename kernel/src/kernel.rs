@@ -424,23 +424,23 @@ impl Kernel {
                     ..
                 }
         );
-        let (tail, digest, usage) = tokio::task::spawn_blocking(move || {
+        let (tail, digest, recorded) = tokio::task::spawn_blocking(move || {
             if !has_log {
-                return (None, None, (None, None));
+                return (None, None, (None, 0, None));
             }
             let tail = ops
                 .log_tail(&id, crate::report::TAIL_BYTES as u64 * 2)
                 .ok()
                 .map(|(bytes, _)| cut_tail(&bytes));
             let recorded = match has_code.then(|| ops.read_code_written(&id)) {
-                Some(Ok((result, written))) => (result.usage(), written),
-                _ => (None, None),
+                Some(Ok((result, written))) => (result.usage(), result.leftovers(), written),
+                _ => (None, 0, None),
             };
             (tail, ops.log_digest(&id).ok(), recorded)
         })
         .await
-        .unwrap_or((None, None, (None, None)));
-        let (usage, ended_at) = usage;
+        .unwrap_or((None, None, (None, 0, None)));
+        let (usage, leftovers, ended_at) = recorded;
         // an op without a recorded end ran at most until its deadline and
         // the kill sequence after it (a longer outage is not its use)
         let charge_cap_ms = (op.timeout_sec.saturating_mul(1000)
@@ -454,6 +454,7 @@ impl Kernel {
                     output_tail: tail,
                     log: digest,
                     usage,
+                    leftovers,
                     ended_at,
                     charge_cap_ms: Some(charge_cap_ms),
                 },

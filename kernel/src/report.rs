@@ -128,8 +128,19 @@ pub fn command_line_json(argv: &serde_json::Value) -> String {
     command_line(&argv)
 }
 
-/// The headline of one resolved op.
+/// The headline of one resolved op, then how many processes it left
+/// behind were stopped when it exited (SPEC §21), if any.
 pub fn resolution_line(item: &ReportItem) -> String {
+    let mut line = headline(item);
+    match item.leftovers {
+        0 => {}
+        1 => line.push_str(" (1 leftover process stopped)"),
+        n => line.push_str(&format!(" ({n} leftover processes stopped)")),
+    }
+    line
+}
+
+fn headline(item: &ReportItem) -> String {
     let id = &item.operation_id;
     let took = human_duration(item.duration_sec.round() as u64);
     match item.status {
@@ -262,6 +273,7 @@ mod tests {
             output_tail: tail.map(str::to_owned),
             kill_reason: None,
             denied_by: None,
+            leftovers: 0,
         }
     }
 
@@ -306,6 +318,36 @@ mod tests {
              - op1 lost: container unreachable for 60s (effect uncertain)\n\
              Still running in the background:\n\
              - op2 `docker build -t app .` (running 2m10s, timeout 900s)\n\
+             Incorporate these results and continue.\n"
+        );
+    }
+
+    #[test]
+    fn stopped_leftovers_are_counted_on_the_op_line() {
+        let with = |status, code, killed, leftovers| ReportItem {
+            leftovers,
+            ..item(status, code, killed, None, None)
+        };
+        let text = render(
+            &[
+                with(Status::Completed, Some(0), false, 3),
+                with(Status::Completed, Some(0), false, 1),
+                with(Status::Completed, Some(0), false, 0),
+                with(Status::Completed, Some(143), true, 2),
+                with(Status::TimedOut, Some(137), true, 1),
+            ],
+            &[],
+            &[],
+            0,
+        );
+        assert_eq!(
+            text,
+            "[Background operations report]\n\
+             - op1 finished: exit_code=0 (4m12s) (3 leftover processes stopped)\n\
+             - op1 finished: exit_code=0 (4m12s) (1 leftover process stopped)\n\
+             - op1 finished: exit_code=0 (4m12s)\n\
+             - op1 killed: exit_code=143 (4m12s) (2 leftover processes stopped)\n\
+             - op1 timed out after 900s (killed) (1 leftover process stopped)\n\
              Incorporate these results and continue.\n"
         );
     }

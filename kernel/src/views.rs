@@ -38,6 +38,10 @@ pub struct OpView {
     pub cpu_ms: Option<u64>,
     /// Largest resident set (KiB) of one process of the tree; null when unknown.
     pub max_rss_kb: Option<u64>,
+    /// Processes the command left behind that were stopped (TERM, grace,
+    /// KILL) when it exited, before its code was recorded (SPEC §21).
+    #[serde(default)]
+    pub leftovers_stopped: u32,
     /// The op's error, or what the answering call has to say about it.
     pub message: Option<String>,
     pub delivered: bool,
@@ -94,6 +98,7 @@ impl OpView {
             log_size: op.log_size,
             cpu_ms: op.usage.map(|u| u.cpu_ms),
             max_rss_kb: op.usage.map(|u| u.max_rss_kb),
+            leftovers_stopped: op.leftovers,
             message: op.error.clone(),
             delivered: op.report_id.is_some() || op.delivered_inline,
             report_id: op.report_id.clone(),

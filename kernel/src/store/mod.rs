@@ -46,6 +46,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         6,
         include_str!("../../migrations/0006_approvals_schedules.sql"),
     ),
+    (7, include_str!("../../migrations/0007_leftovers.sql")),
 ];
 
 #[derive(Clone)]
@@ -238,6 +239,10 @@ mod tests {
             })
             .unwrap();
         assert_eq!((status.as_str(), code), ("completed", 0));
+        let leftovers: i64 = conn
+            .query_row("SELECT leftovers FROM ops", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(leftovers, 0, "rows settled before the count stopped none");
         let n: i64 = conn
             .query_row(
                 "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'paused_by'",

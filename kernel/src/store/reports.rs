@@ -36,6 +36,13 @@ pub struct ReportItem {
     /// Who denied a denied op: `operator`, `timeout` or `kill`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denied_by: Option<String>,
+    /// Processes the command left behind that were stopped when it exited.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leftovers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One still-running op in a report.
@@ -84,6 +91,7 @@ impl ReportItem {
             denied_by: (op.status == Status::Denied)
                 .then(|| op.approval_decided_by.clone())
                 .flatten(),
+            leftovers: op.leftovers,
         }
     }
 }
@@ -417,6 +425,7 @@ mod tests {
             output_tail: None,
             log: None,
             usage: None,
+            leftovers: 0,
             ended_at: None,
             charge_cap_ms: None,
         };

@@ -51,6 +51,7 @@ async fn finish(store: &Store, op: &str, code: i32) {
                 output_tail: Some("x".repeat(10_000)),
                 log: None,
                 usage: None,
+                leftovers: 0,
                 ended_at: None,
                 charge_cap_ms: None,
             },
