@@ -15,6 +15,9 @@ pub fn tool_definitions(c: &Config) -> Value {
                  Foreground: waits and returns the exit code and output; timeout_sec defaults to {} and may be at most {}. \
                  Background (background: true): returns an operation id at once; the result (exit code + output tail) \
                  arrives later as a follow-up message; timeout_sec defaults to {} and may be at most {}. \
+                 Processes a command leaves behind (e.g. started with &) are stopped when it exits (SIGTERM, then \
+                 SIGKILL), and the result says how many: a command that must keep running (a server, a watcher) \
+                 must be started as its own background operation. \
                  Values out of range are rejected, not clamped. The operator (or the run that delegated this one) may \
                  set a lower timeout ceiling and a budget for this run: a command over the ceiling is refused \
                  (envelope_exceeded), and once the budget is spent, or while the run is paused, new commands are \
