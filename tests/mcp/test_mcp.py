@@ -8,6 +8,7 @@ legacy (2025, session) mode.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -339,6 +340,43 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
         async with Http(token) as h, h.client(mode="legacy") as c:
             r = await c.call_tool("wait_background_report", {"wait_sec": 0})
             self.assertEqual(r.structured_content["report_id"], second)
+
+    async def test_a_wait_the_client_abandons_loses_nothing(self):
+        """The client gives up on a wait mid-way (the official client cancels
+        it). The op it waited for is reported by the next wait, and that
+        report is acknowledged only by a call after its answer reached the
+        client. (Issue 22: a client that hangs up without cancelling is
+        tests/tests/mcp.rs's raw HTTP test.)"""
+        for transport in ("http", "stdio"):
+            run, token = new_run()
+            async with contextlib.AsyncExitStack() as stack:
+                if transport == "http":
+                    h = await stack.enter_async_context(Http(token))
+                    c = await stack.enter_async_context(h.client(mode="legacy"))
+                else:
+                    c = await stack.enter_async_context(stdio(run, token))
+                op, _ = await start_bg(c, ["sh", "-c", "sleep 4; echo LOST-ME"])
+                with self.assertRaises((TimeoutError, asyncio.TimeoutError)):
+                    await asyncio.wait_for(
+                        c.call_tool("wait_background_report", {"wait_sec": 60}), 1.5
+                    )
+                deadline = time.monotonic() + 60
+                while api("GET", f"/v1/operations/{op}")[1]["status"] in ("starting", "running"):
+                    self.assertLess(time.monotonic(), deadline, transport)
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(1)
+                r = await c.call_tool("wait_background_report", {"wait_sec": 10})
+                body = r.structured_content
+                self.assertIn("LOST-ME", body["text"], transport)
+
+                def acked():
+                    _, listing = api("GET", f"/v1/runs/{run}/reports")
+                    [mine] = [x for x in listing["reports"] if x["report_id"] == body["report_id"]]
+                    return mine["acked_at"]
+
+                self.assertIsNone(acked(), transport)
+                await c.call_tool("operation_state", {"operation_id": op})
+                self.assertIsNotNone(acked(), transport)
 
     async def test_start_latency_mcp_against_the_http_api(self):
         run, token = new_run()

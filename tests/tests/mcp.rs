@@ -55,7 +55,7 @@ async fn the_official_python_client_drives_both_transports() {
         eprintln!("{line}");
     }
     assert!(out.status.success(), "python MCP tests failed:\n{stderr}");
-    assert!(stderr.contains("Ran 8 tests"), "{stderr}");
+    assert!(stderr.contains("Ran 9 tests"), "{stderr}");
 }
 
 /// A raw MCP client for one legacy (2025-11-25) session at `/mcp`: each

@@ -87,6 +87,11 @@ impl Scanner {
                 None => (bytes, false),
             };
             bytes = &bytes[(part.len() + usize::from(ended)).min(bytes.len())..];
+            // a whole line in one write (the usual SSE frame): read in place
+            if ended && self.line.is_empty() && !self.skipping {
+                found.extend(report_in(part));
+                continue;
+            }
             if !self.skipping {
                 if self.line.len() + part.len() > MAX_LINE {
                     self.skipping = true;
