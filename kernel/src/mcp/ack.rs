@@ -20,6 +20,12 @@
 //!
 //! The session's clock orders writes and arrivals: a write takes a tick
 //! when its bytes go to the transport, a call takes one when it arrives.
+//!
+//! What transport evidence cannot show: a client that hangs up while the
+//! answer's bytes are already on their way to it (after hyper took the
+//! frame, before they arrive), or a host that reads an answer and drops it
+//! without cancelling the call (stdio has nothing but the pipe). Its next
+//! call acknowledges that report; only `ack` says more.
 
 /// How many served reports a session remembers (one is usual: the API
 /// serves the same unacknowledged report until it is acked). Forgetting one
