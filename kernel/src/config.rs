@@ -53,6 +53,46 @@ pub struct Config {
     /// An observer attempt that ran this long before failing was healthy:
     /// its failure starts the "failed attempts in a row" count again.
     pub attempt_healthy: Duration,
+    /// How long a delivered op's files (`.log`, `.pid`, `.code`) are kept
+    /// (`OPKERNEL_OP_FILES_RETENTION`, default 7 days).
+    pub op_files_retention: Duration,
+    /// How long a finished top-level run tree stays in the control plane
+    /// after it went quiet (`OPKERNEL_RETENTION`, default 30 days).
+    pub retention: Duration,
+    /// Settings that could not be read, each with its reason: the kernel
+    /// refuses to start with any (a typo never silently means a default).
+    pub invalid: Vec<String>,
+}
+
+/// Reads a duration setting: a whole number with a unit, `s`, `m`, `h`
+/// or `d` (`2s`, `10m`, `7d`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let unit = text.chars().last().ok_or("an empty duration")?;
+    let secs_per = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(format!("{text:?} needs a unit: s, m, h or d (e.g. 7d)")),
+    };
+    let n: u64 = text[..text.len() - 1]
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number with a unit (e.g. 10m)"))?;
+    n.checked_mul(secs_per)
+        .filter(|&s| s > 0 && s <= 100 * 365 * 86_400)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} must be between 1s and 100 years"))
+}
+
+fn env_duration(name: &str, default: Duration, invalid: &mut Vec<String>) -> Duration {
+    match std::env::var(name) {
+        Ok(v) => parse_duration(&v).unwrap_or_else(|e| {
+            invalid.push(format!("{name}: {e}"));
+            default
+        }),
+        Err(_) => default,
+    }
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -84,7 +124,14 @@ impl Config {
         }
         profile.memory_bytes = env_u64("OPKERNEL_MEMORY_BYTES", profile.memory_bytes as u64) as i64;
         profile.pids_limit = env_u64("OPKERNEL_PIDS_LIMIT", profile.pids_limit as u64) as i64;
+        let mut invalid = Vec::new();
+        let day = Duration::from_secs(86_400);
+        let op_files_retention = env_duration("OPKERNEL_OP_FILES_RETENTION", 7 * day, &mut invalid);
+        let retention = env_duration("OPKERNEL_RETENTION", 30 * day, &mut invalid);
         Config {
+            op_files_retention,
+            retention,
+            invalid,
             home,
             listen,
             docker_socket: std::env::var("OPKERNEL_DOCKER_SOCKET").ok(),
@@ -165,5 +212,30 @@ impl Config {
 
     pub fn scratch_root(&self) -> PathBuf {
         self.home.join("scratch")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_unit_and_a_sane_size() {
+        for (text, secs) in [
+            ("2s", 2),
+            ("10m", 600),
+            ("12h", 43_200),
+            ("7d", 604_800),
+            (" 30d ", 2_592_000),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        for bad in ["", "7", "d", "7w", "-1d", "0s", "1.5h", "99999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -148,6 +148,9 @@ fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartErr
 /// file (0600) and the scratch root (0711).
 fn prepare_home(config: &Config) -> Result<(File, String, Store), StartError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !config.invalid.is_empty() {
+        return Err(StartError::Config(config.invalid.join("; ")));
+    }
     let home = &config.home;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -460,6 +463,11 @@ impl Kernel {
                 },
             )
             .await?;
+        // terminal now (by this write or an earlier one): the handover
+        // files have done their job and leave the inbox (SPEC §21)
+        if let Err(e) = self.backend.ops_dir(&op.scratch_key).clear_handover(&op.id) {
+            tracing::warn!(op = %op.id, %e, "handover files not removed; the sweep retries");
+        }
         if won {
             tracing::info!(op = %op.id, run = %op.run_id, ?outcome, "op settled");
             self.bump_run(&op.run_id);
@@ -576,6 +584,54 @@ impl Kernel {
     /// Drops a run's cached facts (a one-shot run, gone with its container).
     pub fn forget_run(&self, run_id: &str) {
         self.run_meta.lock().remove(run_id);
+    }
+
+    /// Keeps the per-run maps bounded by live work (SPEC §21): entries of
+    /// runs without a live op leave once nothing holds them (a lock or gate
+    /// nobody holds, a wake-up channel nobody listens to); cached facts
+    /// are read again when needed. Probe state of unknown containers goes.
+    /// Returns how many entries went.
+    pub fn trim_idle(
+        &self,
+        live_runs: &HashSet<String>,
+        live_containers: &HashSet<String>,
+    ) -> usize {
+        let idle = |run: &String| !live_runs.contains(run);
+        let mut gone = 0;
+        let mut count = |before: usize, after: usize| gone += before - after;
+        let mut locks = self.run_locks.lock();
+        let before = locks.len();
+        locks.retain(|run, l| !idle(run) || Arc::strong_count(l) > 1);
+        count(before, locks.len());
+        drop(locks);
+        let mut gates = self.run_gates.lock();
+        let before = gates.len();
+        gates.retain(|run, g| !idle(run) || Arc::strong_count(g) > 1);
+        count(before, gates.len());
+        drop(gates);
+        let mut events = self.run_events.lock();
+        let before = events.len();
+        events.retain(|run, tx| !idle(run) || tx.receiver_count() > 0);
+        count(before, events.len());
+        drop(events);
+        let mut meta = self.run_meta.lock();
+        let before = meta.len();
+        meta.retain(|run, _| !idle(run));
+        count(before, meta.len());
+        drop(meta);
+        let mut known = self.registered_containers();
+        known.extend(live_containers.iter().cloned());
+        gone + self.probes.retain_containers(&known)
+    }
+
+    /// Entries of the per-run maps (locks, gates, wake-ups, cached facts).
+    pub fn run_map_sizes(&self) -> [usize; 4] {
+        [
+            self.run_locks.lock().len(),
+            self.run_gates.lock().len(),
+            self.run_events.lock().len(),
+            self.run_meta.lock().len(),
+        ]
     }
 
     /// The container profile of a run: its envelope's limits over the

@@ -18,6 +18,7 @@ pub mod observer;
 pub mod probes;
 pub mod reaper;
 pub mod report;
+pub mod retention;
 pub mod schedule;
 pub mod scheduler;
 pub mod serve;

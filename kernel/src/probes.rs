@@ -107,6 +107,21 @@ impl ProbeCache {
         self.slots.lock().remove(container_id);
     }
 
+    /// Drops the cached probes and launcher addresses of every container
+    /// not in `known`; returns how many entries went.
+    pub fn retain_containers(&self, known: &std::collections::HashSet<String>) -> usize {
+        let mut slots = self.slots.lock();
+        let before = slots.len();
+        slots.retain(|id, _| known.contains(id));
+        let mut gone = before - slots.len();
+        drop(slots);
+        let mut launchers = self.launchers.lock();
+        let before = launchers.len();
+        launchers.retain(|id, _| known.contains(id));
+        gone += before - launchers.len();
+        gone
+    }
+
     /// Probes of this container may be asked of its resident launcher.
     pub fn use_launcher(&self, container_id: &str, scratch_key: &str, hostname: &str) {
         self.launchers.lock().insert(

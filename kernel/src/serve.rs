@@ -15,6 +15,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
     kernel.spawn_housekeeping();
     crate::reaper::spawn_periodic(kernel.clone());
+    crate::retention::spawn(kernel.clone());
     let scheduler = crate::scheduler::Scheduler::start(kernel.clone()).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_ready(listener.local_addr()?);

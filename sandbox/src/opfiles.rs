@@ -180,6 +180,77 @@ impl OpsDir {
         })
     }
 
+    /// Removes an op's handover files (`.req`, `.req.tmp`, `.claimed`,
+    /// `.withdrawn`) once the op is terminal: they decided who runs it,
+    /// and nothing asks again after the verdict (a `.withdraw` of a live op
+    /// would read their absence as "never filed"). Returns how many went.
+    pub fn clear_handover(&self, op_id: &str) -> Result<usize, OpFileError> {
+        let mut removed = 0;
+        for state in ["req", "req.tmp", "claimed", "withdrawn"] {
+            let path = self.inbox_file(op_id, state)?;
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(OpFileError::Unreadable(
+                        format!("{op_id}.{state}"),
+                        e.to_string(),
+                    ))
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Removes an op's own files once it is delivered and old (SPEC §21):
+    /// `.pid` first, so a `.pid` never stands without its `.code` (which
+    /// would read as a live op), then `.code`, `.log`, and the handover
+    /// files. Already gone is fine.
+    pub fn remove_op_files(&self, op_id: &str) -> Result<(), OpFileError> {
+        for ext in ["pid", "code", "log"] {
+            let path = self.file(op_id, ext)?;
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(OpFileError::Unreadable(
+                        format!("{op_id}.{ext}"),
+                        e.to_string(),
+                    ))
+                }
+            }
+        }
+        self.clear_handover(op_id).map(|_| ())
+    }
+
+    /// The inbox's entries: file name and age, for the sweep of handover
+    /// files a crash left behind (empty when there is no inbox).
+    pub fn inbox_entries(&self) -> Vec<(String, std::time::Duration)> {
+        let Ok(dir) = std::fs::read_dir(self.dir.join("inbox")) else {
+            return Vec::new();
+        };
+        let now = std::time::SystemTime::now();
+        dir.filter_map(|e| {
+            let e = e.ok()?;
+            let age = e.metadata().ok()?.modified().ok()?;
+            let name = e.file_name().into_string().ok()?;
+            Some((name, now.duration_since(age).unwrap_or_default()))
+        })
+        .collect()
+    }
+
+    /// Removes one inbox entry by name (a stale probe question or answer);
+    /// a name with a path separator is refused.
+    pub fn remove_inbox_entry(&self, name: &str) -> std::io::Result<()> {
+        if name.contains('/') || name.starts_with('.') {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("bad inbox entry {name:?}"),
+            ));
+        }
+        std::fs::remove_file(self.dir.join("inbox").join(name))
+    }
+
     /// Asks the launcher of the container with hostname `host` for a probe
     /// listing: renames `inbox/<nonce>.probe` (holding `host`) into place.
     /// Returns the nonce to collect the answer with.

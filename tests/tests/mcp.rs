@@ -99,7 +99,7 @@ impl RawSession {
             .to_owned();
         let body = resp.text().await.unwrap();
         assert!(answer_in(&body, 0).is_some(), "{body}");
-        let mut s = RawSession {
+        let s = RawSession {
             base: base.to_owned(),
             token: token.to_owned(),
             session,

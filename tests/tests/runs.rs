@@ -806,7 +806,11 @@ async fn a_pause_from_above_cannot_be_undone_below() {
         async move { call(&who, Method::POST, &path, None).await }
     };
     let (s, v) = post(&child, "pause").await;
-    assert_eq!((s, v["run"]["state"].as_str()), (200, Some("paused")), "{v}");
+    assert_eq!(
+        (s, v["run"]["state"].as_str()),
+        (200, Some("paused")),
+        "{v}"
+    );
     // the operator's pause takes the pause over
     let (s, v) = post(&k.client, "pause").await;
     assert_eq!(s, 200, "{v}");
@@ -829,7 +833,11 @@ async fn a_pause_from_above_cannot_be_undone_below() {
         "{kinds:?}"
     );
     let (s, v) = post(&k.client, "resume").await;
-    assert_eq!((s, v["run"]["state"].as_str()), (200, Some("active")), "{v}");
+    assert_eq!(
+        (s, v["run"]["state"].as_str()),
+        (200, Some("active")),
+        "{v}"
+    );
 }
 
 /// Issue 22, defect 3: `max_live_ops` bounds a run and its descendants

@@ -40,6 +40,23 @@ fn read_from(k: &AppState, scratch_key: &str, op_id: &str, offset: u64, max: u64
     buf
 }
 
+/// 410 `log_pruned` once the op's files went (SPEC §21): its state still
+/// has the log's digest, size and tail.
+async fn refuse_pruned(k: &AppState, op_id: &str) -> ApiResult<()> {
+    match k.store.files_pruned_at(op_id).await? {
+        None => Ok(()),
+        Some(at) => Err(super::ApiError::new(
+            axum::http::StatusCode::GONE,
+            "log_pruned",
+            format!(
+                "the log of operation {op_id} was removed at {} (OPKERNEL_OP_FILES_RETENTION); \
+                 its state keeps the log's sha256, size and output tail",
+                crate::report::rfc3339(at)
+            ),
+        )),
+    }
+}
+
 /// The op's log bytes from `offset`, streamed in chunks (at most 64 MiB
 /// per call): memory per reader is one chunk, whatever the log's size.
 pub async fn raw_log(
@@ -49,6 +66,7 @@ pub async fn raw_log(
     Params(q): Params<OffsetQuery>,
 ) -> ApiResult<Response> {
     let op = visible_op(&k, &principal, &id).await?;
+    refuse_pruned(&k, &op.id).await?;
     let state = (
         k,
         op.scratch_key,
@@ -192,6 +210,7 @@ pub async fn console(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let op = visible_op(&k, &principal, &id).await?;
+    refuse_pruned(&k, &op.id).await?;
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())

@@ -170,6 +170,16 @@ impl KernelProcess {
         Ok(n as usize)
     }
 
+    /// One number from the control plane, read by a separate read-only
+    /// connection (safe while the kernel runs).
+    pub fn sql_offline_query(&self, sql: &str) -> anyhow::Result<i64> {
+        let conn = rusqlite::Connection::open_with_flags(
+            self.home.join("kernel.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )?;
+        Ok(conn.query_row(sql, [], |r| r.get(0))?)
+    }
+
     /// Runs SQL against the control plane while the kernel is down.
     pub fn sql_offline(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> anyhow::Result<usize> {
         let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;

@@ -6,6 +6,7 @@ mod approvals;
 mod journal;
 mod ops;
 mod reports;
+mod retention;
 mod runs;
 mod schedules;
 
@@ -20,6 +21,7 @@ pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use journal::{Event, ModelUsage, UsageRecorded};
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
+pub use retention::{PrunableOp, PurgedTree};
 pub use runs::{CreatedRun, NewRun, Refusal, RunChange, RunRecord};
 pub use schedules::{Fire, NewSchedule, Schedule, StartupReport, MAX_LAST_TAIL};
 
@@ -31,6 +33,11 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database worker failed: {0}")]
     Worker(String),
+    #[error(
+        "the control plane's schema version {found} was written by a newer opkernel (this one knows up to {known}); \
+         run that newer opkernel, or point this one at another home: nothing was changed"
+    )]
+    NewerSchema { found: i64, known: i64 },
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -47,6 +54,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/0006_approvals_schedules.sql"),
     ),
     (7, include_str!("../../migrations/0007_leftovers.sql")),
+    (8, include_str!("../../migrations/0008_retention.sql")),
 ];
 
 #[derive(Clone)]
@@ -62,6 +70,13 @@ pub struct Store {
 impl Store {
     pub fn open(path: &Path) -> StoreResult<Store> {
         let mut conn = Connection::open(path)?;
+        // a database from a newer kernel is refused before anything here
+        // writes to it (not even the journal mode)
+        let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let known = MIGRATIONS.last().map_or(0, |(n, _)| *n);
+        if found > known {
+            return Err(StoreError::NewerSchema { found, known });
+        }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -147,6 +162,25 @@ pub(crate) fn test_store() -> Store {
 #[cfg(test)]
 mod tests {
     use crate::lifecycle::Status;
+
+    #[test]
+    fn a_database_from_a_newer_kernel_is_refused_and_left_alone() {
+        let path = std::env::temp_dir().join(format!("opkernel-newer-{}.db", uuid::Uuid::new_v4()));
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let before = std::fs::read(&path).unwrap();
+        match super::Store::open(&path) {
+            Err(e @ super::StoreError::NewerSchema { found: 99, .. }) => {
+                assert!(e.to_string().contains("written by a newer opkernel"), "{e}")
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a newer database was opened"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), before, "the file changed");
+        assert!(!path.with_extension("db-wal").exists());
+        let _ = std::fs::remove_file(&path);
+    }
 
     #[test]
     fn schema_check_lists_every_status() {

@@ -1,0 +1,228 @@
+//! Bounded growth of the control plane (SPEC §21): which ops' files may
+//! go (delivered, older than the files' retention), and the purge of
+//! finished top-level run trees older than the control plane's retention,
+//! whole and in one transaction, recorded in the kernel's own journal.
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde_json::json;
+
+use super::{now_ms, Store, StoreError, StoreResult};
+use crate::lifecycle::{live_sql, terminal_sql};
+
+/// An op whose files may be removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrunableOp {
+    pub id: String,
+    pub scratch_key: String,
+}
+
+/// One purged run tree, as the kernel journal records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgedTree {
+    pub root: String,
+    pub runs: Vec<String>,
+    pub ops: usize,
+    pub events: usize,
+}
+
+/// The tables a purge empties for a tree's runs, in order (rows of runs
+/// and their ancestry last).
+const PURGED_TABLES: [&str; 6] = ["events", "usage", "ops", "reports", "notes", "schedules"];
+
+/// Top-level runs whose whole tree is finished and has been quiet since
+/// before `cutoff`: every run completed or cancelled, or none with a live
+/// op, an undelivered result, a pending note, an unacked report or a
+/// schedule that may still fire.
+fn purgeable_roots(conn: &Connection, cutoff: i64, limit: u32) -> StoreResult<Vec<String>> {
+    let sql = format!(
+        "SELECT r.run_id FROM runs r WHERE r.parent_run_id IS NULL AND r.created_at < ?1 \
+         AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN runs d ON d.run_id = a.run_id \
+             WHERE a.ancestor_id = r.run_id AND (d.created_at >= ?1 \
+             OR COALESCE(d.state_changed_at, 0) >= ?1)) \
+         AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN ops o ON o.run_id = a.run_id \
+             WHERE a.ancestor_id = r.run_id AND (o.status NOT IN ({terminal}) \
+             OR o.finished_at >= ?1 \
+             OR (o.background = 1 AND o.report_id IS NULL AND o.delivered_inline = 0))) \
+         AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN notes n ON n.run_id = a.run_id \
+             WHERE a.ancestor_id = r.run_id AND (n.report_id IS NULL OR n.created_at >= ?1)) \
+         AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN reports p ON p.run_id = a.run_id \
+             WHERE a.ancestor_id = r.run_id AND (p.acked_at IS NULL OR p.created_at >= ?1)) \
+         AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN schedules s ON s.run_id = a.run_id \
+             JOIN runs sr ON sr.run_id = s.run_id WHERE a.ancestor_id = r.run_id \
+             AND s.enabled = 1 AND s.next_due_at IS NOT NULL \
+             AND sr.state IN ('active', 'paused')) \
+         AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN events e ON e.run_id = a.run_id \
+             WHERE a.ancestor_id = r.run_id AND e.at >= ?1) \
+         ORDER BY r.created_at LIMIT ?2",
+        terminal = terminal_sql()
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![cutoff, limit], |r| r.get(0))?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The runs of a tree, the root included.
+fn tree_runs(conn: &Connection, root: &str) -> StoreResult<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1 ORDER BY distance",
+    )?;
+    let rows = stmt.query_map([root], |r| r.get(0))?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Purges one tree in the caller's transaction: marks its runs as being
+/// purged (the append-only triggers let exactly those rows go), deletes
+/// every row of theirs, unmarks them, and records the purge.
+fn purge_tree(conn: &Connection, root: &str, cutoff: i64) -> StoreResult<Option<PurgedTree>> {
+    // re-checked inside the purge's own transaction: nothing may have
+    // arrived since the candidates were listed
+    if !purgeable_roots(conn, cutoff, u32::MAX)?
+        .iter()
+        .any(|r| r == root)
+    {
+        return Ok(None);
+    }
+    let runs = tree_runs(conn, root)?;
+    let mut mark = conn.prepare_cached("INSERT INTO purging (run_id) VALUES (?1)")?;
+    for run in &runs {
+        mark.execute([run])?;
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for table in PURGED_TABLES {
+        let n = conn.execute(
+            &format!("DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM purging)"),
+            [],
+        )?;
+        counts.insert(table, n);
+    }
+    conn.execute(
+        "DELETE FROM run_ancestry WHERE run_id IN (SELECT run_id FROM purging)",
+        [],
+    )?;
+    let n_runs = conn.execute(
+        "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM purging)",
+        [],
+    )?;
+    conn.execute("DELETE FROM purging", [])?;
+    if n_runs != runs.len() {
+        return Err(StoreError::Corrupt(format!(
+            "purge of run tree {root} removed {n_runs} of its {} runs",
+            runs.len()
+        )));
+    }
+    conn.prepare_cached("INSERT INTO kernel_journal (at, kind, data) VALUES (?1, ?2, ?3)")?
+        .execute(params![
+            now_ms(),
+            "run_tree.purged",
+            json!({"root": root, "runs": runs, "rows": counts, "quiet_before": cutoff}).to_string()
+        ])?;
+    Ok(Some(PurgedTree {
+        root: root.to_owned(),
+        ops: counts["ops"],
+        events: counts["events"],
+        runs,
+    }))
+}
+
+impl Store {
+    /// Ops whose files may go: terminal, delivered (in a report, inline, or
+    /// a foreground op's), ended before `cutoff`, files still there.
+    pub async fn prunable_ops(&self, cutoff: i64, limit: u32) -> StoreResult<Vec<PrunableOp>> {
+        self.call(move |conn| {
+            let sql = format!(
+                "SELECT id, scratch_key FROM ops WHERE files_pruned_at IS NULL \
+                 AND finished_at IS NOT NULL AND finished_at < ?1 AND status IN ({}) \
+                 AND (background = 0 OR report_id IS NOT NULL OR delivered_inline = 1) \
+                 ORDER BY finished_at LIMIT ?2",
+                terminal_sql()
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map(params![cutoff, limit], |r| {
+                Ok(PrunableOp {
+                    id: r.get(0)?,
+                    scratch_key: r.get(1)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// Records that an op's files are gone (its log endpoint answers 410).
+    pub async fn mark_files_pruned(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.prepare_cached(
+                "UPDATE ops SET files_pruned_at = ?2 WHERE id = ?1 AND files_pruned_at IS NULL",
+            )?
+            .execute(params![id, now_ms()])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// When an op's files were pruned; `None` while they are kept (or for
+    /// an unknown op).
+    pub async fn files_pruned_at(&self, id: &str) -> StoreResult<Option<i64>> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT files_pruned_at FROM ops WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()?
+                .flatten())
+        })
+        .await
+    }
+
+    /// Purges finished top-level run trees quiet since before `cutoff`, at
+    /// most `limit` of them, each whole in its own transaction.
+    pub async fn purge_finished_trees(
+        &self,
+        cutoff: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<PurgedTree>> {
+        self.call(move |conn| {
+            let roots = purgeable_roots(conn, cutoff, limit)?;
+            let mut purged = Vec::new();
+            for root in roots {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                if let Some(tree) = purge_tree(&tx, &root, cutoff)? {
+                    tx.commit()?;
+                    purged.push(tree);
+                }
+            }
+            // kernels that started long ago and observe nothing any more
+            conn.prepare_cached(&format!(
+                "DELETE FROM kernels WHERE started_at < ?1 AND id NOT IN \
+                 (SELECT kernel_id FROM ops WHERE kernel_id IS NOT NULL AND status IN ({}))",
+                live_sql()
+            ))?
+            .execute([cutoff])?;
+            Ok(purged)
+        })
+        .await
+    }
+
+    /// The kernel journal, oldest first: `(seq, at, kind, data)`.
+    pub async fn kernel_journal(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<(i64, i64, String, String)>> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, at, kind, data FROM kernel_journal WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![after, limit], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+#[path = "retention_tests.rs"]
+mod tests;

@@ -1,0 +1,201 @@
+use crate::lifecycle::Outcome;
+use crate::store::{test_store, Admission, NewOp, NewRun, Settlement, StartRequest, Store};
+use crate::tasks::{Budget, RunAction};
+
+fn start(run: &str, background: bool) -> StartRequest {
+    StartRequest {
+        run_id: run.into(),
+        scratch_key: format!("key-{run}"),
+        command: vec!["true".into()],
+        background,
+        timeout_sec: 60,
+        idempotency_key: None,
+        approval: None,
+        schedule_id: None,
+    }
+}
+
+fn done() -> Settlement {
+    Settlement {
+        outcome: Outcome::Completed {
+            exit_code: 0,
+            killed: false,
+        },
+        output_tail: Some("tail".into()),
+        log: None,
+        usage: Some(sandbox::Usage {
+            cpu_ms: 5,
+            max_rss_kb: 1,
+        }),
+        leftovers: 0,
+        ended_at: None,
+        charge_cap_ms: None,
+    }
+}
+
+async fn op(store: &Store, run: &str, background: bool) -> String {
+    let NewOp::Created(op) = store
+        .insert_op(start(run, background), Admission::UNLIMITED)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    op.id
+}
+
+async fn child(store: &Store, id: &str, parent: &str) {
+    store
+        .create_run(NewRun {
+            run_id: id.into(),
+            parent: Some(parent.into()),
+            envelope: None,
+            budget: Budget::default(),
+            token_sha256: format!("sha-{id}"),
+            idempotency_key: None,
+            limits: Admission::UNLIMITED,
+        })
+        .await
+        .unwrap();
+}
+
+async fn count(store: &Store, sql: &'static str) -> i64 {
+    store
+        .call(move |c| Ok(c.query_row(sql, [], |r| r.get(0))?))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn only_delivered_ops_files_may_go() {
+    let store = test_store();
+    let fg = op(&store, "r", false).await;
+    let bg = op(&store, "r", true).await;
+    let live = op(&store, "r", true).await;
+    for id in [&fg, &bg] {
+        assert!(store.settle(id, done()).await.unwrap());
+    }
+    let later = crate::store::now_ms() + 1000;
+    let ids =
+        |list: Vec<crate::store::PrunableOp>| list.into_iter().map(|p| p.id).collect::<Vec<_>>();
+    // the background result is not delivered yet; the live op never goes
+    let first = ids(store.prunable_ops(later, 100).await.unwrap());
+    assert_eq!(first, std::slice::from_ref(&fg));
+    let report = store.drain_report("r").await.unwrap().unwrap();
+    assert_eq!(report.resolved.len(), 1);
+    let mut got = ids(store.prunable_ops(later, 100).await.unwrap());
+    got.sort();
+    let mut want = vec![fg.clone(), bg.clone()];
+    want.sort();
+    assert_eq!(got, want);
+    // nothing is older than a cutoff in the past
+    assert!(store.prunable_ops(0, 100).await.unwrap().is_empty());
+    store.mark_files_pruned(&fg).await.unwrap();
+    assert!(store.files_pruned_at(&fg).await.unwrap().is_some());
+    assert_eq!(store.files_pruned_at(&live).await.unwrap(), None);
+    assert_eq!(ids(store.prunable_ops(later, 100).await.unwrap()), [bg]);
+}
+
+#[tokio::test]
+async fn a_finished_tree_is_purged_whole_and_recorded() {
+    let store = test_store();
+    store.ensure_run("keep").await.unwrap();
+    let kept = op(&store, "keep", true).await;
+    store.ensure_run("gone").await.unwrap();
+    child(&store, "gone.c", "gone").await;
+    let a = op(&store, "gone", true).await;
+    let b = op(&store, "gone.c", true).await;
+    for id in [&a, &b] {
+        assert!(store.settle(id, done()).await.unwrap());
+    }
+    store.add_note("gone", "hello").await.unwrap();
+    let later = crate::store::now_ms() + 1000;
+    // undelivered results and an unacked report keep the tree
+    assert!(store
+        .purge_finished_trees(later, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    for run in ["gone", "gone.c"] {
+        let r = store.drain_report(run).await.unwrap().unwrap();
+        assert!(store
+            .purge_finished_trees(later, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(store
+            .ack_report(run, r.report_id.as_deref().unwrap())
+            .await
+            .unwrap());
+    }
+    store
+        .change_run("gone", RunAction::Cancel, "operator", None)
+        .await
+        .unwrap();
+    // recent activity keeps it too
+    assert!(store.purge_finished_trees(0, 10).await.unwrap().is_empty());
+    let purged = store.purge_finished_trees(later + 1000, 10).await.unwrap();
+    assert_eq!(purged.len(), 1, "{purged:?}");
+    assert_eq!(purged[0].root, "gone");
+    assert_eq!(purged[0].runs, ["gone", "gone.c"]);
+    assert_eq!(purged[0].ops, 2);
+    for sql in [
+        "SELECT COUNT(*) FROM ops WHERE run_id LIKE 'gone%'",
+        "SELECT COUNT(*) FROM events WHERE run_id LIKE 'gone%'",
+        "SELECT COUNT(*) FROM usage WHERE run_id LIKE 'gone%'",
+        "SELECT COUNT(*) FROM reports WHERE run_id LIKE 'gone%'",
+        "SELECT COUNT(*) FROM notes WHERE run_id LIKE 'gone%'",
+        "SELECT COUNT(*) FROM runs WHERE run_id LIKE 'gone%'",
+        "SELECT COUNT(*) FROM run_ancestry WHERE run_id LIKE 'gone%'",
+        "SELECT COUNT(*) FROM purging",
+    ] {
+        assert_eq!(count(&store, sql).await, 0, "{sql}");
+    }
+    // the live tree is untouched, and the purge is in the kernel journal
+    assert!(store.get_op(&kept).await.unwrap().is_some());
+    let journal = store.kernel_journal(0, 10).await.unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(journal[0].2, "run_tree.purged");
+    assert!(
+        journal[0].3.contains("\"root\":\"gone\""),
+        "{}",
+        journal[0].3
+    );
+}
+
+#[tokio::test]
+async fn the_append_only_tables_give_up_rows_only_to_a_purge() {
+    let store = test_store();
+    store.ensure_run("r").await.unwrap();
+    let id = op(&store, "r", true).await;
+    store.settle(&id, done()).await.unwrap();
+    let usage = crate::store::ModelUsage {
+        model: "m".into(),
+        input_tokens: 1,
+        output_tokens: 1,
+        cost_micros: 0,
+    };
+    store.record_model_usage("r", usage, None).await.unwrap();
+    store
+        .call(|c| {
+            Ok(c.execute(
+                "INSERT INTO kernel_journal (at, kind) VALUES (1, 'test')",
+                [],
+            )?)
+        })
+        .await
+        .unwrap();
+    for sql in [
+        "DELETE FROM events",
+        "DELETE FROM usage",
+        "UPDATE events SET kind = 'x'",
+        "DELETE FROM kernel_journal",
+    ] {
+        let err = store
+            .call(move |c| Ok(c.execute(sql, [])?))
+            .await
+            .expect_err(sql);
+        assert!(err.to_string().contains("append-only"), "{sql}: {err}");
+    }
+    assert!(count(&store, "SELECT COUNT(*) FROM events").await > 0);
+}
