@@ -132,7 +132,15 @@ pub async fn clock_step(kit: &Kit) -> anyhow::Result<String> {
     k.client
         .post(&format!("/v1/drill/observer-wake/{op}"), &json!({}))
         .await?;
+    // and a failed attempt makes the next one compute it again, after
+    // the step: it must carry the first reading, not read the clock anew
+    k.client
+        .post(&format!("/v1/drill/observer-fault/{op}"), &json!({}))
+        .await?;
     let s = k.wait_terminal(&op, LONG).await?;
+    check(s["attempt"].as_u64() >= Some(2), || {
+        format!("no second attempt after the step: {s}")
+    })?;
     check(s["status"] == "completed" && s["exit_code"] == 0, || {
         format!("a forward clock step timed the op out: {s}")
     })?;
@@ -143,7 +151,7 @@ pub async fn clock_step(kit: &Kit) -> anyhow::Result<String> {
         t["status"] == "timed_out" && t["effect"] == "uncertain",
         || format!("timeout after the step: {t}"),
     )?;
-    Ok("wall clock stepped +2 h: the running op completed 0; a 2 s timeout still fired".into())
+    Ok("wall clock stepped +2 h, then an observer attempt failed: the next attempt kept the deadline; the op completed 0; a 2 s timeout still fired".into())
 }
 
 /// A kill of a command that honours SIGTERM (slowly) is interrupted by a

@@ -53,9 +53,11 @@ impl Timing {
     }
 }
 
-/// One reading of both clocks, taken once per attempt: wall-clock times of
-/// the control plane become monotonic instants through it, so a later step
-/// of the wall clock moves no deadline.
+/// One reading of both clocks, taken once per supervision of an op and
+/// carried forward to each attempt on the monotonic clock ([`Clock::at`]):
+/// wall-clock times of the control plane become monotonic instants through
+/// it, so a later step of the wall clock moves no deadline, not even for
+/// an attempt that starts after the step.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     pub wall_ms: i64,
@@ -63,6 +65,19 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// This reading carried forward on the monotonic clock to `now`: the
+    /// same mapping of wall-clock times to instants, with `now` as the
+    /// reading's moment (whatever the wall clock did since).
+    pub fn at(&self, now: Instant) -> Clock {
+        let since = now.saturating_duration_since(self.mono).as_millis();
+        Clock {
+            wall_ms: self
+                .wall_ms
+                .saturating_add(since.min(i64::MAX as u128) as i64),
+            mono: now,
+        }
+    }
+
     /// The monotonic instant of a wall-clock time.
     pub fn instant(&self, wall_ms: i64) -> Instant {
         let delta = Duration::from_millis(wall_ms.abs_diff(self.wall_ms));

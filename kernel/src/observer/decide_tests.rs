@@ -628,6 +628,21 @@ fn timeouts_count_from_the_recorded_start() {
     assert_eq!(later.instant(started + 60_000), due);
     // a deadline already past stays past (no fresh budget after a restart)
     assert!(later.instant(started + 10_000) < later.mono);
+    // a later attempt of the same supervision carries the reading forward
+    // on the monotonic clock: a wall-clock step between attempts (+2 h
+    // here) moves no deadline, where a fresh reading would have put it
+    // 2 h in the past
+    let carried = clock.at(clock.mono + 20 * SEC);
+    assert_eq!(carried.mono, clock.mono + 20 * SEC);
+    assert_eq!(carried.instant(started + 60_000), due);
+    let stepped = Clock {
+        wall_ms: clock.wall_ms + 20_000 + 7_200_000,
+        mono: clock.mono + 20 * SEC,
+    };
+    assert!(
+        stepped.instant(started + 60_000) < stepped.mono,
+        "a fresh reading is fooled"
+    );
 
     let w = World::new();
     check(vec![

@@ -501,6 +501,15 @@ fn inbox_file(h: &Harness, op: &str, state: &str) -> PathBuf {
         .join(format!("{op}.{state}"))
 }
 
+fn assert_no_handover(h: &Harness, op: &str) {
+    for state in ["req", "claimed", "withdrawn"] {
+        assert!(
+            !inbox_file(h, op, state).exists(),
+            "{op}.{state} left in the inbox"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_claimed_request_runs_without_any_exec() {
     let h = harness_with(OnStart::Exit(5), Launcher::Claims).await;
@@ -511,7 +520,8 @@ async fn a_claimed_request_runs_without_any_exec() {
     assert_eq!(*h.fake.claims.lock(), vec![op.id.clone()]);
     assert_eq!(h.starts(), 0, "the launcher ran it; no docker exec");
     assert!(h.fake.launches.lock().is_empty());
-    assert!(inbox_file(&h, &op.id, "claimed").exists());
+    // settled: its handover files left the inbox (SPEC §21)
+    assert_no_handover(&h, &op.id);
 }
 
 #[tokio::test]
@@ -522,8 +532,7 @@ async fn an_unclaimed_request_is_taken_back_and_started_once_by_exec() {
     let done = h.terminal(&op.id).await;
     assert_eq!((done.status, done.exit_code), (Status::Completed, Some(0)));
     assert_eq!(h.starts(), 1, "exactly one path ran it");
-    assert!(inbox_file(&h, &op.id, "withdrawn").exists());
-    assert!(!inbox_file(&h, &op.id, "req").exists());
+    assert_no_handover(&h, &op.id);
     // a launcher that wakes up now finds nothing to claim
     assert_eq!(h.fake.claim_pending(), 0);
 }
@@ -591,7 +600,7 @@ async fn a_request_left_by_a_dead_kernel_runs_exactly_once() {
         } else {
             assert_eq!((done.status, done.exit_code), (Status::Completed, Some(0)));
             assert_eq!(h.starts(), 1);
-            assert!(inbox_file(&h, &op.id, "withdrawn").exists());
+            assert_no_handover(&h, &op.id);
         }
     }
 }

@@ -42,15 +42,18 @@ pub struct ObserverAttempt {
     /// This attempt launched the op, into the container it just ensured:
     /// watching needs no second look at that container.
     launched: bool,
+    /// The supervision's one clock reading, carried to this attempt.
+    anchor: decide::Clock,
 }
 
 impl ObserverAttempt {
-    pub fn new(kernel: Arc<Kernel>, op: Op, inbox: Arc<Inbox>) -> Self {
+    pub fn new(kernel: Arc<Kernel>, op: Op, inbox: Arc<Inbox>, anchor: decide::Clock) -> Self {
         ObserverAttempt {
             kernel,
             op,
             inbox,
             launched: false,
+            anchor,
         }
     }
 

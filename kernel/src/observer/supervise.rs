@@ -67,6 +67,12 @@ async fn begin(
 async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fresh: Option<Op>) {
     let mut start = AttemptStart::Clean;
     let mut last_error = String::new();
+    // one wall-clock reading for every attempt of this supervision: a
+    // later attempt maps the recorded start to the same deadline
+    let anchor = super::decide::Clock {
+        wall_ms: crate::store::now_ms(),
+        mono: std::time::Instant::now(),
+    };
     loop {
         let op = match begin(&k, &op_id, fresh.take(), start).await {
             Ok(Some(op)) => op,
@@ -89,7 +95,7 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
         }
         let attempt = op.attempt;
         let began = std::time::Instant::now();
-        match run_attempt(&k, op, &handle).await {
+        match run_attempt(&k, op, &handle, anchor).await {
             Some(error) => last_error = error,
             None => break,
         }
@@ -101,9 +107,15 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
 }
 
 /// Runs one attempt; `Some(error)` when it failed and the op is still live.
-async fn run_attempt(k: &Arc<Kernel>, op: Op, handle: &OpHandle) -> Option<String> {
+async fn run_attempt(
+    k: &Arc<Kernel>,
+    op: Op,
+    handle: &OpHandle,
+    anchor: super::decide::Clock,
+) -> Option<String> {
     let op_id = op.id.clone();
-    let run = tokio::spawn(ObserverAttempt::new(k.clone(), op, handle.inbox.clone()).run());
+    let attempt = ObserverAttempt::new(k.clone(), op, handle.inbox.clone(), anchor);
+    let run = tokio::spawn(attempt.run());
     // an attempt that stays healthy ends any run of failures, also across restarts
     let healthy = {
         let (k, id) = (k.clone(), op_id.clone());

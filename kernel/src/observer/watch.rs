@@ -15,7 +15,6 @@ use crate::inbox::{Wake, Wakes};
 use crate::kernel::Kernel;
 use crate::lifecycle::{KillReason, Outcome, Status};
 use crate::probes::{ProbeFailure, Watched};
-use crate::store::now_ms;
 
 /// Removes an op from its container monitor when the attempt ends, however it ends.
 struct MonitorGuard {
@@ -61,10 +60,7 @@ impl ObserverAttempt {
                 return self.settle(outcome).await;
             }
         }
-        let clock = Clock {
-            wall_ms: now_ms(),
-            mono: Instant::now(),
-        };
+        let clock = self.anchor.at(Instant::now());
         let mut s = self.initial_state(&clock);
         let mut monitored: Option<MonitorGuard> = None;
         let mut e = self.gather(&mut s, &ops, self.inbox.take()).await?;
