@@ -21,6 +21,9 @@ pub enum Wake {
     Kill = 4,
     /// A drill asked the current observer attempt to fail.
     Fault = 8,
+    /// A drill asked the op's supervisor to give up (as one whose final
+    /// write failed would): the op is left without an observer.
+    Abandon = 16,
 }
 
 /// The set of wakes taken at once.

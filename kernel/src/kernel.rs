@@ -374,6 +374,18 @@ impl Kernel {
         self.config.drills && self.post(op_id, Wake::Fault)
     }
 
+    /// Drill fault hook: the op's supervisor gives up without settling it,
+    /// leaving the op to the watchdog. False when drills are off or the op
+    /// has no observer here.
+    pub fn inject_supervisor_end(&self, op_id: &str) -> bool {
+        self.config.drills && self.post(op_id, Wake::Abandon)
+    }
+
+    /// Whether this kernel observes the op now.
+    pub fn observes(&self, op_id: &str) -> bool {
+        self.handle(op_id).is_some()
+    }
+
     /// Drill hook: a spurious wake-up of the op's observer (as any file
     /// event is); an observer must take it calmly.
     pub fn wake_observer(&self, op_id: &str) -> bool {

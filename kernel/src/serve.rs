@@ -16,6 +16,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     kernel.spawn_housekeeping();
     crate::reaper::spawn_periodic(kernel.clone());
     crate::retention::spawn(kernel.clone());
+    crate::observer::spawn_watchdog(kernel.clone());
     let scheduler = crate::scheduler::Scheduler::start(kernel.clone()).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_ready(listener.local_addr()?);

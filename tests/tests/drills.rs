@@ -50,6 +50,7 @@ drills!(
     killed_from_inside => "killed-from-inside",
     container_removed => "container-removed",
     container_pause => "container-pause",
+    supervisor_lost => "supervisor-lost",
     garbage_code => "garbage-code",
     pid_reused => "pid-reused",
     kill_interrupted => "kill-interrupted",

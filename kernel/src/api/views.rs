@@ -134,6 +134,26 @@ pub async fn observer_fault(
     ))
 }
 
+/// Drill hook: the op's supervisor gives up without settling it (as one
+/// whose final write failed); the watchdog must take the op over.
+pub async fn supervisor_end(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+) -> ApiResult<Json<Value>> {
+    require_drills(&k, &principal)?;
+    let op = visible_op(&k, &principal, &id).await?;
+    if !k.inject_supervisor_end(&op.id) {
+        return Err(ApiError::conflict(format!(
+            "operation {} has no observer in this kernel (it is terminal)",
+            op.id
+        )));
+    }
+    Ok(Json(
+        json!({"operation_id": op.id, "fault": "the supervisor gives up at the attempt's next step"}),
+    ))
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClockStep {

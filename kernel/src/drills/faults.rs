@@ -317,3 +317,39 @@ pub async fn container_pause(kit: &Kit) -> anyhow::Result<String> {
         paused.elapsed().as_secs_f64()
     ))
 }
+
+/// The op's supervisor gives up without settling it (as one whose final
+/// `lost` write failed): the watchdog starts a new supervisor within a
+/// few seconds, whose attempt attaches; the op ends once, with its code.
+pub async fn supervisor_lost(kit: &Kit) -> anyhow::Result<String> {
+    let k = kit.start("orphan", &[]).await?;
+    let run = unique_run("orphan");
+    let (op, _, _) = running_op(&k, &run, &["sh", "-c", "sleep 6; exit 4"]).await?;
+    let before = k.state(&op).await?["attempt"].as_u64().unwrap_or(0);
+    k.client
+        .post(&format!("/v1/drill/supervisor-end/{op}"), &json!({}))
+        .await?;
+    let given_up = Instant::now();
+    let taken = k
+        .wait_state(&op, Duration::from_secs(15), |s| {
+            s["attempt"].as_u64() > Some(before)
+        })
+        .await?;
+    let after = given_up.elapsed();
+    check(k.log().contains("the watchdog starts one"), || {
+        "no watchdog line in the kernel's log".to_owned()
+    })?;
+    check(after < Duration::from_secs(8), || {
+        format!("the watchdog took {after:?}")
+    })?;
+    check(taken["status"] == "running", || format!("{taken}"))?;
+    let s = k.wait_terminal(&op, LONG).await?;
+    check(s["status"] == "completed" && s["exit_code"] == 4, || {
+        format!("{s}")
+    })?;
+    Ok(format!(
+        "supervisor gave up; the watchdog attached attempt {} after {:.1} s; completed 4",
+        taken["attempt"],
+        after.as_secs_f64()
+    ))
+}

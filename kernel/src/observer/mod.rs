@@ -19,7 +19,8 @@ mod supervise;
 mod watch;
 
 pub use supervise::{
-    attempt_start_after_failure, recover, spawn, spawn_fresh, MAX_FAILED_ATTEMPTS,
+    attempt_start_after_failure, recover, spawn, spawn_fresh, spawn_watchdog, MAX_FAILED_ATTEMPTS,
+    WATCHDOG_EVERY,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,8 @@ pub enum ObserverError {
     Vanished(String),
     #[error("fault injected by a drill")]
     Injected,
+    #[error("the supervisor was told to give up by a drill")]
+    Abandoned,
 }
 
 type Step = Result<(), ObserverError>;

@@ -96,7 +96,11 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
         let attempt = op.attempt;
         let began = std::time::Instant::now();
         match run_attempt(&k, op, &handle, anchor).await {
-            Some(error) => last_error = error,
+            Some(AttemptEnd::Failed(error)) => last_error = error,
+            Some(AttemptEnd::GiveUp) => {
+                tracing::warn!(op = %op_id, "supervisor gives up; the watchdog takes the op over");
+                break;
+            }
             None => break,
         }
         tracing::warn!(op = %op_id, attempt, error = %last_error, "observer attempt failed; restarting");
@@ -106,13 +110,54 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
     k.release_handle(&op_id);
 }
 
-/// Runs one attempt; `Some(error)` when it failed and the op is still live.
+/// Why an attempt ended with the op still live.
+enum AttemptEnd {
+    /// Retry as the next attempt, with this error.
+    Failed(String),
+    /// The supervisor gives up (a drill's fault): the watchdog takes over.
+    GiveUp,
+}
+
+/// How often the watchdog looks for observed ops without an observer.
+pub const WATCHDOG_EVERY: Duration = Duration::from_secs(2);
+
+/// The watchdog: every observed (starting or running) op this kernel does
+/// not observe gets a supervisor, a few seconds at most after it lost its
+/// own (a supervisor whose final write failed, a drill). An op inserted a
+/// moment ago is left to the supervisor its inserter is starting.
+pub fn spawn_watchdog(k: Arc<Kernel>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(WATCHDOG_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let live = match k.store.live_ops().await {
+                Ok(live) => live,
+                Err(e) => {
+                    tracing::warn!(%e, "watchdog cannot list live ops");
+                    continue;
+                }
+            };
+            let settled_in = crate::store::now_ms() - WATCHDOG_EVERY.as_millis() as i64;
+            for op in live {
+                let orphan =
+                    op.status.is_observed() && !k.observes(&op.id) && op.created_at < settled_in;
+                if orphan {
+                    tracing::warn!(op = %op.id, "live op without an observer: the watchdog starts one");
+                    spawn(&k, op.id);
+                }
+            }
+        }
+    });
+}
+
+/// Runs one attempt; `Some(end)` when it ended with the op still live.
 async fn run_attempt(
     k: &Arc<Kernel>,
     op: Op,
     handle: &OpHandle,
     anchor: super::decide::Clock,
-) -> Option<String> {
+) -> Option<AttemptEnd> {
     let op_id = op.id.clone();
     let attempt = ObserverAttempt::new(k.clone(), op, handle.inbox.clone(), anchor);
     let run = tokio::spawn(attempt.run());
@@ -128,16 +173,18 @@ async fn run_attempt(
     };
     let ended = run.await;
     healthy.abort();
+    let failed = |e: String| Some(AttemptEnd::Failed(e));
     match ended {
         Ok(Ok(())) => match k.store.get_op(&op_id).await {
             Ok(Some(op)) if !op.status.is_terminal() => {
-                Some("attempt ended without settling".into())
+                failed("attempt ended without settling".into())
             }
             _ => None,
         },
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(join) if join.is_panic() => Some("observer panicked".into()),
-        Err(join) => Some(join.to_string()),
+        Ok(Err(super::ObserverError::Abandoned)) => Some(AttemptEnd::GiveUp),
+        Ok(Err(e)) => failed(e.to_string()),
+        Err(join) if join.is_panic() => failed("observer panicked".into()),
+        Err(join) => failed(join.to_string()),
     }
 }
 

@@ -193,6 +193,9 @@ impl ObserverAttempt {
         ops: &OpsDir,
         wakes: Wakes,
     ) -> Result<Evidence, ObserverError> {
+        if wakes.has(Wake::Abandon) {
+            return Err(ObserverError::Abandoned);
+        }
         if wakes.has(Wake::Fault) {
             return Err(ObserverError::Injected);
         }
