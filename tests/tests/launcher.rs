@@ -53,11 +53,16 @@ async fn ops_start_through_the_resident_launcher(image: Image) {
             "{s}"
         );
         assert_eq!(s["output_tail"], format!("op{i}\n"));
-        assert_eq!(
-            inbox_states(&dir, op),
-            ["claimed"],
-            "{op} went through the launcher"
-        );
+        // it went through the launcher: handed over, no docker exec made;
+        // and settled, its handover files left the inbox (SPEC §21)
+        let launched = k
+            .sql_offline_query(&format!(
+                "SELECT COUNT(*) FROM ops WHERE id = '{op}' \
+                 AND handed_over_at IS NOT NULL AND exec_id IS NULL"
+            ))
+            .unwrap();
+        assert_eq!(launched, 1, "{op} went through the launcher");
+        assert!(inbox_states(&dir, op).is_empty(), "{op} left its handover files");
     }
     // the launcher is the container's main process, root, and recorded
     let container = k.container_of(&ops[0]).await.unwrap();
