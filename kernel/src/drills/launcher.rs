@@ -128,6 +128,33 @@ async fn settle_all(
     Ok(statuses)
 }
 
+/// How the control plane says an op was started: handed to the launcher
+/// and run by it, or taken back and run by `docker exec` (its exec id is
+/// recorded). The handover files leave the inbox once the op settles, so
+/// this record is the lasting evidence.
+#[derive(Debug, PartialEq, Eq)]
+enum StartedBy {
+    Launcher,
+    Exec,
+    Neither,
+}
+
+fn started_by(k: &KernelProcess, op: &str) -> anyhow::Result<StartedBy> {
+    sandbox::shim::validate_op_id(op)?;
+    let q = |cond: &str| {
+        k.sql_offline_query(&format!(
+            "SELECT COUNT(*) FROM ops WHERE id = '{op}' AND handed_over_at IS NOT NULL AND {cond}"
+        ))
+    };
+    Ok(if q("exec_id IS NULL AND pid IS NOT NULL")? == 1 {
+        StartedBy::Launcher
+    } else if q("exec_id IS NOT NULL")? == 1 {
+        StartedBy::Exec
+    } else {
+        StartedBy::Neither
+    })
+}
+
 fn tally(statuses: &HashMap<String, String>) -> String {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for s in statuses.values() {
@@ -164,8 +191,10 @@ pub async fn launcher_killed_pending(kit: &Kit) -> anyhow::Result<String> {
         format!("not all completed: {statuses:?}")
     })?;
     for op in &ops {
-        let withdrawn = scratch_path(&k, &run, &format!(".ops/inbox/{op}.withdrawn"));
-        check(withdrawn.exists(), || format!("{op} was not taken back"))?;
+        let by = started_by(&k, op)?;
+        check(by == StartedBy::Exec, || {
+            format!("{op} was not taken back: {by:?}")
+        })?;
     }
     Ok(format!(
         "3 pending requests, launcher killed: taken back and run once each by exec ({})",
@@ -205,12 +234,13 @@ pub async fn kernel_killed_after_filing(kit: &Kit) -> anyhow::Result<String> {
     check(statuses.values().all(|s| s == "completed"), || {
         format!("not all completed: {statuses:?}")
     })?;
-    let inbox = |op: &str, state: &str| scratch_path(&k, &run, &format!(".ops/inbox/{op}.{state}"));
-    check(inbox(&claimed_while_down, "claimed").exists(), || {
-        "the first request was not claimed by the launcher".into()
+    let first = started_by(&k, &claimed_while_down)?;
+    check(first == StartedBy::Launcher, || {
+        format!("the first request was not claimed by the launcher: {first:?}")
     })?;
-    check(inbox(&taken_back, "withdrawn").exists(), || {
-        "the second request was not taken back".into()
+    let second = started_by(&k, &taken_back)?;
+    check(second == StartedBy::Exec, || {
+        format!("the second request was not taken back: {second:?}")
     })?;
     // the thawed launcher finds nothing left to run
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -267,10 +297,13 @@ pub async fn container_restarted_pending(kit: &Kit) -> anyhow::Result<String> {
     })?;
     let statuses = settle_all(&k, &run, std::slice::from_ref(&op)).await?;
     check(statuses[&op] == "completed", || format!("{statuses:?}"))?;
-    let claimed = scratch_path(&k, &run, &format!(".ops/inbox/{op}.claimed")).exists();
+    let by = started_by(&k, &op)?;
+    check(by != StartedBy::Neither, || {
+        "no record of how it started".into()
+    })?;
     Ok(format!(
         "container restarted under a pending request: ran once ({})",
-        if claimed {
+        if by == StartedBy::Launcher {
             "claimed by the new launcher"
         } else {
             "taken back, run by exec"
@@ -304,12 +337,12 @@ pub async fn request_flood(kit: &Kit) -> anyhow::Result<String> {
     check(statuses.values().all(|s| s == "completed"), || {
         format!("not all completed: {}", tally(&statuses))
     })?;
-    let withdrawn = ops
-        .iter()
-        .filter(|op| scratch_path(&k, &run, &format!(".ops/inbox/{op}.withdrawn")).exists())
-        .count();
-    check(withdrawn == 0, || {
-        format!("{withdrawn} requests fell back to docker exec")
+    let mut by_launcher = 0;
+    for op in &ops {
+        by_launcher += (started_by(&k, op)? == StartedBy::Launcher) as usize;
+    }
+    check(by_launcher == ops.len(), || {
+        format!("only {by_launcher} of 500 ran through the launcher (the rest by docker exec)")
     })?;
     Ok(format!(
         "500 requests filed in {:.2}s, all run once and delivered once in {:.2}s; 0 fell back to exec",
