@@ -4,6 +4,8 @@
 -- tail, and remembers when its files went.
 ALTER TABLE ops ADD COLUMN files_pruned_at INTEGER;
 CREATE INDEX ops_files_kept ON ops (finished_at) WHERE files_pruned_at IS NULL AND finished_at IS NOT NULL;
+-- "has this run been quiet since T": one index probe per run
+CREATE INDEX events_by_run_at ON events (run_id, at);
 
 -- the kernel's own journal (not a run's): purges of finished run trees.
 -- Append-only like the runs' journals.

@@ -128,6 +128,13 @@ impl Config {
         let day = Duration::from_secs(86_400);
         let op_files_retention = env_duration("OPKERNEL_OP_FILES_RETENTION", 7 * day, &mut invalid);
         let retention = env_duration("OPKERNEL_RETENTION", 30 * day, &mut invalid);
+        // a tree is purged only once its ops' files are gone: a shorter
+        // retention than the files' would never apply
+        if retention < op_files_retention {
+            invalid.push(format!(
+                "OPKERNEL_RETENTION ({retention:?}) must be at least OPKERNEL_OP_FILES_RETENTION ({op_files_retention:?})"
+            ));
+        }
         Config {
             op_files_retention,
             retention,
@@ -207,6 +214,7 @@ impl Config {
             max_live_per_run: self.max_live_ops_per_run,
             max_live: self.max_live_ops,
             max_children: self.max_children,
+            implicit_run: true,
         }
     }
 

@@ -62,7 +62,7 @@ pub async fn run_pass(k: &Kernel) -> Result<Pass, StoreError> {
     };
     pass.inbox_files_removed = sweep_inboxes(k).await?;
     let cutoff = now_ms() - k.config.retention.as_millis() as i64;
-    for tree in k.store.purge_finished_trees(cutoff, 100).await? {
+    for tree in k.store.purge_finished_trees(cutoff, 100, &k.id).await? {
         tracing::info!(root = %tree.root, runs = tree.runs.len(), ops = tree.ops, "run tree purged");
         for run in &tree.runs {
             k.forget_run(run);
@@ -137,7 +137,9 @@ async fn sweep_inboxes(k: &Kernel) -> Result<usize, StoreError> {
                 if settled {
                     removed += dir.clear_handover(op_id).unwrap_or(0);
                 }
-            } else if matches!(state, "probe" | "listing") && age > STALE_PROBE {
+            } else if matches!(state, "probe" | "listing" | "probe.tmp" | "listing.tmp")
+                && age > STALE_PROBE
+            {
                 removed += dir.remove_inbox_entry(&name).is_ok() as usize;
             }
         }

@@ -168,7 +168,11 @@ async fn delivered_ops_files_leave_after_their_retention() {
 
 #[tokio::test]
 async fn a_finished_run_tree_leaves_the_control_plane() {
-    let k = kernel("purge", &[("OPKERNEL_RETENTION", "3s")]).await;
+    let env = [
+        ("OPKERNEL_RETENTION", "3s"),
+        ("OPKERNEL_OP_FILES_RETENTION", "1s"),
+    ];
+    let k = kernel("purge", &env).await;
     let (gone, kept) = (unique_run("gone"), unique_run("kept"));
     let (s, v) = call(&k, Method::POST, "/v1/runs", Some(json!({"run_id": gone}))).await;
     assert_eq!(s, 200, "{v}");

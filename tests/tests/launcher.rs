@@ -62,7 +62,10 @@ async fn ops_start_through_the_resident_launcher(image: Image) {
             ))
             .unwrap();
         assert_eq!(launched, 1, "{op} went through the launcher");
-        assert!(inbox_states(&dir, op).is_empty(), "{op} left its handover files");
+        assert!(
+            inbox_states(&dir, op).is_empty(),
+            "{op} left its handover files"
+        );
     }
     // the launcher is the container's main process, root, and recorded
     let container = k.container_of(&ops[0]).await.unwrap();

@@ -50,6 +50,7 @@ impl ApiError {
             Refusal::Limit(_) => Self::too_many(message),
             Refusal::Budget(_) => Self::new(StatusCode::CONFLICT, "budget_exhausted", message),
             Refusal::State { state, .. } => Self::run_state(*state, message),
+            Refusal::NoRun(_) => Self::not_found(message),
         }
     }
     /// 409 naming a run state that forbids the request.

@@ -110,7 +110,7 @@ pub async fn run_command(
     Body(req): Body<RunCommand>,
 ) -> ApiResult<Json<OpView>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
-    let meta = k.run_meta_or_create(&run).await?;
+    let meta = run_meta_for(&k, &principal, &run).await?;
     let timeout = validate(&k, &req, &meta.envelope)?;
     let key = idempotency_key(&headers)?;
     // a command an approval rule holds waits for an operator: its result
@@ -127,17 +127,43 @@ pub async fn run_command(
         approval,
         schedule_id: None,
     };
-    start_and_answer(&k, start).await
+    let limits = crate::store::Admission {
+        implicit_run: principal == Principal::Operator,
+        ..k.config.admission()
+    };
+    start_and_answer(&k, start, limits).await
+}
+
+/// The run's facts for a start: the operator's run is created when it is
+/// not recorded yet; a run token's run must exist (it may have been
+/// purged since the token was checked).
+pub async fn run_meta_for(
+    k: &AppState,
+    principal: &Principal,
+    run: &str,
+) -> ApiResult<std::sync::Arc<crate::kernel::RunMeta>> {
+    match principal {
+        Principal::Operator => Ok(k.run_meta_or_create(run).await?),
+        Principal::Run(_) => k.run_meta(run).await?.ok_or_else(|| {
+            ApiError::not_found(format!(
+                "run {run} does not exist (a finished run tree is purged after OPKERNEL_RETENTION)"
+            ))
+        }),
+    }
 }
 
 /// Inserts the op durably, hands it to its observer and answers: at once
 /// for a background op, at its end for a foreground one.
-async fn start_and_answer(k: &AppState, start: StartRequest) -> ApiResult<Json<OpView>> {
+async fn start_and_answer(
+    k: &AppState,
+    start: StartRequest,
+    limits: crate::store::Admission,
+) -> ApiResult<Json<OpView>> {
     let background = start.background;
     // the limits, the run's state and its budgets are checked in the
     // insert's transaction: an idempotent retry finds its op first, and
     // concurrent starts (or a start and a cancel) cannot pass together
-    let (op, fresh) = match k.store.insert_op(start, k.config.admission()).await? {
+    let (op, fresh) = match k.store.insert_op(start, limits).await? {
         NewOp::Created(op) => (op, true),
         NewOp::Existing(op) => (op, false),
         NewOp::KeyConflict(id) => {
@@ -212,7 +238,7 @@ pub async fn run_oneshot(
         approval: None,
         schedule_id: None,
     };
-    let answer = start_and_answer(&k, start).await;
+    let answer = start_and_answer(&k, start, k.config.admission()).await;
     k.remove_run_container(&run).await;
     k.forget_run(&run);
     answer

@@ -109,7 +109,7 @@ pub async fn create(
             "delete_after_success is for one-shots (at); a recurring schedule is deleted with DELETE",
         ));
     }
-    let meta = k.run_meta_or_create(&run).await?;
+    let meta = super::ops::run_meta_for(&k, &principal, &run).await?;
     // a run that is over admits nothing, so it gets no schedule either (a
     // paused run may: its schedule skips until it is resumed)
     if let Some(record) = k.store.get_run(&run).await? {

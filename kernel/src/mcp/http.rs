@@ -123,6 +123,43 @@ fn track_delivery(resp: Response, handlers: Sessions, session: String) -> Respon
     })
 }
 
+/// How often sessions rmcp closed without a `DELETE` (idle past its
+/// keep-alive, 5 minutes) leave this layer's maps.
+const SESSION_SWEEP: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Keeps the session maps bounded by open sessions (SPEC §21): a client
+/// that vanished without `DELETE` leaves rmcp's manager when idle, and
+/// then here. Its unacknowledged reports are served again to the run's
+/// next reader, never lost.
+fn spawn_session_sweep(gate: Gate, manager: Arc<LocalSessionManager>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SESSION_SWEEP);
+        loop {
+            tick.tick().await;
+            // ours first: a session opened after this snapshot is in
+            // rmcp's set below, never taken for a closed one
+            let ours: Vec<String> = gate.sessions.lock().keys().cloned().collect();
+            let handled: Vec<String> = gate.handlers.lock().keys().cloned().collect();
+            let open: std::collections::HashSet<String> = manager
+                .sessions
+                .read()
+                .await
+                .keys()
+                .map(|id| id.to_string())
+                .collect();
+            let mut sessions = gate.sessions.lock();
+            for id in ours.iter().filter(|id| !open.contains(*id)) {
+                sessions.remove(id);
+            }
+            drop(sessions);
+            let mut handlers = gate.handlers.lock();
+            for id in handled.iter().filter(|id| !open.contains(*id)) {
+                handlers.remove(id);
+            }
+        }
+    });
+}
+
 /// `/mcp` on the daemon, served by the handler over the API router `api`
 /// (called in-process).
 pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
@@ -141,6 +178,13 @@ pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
         config = config.disable_allowed_hosts();
     }
     let handlers: Sessions = Arc::default();
+    let manager = Arc::new(LocalSessionManager::default());
+    let gate = Gate {
+        k,
+        sessions: Arc::default(),
+        handlers: handlers.clone(),
+    };
+    spawn_session_sweep(gate.clone(), manager.clone());
     let service = StreamableHttpService::new(
         {
             let handlers = handlers.clone();
@@ -149,14 +193,9 @@ pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
                     .with_sessions(handlers.clone()))
             }
         },
-        Arc::new(LocalSessionManager::default()),
+        manager,
         config,
     );
-    let gate = Gate {
-        k,
-        sessions: Arc::default(),
-        handlers,
-    };
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(

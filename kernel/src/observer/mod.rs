@@ -46,11 +46,11 @@ pub struct ObserverAttempt {
     /// watching needs no second look at that container.
     launched: bool,
     /// The supervision's one clock reading, carried to this attempt.
-    anchor: decide::Clock,
+    anchor: supervise::Anchor,
 }
 
 impl ObserverAttempt {
-    pub fn new(kernel: Arc<Kernel>, op: Op, inbox: Arc<Inbox>, anchor: decide::Clock) -> Self {
+    pub fn new(kernel: Arc<Kernel>, op: Op, inbox: Arc<Inbox>, anchor: supervise::Anchor) -> Self {
         ObserverAttempt {
             kernel,
             op,

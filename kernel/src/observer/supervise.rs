@@ -67,12 +67,13 @@ async fn begin(
 async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fresh: Option<Op>) {
     let mut start = AttemptStart::Clean;
     let mut last_error = String::new();
-    // one wall-clock reading for every attempt of this supervision: a
-    // later attempt maps the recorded start to the same deadline
-    let anchor = super::decide::Clock {
-        wall_ms: crate::store::now_ms(),
-        mono: std::time::Instant::now(),
-    };
+    // one wall-clock reading for every attempt of this supervision, taken
+    // by the first watch (after any launch recorded its times): a later
+    // attempt maps the recorded start to the same deadline
+    let anchor: Anchor = Arc::default();
+    // the handle goes with the supervisor, also when it panics: the
+    // watchdog can then take the op over
+    let _release = Release(k.clone(), op_id.clone());
     loop {
         let op = match begin(&k, &op_id, fresh.take(), start).await {
             Ok(Some(op)) => op,
@@ -95,7 +96,7 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
         }
         let attempt = op.attempt;
         let began = std::time::Instant::now();
-        match run_attempt(&k, op, &handle, anchor).await {
+        match run_attempt(&k, op, &handle, anchor.clone()).await {
             Some(AttemptEnd::Failed(error)) => last_error = error,
             Some(AttemptEnd::GiveUp) => {
                 tracing::warn!(op = %op_id, "supervisor gives up; the watchdog takes the op over");
@@ -107,7 +108,18 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
         start = attempt_start_after_failure(began.elapsed(), k.config.attempt_healthy);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    k.release_handle(&op_id);
+}
+
+/// The supervision's one clock reading, shared by its attempts.
+pub type Anchor = Arc<std::sync::OnceLock<super::decide::Clock>>;
+
+/// Releases an op's handle when its supervisor ends, however it ends.
+struct Release(Arc<Kernel>, String);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.release_handle(&self.1);
+    }
 }
 
 /// Why an attempt ended with the op still live.
@@ -131,7 +143,7 @@ pub fn spawn_watchdog(k: Arc<Kernel>) {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let live = match k.store.live_ops().await {
+            let observed = match k.store.observed_op_ids().await {
                 Ok(live) => live,
                 Err(e) => {
                     tracing::warn!(%e, "watchdog cannot list live ops");
@@ -139,12 +151,10 @@ pub fn spawn_watchdog(k: Arc<Kernel>) {
                 }
             };
             let settled_in = crate::store::now_ms() - WATCHDOG_EVERY.as_millis() as i64;
-            for op in live {
-                let orphan =
-                    op.status.is_observed() && !k.observes(&op.id) && op.created_at < settled_in;
-                if orphan {
-                    tracing::warn!(op = %op.id, "live op without an observer: the watchdog starts one");
-                    spawn(&k, op.id);
+            for (id, created_at) in observed {
+                if !k.observes(&id) && created_at < settled_in {
+                    tracing::warn!(op = %id, "live op without an observer: the watchdog starts one");
+                    spawn(&k, id);
                 }
             }
         }
@@ -156,7 +166,7 @@ async fn run_attempt(
     k: &Arc<Kernel>,
     op: Op,
     handle: &OpHandle,
-    anchor: super::decide::Clock,
+    anchor: Anchor,
 ) -> Option<AttemptEnd> {
     let op_id = op.id.clone();
     let attempt = ObserverAttempt::new(k.clone(), op, handle.inbox.clone(), anchor);

@@ -60,7 +60,13 @@ impl ObserverAttempt {
                 return self.settle(outcome).await;
             }
         }
-        let clock = self.anchor.at(Instant::now());
+        let clock = self
+            .anchor
+            .get_or_init(|| Clock {
+                wall_ms: crate::store::now_ms(),
+                mono: Instant::now(),
+            })
+            .at(Instant::now());
         let mut s = self.initial_state(&clock);
         let mut monitored: Option<MonitorGuard> = None;
         let mut e = self.gather(&mut s, &ops, self.inbox.take()).await?;

@@ -211,6 +211,10 @@ pub struct Admission {
     /// The unfinished descendant runs a run may have when it has the
     /// kernel's default envelope (else its envelope's `max_children`).
     pub max_children: u64,
+    /// A run not recorded yet may be created (as a top-level run with the
+    /// kernel's defaults): the operator's implicit run, never a run
+    /// token's (its run is gone: purged, it must not come back unbounded).
+    pub implicit_run: bool,
 }
 
 impl Admission {
@@ -219,6 +223,7 @@ impl Admission {
         max_live_per_run: u64::MAX,
         max_live: u64::MAX,
         max_children: u64::MAX,
+        implicit_run: true,
     };
 }
 
@@ -364,6 +369,9 @@ pub(super) fn insert_in(
     if let Some(refusal) = super::runs::run_refusal(tx, &req.run_id)? {
         return Ok(NewOp::Refused(refusal));
     }
+    if !limits.implicit_run && super::runs::get_run(tx, &req.run_id)?.is_none() {
+        return Ok(NewOp::Refused(super::Refusal::NoRun(req.run_id.clone())));
+    }
     if let Some(refusal) = admission_refusal(tx, &req.run_id, limits)? {
         return Ok(NewOp::Refused(super::Refusal::Limit(refusal)));
     }
@@ -438,6 +446,21 @@ impl Store {
                 tx.commit()?;
             }
             Ok(new)
+        })
+        .await
+    }
+
+    /// Every observed (starting or running) op: id and creation time only
+    /// (the watchdog's look, every few seconds, reads no command).
+    pub async fn observed_op_ids(&self) -> StoreResult<Vec<(String, i64)>> {
+        self.call(|conn| {
+            let sql = format!(
+                "SELECT id, created_at FROM ops WHERE status IN ({})",
+                crate::lifecycle::observed_sql()
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
     }
@@ -851,6 +874,7 @@ mod tests {
             max_live_per_run: 1,
             max_live: 10,
             max_children: 1,
+            implicit_run: true,
         };
         let NewOp::Created(a) = store.insert_op(req(Some("k1"), "true"), one).await.unwrap() else {
             panic!()

@@ -29,19 +29,25 @@ pub struct PurgedTree {
 /// and their ancestry last).
 const PURGED_TABLES: [&str; 6] = ["events", "usage", "ops", "reports", "notes", "schedules"];
 
-/// Top-level runs whose whole tree is finished and has been quiet since
-/// before `cutoff`: every run completed or cancelled, or none with a live
-/// op, an undelivered result, a pending note, an unacked report or a
-/// schedule that may still fire.
-fn purgeable_roots(conn: &Connection, cutoff: i64, limit: u32) -> StoreResult<Vec<String>> {
+/// Top-level runs (all, or just `only`) whose whole tree is finished and
+/// has been quiet since before `cutoff`: none of its runs has a live op,
+/// an undelivered result, op files not yet pruned, a pending note, an
+/// unacked report or a schedule that may still fire.
+fn purgeable_roots(
+    conn: &Connection,
+    cutoff: i64,
+    limit: u32,
+    only: Option<&str>,
+) -> StoreResult<Vec<String>> {
     let sql = format!(
         "SELECT r.run_id FROM runs r WHERE r.parent_run_id IS NULL AND r.created_at < ?1 \
+         AND (?3 IS NULL OR r.run_id = ?3) \
          AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN runs d ON d.run_id = a.run_id \
              WHERE a.ancestor_id = r.run_id AND (d.created_at >= ?1 \
              OR COALESCE(d.state_changed_at, 0) >= ?1)) \
          AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN ops o ON o.run_id = a.run_id \
              WHERE a.ancestor_id = r.run_id AND (o.status NOT IN ({terminal}) \
-             OR o.finished_at >= ?1 \
+             OR o.finished_at >= ?1 OR o.files_pruned_at IS NULL \
              OR (o.background = 1 AND o.report_id IS NULL AND o.delivered_inline = 0))) \
          AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN notes n ON n.run_id = a.run_id \
              WHERE a.ancestor_id = r.run_id AND (n.report_id IS NULL OR n.created_at >= ?1)) \
@@ -57,7 +63,7 @@ fn purgeable_roots(conn: &Connection, cutoff: i64, limit: u32) -> StoreResult<Ve
         terminal = terminal_sql()
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![cutoff, limit], |r| r.get(0))?;
+    let rows = stmt.query_map(params![cutoff, limit, only], |r| r.get(0))?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
@@ -76,10 +82,7 @@ fn tree_runs(conn: &Connection, root: &str) -> StoreResult<Vec<String>> {
 fn purge_tree(conn: &Connection, root: &str, cutoff: i64) -> StoreResult<Option<PurgedTree>> {
     // re-checked inside the purge's own transaction: nothing may have
     // arrived since the candidates were listed
-    if !purgeable_roots(conn, cutoff, u32::MAX)?
-        .iter()
-        .any(|r| r == root)
-    {
+    if purgeable_roots(conn, cutoff, 1, Some(root))?.is_empty() {
         return Ok(None);
     }
     let runs = tree_runs(conn, root)?;
@@ -176,14 +179,17 @@ impl Store {
     }
 
     /// Purges finished top-level run trees quiet since before `cutoff`, at
-    /// most `limit` of them, each whole in its own transaction.
+    /// most `limit` of them, each whole in its own transaction; forgets
+    /// kernels as old that observe nothing (never `own_kernel`).
     pub async fn purge_finished_trees(
         &self,
         cutoff: i64,
         limit: u32,
+        own_kernel: &str,
     ) -> StoreResult<Vec<PurgedTree>> {
+        let own_kernel = own_kernel.to_owned();
         self.call(move |conn| {
-            let roots = purgeable_roots(conn, cutoff, limit)?;
+            let roots = purgeable_roots(conn, cutoff, limit, None)?;
             let mut purged = Vec::new();
             for root in roots {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -194,11 +200,11 @@ impl Store {
             }
             // kernels that started long ago and observe nothing any more
             conn.prepare_cached(&format!(
-                "DELETE FROM kernels WHERE started_at < ?1 AND id NOT IN \
+                "DELETE FROM kernels WHERE started_at < ?1 AND id != ?2 AND id NOT IN \
                  (SELECT kernel_id FROM ops WHERE kernel_id IS NOT NULL AND status IN ({}))",
                 live_sql()
             ))?
-            .execute([cutoff])?;
+            .execute(params![cutoff, own_kernel])?;
             Ok(purged)
         })
         .await

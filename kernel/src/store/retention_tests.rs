@@ -112,14 +112,14 @@ async fn a_finished_tree_is_purged_whole_and_recorded() {
     let later = crate::store::now_ms() + 1000;
     // undelivered results and an unacked report keep the tree
     assert!(store
-        .purge_finished_trees(later, 10)
+        .purge_finished_trees(later, 10, "k")
         .await
         .unwrap()
         .is_empty());
     for run in ["gone", "gone.c"] {
         let r = store.drain_report(run).await.unwrap().unwrap();
         assert!(store
-            .purge_finished_trees(later, 10)
+            .purge_finished_trees(later, 10, "k")
             .await
             .unwrap()
             .is_empty());
@@ -133,8 +133,24 @@ async fn a_finished_tree_is_purged_whole_and_recorded() {
         .await
         .unwrap();
     // recent activity keeps it too
-    assert!(store.purge_finished_trees(0, 10).await.unwrap().is_empty());
-    let purged = store.purge_finished_trees(later + 1000, 10).await.unwrap();
+    assert!(store
+        .purge_finished_trees(0, 10, "k")
+        .await
+        .unwrap()
+        .is_empty());
+    // and files not yet pruned (they would be left without their rows)
+    assert!(store
+        .purge_finished_trees(later + 1000, 10, "k")
+        .await
+        .unwrap()
+        .is_empty());
+    for id in [&a, &b] {
+        store.mark_files_pruned(id).await.unwrap();
+    }
+    let purged = store
+        .purge_finished_trees(later + 1000, 10, "k")
+        .await
+        .unwrap();
     assert_eq!(purged.len(), 1, "{purged:?}");
     assert_eq!(purged[0].root, "gone");
     assert_eq!(purged[0].runs, ["gone", "gone.c"]);
@@ -198,4 +214,27 @@ async fn the_append_only_tables_give_up_rows_only_to_a_purge() {
         assert!(err.to_string().contains("append-only"), "{sql}: {err}");
     }
     assert!(count(&store, "SELECT COUNT(*) FROM events").await > 0);
+}
+
+#[tokio::test]
+async fn a_run_tokens_start_never_brings_a_purged_run_back() {
+    let store = test_store();
+    let token_start = Admission {
+        implicit_run: false,
+        ..Admission::UNLIMITED
+    };
+    // the run token was checked, then its (quiet, finished) tree purged:
+    // the start finds no run and creates none
+    match store
+        .insert_op(start("gone.c", true), token_start)
+        .await
+        .unwrap()
+    {
+        NewOp::Refused(crate::store::Refusal::NoRun(run)) => assert_eq!(run, "gone.c"),
+        other => panic!("{other:?}"),
+    }
+    assert!(store.get_run("gone.c").await.unwrap().is_none());
+    // the operator's implicit run is still made
+    op(&store, "fresh", true).await;
+    assert!(store.get_run("fresh").await.unwrap().is_some());
 }

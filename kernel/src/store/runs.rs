@@ -111,6 +111,8 @@ pub enum Refusal {
     State { run_id: String, state: RunState },
     /// A budget limit of the run or an ancestor is reached (409).
     Budget(LimitUse),
+    /// The run is not recorded (purged) and may not be created here (404).
+    NoRun(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -128,6 +130,10 @@ impl std::fmt::Display for Refusal {
                 }
             ),
             Refusal::Budget(e) => e.fmt(f),
+            Refusal::NoRun(run) => write!(
+                f,
+                "run {run} does not exist (a finished run tree is purged after OPKERNEL_RETENTION)"
+            ),
         }
     }
 }

@@ -459,6 +459,7 @@ async fn envelope_limits_bound_the_whole_subtree() {
         max_live_per_run: 512,
         max_live: 1000,
         max_children: 3,
+        implicit_run: true,
     };
     create_with(&store, "top", None, envelope(1, 3), limits).await;
     for c in ["top.a", "top.b", "top.c"] {

@@ -521,6 +521,7 @@ impl Store {
                         Refusal::State { state, .. } if state.is_final() => {
                             end_in(&tx, &s, &reason)?
                         }
+                        Refusal::NoRun(_) => end_in(&tx, &s, &reason)?,
                         // passing: a one-shot tries again, a series goes on
                         Refusal::State { .. } | Refusal::Limit(_) if !s.timing.is_recurring() => {
                             postpone_in(&tx, &s, &reason, now)?
