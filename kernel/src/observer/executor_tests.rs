@@ -604,3 +604,24 @@ async fn a_request_left_by_a_dead_kernel_runs_exactly_once() {
         }
     }
 }
+
+#[tokio::test]
+async fn per_run_maps_shrink_to_live_work() {
+    use std::collections::HashSet;
+    let h = harness(OnStart::Exit(0)).await;
+    let k = &h.kernel;
+    for run in ["a", "b", "c"] {
+        k.bump_run(run);
+        drop(k.launch_gate(run).await);
+    }
+    let held = k.launch_gate("b").await;
+    let listener = k.run_events("c");
+    let live: HashSet<String> = HashSet::from(["a".to_owned()]);
+    k.trim_idle(&live, &HashSet::new());
+    let [_, gates, events, _] = k.run_map_sizes();
+    // a: live; b: its gate is held; c: someone listens for its events
+    assert_eq!((gates, events), (2, 2));
+    drop((held, listener));
+    k.trim_idle(&HashSet::new(), &HashSet::new());
+    assert_eq!(k.run_map_sizes(), [0, 0, 0, 0]);
+}
