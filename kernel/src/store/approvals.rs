@@ -96,7 +96,7 @@ impl Store {
             // an approval starts the op: its run (and every ancestor) must
             // still admit it, as at its admission
             if let Some(op) = get(&tx, &id)?.filter(|op| op.status == Status::AwaitingApproval) {
-                if let Some(refusal) = super::runs::run_refusal(&tx, &op.run_id)? {
+                if let Some(refusal) = super::admission::run_refusal(&tx, &op.run_id)? {
                     return Ok(Err(refusal));
                 }
             }

@@ -2,13 +2,17 @@
 //! single authority on every op's lifecycle, its reports, notes and runs.
 //! Every call runs on the blocking pool, never on the async workers.
 
+mod admission;
+mod admit;
 mod approvals;
+mod claims;
 mod journal;
 mod ops;
 mod reports;
 mod retention;
 mod runs;
 mod schedules;
+mod settle;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,12 +21,13 @@ use rusqlite::Connection;
 
 use crate::sync::Lock;
 
+pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use journal::{Event, ModelUsage, UsageRecorded};
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
 pub use retention::{PrunableOp, PurgedTree};
-pub use runs::{CreatedRun, NewRun, Refusal, RunChange, RunRecord};
+pub use runs::{CreatedRun, NewRun, RunChange, RunRecord};
 pub use schedules::{Fire, NewSchedule, Schedule, StartupReport, MAX_LAST_TAIL};
 
 #[derive(Debug, thiserror::Error)]

@@ -228,7 +228,7 @@ impl Store {
             let items: Vec<ReportItem> = resolved.iter().map(ReportItem::from_op).collect();
             let running = running_items(&tx, &run_id)?;
             let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
-            let budget = super::runs::budget_status(&tx, &run_id)?;
+            let budget = super::admission::budget_status(&tx, &run_id)?;
             let report = Report {
                 report_id: Some(uuid::Uuid::new_v4().to_string()),
                 run_id: run_id.clone(),
@@ -277,7 +277,7 @@ impl Store {
         let run_id = run_id.to_owned();
         self.call(move |conn| {
             let running = running_items(conn, &run_id)?;
-            let budget = super::runs::budget_status(conn, &run_id)?;
+            let budget = super::admission::budget_status(conn, &run_id)?;
             Ok(Report {
                 report_id: None,
                 text: with_budget(render(&[], &running, &[], 0), &run_id, &budget),

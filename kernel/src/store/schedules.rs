@@ -17,8 +17,9 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde_json::json;
 
+use super::admit::insert_in;
 use super::journal::append_event;
-use super::ops::{get, insert_in, Admission, ApprovalHold, NewOp, Op, StartRequest};
+use super::ops::{get, Admission, ApprovalHold, NewOp, Op, StartRequest};
 use super::{now_ms, Refusal, Store, StoreError, StoreResult};
 use crate::lifecycle::Status;
 use crate::schedule::{startup, Startup, Timing};

@@ -1,0 +1,122 @@
+//! The settle transaction script: an op's compare-and-set terminal write
+//! and, only when it wins, in the same transaction and in this order: the
+//! op's usage fact in the ledger, its `tool.completed` or `tool.failed`
+//! event, and the finalization of the schedule that fired it. Also the mark
+//! of a foreground result handed to its caller.
+
+use rusqlite::params;
+
+use super::ops::{get, Op, Settlement};
+use super::{now_ms, Store, StoreError, StoreResult};
+use crate::lifecycle::{observed_sql, terminal_sql, Outcome, Status, EFFECT_UNCERTAIN};
+
+/// The event of an op's terminal write: `tool.completed` for a command
+/// that ended with a code (killed or not), `tool.failed` for every other end.
+fn settled_event(op: &Op) -> (&'static str, serde_json::Value) {
+    let seconds = |ms: Option<i64>| ms.map(|ms| ms.max(0) as f64 / 1000.0);
+    let op_seconds = seconds(op.started_at.zip(op.finished_at).map(|(s, f)| f - s));
+    let cpu_seconds = seconds(op.usage.map(|u| u.cpu_ms as i64));
+    match op.status {
+        Status::Completed => (
+            "tool.completed",
+            serde_json::json!({
+                "background": op.background,
+                "exit_code": op.exit_code,
+                "killed": op.killed,
+                "op_seconds": op_seconds,
+                "cpu_seconds": cpu_seconds,
+            }),
+        ),
+        status => (
+            "tool.failed",
+            serde_json::json!({
+                "background": op.background,
+                "status": status.as_str(),
+                "effect": op.effect,
+                "exit_code": op.exit_code,
+                "killed": op.killed,
+                "error": op.error,
+                "op_seconds": op_seconds,
+            }),
+        ),
+    }
+}
+
+impl Store {
+    /// The compare-and-set terminal write: only a non-terminal row changes.
+    /// Returns whether this writer won.
+    /// A won write also appends the op's usage fact to the ledger and its
+    /// `tool.completed` or `tool.failed` event, in the same transaction.
+    pub async fn settle(&self, id: &str, s: Settlement) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let (exit_code, killed, effect, error) = match &s.outcome {
+                Outcome::Completed { exit_code, killed } => (Some(*exit_code), *killed, None, None),
+                Outcome::TimedOut { exit_code, killed } => {
+                    (*exit_code, *killed, Some(EFFECT_UNCERTAIN), None)
+                }
+                Outcome::Lost { reason } => (None, false, Some(EFFECT_UNCERTAIN), Some(reason.clone())),
+                Outcome::Failed { error, killed } => (None, *killed, None, Some(error.clone())),
+            };
+            let now = now_ms();
+            let n = tx.prepare_cached(
+                &format!(
+                    "UPDATE ops SET status = ?2, exit_code = ?3, killed = ?4, effect = ?5, error = ?6, \
+                     output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10, \
+                     cpu_ms = ?11, max_rss_kb = ?12, leftovers = ?13 \
+                     WHERE id = ?1 AND status IN ({})",
+                    observed_sql()
+                ))?.execute(
+                params![
+                    id,
+                    s.outcome.status().as_str(),
+                    exit_code,
+                    killed,
+                    effect,
+                    error,
+                    s.output_tail,
+                    s.log.as_ref().map(|l| l.sha256.clone()),
+                    s.log.as_ref().map(|l| l.size as i64),
+                    now,
+                    s.usage.map(|u| u.cpu_ms as i64),
+                    s.usage.map(|u| u.max_rss_kb as i64),
+                    s.leftovers as i64,
+                ],
+            )?;
+            if n != 1 {
+                return Ok(false);
+            }
+            let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+            let wall = op.started_at.map(|start| match s.ended_at {
+                Some(end) => end.min(now) - start,
+                None => (now - start).min(s.charge_cap_ms.unwrap_or(i64::MAX)),
+            });
+            let cpu = op.usage.map(|u| u.cpu_ms as i64);
+            super::journal::record_op_usage(&tx, &op.run_id, &id, wall, cpu)?;
+            let (kind, data) = settled_event(&op);
+            super::journal::append_event(&tx, &op.run_id, kind, Some(&id), data)?;
+            super::schedules::finalize_in(&tx, &op)?;
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Marks a foreground op's result as handed to its caller directly.
+    pub async fn mark_delivered_inline(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            conn.execute(
+                &format!(
+                    "UPDATE ops SET delivered_inline = 1 WHERE id = ?1 AND report_id IS NULL \
+                     AND status IN ({})",
+                    terminal_sql()
+                ),
+                [id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+}
