@@ -19,47 +19,10 @@ use crate::store::{Op, Settlement, Store};
 use crate::sync::Lock;
 use crate::watcher::OpsWatcher;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("another opkernel serve owns {0} (its lock is held); stop it first")]
-    HomeLocked(String),
-    #[error("cannot prepare home {path}: {source}")]
-    Home {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid setting: {0}")]
-    Config(String),
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    #[error(transparent)]
-    Sandbox(#[from] sandbox::SandboxError),
-}
-
-/// What never changes about a run once it exists: its chain and envelope,
-/// and the container profile that follows from them.
-#[derive(Debug)]
-pub struct RunMeta {
-    /// Ancestor run ids, root first.
-    pub chain: Vec<String>,
-    pub envelope: crate::tasks::Envelope,
-    pub profile: sandbox::Profile,
-    /// The envelope's approval patterns, compiled.
-    approval: Vec<(String, regex::Regex)>,
-}
-
-/// Compiles approval patterns; the error names the bad one.
-fn compile_patterns(patterns: &[String]) -> Result<Vec<(String, regex::Regex)>, String> {
-    patterns
-        .iter()
-        .map(|p| {
-            regex::Regex::new(p)
-                .map(|r| (p.clone(), r))
-                .map_err(|e| format!("approval pattern {p:?}: {e}"))
-        })
-        .collect()
-}
+pub use crate::home::StartError;
+use crate::home::{check_run_user, kernel_identity, prepare_home};
+use crate::runmeta::compile_patterns;
+pub use crate::runmeta::RunMeta;
 
 /// Per live op: its observer's inbox and a "done" signal.
 pub struct OpHandle {
@@ -90,103 +53,6 @@ pub struct Kernel {
     /// `OPKERNEL_APPROVAL_MATCH`, compiled.
     approval_match: Vec<(String, regex::Regex)>,
     _lock: File,
-}
-
-fn kernel_identity() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let start = stat
-        .rsplit_once(") ")
-        .and_then(|(_, rest)| rest.split(' ').nth(19))
-        .unwrap_or("0")
-        .to_owned();
-    format!("{}:{}:{}", boot.trim(), std::process::id(), start)
-}
-
-/// Creates `path` as an empty 0600 file unless it exists, and makes it 0600.
-fn private_file(path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    match File::options()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Refuses to start when the run image lacks the user commands are dropped
-/// to (the drop is never turned off silently). An engine that cannot answer
-/// now defers the check to the first container, which makes it again.
-async fn check_run_user(backend: &dyn OpBackend, config: &Config) -> Result<(), StartError> {
-    match backend.check_run_user(&config.profile).await {
-        Ok(user) => {
-            tracing::info!(image = %config.profile.image, uid = user.uid, gid = user.gid, "run user checked");
-            Ok(())
-        }
-        Err(e @ sandbox::SandboxError::Invalid(_)) => Err(StartError::Sandbox(e)),
-        Err(e) => {
-            tracing::warn!(%e, image = %config.profile.image, "cannot check the run user now; each run container checks it");
-            Ok(())
-        }
-    }
-}
-
-fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
-    move |source| StartError::Home {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-/// Makes the home (0700), takes its lock, and prepares the control plane
-/// file (0600) and the scratch root (0711).
-fn prepare_home(config: &Config) -> Result<(File, String, Store), StartError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    if !config.invalid.is_empty() {
-        return Err(StartError::Config(config.invalid.join("; ")));
-    }
-    let home = &config.home;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(home)
-        .map_err(home_error(home))?;
-    // the home holds the control plane, tokens and every run's files
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
-        .map_err(home_error(home))?;
-    let lock_path = home.join("kernel.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(home_error(&lock_path))?;
-    if lock.try_lock().is_err() {
-        return Err(StartError::HomeLocked(home.display().to_string()));
-    }
-    let operator_token =
-        crate::auth::load_or_create_operator_token(home).map_err(home_error(home))?;
-    let db = home.join("kernel.db");
-    // SQLite gives its -wal and -shm files the database file's mode
-    private_file(&db).map_err(home_error(&db))?;
-    for file in [home.join("kernel.db-wal"), home.join("kernel.db-shm")] {
-        if file.exists() {
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
-                .map_err(home_error(&file))?;
-        }
-    }
-    let store = Store::open(&db)?;
-    let scratch = config.scratch_root();
-    std::fs::create_dir_all(&scratch).map_err(home_error(&scratch))?;
-    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
-        .map_err(home_error(&scratch))?;
-    Ok((lock, operator_token, store))
 }
 
 impl Kernel {
@@ -542,22 +408,11 @@ impl Kernel {
 
     /// Caches the immutable facts of a run record.
     pub fn remember_run(&self, record: &crate::store::RunRecord) -> Arc<RunMeta> {
-        let envelope = record
-            .envelope
-            .clone()
-            .unwrap_or_else(|| self.config.default_envelope());
-        // patterns were checked when the run was made; one that no longer
-        // compiles holds every op rather than none (fail closed)
-        let approval = compile_patterns(&envelope.approval.patterns).unwrap_or_else(|e| {
-            tracing::error!(run = %record.run_id, %e, "approval pattern does not compile; every op waits");
-            vec![("(invalid pattern)".to_owned(), regex::Regex::new("").unwrap_or_else(|_| unreachable!()))]
-        });
-        let meta = Arc::new(RunMeta {
-            chain: record.chain.clone(),
-            profile: envelope.profile(&self.config.profile),
-            envelope,
-            approval,
-        });
+        let meta = Arc::new(RunMeta::new(
+            record,
+            self.config.default_envelope(),
+            &self.config.profile,
+        ));
         self.run_meta
             .lock()
             .entry(record.run_id.clone())
@@ -565,32 +420,14 @@ impl Kernel {
             .clone()
     }
 
-    /// Whether a command of the run must wait for an operator's approval:
-    /// the run's rules (`all`, or a pattern of its envelope) or a
-    /// kernel-wide pattern matching the command joined by spaces.
+    /// Whether a command of the run must wait for an operator's approval
+    /// (see [`RunMeta::approval_hold`]; the kernel-wide patterns apply too).
     pub fn approval_hold(
         &self,
         meta: &RunMeta,
         command: &[String],
     ) -> Option<crate::store::ApprovalHold> {
-        let rules = &meta.envelope.approval;
-        let joined = command.join(" ");
-        let rule = if rules.all {
-            Some("*".to_owned())
-        } else {
-            meta.approval
-                .iter()
-                .chain(&self.approval_match)
-                .find(|(_, re)| re.is_match(&joined))
-                .map(|(p, _)| p.clone())
-        }?;
-        Some(crate::store::ApprovalHold {
-            rule,
-            timeout_sec: rules.timeout_sec,
-            on_timeout: rules
-                .on_timeout
-                .unwrap_or(crate::tasks::OnTimeout::Escalate),
-        })
+        meta.approval_hold(&self.approval_match, command)
     }
 
     /// Drops a run's cached facts (a one-shot run, gone with its container).

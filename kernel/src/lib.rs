@@ -8,8 +8,10 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod drills;
+pub mod envelope;
 #[cfg(test)]
 mod fuzz_tests;
+pub mod home;
 pub mod inbox;
 pub mod kernel;
 pub mod lifecycle;
@@ -19,6 +21,7 @@ pub mod probes;
 pub mod reaper;
 pub mod report;
 pub mod retention;
+pub mod runmeta;
 pub mod schedule;
 pub mod scheduler;
 pub mod serve;
@@ -65,6 +68,26 @@ mod layering_tests {
                     "tokio",
                     "rusqlite",
                 ],
+            ),
+            // so are envelopes
+            (
+                "envelope.rs",
+                include_str!("envelope.rs"),
+                &[
+                    "crate::kernel",
+                    "crate::store",
+                    "crate::api",
+                    "tokio",
+                    "rusqlite",
+                ],
+            ),
+            // a run's cached facts and the home sit below the kernel
+            ("runmeta.rs", include_str!("runmeta.rs"), upper_than_kernel),
+            ("home.rs", include_str!("home.rs"), upper_than_kernel),
+            (
+                "retention.rs",
+                include_str!("retention.rs"),
+                &["crate::api", "crate::serve"],
             ),
             // so is schedule timing
             (

@@ -7,11 +7,11 @@
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde_json::json;
 
+use super::admission::Admission;
 use super::admission::{
     live_in_subtree, run_refusal, tightest_budget, tree_limit_refusal, Counted, Refusal,
 };
 use super::journal::append_event;
-use super::admission::Admission;
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::{live_sql, observed_sql, KillReason};
 use crate::tasks::{

@@ -1,0 +1,317 @@
+//! Envelopes, as pure data (SPEC §14, §16): what a run's ops and its
+//! container may use, the approval rules they carry, how a top-level run's
+//! envelope is resolved and how a child narrows its parent's. No I/O: the
+//! API resolves envelopes with these rules, the store records them.
+
+use serde::{Deserialize, Serialize};
+
+/// Approval rules (SPEC §16) carried by the envelope; children may add
+/// rules, never remove them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRules {
+    /// Regexes matched against the command joined by spaces.
+    #[serde(default, rename = "match")]
+    pub patterns: Vec<String>,
+    /// Every op needs approval.
+    #[serde(default)]
+    pub all: bool,
+    pub timeout_sec: Option<u64>,
+    pub on_timeout: Option<OnTimeout>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    Escalate,
+    Deny,
+}
+
+impl OnTimeout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Escalate => "escalate",
+            OnTimeout::Deny => "deny",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OnTimeout> {
+        match s {
+            "escalate" => Some(OnTimeout::Escalate),
+            "deny" => Some(OnTimeout::Deny),
+            _ => None,
+        }
+    }
+}
+
+impl ApprovalRules {
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty() && !self.all
+    }
+}
+
+/// An envelope as a request gives it: any subset of the fields.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvelopeRequest {
+    pub max_timeout_sec: Option<u64>,
+    pub memory_bytes: Option<i64>,
+    pub cpus: Option<f64>,
+    pub pids_limit: Option<i64>,
+    pub network: Option<String>,
+    pub max_live_ops: Option<u64>,
+    pub max_children: Option<u64>,
+    pub approval: Option<ApprovalRules>,
+}
+
+/// A run's envelope with every field resolved (at the run's creation, from
+/// its parent's, or the kernel's defaults for a top-level run): what its
+/// ops and its container may use. Fixed for the run's life.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// `None`: only the kernel's own ceilings apply.
+    pub max_timeout_sec: Option<u64>,
+    pub memory_bytes: i64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+    pub network: String,
+    /// Live ops of the run and its descendants together.
+    pub max_live_ops: u64,
+    /// Unfinished (active or paused) descendant runs.
+    #[serde(default = "default_max_children")]
+    pub max_children: u64,
+    #[serde(default, skip_serializing_if = "ApprovalRules::is_empty")]
+    pub approval: ApprovalRules,
+}
+
+/// The kernel's default `max_children` (`OPKERNEL_MAX_CHILDREN`), also
+/// for envelopes recorded before the field existed.
+pub const DEFAULT_MAX_CHILDREN: u64 = 32;
+
+fn default_max_children() -> u64 {
+    DEFAULT_MAX_CHILDREN
+}
+
+/// Why a request may not have the envelope or budget it asks for.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Malformed (400).
+    #[error("{0}")]
+    Invalid(String),
+    /// Wider than the parent's (403 `envelope_exceeded`), naming the field.
+    #[error("{field}: {asked} is wider than the parent allows ({allowed})")]
+    Wider {
+        field: &'static str,
+        asked: String,
+        allowed: String,
+    },
+}
+
+const MAX_APPROVAL_PATTERNS: usize = 64;
+/// Longest approval timeout: a year.
+const MAX_APPROVAL_TIMEOUT_SEC: u64 = 366 * 24 * 3600;
+const MAX_PATTERN_BYTES: usize = 1024;
+
+pub(crate) fn invalid(msg: impl Into<String>) -> EnvelopeError {
+    EnvelopeError::Invalid(msg.into())
+}
+
+pub(crate) fn wider(
+    field: &'static str,
+    asked: impl ToString,
+    allowed: impl ToString,
+) -> EnvelopeError {
+    EnvelopeError::Wider {
+        field,
+        asked: asked.to_string(),
+        allowed: allowed.to_string(),
+    }
+}
+
+/// Checks a Docker network name (the envelope never names anything else).
+fn validate_network(name: &str) -> Result<(), EnvelopeError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "envelope network must match [A-Za-z0-9_.-]{{1,64}}, got {:?}",
+            name.chars().take(80).collect::<String>()
+        )))
+    }
+}
+
+impl EnvelopeRequest {
+    /// Checks each given field on its own (ranges, regexes).
+    pub fn validate(&self) -> Result<(), EnvelopeError> {
+        if self.max_timeout_sec == Some(0) {
+            return Err(invalid("envelope max_timeout_sec must be at least 1"));
+        }
+        if let Some(m) = self.memory_bytes {
+            if !(6 << 20..=1 << 50).contains(&m) {
+                return Err(invalid(format!(
+                    "envelope memory_bytes must be between 6291456 (6 MiB, Docker's minimum) and 2^50, got {m}"
+                )));
+            }
+        }
+        if let Some(c) = self.cpus {
+            if !(c.is_finite() && (0.01..=1024.0).contains(&c)) {
+                return Err(invalid(format!(
+                    "envelope cpus must be between 0.01 and 1024, got {c}"
+                )));
+            }
+        }
+        if let Some(p) = self.pids_limit {
+            if !(8..=1 << 22).contains(&p) {
+                return Err(invalid(format!(
+                    "envelope pids_limit must be between 8 and 4194304, got {p}"
+                )));
+            }
+        }
+        if let Some(n) = &self.network {
+            validate_network(n)?;
+        }
+        if self.max_live_ops == Some(0) {
+            return Err(invalid("envelope max_live_ops must be at least 1"));
+        }
+        if self.max_children.is_some_and(|c| c > 1 << 20) {
+            return Err(invalid("envelope max_children must be at most 1048576"));
+        }
+        if let Some(a) = &self.approval {
+            if a.patterns.len() > MAX_APPROVAL_PATTERNS {
+                return Err(invalid(format!(
+                    "envelope approval.match holds at most {MAX_APPROVAL_PATTERNS} patterns"
+                )));
+            }
+            for p in &a.patterns {
+                if p.len() > MAX_PATTERN_BYTES {
+                    return Err(invalid(format!(
+                        "envelope approval.match patterns are at most {MAX_PATTERN_BYTES} bytes"
+                    )));
+                }
+                regex::Regex::new(p)
+                    .map_err(|e| invalid(format!("envelope approval.match pattern {p:?}: {e}")))?;
+            }
+            if a.timeout_sec
+                .is_some_and(|t| !(1..=MAX_APPROVAL_TIMEOUT_SEC).contains(&t))
+            {
+                return Err(invalid(format!(
+                    "envelope approval.timeout_sec must be between 1 and {MAX_APPROVAL_TIMEOUT_SEC}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The envelope of a top-level run: the operator's values over the
+    /// kernel's defaults. The operator may set any valid value.
+    pub fn resolve_top_level(&self, defaults: &Envelope) -> Result<Envelope, EnvelopeError> {
+        self.validate()?;
+        let mut env = defaults.clone();
+        env.max_timeout_sec = self.max_timeout_sec.or(defaults.max_timeout_sec);
+        env.memory_bytes = self.memory_bytes.unwrap_or(defaults.memory_bytes);
+        env.cpus = self.cpus.unwrap_or(defaults.cpus);
+        env.pids_limit = self.pids_limit.unwrap_or(defaults.pids_limit);
+        env.network = self.network.clone().unwrap_or(defaults.network.clone());
+        env.max_live_ops = self.max_live_ops.unwrap_or(defaults.max_live_ops);
+        env.max_children = self.max_children.unwrap_or(defaults.max_children);
+        if let Some(a) = &self.approval {
+            env.approval = add_rules(&defaults.approval, a);
+        }
+        Ok(env)
+    }
+
+    /// The envelope of a child: the parent's, narrowed by the request. A
+    /// field wider than the parent's is refused, naming the field.
+    pub fn narrow(&self, parent: &Envelope) -> Result<Envelope, EnvelopeError> {
+        self.validate()?;
+        let mut env = parent.clone();
+        if let Some(t) = self.max_timeout_sec {
+            if let Some(max) = parent.max_timeout_sec.filter(|max| t > *max) {
+                return Err(wider("max_timeout_sec", t, max));
+            }
+            env.max_timeout_sec = Some(t);
+        }
+        // a parent limit of 0 (or below) is Docker's "unlimited"
+        if let Some(m) = self.memory_bytes {
+            if parent.memory_bytes > 0 && m > parent.memory_bytes {
+                return Err(wider("memory_bytes", m, parent.memory_bytes));
+            }
+            env.memory_bytes = m;
+        }
+        if let Some(c) = self.cpus {
+            if parent.cpus > 0.0 && c > parent.cpus {
+                return Err(wider("cpus", c, parent.cpus));
+            }
+            env.cpus = c;
+        }
+        if let Some(p) = self.pids_limit {
+            if parent.pids_limit > 0 && p > parent.pids_limit {
+                return Err(wider("pids_limit", p, parent.pids_limit));
+            }
+            env.pids_limit = p;
+        }
+        if let Some(n) = &self.network {
+            // the only narrower network than the parent's is none at all
+            if *n != parent.network && n != "none" {
+                return Err(wider("network", n, &parent.network));
+            }
+            env.network = n.clone();
+        }
+        if let Some(l) = self.max_live_ops {
+            if l > parent.max_live_ops {
+                return Err(wider("max_live_ops", l, parent.max_live_ops));
+            }
+            env.max_live_ops = l;
+        }
+        if let Some(c) = self.max_children {
+            if c > parent.max_children {
+                return Err(wider("max_children", c, parent.max_children));
+            }
+            env.max_children = c;
+        }
+        if let Some(a) = &self.approval {
+            env.approval = add_rules(&parent.approval, a);
+        }
+        Ok(env)
+    }
+}
+
+/// The parent's approval rules plus the request's: patterns are added
+/// (never removed), `all` can only be switched on, and timeout settings
+/// (which never approve anything) may be set.
+fn add_rules(parent: &ApprovalRules, asked: &ApprovalRules) -> ApprovalRules {
+    let mut rules = parent.clone();
+    for p in &asked.patterns {
+        if !rules.patterns.contains(p) {
+            rules.patterns.push(p.clone());
+        }
+    }
+    rules.all |= asked.all;
+    if asked.timeout_sec.is_some() {
+        rules.timeout_sec = asked.timeout_sec;
+    }
+    if asked.on_timeout.is_some() {
+        rules.on_timeout = asked.on_timeout;
+    }
+    rules
+}
+
+impl Envelope {
+    /// The container profile of a run with this envelope: the kernel's
+    /// base profile with the envelope's limits. A top-level run with the
+    /// kernel's defaults gets the base profile itself (same fingerprint).
+    pub fn profile(&self, base: &sandbox::Profile) -> sandbox::Profile {
+        sandbox::Profile {
+            memory_bytes: self.memory_bytes,
+            nano_cpus: (self.cpus * 1e9).round() as i64,
+            pids_limit: self.pids_limit,
+            network: self.network.clone(),
+            ..base.clone()
+        }
+    }
+}
