@@ -102,28 +102,36 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The kernel's base container profile: defaults, overridden by
+/// `OPKERNEL_IMAGE`, `OPKERNEL_RUN_AS`, `OPKERNEL_NETWORK`,
+/// `OPKERNEL_MEMORY_BYTES` and `OPKERNEL_PIDS_LIMIT`.
+fn profile_from_env() -> Profile {
+    let mut profile = Profile::default();
+    if let Ok(image) = std::env::var("OPKERNEL_IMAGE") {
+        profile.image = image;
+    }
+    // the drop to an unprivileged user is never turned off silently: only
+    // an explicit `root` runs commands as root; an image without the
+    // user is refused when its first container is made (and at start)
+    if let Ok(user) = std::env::var("OPKERNEL_RUN_AS") {
+        match user.trim() {
+            "" => {}
+            "root" => profile.run_as = None,
+            name => profile.run_as = Some(name.to_owned()),
+        }
+    }
+    if let Ok(network) = std::env::var("OPKERNEL_NETWORK") {
+        profile.network = network;
+    }
+    profile.memory_bytes = env_u64("OPKERNEL_MEMORY_BYTES", profile.memory_bytes as u64) as i64;
+    profile.pids_limit = env_u64("OPKERNEL_PIDS_LIMIT", profile.pids_limit as u64) as i64;
+    profile
+}
+
 impl Config {
     /// Defaults, overridden by `OPKERNEL_*` environment variables.
     pub fn from_env(home: PathBuf, listen: SocketAddr) -> Config {
-        let mut profile = Profile::default();
-        if let Ok(image) = std::env::var("OPKERNEL_IMAGE") {
-            profile.image = image;
-        }
-        // the drop to an unprivileged user is never turned off silently: only
-        // an explicit `root` runs commands as root; an image without the
-        // user is refused when its first container is made (and at start)
-        if let Ok(user) = std::env::var("OPKERNEL_RUN_AS") {
-            match user.trim() {
-                "" => {}
-                "root" => profile.run_as = None,
-                name => profile.run_as = Some(name.to_owned()),
-            }
-        }
-        if let Ok(network) = std::env::var("OPKERNEL_NETWORK") {
-            profile.network = network;
-        }
-        profile.memory_bytes = env_u64("OPKERNEL_MEMORY_BYTES", profile.memory_bytes as u64) as i64;
-        profile.pids_limit = env_u64("OPKERNEL_PIDS_LIMIT", profile.pids_limit as u64) as i64;
+        let profile = profile_from_env();
         let mut invalid = Vec::new();
         let day = Duration::from_secs(86_400);
         let op_files_retention = env_duration("OPKERNEL_OP_FILES_RETENTION", 7 * day, &mut invalid);

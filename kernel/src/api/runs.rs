@@ -74,89 +74,29 @@ pub async fn create_run(
     })?;
     let budget = req.budget.unwrap_or_default();
     budget.validate().map_err(envelope_error("budget"))?;
-    let (parent, envelope) = match &principal {
-        Principal::Operator => {
-            let envelope = req
-                .envelope
-                .as_ref()
-                .map(|e| e.resolve_top_level(&k.config.default_envelope()))
-                .transpose()
-                .map_err(envelope_error("envelope"))?;
-            (None, envelope)
-        }
-        Principal::Run(parent) => {
-            let meta = k
-                .run_meta(parent)
-                .await?
-                .ok_or_else(|| ApiError::not_found(format!("no run {parent}")))?;
-            if meta.chain.len() + 1 > k.config.max_depth {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::FORBIDDEN,
-                    "depth_exceeded",
-                    format!(
-                        "run {parent} is at depth {} and children may be at most {} deep (OPKERNEL_MAX_DEPTH)",
-                        meta.chain.len(),
-                        k.config.max_depth
-                    ),
-                ));
-            }
-            let envelope = req
-                .envelope
-                .clone()
-                .unwrap_or_default()
-                .narrow(&meta.envelope)
-                .map_err(envelope_error("envelope"))?;
-            budget
-                .narrow(&k.store.tightest_budget(parent).await?)
-                .map_err(envelope_error("budget"))?;
-            (Some(parent.clone()), Some(envelope))
-        }
-    };
+    let (parent, envelope) = resolve_envelope(&k, &principal, &req, &budget).await?;
     let token = new_token();
-    let created = k
-        .store
-        .create_run(NewRun {
-            run_id: req.run_id.clone(),
-            parent: parent.clone(),
-            envelope: envelope.clone(),
-            budget,
-            token_sha256: token_sha256(&token),
-            idempotency_key: key.clone(),
-            limits: k.config.admission(),
-        })
-        .await?;
-    let record = match created {
+    let new = NewRun {
+        run_id: req.run_id.clone(),
+        parent,
+        envelope,
+        budget,
+        token_sha256: token_sha256(&token),
+        idempotency_key: key,
+        limits: k.config.admission(),
+    };
+    let record = match k.store.create_run(new.clone()).await? {
         CreatedRun::Created(record) => record,
         CreatedRun::Exists(record) => {
             // a retry of the same creation gets a fresh token (the first
             // answer may never have arrived); anything else is a conflict
-            let retry = match &parent {
-                // the operator re-keys a top-level run (what it restates
-                // must match); a child's token comes from its parent
-                None => {
-                    record.parent_run_id.is_none()
-                        && (req.envelope.is_none() || record.envelope == envelope)
-                        && (req.budget.is_none() || record.budget == budget)
-                }
-                // a parent's retry of a creation whose answer it lost: the
-                // same request under the same Idempotency-Key
-                Some(_) => {
-                    record.parent_run_id == parent
-                        && record.envelope == envelope
-                        && record.budget == budget
-                        && key.is_some()
-                        && record.idempotency_key == key
-                }
-            };
-            if !retry {
+            if !is_retry(&record, &new, &req) {
                 return Err(ApiError::conflict(format!(
                     "run {} already exists (a retry of a child's creation needs the same body and Idempotency-Key)",
                     req.run_id
                 )));
             }
-            k.store
-                .rekey_run(&record.run_id, &token_sha256(&token))
-                .await?;
+            k.store.rekey_run(&record.run_id, &new.token_sha256).await?;
             record
         }
         CreatedRun::Refused(refusal) => return Err(ApiError::refused(&refusal)),
@@ -172,6 +112,76 @@ pub async fn create_run(
         "envelope": meta.envelope,
         "budget": record.budget,
     })))
+}
+
+/// The new run's parent and envelope: the operator's top-level run gets
+/// its envelope over the kernel's defaults; a run token's child narrows
+/// its parent's envelope and budget, within the depth bound.
+async fn resolve_envelope(
+    k: &AppState,
+    principal: &Principal,
+    req: &CreateRun,
+    budget: &Budget,
+) -> ApiResult<(Option<String>, Option<crate::tasks::Envelope>)> {
+    let parent = match principal {
+        Principal::Operator => {
+            let envelope = req
+                .envelope
+                .as_ref()
+                .map(|e| e.resolve_top_level(&k.config.default_envelope()))
+                .transpose()
+                .map_err(envelope_error("envelope"))?;
+            return Ok((None, envelope));
+        }
+        Principal::Run(parent) => parent,
+    };
+    let meta = k
+        .run_meta(parent)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no run {parent}")))?;
+    if meta.chain.len() + 1 > k.config.max_depth {
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "depth_exceeded",
+            format!(
+                "run {parent} is at depth {} and children may be at most {} deep (OPKERNEL_MAX_DEPTH)",
+                meta.chain.len(),
+                k.config.max_depth
+            ),
+        ));
+    }
+    let envelope = req
+        .envelope
+        .clone()
+        .unwrap_or_default()
+        .narrow(&meta.envelope)
+        .map_err(envelope_error("envelope"))?;
+    budget
+        .narrow(&k.store.tightest_budget(parent).await?)
+        .map_err(envelope_error("budget"))?;
+    Ok((Some(parent.clone()), Some(envelope)))
+}
+
+/// Whether a creation that found its run already there is a retry of the
+/// one that made it: the operator re-keys a top-level run (what it
+/// restates must match; a child's token comes from its parent); a parent
+/// retries a creation whose answer it lost with the same request under
+/// the same `Idempotency-Key`.
+fn is_retry(record: &RunRecord, new: &NewRun, req: &CreateRun) -> bool {
+    match &new.parent {
+        None => {
+            record.parent_run_id.is_none()
+                && (req.envelope.is_none() || record.envelope == new.envelope)
+                && (req.budget.is_none() || record.budget == new.budget)
+        }
+        Some(_) => {
+            record.parent_run_id == new.parent
+                && record.envelope == new.envelope
+                && record.budget == new.budget
+                && new.idempotency_key.is_some()
+                && record.idempotency_key == new.idempotency_key
+        }
+    }
 }
 
 /// A run as `GET /v1/runs/{run}` shows it.

@@ -113,24 +113,33 @@ pub(super) fn insert_in(
         hold.map(|h| h.on_timeout.as_str()),
         req.schedule_id,
     ])?;
+    started_events(tx, &id, req)?;
+    let op = get(tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+    Ok(NewOp::Created(op))
+}
+
+/// The events of an admitted start: `tool.started`, and
+/// `approval.requested` when an approval rule holds it.
+fn started_events(tx: &Connection, id: &str, req: &StartRequest) -> StoreResult<()> {
+    let argv = crate::report::bounded_argv(&req.command, crate::report::MAX_VIEW_ARGV_BYTES).0;
     super::journal::append_event(
         tx,
         &req.run_id,
         "tool.started",
-        Some(&id),
+        Some(id),
         serde_json::json!({
-            "command": crate::report::bounded_argv(&req.command, crate::report::MAX_VIEW_ARGV_BYTES).0,
+            "command": argv,
             "background": req.background,
             "timeout_sec": req.timeout_sec,
             "schedule_id": req.schedule_id,
         }),
     )?;
-    if let Some(hold) = hold {
+    if let Some(hold) = &req.approval {
         super::journal::append_event(
             tx,
             &req.run_id,
             "approval.requested",
-            Some(&id),
+            Some(id),
             serde_json::json!({
                 "rule": hold.rule,
                 "timeout_sec": hold.timeout_sec,
@@ -138,8 +147,7 @@ pub(super) fn insert_in(
             }),
         )?;
     }
-    let op = get(tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
-    Ok(NewOp::Created(op))
+    Ok(())
 }
 
 impl Store {

@@ -371,18 +371,7 @@ impl Store {
                 }
             }
             if action == RunAction::Cancel {
-                // a repeated cancel re-checks the subtree: nothing may have
-                // been left out by an earlier one
-                for (id, state) in descendants(&tx, &run_id)? {
-                    if let Transition::Change { from, to } = transition(state, action) {
-                        let data = json!({"by": by, "cancelled_with": run_id});
-                        set_state(&tx, &id, from, to, action, &by, None, data)?;
-                        changed.push(id);
-                    }
-                }
-                kills = request_kills_in_subtree(&tx, &run_id)?;
-                denied = super::approvals::deny_waiting_in_subtree(&tx, &run_id)?;
-                super::schedules::end_schedules_of(&tx, &run_id, true)?;
+                (kills, denied) = cancel_cascade(&tx, &run_id, &by, &mut changed)?;
             }
             if action == RunAction::Complete && !changed.is_empty() {
                 super::schedules::end_schedules_of(&tx, &run_id, false)?;
@@ -483,6 +472,32 @@ impl Store {
         })
         .await
     }
+}
+
+/// What a cancel does below and beside the run, in its transaction, in
+/// order: every descendant not over is cancelled (a repeated cancel
+/// re-checks the subtree: nothing may have been left out by an earlier
+/// one), every observed op of the subtree gets a durable kill request,
+/// every waiting op is denied, and the subtree's schedules end. Returns
+/// the ops to kill and those denied; cancelled runs join `changed`.
+fn cancel_cascade(
+    tx: &Connection,
+    run_id: &str,
+    by: &str,
+    changed: &mut Vec<String>,
+) -> StoreResult<(Vec<String>, Vec<String>)> {
+    let action = RunAction::Cancel;
+    for (id, state) in descendants(tx, run_id)? {
+        if let Transition::Change { from, to } = transition(state, action) {
+            let data = json!({"by": by, "cancelled_with": run_id});
+            set_state(tx, &id, from, to, action, by, None, data)?;
+            changed.push(id);
+        }
+    }
+    let kills = request_kills_in_subtree(tx, run_id)?;
+    let denied = super::approvals::deny_waiting_in_subtree(tx, run_id)?;
+    super::schedules::end_schedules_of(tx, run_id, true)?;
+    Ok((kills, denied))
 }
 
 /// A pause from above the current pauser becomes the pause of record
