@@ -102,6 +102,17 @@ mod layering_tests {
                 ],
             ),
             (
+                "observer/evidence.rs",
+                include_str!("observer/evidence.rs"),
+                &[
+                    "crate::kernel",
+                    "crate::store",
+                    "crate::probes",
+                    "tokio",
+                    "Kernel",
+                ],
+            ),
+            (
                 "observer/decide.rs",
                 include_str!("observer/decide.rs"),
                 &[

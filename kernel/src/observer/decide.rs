@@ -17,8 +17,13 @@ use std::time::{Duration, Instant};
 
 use sandbox::{Handback, PidRecord, SandboxError, Signal};
 
-use crate::inbox::{Wake, Wakes};
+use crate::inbox::Wake;
 use crate::lifecycle::{KillReason, Outcome};
+
+pub use super::evidence::{
+    evidence_deadline, Clock, CodeFile, Evidence, LaunchEnd, Probe, ProbeView, Wrapper,
+    NOT_STARTED_STATUS,
+};
 
 /// How soon to look again while a kill is under way or a code file awaits
 /// its wrapper's end.
@@ -51,52 +56,6 @@ impl Timing {
             Start::Unconfirmed => self.start_evidence.max(self.grace),
         }
     }
-}
-
-/// One reading of both clocks, taken once per supervision of an op and
-/// carried forward to each attempt on the monotonic clock ([`Clock::at`]):
-/// wall-clock times of the control plane become monotonic instants through
-/// it, so a later step of the wall clock moves no deadline, not even for
-/// an attempt that starts after the step.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    pub wall_ms: i64,
-    pub mono: Instant,
-}
-
-impl Clock {
-    /// This reading carried forward on the monotonic clock to `now`: the
-    /// same mapping of wall-clock times to instants, with `now` as the
-    /// reading's moment (whatever the wall clock did since).
-    pub fn at(&self, now: Instant) -> Clock {
-        let since = now.saturating_duration_since(self.mono).as_millis();
-        Clock {
-            wall_ms: self
-                .wall_ms
-                .saturating_add(since.min(i64::MAX as u128) as i64),
-            mono: now,
-        }
-    }
-
-    /// The monotonic instant of a wall-clock time.
-    pub fn instant(&self, wall_ms: i64) -> Instant {
-        let delta = Duration::from_millis(wall_ms.abs_diff(self.wall_ms));
-        if wall_ms >= self.wall_ms {
-            self.mono + delta
-        } else {
-            self.mono.checked_sub(delta).unwrap_or(self.mono)
-        }
-    }
-}
-
-/// The one start-evidence rule: an op must show evidence of itself (pid
-/// file, code file or a marked process) within `window` of the later of
-/// its exec claim and the moment this attempt began watching. No attempt
-/// concludes "no evidence" without having watched a full window itself: a
-/// start request may have taken up to the Docker timeout to fail, and a
-/// restarted kernel missed the file events of its downtime.
-pub fn evidence_deadline(clock: &Clock, claimed_ms: i64, window: Duration) -> Instant {
-    clock.instant(claimed_ms).max(clock.mono) + window
 }
 
 /// Whether Docker confirmed the op's start (the row is `running`).
@@ -251,93 +210,6 @@ impl State {
 /// shim reports a death by signal N as 128 + N).
 pub fn died_of_kill_signal(code: i32) -> bool {
     code == 128 + libc::SIGTERM || code == 128 + libc::SIGKILL
-}
-
-/// The op's `.code` file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CodeFile {
-    Missing,
-    Recorded(i32),
-    /// The shim could not start the command (nothing ran): `failed`.
-    NotStarted(String),
-    /// Empty, partial or garbage: settles nothing while the wrapper lives.
-    Unusable(String),
-}
-
-/// The exit status of a shim launch that did not start its command.
-pub const NOT_STARTED_STATUS: i64 = 125;
-
-/// A probe's view of the op's wrapper (identity-checked by pid, start time
-/// and marker).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wrapper {
-    Alive,
-    Absent,
-    /// The recorded pid belongs to another process now.
-    PidReused,
-    /// No pid is recorded: there is no identity to check.
-    Unknown,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeView {
-    Seen {
-        wrapper: Wrapper,
-        /// Some process carries the op's marker.
-        marked: bool,
-    },
-    Gone,
-    Stopped,
-    /// The daemon or container did not answer (or answered garbage).
-    Unreachable(String),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Probe {
-    pub view: ProbeView,
-    /// Taken for this question, not served from the shared cache.
-    pub fresh: bool,
-}
-
-/// How the wrapper's own launch ended, as the backend (out of the
-/// command's reach) records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LaunchEnd {
-    Running,
-    Exited(i64),
-    Unreachable,
-    /// No launch id was recorded for the op.
-    NotRecorded,
-    Unconfirmable(String),
-}
-
-/// What one step of an attempt found.
-#[derive(Debug, Clone)]
-pub struct Evidence {
-    pub now: Instant,
-    pub wakes: Wakes,
-    /// The safety-net tick of an unmonitored op fell due in this step.
-    pub tick: bool,
-    pub code: CodeFile,
-    /// The `.pid` file, read while no pid is recorded.
-    pub pid_file: Option<PidRecord>,
-    pub probe: Option<Probe>,
-    pub launch_end: Option<LaunchEnd>,
-}
-
-impl Evidence {
-    /// The cheap facts of a step; probes and launch ends come on request.
-    pub fn new(now: Instant, wakes: Wakes, code: CodeFile) -> Evidence {
-        Evidence {
-            now,
-            wakes,
-            tick: false,
-            code,
-            pid_file: None,
-            probe: None,
-            launch_end: None,
-        }
-    }
 }
 
 /// What the executor does next.

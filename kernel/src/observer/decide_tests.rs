@@ -2,6 +2,7 @@
 //! the invariant of ARCHITECTURE.md it holds.
 
 use super::*;
+use crate::inbox::Wakes;
 
 const SEC: Duration = Duration::from_secs(1);
 

@@ -14,6 +14,7 @@ use crate::lifecycle::Outcome;
 use crate::store::Op;
 
 pub mod decide;
+pub mod evidence;
 mod launch;
 mod supervise;
 mod watch;
