@@ -3,6 +3,7 @@
 
 mod console;
 pub mod error;
+mod events;
 mod ops;
 pub mod panel;
 pub mod reports;
@@ -43,9 +44,9 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/runs/{run}/cancel", post(runs::cancel))
         .route("/v1/runs/{run}/complete", post(runs::complete))
         .route("/v1/runs/{run}/usage", post(runs::usage))
-        .route("/v1/runs/{run}/events", get(runs::events))
-        .route("/v1/runs/{run}/events/stream", get(runs::events_stream))
-        .route("/v1/runs/{run}/reports", get(runs::reports))
+        .route("/v1/runs/{run}/events", get(events::events))
+        .route("/v1/runs/{run}/events/stream", get(events::events_stream))
+        .route("/v1/runs/{run}/reports", get(events::reports))
         .route(
             "/v1/runs/{run}/schedules",
             post(schedules::create).get(schedules::list),
