@@ -198,9 +198,66 @@ pub fn startup(timing: &Timing, catch_up: bool, next_due: i64, now: i64) -> Star
     }
 }
 
+/// Why a due time's op was not admitted, as the schedule sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireRefusal {
+    /// The run is completed or cancelled.
+    RunOver,
+    /// The run is gone (purged).
+    RunGone,
+    /// Paused, or a live-op limit: it passes.
+    Passing,
+    /// A budget is reached.
+    Budget,
+}
+
+/// What a refused fire does to its schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRefusal {
+    /// The schedule ends with its run.
+    End,
+    /// A one-shot tries the same due time again later.
+    Postpone,
+    /// The slot is skipped (`schedule.skipped`); a series goes on.
+    Skip,
+}
+
+/// The rule for a refused fire: a schedule ends with its run; a one-shot
+/// refused for a passing reason tries again; anything else skips the slot.
+pub fn after_refusal(why: FireRefusal, recurring: bool) -> AfterRefusal {
+    match (why, recurring) {
+        (FireRefusal::RunOver | FireRefusal::RunGone, _) => AfterRefusal::End,
+        (FireRefusal::Passing, false) => AfterRefusal::Postpone,
+        _ => AfterRefusal::Skip,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_refused_fire_does() {
+        use AfterRefusal::*;
+        use FireRefusal::*;
+        let table = [
+            (RunOver, false, End),
+            (RunOver, true, End),
+            (RunGone, false, End),
+            (RunGone, true, End),
+            (Passing, false, Postpone),
+            (Passing, true, Skip),
+            (Budget, false, Skip),
+            (Budget, true, Skip),
+        ];
+        for (why, recurring, want) in table {
+            assert_eq!(
+                after_refusal(why, recurring),
+                want,
+                "{why:?} recurring={recurring}"
+            );
+        }
+    }
 
     const MIN: i64 = 60_000;
 

@@ -6,6 +6,7 @@ mod admission;
 mod admit;
 mod approvals;
 mod claims;
+mod fire;
 mod journal;
 mod ops;
 mod reports;

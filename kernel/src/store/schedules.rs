@@ -17,10 +17,9 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde_json::json;
 
-use super::admit::insert_in;
 use super::journal::append_event;
-use super::ops::{get, Admission, ApprovalHold, NewOp, Op, StartRequest};
-use super::{now_ms, Refusal, Store, StoreError, StoreResult};
+use super::ops::{get, Op};
+use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::Status;
 use crate::schedule::{startup, Startup, Timing};
 
@@ -91,7 +90,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
     })
 }
 
-fn get_schedule(conn: &Connection, id: &str) -> StoreResult<Option<Schedule>> {
+pub(super) fn get_schedule(conn: &Connection, id: &str) -> StoreResult<Option<Schedule>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
         .query_row([id], from_row)
@@ -229,7 +228,13 @@ pub(super) fn finalize_in(conn: &Connection, op: &Op) -> StoreResult<()> {
 
 /// Moves a recurring schedule past `due` without a run, or disables a
 /// one-shot; records `schedule.skipped` with the reason.
-fn skip_in(conn: &Connection, s: &Schedule, due: i64, reason: &str, now: i64) -> StoreResult<()> {
+pub(super) fn skip_in(
+    conn: &Connection,
+    s: &Schedule,
+    due: i64,
+    reason: &str,
+    now: i64,
+) -> StoreResult<()> {
     let (next, passed) = s.timing.next_after_now(due, now);
     append_event(
         conn,
@@ -256,7 +261,7 @@ fn skip_in(conn: &Connection, s: &Schedule, due: i64, reason: &str, now: i64) ->
 
 /// Ends a schedule whose run is over (completed or cancelled): disabled,
 /// no next due time, with its reason in the run's trace.
-fn end_in(conn: &Connection, s: &Schedule, reason: &str) -> StoreResult<()> {
+pub(super) fn end_in(conn: &Connection, s: &Schedule, reason: &str) -> StoreResult<()> {
     append_event(
         conn,
         &s.run_id,
@@ -278,7 +283,12 @@ const ONE_SHOT_RETRY_MS: i64 = 5_000;
 
 /// A one-shot refused for a passing reason: tried again later; the first
 /// refusal of a kind is in the trace.
-fn postpone_in(conn: &Connection, s: &Schedule, reason: &str, now: i64) -> StoreResult<()> {
+pub(super) fn postpone_in(
+    conn: &Connection,
+    s: &Schedule,
+    reason: &str,
+    now: i64,
+) -> StoreResult<()> {
     let status = format!("waiting: {reason}");
     if s.last_status.as_deref() != Some(status.as_str()) {
         append_event(
@@ -432,108 +442,6 @@ impl Store {
                      AND claimed_at IS NULL",
                 )?
                 .query_row([], |r| r.get(0))?)
-        })
-        .await
-    }
-
-    /// Fires a schedule for its due time `due`: the claim and the op's
-    /// insert in one transaction (see the module comment). `hold` is the
-    /// approval hold the kernel found for the command; `limits` the run's.
-    pub async fn fire_schedule(
-        &self,
-        id: &str,
-        due: i64,
-        kernel_id: &str,
-        hold: Option<ApprovalHold>,
-        limits: Admission,
-    ) -> StoreResult<Fire> {
-        let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let now = now_ms();
-            let claimed = tx
-                .prepare_cached(
-                    "UPDATE schedules SET claimed_at = ?3, claimed_by = ?4 WHERE id = ?1 \
-                     AND enabled = 1 AND paused = 0 AND claimed_at IS NULL \
-                     AND next_due_at = ?2 AND next_due_at <= ?3",
-                )?
-                .execute(params![id, due, now, kernel_id])?;
-            if claimed != 1 {
-                return Ok(Fire::NotDue);
-            }
-            let s = get_schedule(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
-            let req = StartRequest {
-                run_id: s.run_id.clone(),
-                scratch_key: sandbox::profile::scratch_key(&s.run_id),
-                command: s.command.clone(),
-                background: true,
-                timeout_sec: s.timeout_sec,
-                idempotency_key: Some(format!("schedule:{}:{}", s.id, due)),
-                approval: hold,
-                schedule_id: Some(s.id.clone()),
-            };
-            let fire = match insert_in(&tx, &req, limits)? {
-                NewOp::Created(op) => {
-                    let (next, passed) = s.timing.next_after_now(due, now);
-                    tx.prepare_cached(
-                        "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3, next_due_at = ?4 \
-                         WHERE id = ?1",
-                    )?
-                    .execute(params![s.id, op.id, due, next])?;
-                    append_event(
-                        &tx,
-                        &s.run_id,
-                        "schedule.fired",
-                        Some(&op.id),
-                        json!({
-                            "schedule_id": s.id,
-                            "due_at": crate::report::rfc3339(due),
-                            "missed_slots": passed,
-                        }),
-                    )?;
-                    Fire::Fired(op)
-                }
-                NewOp::Existing(op) if !op.status.is_terminal() => {
-                    tx.prepare_cached(
-                        "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3 WHERE id = ?1",
-                    )?
-                    .execute(params![s.id, op.id, due])?;
-                    Fire::Adopted(op)
-                }
-                NewOp::Existing(op) => {
-                    // the due time's op ended without finalizing its schedule:
-                    // finalize now (never a second op for the same due time)
-                    tx.prepare_cached(
-                        "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3 WHERE id = ?1",
-                    )?
-                    .execute(params![s.id, op.id, due])?;
-                    finalize_in(&tx, &op)?;
-                    Fire::NotDue
-                }
-                NewOp::KeyConflict(other) => {
-                    let reason = format!("due time already used by operation {other}");
-                    skip_in(&tx, &s, due, &reason, now)?;
-                    Fire::Skipped(reason)
-                }
-                NewOp::Refused(why) => {
-                    let reason = why.to_string();
-                    match &why {
-                        // the run is over: so is its schedule
-                        Refusal::State { state, .. } if state.is_final() => {
-                            end_in(&tx, &s, &reason)?
-                        }
-                        Refusal::NoRun(_) => end_in(&tx, &s, &reason)?,
-                        // passing: a one-shot tries again, a series goes on
-                        Refusal::State { .. } | Refusal::Limit(_) if !s.timing.is_recurring() => {
-                            postpone_in(&tx, &s, &reason, now)?
-                        }
-                        _ => skip_in(&tx, &s, due, &reason, now)?,
-                    }
-                    Fire::Skipped(reason)
-                }
-            };
-            tx.commit()?;
-            Ok(fire)
         })
         .await
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::Admission;
 use crate::lifecycle::Outcome;
 use crate::store::{test_store, Settlement};
 
