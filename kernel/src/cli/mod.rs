@@ -377,13 +377,31 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
             let budget = parse("budget", budget)?;
             verbs::token(&client, &run, envelope, budget, json).await
         }
-        Command::Runs { json } => tasks::runs(&client, json).await,
-        Command::RunState { run, json } => tasks::run_state(&client, &run, json).await,
-        Command::Pause { run, json } => tasks::change(&client, &run, "pause", None, json).await,
-        Command::Resume { run, json } => tasks::change(&client, &run, "resume", None, json).await,
-        Command::Cancel { run, json } => tasks::change(&client, &run, "cancel", None, json).await,
+        Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
+        Command::Containers { json } => verbs::containers(&client, json).await,
+        Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,
+        Command::Mcp { run } => {
+            sandbox::profile::validate_run_id(&run)?;
+            crate::mcp::http::serve_stdio(client.base().to_owned(), client.token().to_owned(), run)
+                .await
+        }
+        Command::Serve { .. } | Command::Drill { .. } => {
+            bail!("this verb is not a client verb")
+        }
+        task => run_task_verb(&client, task).await,
+    }
+}
+
+/// The verbs of runs as tasks, schedules and approvals.
+async fn run_task_verb(client: &Client, cmd: Command) -> anyhow::Result<i32> {
+    match cmd {
+        Command::Runs { json } => tasks::runs(client, json).await,
+        Command::RunState { run, json } => tasks::run_state(client, &run, json).await,
+        Command::Pause { run, json } => tasks::change(client, &run, "pause", None, json).await,
+        Command::Resume { run, json } => tasks::change(client, &run, "resume", None, json).await,
+        Command::Cancel { run, json } => tasks::change(client, &run, "cancel", None, json).await,
         Command::Complete { run, summary, json } => {
-            tasks::change(&client, &run, "complete", Some(summary), json).await
+            tasks::change(client, &run, "complete", Some(summary), json).await
         }
         Command::Usage {
             run,
@@ -401,35 +419,25 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
                     "cost_micros": cost_micros,
                 })
             });
-            tasks::usage(&client, &run, record, json).await
+            tasks::usage(client, &run, record, json).await
         }
         Command::Events {
             run,
             after,
             follow,
             json,
-        } => tasks::events(&client, &run, after, follow, json).await,
-        Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
-        Command::Containers { json } => verbs::containers(&client, json).await,
-        Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,
-        Command::Mcp { run } => {
-            sandbox::profile::validate_run_id(&run)?;
-            crate::mcp::http::serve_stdio(client.base().to_owned(), client.token().to_owned(), run)
-                .await
-        }
-        Command::Schedule { action } => tasks::schedule(&client, action).await,
-        Command::Approvals { json } => tasks::approvals(&client, json).await,
+        } => tasks::events(client, &run, after, follow, json).await,
+        Command::Schedule { action } => tasks::schedule(client, action).await,
+        Command::Approvals { json } => tasks::approvals(client, json).await,
         Command::Approve { operation_id, json } => {
-            tasks::decide(&client, &operation_id, None, json).await
+            tasks::decide(client, &operation_id, None, json).await
         }
         Command::Deny {
             operation_id,
             reason,
             json,
-        } => tasks::decide(&client, &operation_id, Some(reason), json).await,
-        Command::Serve { .. } | Command::Drill { .. } => {
-            bail!("this verb is not a client verb")
-        }
+        } => tasks::decide(client, &operation_id, Some(reason), json).await,
+        _ => bail!("this verb is not a task verb"),
     }
 }
 

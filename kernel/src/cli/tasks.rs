@@ -238,17 +238,15 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
                 "catch_up": catch_up,
                 "delete_after_success": delete_after_success,
             });
-            if let Some(c) = cron {
-                body["cron"] = json!(c);
-            }
-            if let Some(e) = every {
-                body["every_sec"] = json!(e);
-            }
-            if let Some(a) = at {
-                body["at"] = json!(a);
-            }
-            if let Some(t) = timeout {
-                body["timeout_sec"] = json!(t);
+            for (key, value) in [
+                ("cron", cron.map(|c| json!(c))),
+                ("every_sec", every.map(|e| json!(e))),
+                ("at", at.map(|a| json!(a))),
+                ("timeout_sec", timeout.map(|t| json!(t))),
+            ] {
+                if let Some(value) = value {
+                    body[key] = value;
+                }
             }
             let v = client
                 .post(&format!("/v1/runs/{run}/schedules"), &body)
@@ -263,54 +261,7 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
                 );
             }
         }
-        S::Ls { run, json } => {
-            let path = match &run {
-                Some(run) => format!("/v1/runs/{run}/schedules"),
-                None => "/v1/schedules".to_owned(),
-            };
-            let v = client.get(&path).await?;
-            if json {
-                print_json(&v);
-                return Ok(0);
-            }
-            println!(
-                "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} COMMAND",
-                "SCHEDULE", "RUN", "WHEN", "STATE", "NEXT DUE", "LAST"
-            );
-            for s in v["schedules"].as_array().into_iter().flatten() {
-                let when = if let Some(c) = s["cron"].as_str() {
-                    c.to_owned()
-                } else if let Some(e) = s["every_sec"].as_u64() {
-                    format!("every {e}s")
-                } else {
-                    format!("at {}", s["at"].as_str().unwrap_or("-"))
-                };
-                let state = if !s["enabled"].as_bool().unwrap_or(true) {
-                    "done"
-                } else if s["paused"].as_bool().unwrap_or(false) {
-                    "paused"
-                } else if s["current_operation_id"].is_string() {
-                    "running"
-                } else {
-                    "waiting"
-                };
-                let last = match (s["last_status"].as_str(), s["last_exit_code"].as_i64()) {
-                    (Some(st), Some(code)) => format!("{st} {code}"),
-                    (Some(st), None) => st.to_owned(),
-                    _ => "-".to_owned(),
-                };
-                println!(
-                    "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} {}",
-                    s["schedule_id"].as_str().unwrap_or("-"),
-                    s["run_id"].as_str().unwrap_or("-"),
-                    when,
-                    state,
-                    s["next_due_at"].as_str().unwrap_or("-"),
-                    last,
-                    crate::report::command_line_json(&s["command"])
-                );
-            }
-        }
+        S::Ls { run, json } => schedule_ls(client, run, json).await?,
         S::Rm { run, schedule_id } => {
             client
                 .request(
@@ -324,21 +275,13 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
             println!("schedule {schedule_id} deleted");
         }
         S::Pause { run, schedule_id } => {
-            client
-                .post(
-                    &format!("/v1/runs/{run}/schedules/{schedule_id}/pause"),
-                    &json!({}),
-                )
-                .await?;
+            let path = format!("/v1/runs/{run}/schedules/{schedule_id}/pause");
+            client.post(&path, &json!({})).await?;
             println!("schedule {schedule_id} paused");
         }
         S::Resume { run, schedule_id } => {
-            let v = client
-                .post(
-                    &format!("/v1/runs/{run}/schedules/{schedule_id}/resume"),
-                    &json!({}),
-                )
-                .await?;
+            let path = format!("/v1/runs/{run}/schedules/{schedule_id}/resume");
+            let v = client.post(&path, &json!({})).await?;
             println!(
                 "schedule {schedule_id} resumed (next due {})",
                 v["next_due_at"].as_str().unwrap_or("-")
@@ -346,6 +289,63 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
         }
     }
     Ok(0)
+}
+
+/// `opkernel schedule ls`: a run's schedules (or every one the token
+/// reaches), as a table or JSON.
+async fn schedule_ls(client: &Client, run: Option<String>, json: bool) -> anyhow::Result<()> {
+    let path = match &run {
+        Some(run) => format!("/v1/runs/{run}/schedules"),
+        None => "/v1/schedules".to_owned(),
+    };
+    let v = client.get(&path).await?;
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} COMMAND",
+        "SCHEDULE", "RUN", "WHEN", "STATE", "NEXT DUE", "LAST"
+    );
+    for s in v["schedules"].as_array().into_iter().flatten() {
+        println!("{}", schedule_line(s));
+    }
+    Ok(())
+}
+
+/// One schedule's line of `opkernel schedule ls`.
+fn schedule_line(s: &Value) -> String {
+    let when = if let Some(c) = s["cron"].as_str() {
+        c.to_owned()
+    } else if let Some(e) = s["every_sec"].as_u64() {
+        format!("every {e}s")
+    } else {
+        format!("at {}", s["at"].as_str().unwrap_or("-"))
+    };
+    let state = if !s["enabled"].as_bool().unwrap_or(true) {
+        "done"
+    } else if s["paused"].as_bool().unwrap_or(false) {
+        "paused"
+    } else if s["current_operation_id"].is_string() {
+        "running"
+    } else {
+        "waiting"
+    };
+    let last = match (s["last_status"].as_str(), s["last_exit_code"].as_i64()) {
+        (Some(st), Some(code)) => format!("{st} {code}"),
+        (Some(st), None) => st.to_owned(),
+        _ => "-".to_owned(),
+    };
+    format!(
+        "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} {}",
+        s["schedule_id"].as_str().unwrap_or("-"),
+        s["run_id"].as_str().unwrap_or("-"),
+        when,
+        state,
+        s["next_due_at"].as_str().unwrap_or("-"),
+        last,
+        crate::report::command_line_json(&s["command"])
+    )
 }
 
 /// A raw request's answer, or its error message as an error.

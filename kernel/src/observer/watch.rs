@@ -60,13 +60,7 @@ impl ObserverAttempt {
                 return self.settle(outcome).await;
             }
         }
-        let clock = self
-            .anchor
-            .get_or_init(|| Clock {
-                wall_ms: crate::store::now_ms(),
-                mono: Instant::now(),
-            })
-            .at(Instant::now());
+        let clock = self.clock();
         let mut s = self.initial_state(&clock);
         let mut monitored: Option<MonitorGuard> = None;
         let mut e = self.gather(&mut s, &ops, self.inbox.take()).await?;
@@ -84,11 +78,7 @@ impl ObserverAttempt {
                         return Ok(());
                     }
                 }
-                Action::RecordPid(rec) => {
-                    k.store.record_pid(&self.op.id, &rec).await?;
-                    self.op.pid = Some(rec.clone());
-                    s.pid = Some(rec);
-                }
+                Action::RecordPid(rec) => self.record_pid(&mut s, rec).await?,
                 Action::RequestTimeout => self.request_timeout(&mut s).await?,
                 Action::Signal { signal, rec } => {
                     self.signal(&mut s, &container_id, &rec, signal).await?;
@@ -96,14 +86,8 @@ impl ObserverAttempt {
                     e.probe = None;
                 }
                 Action::Probe { fresh } => {
-                    let probe = self.probe(&container_id, fresh, s.pid.as_ref()).await;
-                    s.observe(&probe, e.now);
-                    e.probe = Some(probe);
-                    // files written while the probe ran count before its verdict
-                    e.code = read_code(&ops, &self.op.id);
-                    if s.pid.is_none() {
-                        e.pid_file = ops.read_pid(&self.op.id).ok();
-                    }
+                    self.probe_step(&mut s, &mut e, &ops, &container_id, fresh)
+                        .await
                 }
                 Action::AskLaunchEnd => {
                     e.launch_end = Some(self.launch_end().await);
@@ -136,6 +120,44 @@ impl ObserverAttempt {
                     e = self.gather(&mut s, &ops, wakes).await?;
                 }
             }
+        }
+    }
+
+    /// Records the pid file's identity as the op's.
+    async fn record_pid(&mut self, s: &mut State, rec: sandbox::PidRecord) -> Step {
+        self.kernel.store.record_pid(&self.op.id, &rec).await?;
+        self.op.pid = Some(rec.clone());
+        s.pid = Some(rec);
+        Ok(())
+    }
+
+    /// The supervision's one clock reading (taken by its first watch, after
+    /// any launch recorded its times), carried to now.
+    fn clock(&self) -> Clock {
+        self.anchor
+            .get_or_init(|| Clock {
+                wall_ms: crate::store::now_ms(),
+                mono: Instant::now(),
+            })
+            .at(Instant::now())
+    }
+
+    /// A probe, then a fresh read of the files: what they say was written
+    /// while the probe ran, so it counts before the probe's verdict.
+    async fn probe_step(
+        &self,
+        s: &mut State,
+        e: &mut Evidence,
+        ops: &OpsDir,
+        container_id: &str,
+        fresh: bool,
+    ) {
+        let probe = self.probe(container_id, fresh, s.pid.as_ref()).await;
+        s.observe(&probe, e.now);
+        e.probe = Some(probe);
+        e.code = read_code(ops, &self.op.id);
+        if s.pid.is_none() {
+            e.pid_file = ops.read_pid(&self.op.id).ok();
         }
     }
 

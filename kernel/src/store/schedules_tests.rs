@@ -1,6 +1,6 @@
 use super::*;
-use crate::store::Admission;
 use crate::lifecycle::Outcome;
+use crate::store::Admission;
 use crate::store::{test_store, Settlement};
 
 fn every(run: &str, seconds: u64, catch_up: bool) -> NewSchedule {
