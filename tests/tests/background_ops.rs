@@ -371,7 +371,10 @@ async fn a_note_wakes_a_waiting_report() {
             (began.elapsed(), r)
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delay = Duration::from_millis(500);
+    tokio::time::sleep(delay).await;
+    // the waiter is still waiting: nothing else ended its wait
+    assert!(!waiter.is_finished(), "the wait ended before the note");
     k.client
         .post(
             &format!("/v1/runs/{run}/notes"),
@@ -380,6 +383,12 @@ async fn a_note_wakes_a_waiting_report() {
         .await
         .unwrap();
     let (took, report) = waiter.await.unwrap();
+    // it was woken: it had been waiting since before the note (a wait
+    // started after the note would answer at once)
+    assert!(
+        took >= delay,
+        "the wait lasted {took:?}, less than the {delay:?} before the note"
+    );
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(report["notes"], json!(["switch to the staging db"]));
     assert!(report["text"]
