@@ -249,101 +249,108 @@ pub async fn assert_only_init_and_launcher(container: &str, grace: Duration) {
     }
 }
 
-/// The `docker exec` runs that ended in one container, counted from Docker's
-/// event stream (`docker events`, `exec_die`): a test tells from them how
-/// far the kernel got in a sequence of Docker calls (the reaper's probes
-/// are execs).
-pub struct ExecWatch {
-    child: std::process::Child,
-    ended: std::sync::mpsc::Receiver<()>,
-    container: String,
+/// A relay in front of a Docker socket that keeps the request line of every
+/// request it passes on (in front of the drills' `DockerProxy`, it tells a
+/// test that a request has reached the proxy, where it may be held).
+pub struct RequestWatch {
+    path: PathBuf,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
-impl ExecWatch {
-    /// Subscribes, then proves the subscription live with an exec of its own
-    /// (not counted).
-    pub async fn start(container: &str) -> ExecWatch {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new("docker")
-            .args(["events", "--format", "{{.Action}}", "--filter"])
-            .arg(format!("container={container}"))
-            .args(["--filter", "event=exec_die"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run docker events: {e}"));
-        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-        let (tx, ended) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                match line {
-                    Ok(l) if l.starts_with("exec_die") => {
-                        if tx.send(()).is_err() {
-                            return;
+impl RequestWatch {
+    /// Listens on `path`, relaying to `upstream` (within a tokio runtime).
+    pub fn start(path: &std::path::Path, upstream: &std::path::Path) -> RequestWatch {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path)
+            .unwrap_or_else(|e| panic!("bind {}: {e}", path.display()));
+        let watch = RequestWatch {
+            path: path.to_owned(),
+            lines: Default::default(),
+            tasks: Default::default(),
+        };
+        let (lines, tasks, upstream) = (
+            watch.lines.clone(),
+            watch.tasks.clone(),
+            upstream.to_owned(),
+        );
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (lines, upstream) = (lines.clone(), upstream.clone());
+                let conn = tokio::spawn(async move {
+                    let Ok(server) = tokio::net::UnixStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let down = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client_rx.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let head = String::from_utf8_lossy(&buf[..n.min(1024)]);
+                        let first = head.lines().next().unwrap_or_default();
+                        if first.ends_with(" HTTP/1.1") || first.ends_with(" HTTP/1.0") {
+                            if let Ok(mut l) = lines.lock() {
+                                l.push(first.to_owned());
+                            }
+                        }
+                        if server_tx.write_all(&buf[..n]).await.is_err() {
+                            break;
                         }
                     }
-                    Ok(_) => {}
-                    Err(_) => return,
+                    down.abort();
+                });
+                if let Ok(mut t) = tasks.lock() {
+                    t.retain(|h| !h.is_finished());
+                    t.push(conn);
                 }
             }
         });
-        let watch = ExecWatch {
-            child,
-            ended,
-            container: container.to_owned(),
-        };
-        // the stream is live once an exec of ours shows in it
-        let deadline = Instant::now() + Duration::from_secs(30);
-        'live: loop {
-            let ran = std::process::Command::new("docker")
-                .args(["exec", container, "/.opkernel/shim", "--version"])
-                .output();
-            assert!(ran.is_ok(), "docker exec in {container}");
-            let until = Instant::now() + Duration::from_millis(500);
-            while Instant::now() < until {
-                if watch.ended.try_recv().is_ok() {
-                    break 'live;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "docker events never showed an exec in {container}"
-            );
+        if let Ok(mut t) = watch.tasks.lock() {
+            t.push(accept);
         }
-        // an exec of ours may have been seen twice (a late first one)
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        while watch.ended.try_recv().is_ok() {}
         watch
     }
 
-    /// Waits until `n` more execs ended in the container.
-    pub async fn wait_ended(&mut self, n: usize, timeout: Duration) {
+    /// How many requests passed whose request line contains all of `parts`.
+    pub fn count(&self, parts: &[&str]) -> usize {
+        self.lines
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .filter(|line| parts.iter().all(|p| line.contains(p)))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Waits until `n` requests matching `parts` passed.
+    pub async fn wait_for(&self, parts: &[&str], n: usize, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        let mut seen = 0;
-        while seen < n {
-            if self.ended.try_recv().is_ok() {
-                seen += 1;
-                continue;
-            }
+        while self.count(parts) < n {
             assert!(
                 Instant::now() < deadline,
-                "{seen} of {n} execs ended in {} within {timeout:?}",
-                self.container
+                "{} of {n} requests with {parts:?} passed within {timeout:?}",
+                self.count(parts)
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-
-    /// How many execs ended since the last look (without waiting).
-    pub fn ended_since(&mut self) -> usize {
-        std::iter::from_fn(|| self.ended.try_recv().ok()).count()
-    }
 }
 
-impl Drop for ExecWatch {
+impl Drop for RequestWatch {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Ok(mut t) = self.tasks.lock() {
+            for h in t.drain(..) {
+                h.abort();
+            }
+        }
+        let _ = std::fs::remove_file(&self.path);
     }
 }
