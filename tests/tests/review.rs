@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
 use opkernel::drills::proxy::{DockerProxy, Hold};
-use opkernel_tests::RequestWatch;
+use opkernel_tests::{assert_only_init_and_launcher, RequestWatch};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -29,14 +29,6 @@ fn unique_run(tag: &str) -> String {
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
-}
-
-fn top(container: &str) -> String {
-    let out = Command::new("docker")
-        .args(["top", container, "-o", "pid,args"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test]
@@ -418,11 +410,8 @@ async fn the_wrapper_leaves_nothing_behind_and_its_log_is_final() {
     let op = k.start_bg(&run, &["true"], 60).await.unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();
     let container = s["container_id"].as_str().unwrap().to_owned();
-    let procs = top(&container);
-    assert!(
-        !procs.contains("sleep 2"),
-        "the wrapper's timer left a sleep behind: {procs}"
-    );
+    // once an op ended, its container holds only its init and launcher
+    assert_only_init_and_launcher(&container, Duration::from_secs(1)).await;
     // a process the command leaves behind holds the output pipe: the log is
     // closed off (with a mark) before the code, so its digest is final
     let op = k
@@ -431,6 +420,8 @@ async fn the_wrapper_leaves_nothing_behind_and_its_log_is_final() {
         .unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();
     assert_eq!(s["exit_code"], 0, "{s}");
+    // what the command left behind was stopped before its code
+    assert_only_init_and_launcher(&container, Duration::from_secs(1)).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let log = std::fs::read(
         k.home
