@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
 use opkernel::drills::proxy::{DockerProxy, Hold};
+use opkernel::report::{MAX_NOTE_BYTES, MAX_REPORT_ITEMS, MAX_REPORT_NOTE_BYTES};
 use opkernel_tests::{assert_only_init_and_launcher, RequestWatch};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -364,22 +365,39 @@ async fn foreground_results_stay_out_of_reports() {
     assert_eq!(delivered, vec![bg]);
 }
 
+/// More results and notes than one report holds: the CLI's finish prints
+/// every op's own outcome and every pending report, acking each, until
+/// nothing is left undelivered.
 #[tokio::test]
-async fn cli_finish_shows_the_undelivered_report_with_its_notes() {
+async fn cli_finish_shows_every_undelivered_report_with_its_notes() {
     let k = kernel("clifinish", &[]).await;
     let run = unique_run("clifinish");
-    let op = k
-        .start_bg(&run, &["sh", "-c", "echo done-here"], 60)
-        .await
-        .unwrap();
-    k.wait_terminal(&op, T).await.unwrap();
-    k.client
-        .post(
-            &format!("/v1/runs/{run}/notes"),
-            &json!({"text": "please wrap up"}),
-        )
-        .await
-        .unwrap();
+    // past one report's bound of results, with codes of their own
+    let mut ops = Vec::new();
+    for i in 0..MAX_REPORT_ITEMS + 3 {
+        let code = i % 7;
+        let id = k
+            .start_bg(
+                &run,
+                &["sh", "-c", &format!("echo out-{i}; exit {code}")],
+                60,
+            )
+            .await
+            .unwrap();
+        ops.push((id, code));
+    }
+    // and past one report's bound of note bytes
+    let note_bytes = MAX_NOTE_BYTES * 3 / 4;
+    let notes: Vec<String> = (0..3)
+        .map(|i| format!("note-{i}: please wrap up {}", "z".repeat(note_bytes)))
+        .collect();
+    assert!(notes.iter().map(String::len).sum::<usize>() > MAX_REPORT_NOTE_BYTES);
+    for note in &notes {
+        k.client
+            .post(&format!("/v1/runs/{run}/notes"), &json!({ "text": note }))
+            .await
+            .unwrap();
+    }
     let out = Command::new(kernel_binary().unwrap())
         .args(["finish", "--run", &run])
         .env("OPKERNEL_URL", k.client.base())
@@ -388,19 +406,53 @@ async fn cli_finish_shows_the_undelivered_report_with_its_notes() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("please wrap up"),
-        "the note was consumed unseen: {text}"
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("[Background operations report]"), "{text}");
-    // it was acked: nothing is served again
+    let reports = text.matches("[Background operations report]").count();
+    assert!(reports >= 2, "{reports} report(s) printed: {text}");
+    for (id, code) in &ops {
+        // the op's own outcome, then its one showing in a report
+        assert_eq!(
+            text.matches(&format!(
+                "{id} completed attempt=1 exit_code={code} killed=false"
+            ))
+            .count(),
+            1,
+            "{id}'s outcome: {text}"
+        );
+        assert_eq!(
+            text.matches(&format!("- {id} finished: exit_code={code}"))
+                .count(),
+            1,
+            "{id} in the reports: {text}"
+        );
+    }
+    for (i, note) in notes.iter().enumerate() {
+        assert_eq!(text.matches(note.as_str()).count(), 1, "note {i}: {text}");
+    }
+    // every report was acked: nothing is served again, nothing is pending
     let again = k
         .client
         .get(&format!("/v1/runs/{run}/report"))
         .await
         .unwrap();
     assert!(again["report_id"].is_null(), "{again}");
+    let listed = k
+        .client
+        .get(&format!("/v1/runs/{run}/reports"))
+        .await
+        .unwrap();
+    let listed = listed["reports"].as_array().unwrap();
+    assert_eq!(listed.len(), reports, "{listed:?}");
+    assert!(
+        listed.iter().all(|r| r["acked_at"].is_string()),
+        "{listed:?}"
+    );
+    let delivered: u64 = listed.iter().map(|r| r["resolved"].as_u64().unwrap()).sum();
+    assert_eq!(delivered, ops.len() as u64, "{listed:?}");
 }
 
 #[tokio::test]
