@@ -159,3 +159,198 @@ impl Drop for SandboxFixture {
         let _ = std::fs::remove_dir_all(&self.home);
     }
 }
+
+/// One process of a container's full process table.
+#[derive(Debug, Clone)]
+pub struct TopRow {
+    pub pid: String,
+    pub user: String,
+    pub args: String,
+}
+
+/// A container's whole process table, every user's processes (`docker top
+/// <container> -eo pid,user,args`, read by the engine from the host). A
+/// failed `docker top` fails the test: it never reads as an empty table.
+pub fn docker_top(container: &str) -> Vec<TopRow> {
+    let out = std::process::Command::new("docker")
+        .args(["top", container, "-eo", "pid,user,args"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run docker top: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "docker top {container} ended with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or_default();
+    assert!(
+        header.split_whitespace().collect::<Vec<_>>() == ["PID", "USER", "COMMAND"],
+        "docker top {container}: unexpected header {header:?}"
+    );
+    let rows: Vec<TopRow> = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut parts = l.split_whitespace();
+            let pid = parts.next().unwrap_or_default().to_owned();
+            let user = parts.next().unwrap_or_default().to_owned();
+            TopRow {
+                pid,
+                user,
+                args: parts.collect::<Vec<_>>().join(" "),
+            }
+        })
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "docker top {container} listed nothing: {text}"
+    );
+    rows
+}
+
+/// Whether a process is one of a run container's own: Docker's init (whose
+/// argv names the shim's resident launcher) or the launcher itself.
+pub fn is_container_own(row: &TopRow) -> bool {
+    row.args == "/.opkernel/shim serve"
+        || row.args.ends_with("docker-init -- /.opkernel/shim serve")
+}
+
+/// Waits until the container's process table holds only its init and
+/// `/.opkernel/shim serve`, one of each. An op's own `shim launch` may
+/// still be on its way out (it exits right after renaming `.code`): it is
+/// given `grace`; any other process fails at once.
+pub async fn assert_only_init_and_launcher(container: &str, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    loop {
+        let table = docker_top(container);
+        let others: Vec<&TopRow> = table.iter().filter(|r| !is_container_own(r)).collect();
+        let strangers: Vec<&&TopRow> = others
+            .iter()
+            .filter(|r| !r.args.starts_with("/.opkernel/shim launch "))
+            .collect();
+        assert!(
+            strangers.is_empty(),
+            "processes left in {container} besides its init and launcher: {table:#?}"
+        );
+        if others.is_empty() {
+            assert_eq!(
+                table.len(),
+                2,
+                "{container} must hold one init and one launcher: {table:#?}"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "an op's shim outlived its op in {container} by {grace:?}: {table:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A relay in front of a Docker socket that keeps the request line of every
+/// request it passes on (in front of the drills' `DockerProxy`, it tells a
+/// test that a request has reached the proxy, where it may be held).
+pub struct RequestWatch {
+    path: PathBuf,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl RequestWatch {
+    /// Listens on `path`, relaying to `upstream` (within a tokio runtime).
+    pub fn start(path: &std::path::Path, upstream: &std::path::Path) -> RequestWatch {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path)
+            .unwrap_or_else(|e| panic!("bind {}: {e}", path.display()));
+        let watch = RequestWatch {
+            path: path.to_owned(),
+            lines: Default::default(),
+            tasks: Default::default(),
+        };
+        let (lines, tasks, upstream) = (
+            watch.lines.clone(),
+            watch.tasks.clone(),
+            upstream.to_owned(),
+        );
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (lines, upstream) = (lines.clone(), upstream.clone());
+                let conn = tokio::spawn(async move {
+                    let Ok(server) = tokio::net::UnixStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let down = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client_rx.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let head = String::from_utf8_lossy(&buf[..n.min(1024)]);
+                        let first = head.lines().next().unwrap_or_default();
+                        if first.ends_with(" HTTP/1.1") || first.ends_with(" HTTP/1.0") {
+                            if let Ok(mut l) = lines.lock() {
+                                l.push(first.to_owned());
+                            }
+                        }
+                        if server_tx.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    down.abort();
+                });
+                if let Ok(mut t) = tasks.lock() {
+                    t.retain(|h| !h.is_finished());
+                    t.push(conn);
+                }
+            }
+        });
+        if let Ok(mut t) = watch.tasks.lock() {
+            t.push(accept);
+        }
+        watch
+    }
+
+    /// How many requests passed whose request line contains all of `parts`.
+    pub fn count(&self, parts: &[&str]) -> usize {
+        self.lines
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .filter(|line| parts.iter().all(|p| line.contains(p)))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Waits until `n` requests matching `parts` passed.
+    pub async fn wait_for(&self, parts: &[&str], n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.count(parts) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} requests with {parts:?} passed within {timeout:?}",
+                self.count(parts)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for RequestWatch {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.tasks.lock() {
+            for h in t.drain(..) {
+                h.abort();
+            }
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -250,7 +250,17 @@ async fn deny_timeout_deny_escalation_and_kill() {
     let (run3, agent3) = gated_run(&k, json!({"all": true, "timeout_sec": 1})).await;
     let op = start(&agent3, &run3, &["true"], 60).await;
     let op = op["operation_id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    k.wait_state(&op, T, |s| s["approval"]["escalated_at"].is_string())
+        .await
+        .unwrap();
+    // a later pass of the timeout sweep (one transaction over every
+    // waiting op) ends a witness with on_timeout deny: that pass saw the
+    // escalated op too, and left it as it was
+    let witness = start(&agent2, &run2, &["true"], 60).await;
+    let witness = witness["operation_id"].as_str().unwrap().to_owned();
+    let w = k.wait_terminal(&witness, T).await.unwrap();
+    assert_eq!(w["message"], "approval timed out", "{w}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let s = k.state(&op).await.unwrap();
     assert_eq!(s["status"], "awaiting_approval", "{s}");
     assert!(s["approval"]["escalated_at"].is_string(), "{s}");

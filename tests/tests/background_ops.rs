@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use opkernel::drills::harness::{docker_exec, kernel_binary, KernelProcess};
-use opkernel_tests::{image_tests, unique_run, Image};
+use opkernel_tests::{
+    assert_only_init_and_launcher, docker_top, image_tests, unique_run, wait_for, Image,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -89,8 +91,15 @@ async fn kill_ends_with_143_or_137_and_killed_true(image: Image) {
         .unwrap();
     let container = k.container_of(&stubborn).await.unwrap();
     k.container_of(&polite).await.unwrap();
-    // give bash time to install its trap and fork the sleeps
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // bash installs its trap before it forks the sleeps: once its last
+    // child shows in the container's process table, the trap is in place
+    wait_for("the stubborn op's children", T, || async {
+        docker_top(&container)
+            .iter()
+            .any(|r| r.args == "sleep 301")
+            .then_some(())
+    })
+    .await;
     for op in [&polite, &stubborn] {
         let (status, body) = k
             .client
@@ -124,11 +133,14 @@ async fn kill_ends_with_143_or_137_and_killed_true(image: Image) {
         (Some("completed"), Some(137), Some(true)),
         "{s}"
     );
-    let top = docker_exec(&container, "ps -o args").unwrap();
+    // the full process table (every user's: the ops ran as uid 1000) holds
+    // nothing of either op
+    let top = docker_top(&container);
     assert!(
-        !top.contains("sleep 30"),
-        "no process of the op is left: {top}"
+        !top.iter().any(|r| r.args.contains("sleep 30")),
+        "a process of the ops is left: {top:#?}"
     );
+    assert_only_init_and_launcher(&container, Duration::from_secs(2)).await;
     // killing an ended op answers its terminal state
     let (status, body) = k
         .client
@@ -143,6 +155,14 @@ async fn kill_ends_with_143_or_137_and_killed_true(image: Image) {
     assert_eq!((status, body["status"].as_str()), (200, Some("completed")));
     let delivered = k.collect_deliveries(&run, 2, T).await.unwrap();
     assert_eq!(delivered.len(), 2);
+}
+
+/// The harness's `docker exec` never reads a failed exec as an empty answer
+/// (a check on its output would pass on nothing).
+#[test]
+fn a_failed_docker_exec_is_an_error() {
+    let err = docker_exec("opkernel-no-such-container", "true").unwrap_err();
+    assert!(err.to_string().contains("No such container"), "{err:#}");
 }
 
 async fn timeout_kills_and_reports_timed_out(image: Image) {
@@ -182,7 +202,7 @@ async fn vanished_process_is_lost_never_zero(image: Image) {
     // kill the wrapper first (so no code can be written), then the command
     docker_exec(
         &container,
-        &format!("kill -9 {wrapper}; for p in /proc/[0-9]*; do grep -qa 'sleep.301' $p/cmdline 2>/dev/null && kill -9 ${{p#/proc/}}; done"),
+        &format!("kill -9 {wrapper} || exit 1; for p in /proc/[0-9]*; do [ ${{p#/proc/}} = $$ ] && continue; grep -qa 'sleep.301' $p/cmdline 2>/dev/null && kill -9 ${{p#/proc/}}; done; exit 0"),
     )
     .unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();
@@ -351,7 +371,10 @@ async fn a_note_wakes_a_waiting_report() {
             (began.elapsed(), r)
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delay = Duration::from_millis(500);
+    tokio::time::sleep(delay).await;
+    // the waiter is still waiting: nothing else ended its wait
+    assert!(!waiter.is_finished(), "the wait ended before the note");
     k.client
         .post(
             &format!("/v1/runs/{run}/notes"),
@@ -360,6 +383,12 @@ async fn a_note_wakes_a_waiting_report() {
         .await
         .unwrap();
     let (took, report) = waiter.await.unwrap();
+    // it was woken: it had been waiting since before the note (a wait
+    // started after the note would answer at once)
+    assert!(
+        took >= delay,
+        "the wait lasted {took:?}, less than the {delay:?} before the note"
+    );
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(report["notes"], json!(["switch to the staging db"]));
     assert!(report["text"]

@@ -11,6 +11,7 @@ use opkernel::drills::harness::{docker_exec, kernel_binary, KernelProcess};
 use opkernel_tests::unique_run;
 use reqwest::Method;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -33,7 +34,8 @@ async fn run_client(k: &KernelProcess, run: &str) -> Client {
 
 #[tokio::test]
 async fn run_tokens_act_on_their_own_run_only() {
-    let k = kernel("tokens", &[]).await;
+    // everything the kernel logs, at every level, must stay free of tokens
+    let k = kernel("tokens", &[("OPKERNEL_LOG", "trace")]).await;
     let (a, b) = (unique_run("a"), unique_run("b"));
     let ca = run_client(&k, &a).await;
     let cb = run_client(&k, &b).await;
@@ -137,6 +139,7 @@ async fn run_tokens_act_on_their_own_run_only() {
         .unwrap();
     assert_eq!(s, 200, "{resp}");
     assert_eq!(resp["parent_run_id"], json!(a));
+    let child_token = resp["token"].as_str().unwrap().to_owned();
     // operator-only endpoints
     for (method, path, body) in [
         (Method::GET, "/v1/containers", json!({})),
@@ -171,21 +174,28 @@ async fn run_tokens_act_on_their_own_run_only() {
         .unwrap()
         .iter()
         .all(|o| o["run_id"] == a.as_str()));
-    assert!(
-        !k.log().contains(ca_token_hint(&k, &a).await.as_str()),
-        "tokens never reach the log"
-    );
-}
-
-/// Registers the run again and returns the new token (tokens are not stored in clear).
-async fn ca_token_hint(k: &KernelProcess, run: &str) -> String {
-    k.client
-        .post("/v1/runs", &json!({"run_id": run}))
-        .await
-        .unwrap()["token"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    // every token this test sent (each was used on many requests, refused
+    // ones included) is absent from the log and from the control plane's
+    // files (tokens are stored hashed), read after the last request
+    let log = k.log();
+    assert!(log.contains("opkernel listening on"), "no log read: {log}");
+    let db: Vec<u8> = ["kernel.db", "kernel.db-wal"]
+        .iter()
+        .flat_map(|f| std::fs::read(k.home.join(f)).unwrap_or_default())
+        .collect();
+    for (whose, token) in [
+        ("operator", k.client.token()),
+        ("run a", ca.token()),
+        ("run b", cb.token()),
+        ("a's child", child_token.as_str()),
+    ] {
+        assert_eq!(token.len(), 64, "{whose}");
+        assert!(!log.contains(token), "the {whose} token reached the log");
+        assert!(
+            !db.windows(token.len()).any(|w| w == token.as_bytes()),
+            "the {whose} token is stored in clear"
+        );
+    }
 }
 
 fn inspect(container: &str) -> Value {
@@ -422,10 +432,11 @@ async fn hostile_op_files_never_make_the_kernel_misreport() {
         .await
         .unwrap();
     let container = k.container_of(&victim).await.unwrap();
-    // another op of the run forges the victim's code and swaps its log for a symlink to a host file
+    // another op of the run forges the victim's code and garbles its pid file
+    // (a symlinked log is the next case's)
     let forge = format!(
         "printf '0\\n' > /scratch/.ops/{victim}.code.tmp && mv /scratch/.ops/{victim}.code.tmp /scratch/.ops/{victim}.code; \
-         ln -sf /etc/hostname /scratch/.ops/{victim}.log.lnk; head -c 100000 /dev/zero | tr '\\0' 1 > /scratch/.ops/{victim}.pid"
+         head -c 100000 /dev/zero | tr '\\0' 1 > /scratch/.ops/{victim}.pid"
     );
     let f = k.start_bg(&run, &["sh", "-c", &forge], 60).await.unwrap();
     k.wait_terminal(&f, T).await.unwrap();
@@ -442,15 +453,43 @@ async fn hostile_op_files_never_make_the_kernel_misreport() {
         "{s}"
     );
     assert_eq!(s["output_tail"], "real\n");
-    // a symlinked log is never followed out of the scratch dir
+    // the op's real log path is swapped for a symlink to a world-readable
+    // host file (the kernel reads the log path as root): never followed,
+    // not for the op's view, its log, its console or its digest. The
+    // command waits for the swap, so the kernel's every read comes after it.
+    let target = "/etc/passwd";
+    let host_text = std::fs::read_to_string(target).unwrap();
+    assert!(host_text.contains("root:"), "{target} is not what we think");
     let sneaky = k
-        .start_bg(&run, &["sh", "-c", "sleep 1; echo x"], 60)
+        .start_bg(
+            &run,
+            &[
+                "sh",
+                "-c",
+                "until [ -L /scratch/.ops/$__OPKERNEL_OP.log ]; do sleep 0.05; done; echo x",
+            ],
+            60,
+        )
         .await
         .unwrap();
     k.container_of(&sneaky).await.unwrap();
-    docker_exec(&container, &format!("ln -sf /etc/shadow /scratch/.ops/{sneaky}.log.tmp && mv -f /scratch/.ops/{sneaky}.log.tmp /scratch/.ops/{sneaky}.log")).unwrap();
+    docker_exec(&container, &format!("ln -sf {target} /scratch/.ops/{sneaky}.log.tmp && mv -f /scratch/.ops/{sneaky}.log.tmp /scratch/.ops/{sneaky}.log")).unwrap();
+    let log_path = k
+        .home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(&run))
+        .join(format!(".ops/{sneaky}.log"));
+    assert_eq!(
+        std::fs::read_link(&log_path).unwrap(),
+        std::path::Path::new(target),
+        "the swap did not take"
+    );
     let s = k.wait_terminal(&sneaky, T).await.unwrap();
-    assert_eq!(s["status"], "completed");
+    assert_eq!(
+        (s["status"].as_str(), s["exit_code"].as_i64()),
+        (Some("completed"), Some(0)),
+        "{s}"
+    );
     let bytes = k
         .client
         .get_bytes(&format!("/v1/operations/{sneaky}/log"))
@@ -460,6 +499,31 @@ async fn hostile_op_files_never_make_the_kernel_misreport() {
         bytes.is_empty(),
         "symlinked log followed: {}",
         String::from_utf8_lossy(&bytes)
+    );
+    let mut console = String::new();
+    tokio::time::timeout(
+        T,
+        k.client.sse(
+            &format!("/v1/operations/{sneaky}/console"),
+            |event, data| {
+                console.push_str(&format!("{event}: {data}\n"));
+                event != "done"
+            },
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        !console.contains("root:"),
+        "symlinked log streamed: {console}"
+    );
+    assert!(s["output_tail"].is_null(), "{s}");
+    assert!(!s.to_string().contains("root:"), "{s}");
+    assert_ne!(
+        s["log_sha256"].as_str(),
+        Some(hex::encode(Sha256::digest(host_text.as_bytes())).as_str()),
+        "the digest is the host file's: {s}"
     );
     assert!(s["output_tail"].is_null());
 }

@@ -108,7 +108,7 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
         .args(["exec", "-d", &container, "sleep", "777"])
         .output()?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let stranger: u64 = docker_exec(&container, "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; grep -qa 'sleep.777' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done")?
+    let stranger: u64 = docker_exec(&container, "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; grep -qa 'sleep.777' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done; true")?
         .trim()
         .parse()
         .context("unrelated process not found")?;

@@ -336,11 +336,21 @@ impl Drop for KernelProcess {
     }
 }
 
-/// `docker exec` as root in a container; returns stdout.
+/// `docker exec` as root in a container; returns stdout. An exec that
+/// cannot run or whose script exits non-zero is an error (with its status
+/// and stderr), never an empty answer.
 pub fn docker_exec(container: &str, script: &str) -> anyhow::Result<String> {
     let out = Command::new("docker")
         .args(["exec", container, "sh", "-c", script])
-        .output()?;
+        .output()
+        .context("cannot run docker exec")?;
+    if !out.status.success() {
+        bail!(
+            "docker exec in {container} of {script:?} ended with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 

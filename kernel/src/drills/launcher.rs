@@ -250,8 +250,21 @@ pub async fn kernel_killed_after_filing(kit: &Kit) -> anyhow::Result<String> {
     check(second == StartedBy::Exec, || {
         format!("the second request was not taken back: {second:?}")
     })?;
-    // the thawed launcher finds nothing left to run
+    // the thawed launcher finds nothing left to run: it is claiming again
+    // (an op filed after the thaw runs through it), so a request of the
+    // taken-back op still in its inbox would have run by now
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = k
+        .start_bg(&run, &["sh", "-c", &recording("true")], 60)
+        .await?;
+    let a = k.wait_terminal(&after, LONG).await?;
+    check(a["status"] == "completed", || {
+        format!("after the thaw: {a}")
+    })?;
+    let by = started_by(&k, &after)?;
+    check(by == StartedBy::Launcher, || {
+        format!("the thawed launcher did not run the next op: {by:?}")
+    })?;
     check(runs(&k, &run).get(&taken_back) == Some(&1), || {
         "the taken-back request ran again".into()
     })?;

@@ -105,13 +105,22 @@ pub async fn kill_before_start(kit: &Kit) -> anyhow::Result<String> {
         || format!("kill before the exec: {s}"),
     )?;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // the run goes on: its next op runs in the container made meanwhile and
+    // writes to /scratch, the way the cancelled one would have; a start of
+    // the cancelled one, made before this one's, would have run by now
+    let next = k
+        .start_bg(&run, &["sh", "-c", "echo next >> /scratch/next"], 60)
+        .await?;
+    let n = k.wait_terminal(&next, LONG).await?;
+    check(n["status"] == "completed" && n["exit_code"] == 0, || {
+        format!("next op: {n}")
+    })?;
+    check(scratch_path(&k, &run, "next").exists(), || {
+        "the next op's write is not in the scratch dir".into()
+    })?;
     check(!scratch_path(&k, &run, "ran").exists(), || {
         "the command ran although its kill came first".into()
     })?;
-    // the run goes on: its next op runs in the container made meanwhile
-    let next = k.start_bg(&run, &["true"], 60).await?;
-    let n = k.wait_terminal(&next, LONG).await?;
-    check(n["status"] == "completed", || format!("next op: {n}"))?;
     let _ = std::fs::remove_file(proxy.socket());
     Ok("kill during container creation: failed, killed, 'cancelled before start'; the command never ran".into())
 }
