@@ -3,6 +3,7 @@
 //! containers, not with ops.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,18 @@ pub struct ProbeCache {
     slots: Lock<HashMap<String, Slot>>,
     /// Containers with a resident launcher, by id: their scratch key and hostname.
     launchers: Lock<HashMap<String, (String, String)>>,
+    /// Probes answered by a launcher, and probes sent by `docker exec`.
+    by_launcher: AtomicU64,
+    by_exec: AtomicU64,
+}
+
+/// How many probes went each way since the kernel started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ProbeCounts {
+    /// Answered by a container's resident launcher (no Docker call).
+    pub by_launcher: u64,
+    /// Sent by `docker exec` (answered or not).
+    pub by_exec: u64,
 }
 
 /// How long a launcher has to answer a probe before the probe goes by
@@ -82,11 +95,13 @@ impl ProbeCache {
                 .probe_by_launcher(&key, &host, LAUNCHER_PROBE_TIMEOUT)
                 .await
             {
+                self.by_launcher.fetch_add(1, Ordering::Relaxed);
                 let result: ProbeResult = Ok(Arc::new(Snapshot::new(procs)));
                 *guard = Some((started, result.clone()));
                 return result;
             }
         }
+        self.by_exec.fetch_add(1, Ordering::Relaxed);
         let result = match tokio::time::timeout(
             Duration::from_secs(20),
             backend.probe(container_id),
@@ -101,6 +116,14 @@ impl ProbeCache {
         };
         *guard = Some((started, result.clone()));
         result
+    }
+
+    /// How many probes went each way so far.
+    pub fn counts(&self) -> ProbeCounts {
+        ProbeCounts {
+            by_launcher: self.by_launcher.load(Ordering::Relaxed),
+            by_exec: self.by_exec.load(Ordering::Relaxed),
+        }
     }
 
     pub fn forget(&self, container_id: &str) {

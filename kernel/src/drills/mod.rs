@@ -244,11 +244,71 @@ fn ops_path(k: &KernelProcess, run: &str, op: &str, ext: &str) -> PathBuf {
     scratch_path(k, run, &format!(".ops/{op}.{ext}"))
 }
 
+/// A kernel log line without its terminal colours (ANSI SGR sequences).
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ parameters m
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Lines of a scratch file (0 when missing).
 fn count_lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .map(|t| t.lines().count())
         .unwrap_or(0)
+}
+
+/// How many times the run's journal records each op's end (its
+/// `tool.completed` or `tool.failed`, written by the settlement that won):
+/// an op that ended once has exactly one.
+async fn op_ends(
+    k: &KernelProcess,
+    run: &str,
+) -> anyhow::Result<std::collections::HashMap<String, usize>> {
+    let mut ends = std::collections::HashMap::new();
+    let mut after = 0;
+    loop {
+        let page = k
+            .client
+            .get(&format!("/v1/runs/{run}/events?after={after}&limit=500"))
+            .await?;
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        if events.is_empty() {
+            return Ok(ends);
+        }
+        for e in &events {
+            if matches!(e["kind"].as_str(), Some("tool.completed" | "tool.failed")) {
+                let op = e["operation_id"].as_str().unwrap_or_default().to_owned();
+                *ends.entry(op).or_default() += 1;
+            }
+        }
+        after = page["next_after"]
+            .as_i64()
+            .filter(|&next| next > after)
+            .ok_or_else(|| anyhow::anyhow!("events of {run} do not advance past {after}"))?;
+    }
+}
+
+/// Fails unless every op in `ops` ended exactly once in the run's journal.
+async fn check_ended_once(k: &KernelProcess, run: &str, ops: &[&str]) -> anyhow::Result<()> {
+    let ends = op_ends(k, run).await?;
+    for op in ops {
+        let n = ends.get(*op).copied().unwrap_or(0);
+        check(n == 1, || format!("{op} ended {n} times in the journal"))?;
+    }
+    Ok(())
 }
 
 const LONG: Duration = Duration::from_secs(60);
