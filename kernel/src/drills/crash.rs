@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde_json::json;
 
 use super::{check, check_ended_once, count_lines, ops_path, scratch_path, unique_run, Kit, LONG};
@@ -38,7 +39,8 @@ pub async fn sigkill_repeated(kit: &Kit) -> anyhow::Result<String> {
         k.wait_state(&op, Duration::from_secs(20), |s| {
             s["attempt"].as_u64() >= Some(kill + 1)
         })
-        .await?;
+        .await
+        .with_context(|| format!("restart {kill} did not re-attach to the live op"))?;
     }
     std::fs::write(scratch_path(&k, &run, "go"), "")?;
     let s = k.wait_terminal(&op, LONG).await?;
@@ -138,12 +140,12 @@ pub async fn kill_interrupted(kit: &Kit) -> anyhow::Result<String> {
     check(flags.intent && flags.signalled, || {
         format!("the TERM did not land before the kernel's SIGKILL: {flags:?}")
     })?;
+    check(!ops_path(&k, &run, &op, "code").exists(), || {
+        "the command ended before the kernel's SIGKILL: the KILL was not interrupted".into()
+    })?;
     let s = k.state_offline(&op)?;
     check(s.0 == "running", || {
         format!("op settled before the restart: {s:?}")
-    })?;
-    check(!ops_path(&k, &run, &op, "code").exists(), || {
-        "the command ended before the kernel's SIGKILL: the KILL was not interrupted".into()
     })?;
     k.spawn().await?;
     let s = k.wait_terminal(&op, LONG).await?;

@@ -241,18 +241,18 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
     let s = k.wait_terminal(&op, LONG).await?;
     let _ = std::fs::remove_file(proxy.socket());
     if let Some(b) = started_during {
-        check(during["status"] != "lost", || {
-            format!("lost though its launcher answered: {during}")
-        })?;
-        check(s["status"] == "completed" && s["exit_code"] == 5, || {
-            format!("{s}")
-        })?;
         let (by_launcher, by_exec) = (
             probes_during.by_launcher - probes_before.by_launcher,
             probes_during.by_exec - probes_before.by_exec,
         );
         check(by_launcher > 0 && by_exec == 0, || {
             format!("probes during the outage: {by_launcher} answered by the launcher, {by_exec} sent by docker exec")
+        })?;
+        check(during["status"] != "lost", || {
+            format!("lost though its launcher answered: {during}")
+        })?;
+        check(s["status"] == "completed" && s["exit_code"] == 5, || {
+            format!("{s}")
         })?;
         let ran = count_lines(&scratch_path(&k, &run, "ran-b"));
         check(ran == 1, || {
