@@ -36,8 +36,10 @@ pub struct ProbeCache {
     slots: Lock<HashMap<String, Slot>>,
     /// Containers with a resident launcher, by id: their scratch key and hostname.
     launchers: Lock<HashMap<String, (String, String)>>,
-    /// Probes answered by a launcher, and probes sent by `docker exec`.
+    /// Probes answered by a launcher; asked of a launcher that stayed
+    /// silent (then sent by `docker exec`); sent by `docker exec` alone.
     by_launcher: AtomicU64,
+    launcher_silent: AtomicU64,
     by_exec: AtomicU64,
 }
 
@@ -46,7 +48,10 @@ pub struct ProbeCache {
 pub struct ProbeCounts {
     /// Answered by a container's resident launcher (no Docker call).
     pub by_launcher: u64,
-    /// Sent by `docker exec` (answered or not).
+    /// Asked of the launcher, which did not answer in time: then sent by
+    /// `docker exec` (a busy machine, or a launcher gone).
+    pub launcher_silent: u64,
+    /// Sent by `docker exec` only: no launcher known for the container.
     pub by_exec: u64,
 }
 
@@ -100,8 +105,10 @@ impl ProbeCache {
                 *guard = Some((started, result.clone()));
                 return result;
             }
+            self.launcher_silent.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.by_exec.fetch_add(1, Ordering::Relaxed);
         }
-        self.by_exec.fetch_add(1, Ordering::Relaxed);
         let result = match tokio::time::timeout(
             Duration::from_secs(20),
             backend.probe(container_id),
@@ -122,6 +129,7 @@ impl ProbeCache {
     pub fn counts(&self) -> ProbeCounts {
         ProbeCounts {
             by_launcher: self.by_launcher.load(Ordering::Relaxed),
+            launcher_silent: self.launcher_silent.load(Ordering::Relaxed),
             by_exec: self.by_exec.load(Ordering::Relaxed),
         }
     }

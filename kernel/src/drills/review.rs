@@ -173,7 +173,7 @@ pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
             &[
                 "bash",
                 "-c",
-                "trap 'sleep 3; exit 143' TERM; sleep 300 & wait",
+                "trap 'sleep 5; exit 143' TERM; sleep 300 & wait",
             ],
             600,
         )
@@ -181,7 +181,8 @@ pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
     k.container_of(&op).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let kill = k.kill_in_background(&run, &op).await?;
-    let term_landed = k.wait_signalled(&op, Duration::from_secs(2)).await;
+    // the command ends 5 s after the TERM: the kernel dies well before
+    let term_landed = k.wait_signalled(&op, Duration::from_secs(4)).await;
     k.sigkill();
     let _ = kill.await;
     term_landed?;
