@@ -30,6 +30,8 @@ pub mod sync;
 pub mod tasks;
 pub mod tools;
 pub mod views;
+#[cfg(test)]
+mod wall_clock_tests;
 pub mod watcher;
 
 #[cfg(test)]

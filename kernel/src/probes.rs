@@ -3,6 +3,7 @@
 //! containers, not with ops.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,23 @@ pub struct ProbeCache {
     slots: Lock<HashMap<String, Slot>>,
     /// Containers with a resident launcher, by id: their scratch key and hostname.
     launchers: Lock<HashMap<String, (String, String)>>,
+    /// Probes answered by a launcher; asked of a launcher that stayed
+    /// silent (then sent by `docker exec`); sent by `docker exec` alone.
+    by_launcher: AtomicU64,
+    launcher_silent: AtomicU64,
+    by_exec: AtomicU64,
+}
+
+/// How many probes went each way since the kernel started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ProbeCounts {
+    /// Answered by a container's resident launcher (no Docker call).
+    pub by_launcher: u64,
+    /// Asked of the launcher, which did not answer in time: then sent by
+    /// `docker exec` (a busy machine, or a launcher gone).
+    pub launcher_silent: u64,
+    /// Sent by `docker exec` only: no launcher known for the container.
+    pub by_exec: u64,
 }
 
 /// How long a launcher has to answer a probe before the probe goes by
@@ -82,10 +100,14 @@ impl ProbeCache {
                 .probe_by_launcher(&key, &host, LAUNCHER_PROBE_TIMEOUT)
                 .await
             {
+                self.by_launcher.fetch_add(1, Ordering::Relaxed);
                 let result: ProbeResult = Ok(Arc::new(Snapshot::new(procs)));
                 *guard = Some((started, result.clone()));
                 return result;
             }
+            self.launcher_silent.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.by_exec.fetch_add(1, Ordering::Relaxed);
         }
         let result = match tokio::time::timeout(
             Duration::from_secs(20),
@@ -101,6 +123,15 @@ impl ProbeCache {
         };
         *guard = Some((started, result.clone()));
         result
+    }
+
+    /// How many probes went each way so far.
+    pub fn counts(&self) -> ProbeCounts {
+        ProbeCounts {
+            by_launcher: self.by_launcher.load(Ordering::Relaxed),
+            launcher_silent: self.launcher_silent.load(Ordering::Relaxed),
+            by_exec: self.by_exec.load(Ordering::Relaxed),
+        }
     }
 
     pub fn forget(&self, container_id: &str) {

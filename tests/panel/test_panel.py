@@ -292,6 +292,36 @@ class PanelTest(unittest.TestCase):
         self.assertLess(fcp, FIRST_PAINT_BOUND_MS, "first contentful paint")
         self.assertLess(ready_ms, PANEL_READY_BOUND_MS, "signed-in panel with its runs")
 
+    def test_6_at_most_24_cards_and_the_rest_counted(self):
+        b = self.b
+        b.eval("sessionStorage.clear(); true")
+        b.sign_in(OPERATOR)
+        run, token = new_run()
+        ops = [start_bg(run, token, ["sleep", "120"]) for _ in range(30)]
+        try:
+            # only these 30 live (earlier tests' ops ended), all running
+            deadline = time.monotonic() + 120
+            while True:
+                live = api("GET", "/v1/ops?live=true&limit=5000")["operations"]
+                if sorted(o["operation_id"] for o in live if o["status"] == "running") == sorted(ops) \
+                        and len(live) == len(ops):
+                    break
+                assert time.monotonic() < deadline, f"the 30 ops did not start alone: {len(live)} live"
+                time.sleep(0.2)
+            cards = "document.querySelectorAll('#live-ops > li').length"
+            count = "document.getElementById('live-count').textContent"
+            b.wait(f"{cards} >= 24 && {count}.includes('not shown')", what="24 cards and the rest counted")
+            time.sleep(2.5)  # a few refreshes: never more
+            self.assertEqual(b.eval(cards), 24)
+            text = b.eval(count)
+            shown_and_hidden = text.strip("()").replace(" not shown", "").split("; ")
+            total, hidden = (int(n) for n in shown_and_hidden)
+            self.assertGreaterEqual(total, len(ops), text)
+            self.assertEqual(total - hidden, 24, text)
+            b.shot("07-card-cap.png")
+        finally:
+            api("POST", f"/v1/runs/{run}/cancel", {})
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

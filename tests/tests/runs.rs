@@ -952,3 +952,74 @@ async fn a_child_cannot_squat_an_operator_run_id() {
         "{v}"
     );
 }
+
+/// `GET /v1/runs/{run}/events?tail=N` (the panel's first trace): exactly
+/// the last N events, oldest first, with the cursor at the newest one, so
+/// reading on from it misses nothing and repeats nothing; N is clamped to
+/// 1..=500.
+#[tokio::test]
+async fn an_events_tail_is_the_last_n_and_its_cursor_goes_on_from_there() {
+    let k = kernel("events-tail", &[]).await;
+    let run = unique_run("tail");
+    let c = create(&k, &k.client, json!({"run_id": run})).await;
+    let note = |i: usize| {
+        let c = c.clone();
+        let run = run.clone();
+        async move {
+            let (s, v) = call(
+                &c,
+                Method::POST,
+                &format!("/v1/runs/{run}/notes"),
+                Some(json!({"text": format!("note {i}")})),
+            )
+            .await;
+            assert_eq!(s, 200, "{v}");
+        }
+    };
+    for i in 0..12 {
+        note(i).await;
+    }
+    let all = events(&c, &run).await;
+    assert!(all.len() >= 12, "{all:?}");
+    let seqs = |events: &[Value]| -> Vec<i64> {
+        events.iter().map(|e| e["seq"].as_i64().unwrap()).collect()
+    };
+    let get = |query: String| {
+        let c = c.clone();
+        let run = run.clone();
+        async move {
+            let (s, v) = call(
+                &c,
+                Method::GET,
+                &format!("/v1/runs/{run}/events?{query}"),
+                None,
+            )
+            .await;
+            assert_eq!(s, 200, "{v}");
+            v
+        }
+    };
+    let last = *seqs(&all).last().unwrap();
+    let tail = get("tail=5".into()).await;
+    let got = tail["events"].as_array().unwrap().clone();
+    assert_eq!(seqs(&got), seqs(&all[all.len() - 5..]), "{tail}");
+    assert_eq!(got, all[all.len() - 5..].to_vec());
+    assert_eq!(
+        (tail["last_seq"].as_i64(), tail["next_after"].as_i64()),
+        (Some(last), Some(last))
+    );
+    // clamped: at least one, at most 500
+    let one = get("tail=0".into()).await;
+    assert_eq!(seqs(one["events"].as_array().unwrap()), vec![last], "{one}");
+    let whole = get("tail=100000".into()).await;
+    assert_eq!(whole["events"].as_array().unwrap(), &all);
+    // what arrives after the tail comes from its cursor, once
+    note(12).await;
+    note(13).await;
+    let next = get(format!("after={last}")).await;
+    let new = next["events"].as_array().unwrap();
+    assert_eq!(kinds(new), vec!["note.received", "note.received"], "{next}");
+    assert!(seqs(new).iter().all(|&s| s > last), "{next}");
+    let tail = get("tail=2".into()).await;
+    assert_eq!(tail["events"], next["events"]);
+}

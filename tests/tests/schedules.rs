@@ -428,3 +428,67 @@ async fn a_cancelled_run_ends_its_schedules() {
         "{v}"
     );
 }
+
+/// A caller's Idempotency-Key may not start with `schedule:`: those keys are
+/// the kernel's own, one per due time of a schedule, and a caller that took
+/// one first would make the schedule adopt the caller's op (same command)
+/// or skip its slot (another command). Refused for background and
+/// foreground starts; nothing is made, and the due time fires its own
+/// command once.
+#[tokio::test]
+async fn a_callers_key_may_not_take_a_schedules_due_time() {
+    let k = kernel("sched-key").await;
+    let run = unique_run("schedkey");
+    let at = chrono::DateTime::from_timestamp_millis(now_ms() + 3000)
+        .unwrap()
+        .to_rfc3339();
+    let id = add(
+        &k,
+        &run,
+        json!({"command": ["sh", "-c", "echo scheduled >> /scratch/ran"], "at": at}),
+    )
+    .await;
+    let due = ms(&schedule(&k, &run, &id).await["next_due_at"]);
+    let key = format!("schedule:{id}:{due}");
+    for (background, command) in [
+        (true, "echo scheduled >> /scratch/ran"),
+        (true, "echo squatter >> /scratch/ran"),
+        (false, "echo squatter >> /scratch/ran"),
+    ] {
+        let (s, v) = k
+            .client
+            .request(
+                Method::POST,
+                &format!("/v1/runs/{run}/tools/run_command"),
+                Some(&json!({"command": ["sh", "-c", command], "background": background})),
+                &[("Idempotency-Key", key.as_str())],
+            )
+            .await
+            .unwrap();
+        assert_eq!(s, 400, "a start keyed {key:?} was not refused: {v}");
+        assert!(
+            v.to_string().contains("reserved for schedules"),
+            "refused for another reason: {v}"
+        );
+    }
+    let ops = k.client.get(&format!("/v1/ops?run={run}")).await.unwrap();
+    assert_eq!(ops["operations"], json!([]), "a refused start made an op");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let fired = loop {
+        let s = schedule(&k, &run, &id).await;
+        if s["last_operation_id"].is_string() && s["current_operation_id"].is_null() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the due time never ran: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(fired["last_status"], "completed", "{fired}");
+    let ran = std::fs::read_to_string(
+        k.home
+            .join("scratch")
+            .join(sandbox::profile::scratch_key(&run))
+            .join("ran"),
+    )
+    .unwrap();
+    assert_eq!(ran, "scheduled\n");
+}

@@ -88,7 +88,8 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
             .route("/v1/drill/observer-fault/{id}", post(views::observer_fault))
             .route("/v1/drill/observer-wake/{id}", post(views::observer_wake))
             .route("/v1/drill/supervisor-end/{id}", post(views::supervisor_end))
-            .route("/v1/drill/clock-step", post(views::clock_step));
+            .route("/v1/drill/clock-step", post(views::clock_step))
+            .route("/v1/drill/probes", get(views::probe_counts));
     }
     let api = app
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -174,6 +174,16 @@ pub async fn clock_step(
     ))
 }
 
+/// Drill hook: how many probes went to containers' launchers and how many
+/// by `docker exec` since the kernel started.
+pub async fn probe_counts(
+    State(k): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<crate::probes::ProbeCounts>> {
+    require_drills(&k, &principal)?;
+    Ok(Json(k.probes.counts()))
+}
+
 /// Drill hook: a spurious wake-up of an op's observer.
 pub async fn observer_wake(
     State(k): State<AppState>,

@@ -2,10 +2,15 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde_json::json;
 
-use super::{check, count_lines, ops_path, scratch_path, unique_run, Kit, LONG};
+use super::{check, check_ended_once, count_lines, ops_path, scratch_path, unique_run, Kit, LONG};
 
+/// The kernel is SIGKILLed ten times while one op runs: every kill lands
+/// while the op is live (the command waits for the drill's go, and the
+/// control plane says `running` at each kill), every restart re-attaches
+/// (attempt 1 + 10), and the op runs once, ends once, is delivered once.
 pub async fn sigkill_repeated(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit.start("sigkill", &[]).await?;
     let run = unique_run("sigkill");
@@ -15,18 +20,29 @@ pub async fn sigkill_repeated(kit: &Kit) -> anyhow::Result<String> {
             &[
                 "sh",
                 "-c",
-                "echo started >> /scratch/ran; sleep 6; echo done",
+                "echo started >> /scratch/ran; while [ ! -e /scratch/go ]; do sleep 0.1; done; echo done",
             ],
             120,
         )
         .await?;
     k.container_of(&op).await?;
     let mut restarts = Vec::new();
-    for _ in 0..10 {
-        k.restart().await?;
+    for kill in 1..=10u64 {
+        k.sigkill();
+        let (status, _) = k.state_offline(&op)?;
+        check(status == "running", || {
+            format!("kill {kill} landed after the op ended ({status})")
+        })?;
+        k.spawn().await?;
         restarts.push(k.last_start.as_millis());
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // this restart's attempt attached before the next kill
+        k.wait_state(&op, Duration::from_secs(20), |s| {
+            s["attempt"].as_u64() >= Some(kill + 1)
+        })
+        .await
+        .with_context(|| format!("restart {kill} did not re-attach to the live op"))?;
     }
+    std::fs::write(scratch_path(&k, &run, "go"), "")?;
     let s = k.wait_terminal(&op, LONG).await?;
     check(s["status"] == "completed" && s["exit_code"] == 0, || {
         format!("unexpected end: {s}")
@@ -34,6 +50,11 @@ pub async fn sigkill_repeated(kit: &Kit) -> anyhow::Result<String> {
     check(s["output_tail"] == "done\n", || format!("output lost: {s}"))?;
     let ran = count_lines(&scratch_path(&k, &run, "ran"));
     check(ran == 1, || format!("command ran {ran} times"))?;
+    let attempt = s["attempt"].as_u64().unwrap_or(0);
+    check(attempt >= 11, || {
+        format!("attempt {attempt}: not every one of the 10 restarts re-attached to the live op")
+    })?;
+    check_ended_once(&k, &run, &[&op]).await?;
     let delivered = k
         .collect_deliveries(&run, 1, Duration::from_secs(10))
         .await?;
@@ -43,12 +64,8 @@ pub async fn sigkill_repeated(kit: &Kit) -> anyhow::Result<String> {
     check(delivered == vec![op.clone()] && again.is_empty(), || {
         format!("deliveries {delivered:?} then {again:?}")
     })?;
-    let attempt = s["attempt"].as_u64().unwrap_or(0);
-    check(attempt >= 2, || {
-        format!("attempt {attempt}: restarts did not re-attach")
-    })?;
     Ok(format!(
-        "10 SIGKILLs: ran once, completed 0 once, delivered once; attempts {attempt}; restarts took {restarts:?} ms"
+        "10 SIGKILLs, each while the op ran: ran once, completed 0, ended once, delivered once; attempts {attempt}; restarts took {restarts:?} ms"
     ))
 }
 
@@ -82,18 +99,30 @@ pub async fn exit_while_down(kit: &Kit) -> anyhow::Result<String> {
         codes.push(s["exit_code"].as_i64().unwrap_or(-1));
     }
     check(codes == vec![0, 7, 137], || format!("codes {codes:?}"))?;
-    let delivered = k
+    check_ended_once(&k, &run, &[&zero, &seven, &nine]).await?;
+    let mut delivered = k
         .collect_deliveries(&run, 3, Duration::from_secs(10))
         .await?;
-    check(delivered.len() == 3, || format!("delivered {delivered:?}"))?;
+    let again = k
+        .collect_deliveries(&run, 1, Duration::from_secs(2))
+        .await?;
+    delivered.sort();
+    let mut want = vec![zero.clone(), seven.clone(), nine.clone()];
+    want.sort();
+    check(delivered == want && again.is_empty(), || {
+        format!("delivered {delivered:?} then {again:?}, expected {want:?} once each")
+    })?;
     Ok(format!(
-        "codes after restart: {codes:?}, each delivered once"
+        "codes after restart: {codes:?}, each ended once and delivered once"
     ))
 }
 
+/// A kill of a command that ignores TERM: the TERM lands (durably
+/// recorded) and the kernel is SIGKILLed in the grace pause, before the
+/// KILL. After the restart the kill goes on and the op ends killed 137.
 pub async fn kill_interrupted(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
-        .start("killint", &[("OPKERNEL_KILL_GRACE_MS", "3000")])
+        .start("killint", &[("OPKERNEL_KILL_GRACE_MS", "5000")])
         .await?;
     let run = unique_run("killint");
     let op = k
@@ -103,9 +132,17 @@ pub async fn kill_interrupted(kit: &Kit) -> anyhow::Result<String> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     // TERM is sent and ignored; the kernel dies during the grace pause
     let kill = k.kill_in_background(&run, &op).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let term_landed = k.wait_signalled(&op, Duration::from_secs(4)).await;
     k.sigkill();
     let _ = kill.await;
+    term_landed?;
+    let flags = k.kill_flags_offline(&op)?;
+    check(flags.intent && flags.signalled, || {
+        format!("the TERM did not land before the kernel's SIGKILL: {flags:?}")
+    })?;
+    check(!ops_path(&k, &run, &op, "code").exists(), || {
+        "the command ended before the kernel's SIGKILL: the KILL was not interrupted".into()
+    })?;
     let s = k.state_offline(&op)?;
     check(s.0 == "running", || {
         format!("op settled before the restart: {s:?}")
@@ -116,8 +153,9 @@ pub async fn kill_interrupted(kit: &Kit) -> anyhow::Result<String> {
         s["status"] == "completed" && s["exit_code"] == 137 && s["killed"] == true,
         || format!("kill did not complete after restart: {s}"),
     )?;
+    check_ended_once(&k, &run, &[&op]).await?;
     Ok(
-        "kill requested, kernel SIGKILLed in the grace pause; after restart: completed 137 killed"
+        "TERM landed (intent and signal recorded), kernel SIGKILLed in the grace pause with the command alive; after restart: completed 137 killed"
             .into(),
     )
 }

@@ -99,34 +99,51 @@ pub async fn garbage_code(kit: &Kit) -> anyhow::Result<String> {
     ))
 }
 
+/// The op's processes die while the kernel is down, and its recorded pid
+/// now names an unrelated process: another op's (it carries that op's
+/// marker), so the signaller sees it and must refuse it on identity. The
+/// crashed kernel had recorded a kill, so the restarted one signals at
+/// its first step: the signal is attempted (intent recorded, the
+/// signaller's answer logged) and reaches nothing (never `signalled`);
+/// the unrelated process lives, and the op ends lost, never 0.
 pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit.start("pidreuse", &[]).await?;
     let run = unique_run("pidreuse");
     let (op, container, pid) = running_op(&k, &run, &["sh", "-c", "exec sleep 314"]).await?;
-    // an unrelated process in the same container
-    std::process::Command::new("docker")
-        .args(["exec", "-d", &container, "sleep", "777"])
+    let other_op = uuid::Uuid::new_v4().to_string();
+    let started = std::process::Command::new("docker")
+        .args(["exec", "-d", "-e"])
+        .arg(format!("__OPKERNEL_OP={other_op}"))
+        .args([&container, "sleep", "777"])
         .output()?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let stranger: u64 = docker_exec(&container, "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; grep -qa 'sleep.777' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done; true")?
-        .trim()
-        .parse()
-        .context("unrelated process not found")?;
+    check(started.status.success(), || {
+        format!(
+            "docker exec -d: {}",
+            String::from_utf8_lossy(&started.stderr)
+        )
+    })?;
+    let find = "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; grep -qa 'sleep.777' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done; true";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stranger: u64 = loop {
+        if let Ok(pid) = docker_exec(&container, find)?.trim().parse() {
+            break pid;
+        }
+        check(Instant::now() < deadline, || {
+            "unrelated process not found".into()
+        })?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     k.sigkill();
     kill_op_from_inside(&container, pid, "sleep.314")?;
-    // the op's recorded pid now names the unrelated process
-    k.sql_offline(
-        "UPDATE ops SET pid = ?1 WHERE id = ?2",
-        &[&(stranger as i64), &op],
+    // the op's recorded pid now names the unrelated process, and the kill
+    // requested before the crash had sent nothing yet
+    let recorded = k.sql_offline(
+        "UPDATE ops SET pid = ?1, kill_requested_at = ?2, kill_reason = 'kill' \
+         WHERE id = ?3 AND status = 'running' AND kill_intent = 0",
+        &[&(stranger as i64), &crate::store::now_ms(), &op],
     )?;
+    check(recorded == 1, || "the op was not running".into())?;
     k.spawn().await?;
-    let kill = k
-        .client
-        .post(
-            &format!("/v1/runs/{run}/tools/kill_operation"),
-            &json!({"operation_id": op}),
-        )
-        .await?;
     let s = k.wait_terminal(&op, LONG).await?;
     let alive = docker_exec(
         &container,
@@ -137,18 +154,38 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
     check(alive.trim() == "alive", || {
         format!("the unrelated process {stranger} was signalled")
     })?;
+    let flags = k.kill_flags_offline(&op)?;
+    check(flags.intent, || {
+        format!("no signal was attempted: {flags:?}")
+    })?;
+    check(!flags.signalled, || {
+        format!("a signal was recorded as landed, though nothing of the op was alive: {flags:?}")
+    })?;
+    let answered: Vec<String> = k
+        .log()
+        .lines()
+        .map(super::plain)
+        .filter(|l| l.contains("signalled op") && l.contains(op.as_str()))
+        .collect();
+    check(
+        !answered.is_empty() && answered.iter().all(|l| l.contains("pids=[]")),
+        || format!("the signaller's answers for {op}: {answered:?}"),
+    )?;
     check(s["status"] == "lost" && s["exit_code"].is_null(), || {
-        format!("{s} (kill answered {kill})")
+        format!("{s}")
     })?;
     Ok(format!(
-        "unrelated pid {stranger} survived the kill; op lost, never 0"
+        "{} signal(s) attempted at the op, each refused on identity: unrelated pid {stranger} (marked as another op) survived; op lost, never 0",
+        answered.len()
     ))
 }
 
 /// A Docker outage while an op runs. By `docker exec` probes (launcher
 /// off), a short one costs nothing and a long one makes the op `lost`;
 /// with the resident launcher, which answers probes without Docker, even a
-/// long one costs nothing (`launcher`).
+/// long one costs nothing (`launcher`): every probe of the outage went to
+/// the launcher (the kernel's probe counts), and an op started during the
+/// outage runs through the launcher and completes before Docker is back.
 pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Result<String> {
     let (proxy, sock) = super::review::docker_proxy()?;
     let grace_ms = if long { "3000" } else { "8000" };
@@ -168,6 +205,7 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
     } else {
         Duration::from_secs(3)
     };
+    let probes_before = probe_counts(&k).await?;
     let began = Instant::now();
     proxy.cut();
     // the kernel keeps serving while Docker is unreachable
@@ -175,20 +213,64 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
     check(s["status"] == "running", || {
         format!("not running during the outage: {s}")
     })?;
-    tokio::time::sleep(cut_for).await;
+    // starts go on through the launcher: one runs and ends meanwhile
+    let started_during = if launcher {
+        let b = k
+            .start_bg(
+                &run,
+                &["sh", "-c", "echo $__OPKERNEL_OP >> /scratch/ran-b; exit 6"],
+                60,
+            )
+            .await?;
+        let b_end = k.wait_terminal(&b, cut_for).await;
+        let b_end = b_end.with_context(|| {
+            format!("an op started during the outage did not end within {cut_for:?}")
+        })?;
+        check(
+            b_end["status"] == "completed" && b_end["exit_code"] == 6,
+            || format!("the op started during the outage: {b_end}"),
+        )?;
+        Some(b)
+    } else {
+        None
+    };
+    tokio::time::sleep(cut_for.saturating_sub(began.elapsed())).await;
     let during = k.state(&op).await?;
+    let probes_during = probe_counts(&k).await?;
     proxy.restore()?;
     let s = k.wait_terminal(&op, LONG).await?;
     let _ = std::fs::remove_file(proxy.socket());
-    if launcher {
+    if let Some(b) = started_during {
+        let (by_launcher, silent, by_exec) = (
+            probes_during.by_launcher - probes_before.by_launcher,
+            probes_during.launcher_silent - probes_before.launcher_silent,
+            probes_during.by_exec - probes_before.by_exec,
+        );
+        // every probe was asked of the launcher, and it answered; one it was
+        // too slow for (a loaded machine) went on by exec and is tolerated
+        check(by_launcher > 0 && by_exec == 0, || {
+            format!(
+                "probes during the outage: {by_launcher} answered by the launcher, {silent} it was \
+                 silent for, {by_exec} sent by docker exec without asking it"
+            )
+        })?;
         check(during["status"] != "lost", || {
             format!("lost though its launcher answered: {during}")
         })?;
         check(s["status"] == "completed" && s["exit_code"] == 5, || {
             format!("{s}")
         })?;
+        let ran = count_lines(&scratch_path(&k, &run, "ran-b"));
+        check(ran == 1, || {
+            format!("the op started during the outage ran {ran} times")
+        })?;
+        check(
+            super::launcher::started_by(&k, &b)? == super::launcher::StartedBy::Launcher,
+            || "the op started during the outage did not run through the launcher".into(),
+        )?;
         Ok(format!(
-            "outage {cut_for:?} > grace {grace_ms} ms: the launcher answered every probe; completed with its code 5"
+            "outage {cut_for:?} > grace {grace_ms} ms: every probe asked of the launcher ({by_launcher} answered, {silent} not in time); \
+             an op started during it ran through the launcher and completed 6; the first completed with its code 5"
         ))
     } else if long {
         check(
@@ -212,6 +294,18 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
             "outage {cut_for:?} < grace 8 s: op kept running and completed with its code 5"
         ))
     }
+}
+
+/// The kernel's probe counts (a drill hook).
+async fn probe_counts(k: &KernelProcess) -> anyhow::Result<crate::probes::ProbeCounts> {
+    let v = k.client.get("/v1/drill/probes").await?;
+    Ok(crate::probes::ProbeCounts {
+        by_launcher: v["by_launcher"].as_u64().context("no by_launcher")?,
+        launcher_silent: v["launcher_silent"]
+            .as_u64()
+            .context("no launcher_silent")?,
+        by_exec: v["by_exec"].as_u64().context("no by_exec")?,
+    })
 }
 
 pub async fn observer_crash(kit: &Kit) -> anyhow::Result<String> {

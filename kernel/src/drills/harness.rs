@@ -10,6 +10,15 @@ use serde_json::{json, Value};
 
 use crate::cli::client::Client;
 
+/// An op's durable kill flags (`ops.kill_intent`, `ops.kill_signalled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KillFlags {
+    /// A kill or timeout signal was about to be sent.
+    pub intent: bool,
+    /// A kill or timeout signal reached the op's processes.
+    pub signalled: bool,
+}
+
 /// One `opkernel serve` child process and its home.
 pub struct KernelProcess {
     bin: PathBuf,
@@ -152,6 +161,41 @@ impl KernelProcess {
             [op],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?)
+    }
+
+    /// An op's durable kill flags, read straight from the control plane by
+    /// a read-only connection (safe while the kernel runs or is down).
+    pub fn kill_flags_offline(&self, op: &str) -> anyhow::Result<KillFlags> {
+        let conn = rusqlite::Connection::open_with_flags(
+            self.home.join("kernel.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )?;
+        Ok(conn.query_row(
+            "SELECT kill_intent, kill_signalled FROM ops WHERE id = ?1",
+            [op],
+            |r| {
+                Ok(KillFlags {
+                    intent: r.get(0)?,
+                    signalled: r.get(1)?,
+                })
+            },
+        )?)
+    }
+
+    /// Waits until the control plane records that a kill or timeout signal
+    /// reached the op's processes.
+    pub async fn wait_signalled(&self, op: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let flags = self.kill_flags_offline(op)?;
+            if flags.signalled {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("no signal of {op} recorded as landed within {timeout:?}: {flags:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// How many ops the control plane records as running with their

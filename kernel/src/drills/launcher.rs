@@ -133,13 +133,13 @@ async fn settle_all(
 /// recorded). The handover files leave the inbox once the op settles, so
 /// this record is the lasting evidence.
 #[derive(Debug, PartialEq, Eq)]
-enum StartedBy {
+pub(super) enum StartedBy {
     Launcher,
     Exec,
     Neither,
 }
 
-fn started_by(k: &KernelProcess, op: &str) -> anyhow::Result<StartedBy> {
+pub(super) fn started_by(k: &KernelProcess, op: &str) -> anyhow::Result<StartedBy> {
     sandbox::shim::validate_op_id(op)?;
     let q = |cond: &str| {
         k.sql_offline_query(&format!(

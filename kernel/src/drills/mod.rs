@@ -26,18 +26,18 @@ type DrillFuture = Pin<Box<dyn Future<Output = anyhow::Result<String>> + Send>>;
 
 /// Every drill by name.
 pub const DRILLS: &[(&str, &str)] = &[
-    ("kernel-sigkill-repeated", "kernel SIGKILLed 10 times during one op: it runs once, ends once, is delivered once"),
+    ("kernel-sigkill-repeated", "kernel SIGKILLed 10 times while one op runs, each restart re-attaching: it runs once, ends once, is delivered once"),
     ("exit-while-down", "ops that exit while the kernel is down report their real codes (0, 7, 137)"),
     ("killed-from-inside", "process killed from inside without a code: lost, never 0"),
     ("container-removed", "run container removed from outside mid-op: lost, effect uncertain"),
     ("container-pause", "run container paused 12 s (inside the grace window) under an op: it waits and completes with its real code"),
     ("garbage-code", "empty or garbage .code with a dead process: lost, never a made-up code"),
-    ("pid-reused", "a recorded pid that now belongs to an unrelated process is never signalled"),
-    ("kill-interrupted", "a kill interrupted by a kernel restart completes after it"),
+    ("pid-reused", "a kill whose recorded pid now belongs to another op's process: signals are attempted and refused on identity; it lives, the op is lost"),
+    ("kill-interrupted", "a kill interrupted by a kernel SIGKILL after its TERM landed (recorded) completes after the restart: killed 137"),
     ("timeout-not-extended", "a restart does not extend an op's timeout budget"),
     ("daemon-outage-short", "Docker unreachable for less than the grace window (probes by exec): nothing lost"),
     ("daemon-outage-long", "Docker unreachable beyond the grace window (probes by exec): lost, effect uncertain"),
-    ("daemon-outage-launcher", "Docker unreachable beyond the grace window, the launcher answering probes: completed with its code"),
+    ("daemon-outage-launcher", "Docker unreachable beyond the grace window: every probe answered by the launcher, an op started meanwhile runs; completed with its code"),
     ("crash-around-create", "crashes around container creation and exec claim: container adopted, never twinned, nothing run twice"),
     ("unacked-report", "an unacked report is re-served identically after a restart, never duplicated"),
     ("supervisor-lost", "an op's supervisor gives up without settling it: the watchdog attaches a new one within seconds; it ends once with its code"),
@@ -45,7 +45,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("slow-start", "(docker exec path) an exec start that outlives the request timeout: runs once when released, lost (uncertain) when dropped, never failed on a guess"),
     ("kill-before-start", "a kill during container creation wins: failed, killed, the command never runs"),
     ("clock-step", "a forward wall-clock step does not time out running ops"),
-    ("kill-interrupted-term", "a TERM-honouring command killed across a kernel restart ends killed 143"),
+    ("kill-interrupted-term", "a TERM-honouring command killed across a kernel restart (the TERM recorded, the command ending while the kernel is down) ends killed 143"),
     ("launcher-killed-pending", "the launcher killed with requests pending: each is taken back and run once by exec"),
     ("kernel-killed-after-filing", "the kernel killed between filing a request and seeing it claimed: it runs once, claimed or taken back"),
     ("launcher-killed-after-claim", "the launcher killed between a claim and the pid file: lost by evidence, never run by exec"),
@@ -244,11 +244,71 @@ fn ops_path(k: &KernelProcess, run: &str, op: &str, ext: &str) -> PathBuf {
     scratch_path(k, run, &format!(".ops/{op}.{ext}"))
 }
 
+/// A kernel log line without its terminal colours (ANSI SGR sequences).
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ parameters m
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Lines of a scratch file (0 when missing).
 fn count_lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .map(|t| t.lines().count())
         .unwrap_or(0)
+}
+
+/// How many times the run's journal records each op's end (its
+/// `tool.completed` or `tool.failed`, written by the settlement that won):
+/// an op that ended once has exactly one.
+async fn op_ends(
+    k: &KernelProcess,
+    run: &str,
+) -> anyhow::Result<std::collections::HashMap<String, usize>> {
+    let mut ends = std::collections::HashMap::new();
+    let mut after = 0;
+    loop {
+        let page = k
+            .client
+            .get(&format!("/v1/runs/{run}/events?after={after}&limit=500"))
+            .await?;
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        if events.is_empty() {
+            return Ok(ends);
+        }
+        for e in &events {
+            if matches!(e["kind"].as_str(), Some("tool.completed" | "tool.failed")) {
+                let op = e["operation_id"].as_str().unwrap_or_default().to_owned();
+                *ends.entry(op).or_default() += 1;
+            }
+        }
+        after = page["next_after"]
+            .as_i64()
+            .filter(|&next| next > after)
+            .ok_or_else(|| anyhow::anyhow!("events of {run} do not advance past {after}"))?;
+    }
+}
+
+/// Fails unless every op in `ops` ended exactly once in the run's journal.
+async fn check_ended_once(k: &KernelProcess, run: &str, ops: &[&str]) -> anyhow::Result<()> {
+    let ends = op_ends(k, run).await?;
+    for op in ops {
+        let n = ends.get(*op).copied().unwrap_or(0);
+        check(n == 1, || format!("{op} ended {n} times in the journal"))?;
+    }
+    Ok(())
 }
 
 const LONG: Duration = Duration::from_secs(60);

@@ -3,12 +3,12 @@
 //! restart of a command that honours SIGTERM.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use super::proxy::{DockerProxy, Hold};
-use super::{check, count_lines, scratch_path, unique_run, Kit, LONG};
+use super::{check, check_ended_once, count_lines, ops_path, scratch_path, unique_run, Kit, LONG};
 
 /// A proxy in front of the real Docker socket, for one drill.
 pub(super) fn docker_proxy() -> anyhow::Result<(DockerProxy, PathBuf)> {
@@ -126,7 +126,10 @@ pub async fn kill_before_start(kit: &Kit) -> anyhow::Result<String> {
 }
 
 /// The wall clock steps two hours forward under a running op: its timeout
-/// is measured on the monotonic clock, so it does not fire.
+/// is measured on the monotonic clock, so it does not fire. The step is
+/// made to `store::now_ms`, the kernel's only wall-clock reader (the lint
+/// in `wall_clock_tests.rs` fails on any other), so it reaches every
+/// deadline the kernel computes.
 pub async fn clock_step(kit: &Kit) -> anyhow::Result<String> {
     let k = kit.start("clock", &[]).await?;
     let run = unique_run("clock");
@@ -164,8 +167,10 @@ pub async fn clock_step(kit: &Kit) -> anyhow::Result<String> {
 }
 
 /// A kill of a command that honours SIGTERM (slowly) is interrupted by a
-/// kernel SIGKILL after the TERM: after the restart the op ends `killed`
-/// with 143, because the signal was recorded durably.
+/// kernel SIGKILL after the TERM landed (durably recorded): the command
+/// ends 143 while the kernel is down (its `.code` is there before the
+/// restart), and after the restart the op ends `killed` with 143, because
+/// the signal was recorded durably.
 pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
         .start("killterm", &[("OPKERNEL_KILL_GRACE_MS", "5000")])
@@ -177,7 +182,7 @@ pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
             &[
                 "bash",
                 "-c",
-                "trap 'sleep 3; exit 143' TERM; sleep 300 & wait",
+                "trap 'sleep 5; exit 143' TERM; sleep 300 & wait",
             ],
             600,
         )
@@ -185,20 +190,48 @@ pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
     k.container_of(&op).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let kill = k.kill_in_background(&run, &op).await?;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // the command ends 5 s after the TERM: the kernel dies well before
+    let term_landed = k.wait_signalled(&op, Duration::from_secs(4)).await;
     k.sigkill();
     let _ = kill.await;
+    term_landed?;
+    let flags = k.kill_flags_offline(&op)?;
+    check(flags.intent && flags.signalled, || {
+        format!("the TERM did not land before the kernel's SIGKILL: {flags:?}")
+    })?;
+    let code_path = ops_path(&k, &run, &op, "code");
+    check(!code_path.exists(), || {
+        "the command ended before the kernel's SIGKILL".into()
+    })?;
     let s = k.state_offline(&op)?;
     check(s.0 == "running", || {
         format!("op settled before the restart: {s:?}")
     })?;
     // the command ends on the TERM while the kernel is down
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !code_path.exists() {
+        check(Instant::now() < deadline, || {
+            "the command did not end on the TERM while the kernel was down".into()
+        })?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = std::fs::read_to_string(&code_path)?;
+    let code = match sandbox::opfiles::parse_op_result(".code", &text) {
+        Ok(sandbox::OpResult::Exited(rec)) => rec.code,
+        other => anyhow::bail!("unexpected code record {text:?}: {other:?}"),
+    };
+    check(code == 143, || {
+        format!("the command ended {code} while the kernel was down, not 143")
+    })?;
+    check(k.state_offline(&op)?.0 == "running", || {
+        "settled while the kernel was down".into()
+    })?;
     k.spawn().await?;
     let s = k.wait_terminal(&op, LONG).await?;
     check(
         s["status"] == "completed" && s["exit_code"] == 143 && s["killed"] == true,
         || format!("a TERM-ended kill across a restart: {s}"),
     )?;
-    Ok("TERM sent, kernel SIGKILLed, command ended 143 while down: completed 143, killed".into())
+    check_ended_once(&k, &run, &[&op]).await?;
+    Ok("TERM landed (recorded), kernel SIGKILLed, command ended 143 while down (.code before the restart): completed 143, killed".into())
 }

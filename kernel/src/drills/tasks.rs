@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::bail;
 use serde_json::json;
 
-use super::{check, count_lines, scratch_path, unique_run, Kit, LONG};
+use super::{check, check_ended_once, count_lines, scratch_path, unique_run, Kit, LONG};
 use crate::cli::client::Client;
 
 /// A run with five live ops and a child run with five more; the parent run
@@ -203,14 +203,26 @@ pub async fn scheduler_crash(kit: &Kit) -> anyhow::Result<String> {
     check(ran == fired.len(), || {
         format!("{ran} commands ran for {} fires", fired.len())
     })?;
-    let delivered = k
+    let fired_ops: Vec<&str> = fired.iter().map(|(_, op)| op.as_str()).collect();
+    check(fired_ops.contains(&held.as_str()), || {
+        format!("the op in flight at the crash {held} is not among the fires {fired:?}")
+    })?;
+    // every fired op (the one in flight at the crash among them) ended once
+    check_ended_once(&k, &run, &fired_ops).await?;
+    let mut delivered = k
         .collect_deliveries(&run, fired.len(), Duration::from_secs(20))
         .await?;
-    check(delivered.len() == fired.len(), || {
-        format!("delivered {delivered:?} of {fired:?}")
+    let again = k
+        .collect_deliveries(&run, 1, Duration::from_secs(2))
+        .await?;
+    delivered.sort();
+    let mut want: Vec<String> = fired_ops.iter().map(|op| (*op).to_owned()).collect();
+    want.sort();
+    check(delivered == want && again.is_empty(), || {
+        format!("delivered {delivered:?} then {again:?}, expected {want:?} once each")
     })?;
     Ok(format!(
-        "kernel SIGKILLed with a schedule's claim held: the op ended once (0), {} due times fired once each, each delivered once",
+        "kernel SIGKILLed with a schedule's claim held: the op ended once (0), {} due times fired once each, each ended once and was delivered once",
         fired.len()
     ))
 }

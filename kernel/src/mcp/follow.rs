@@ -16,10 +16,22 @@ use super::{op_of_uri, op_uri, OpkernelMcp, RunAuth};
 /// How long an HTTP session's follower outlives its client's last request.
 const FOLLOW_IDLE_MS: i64 = 10 * 60 * 1000;
 
+/// Why a session's follower ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FollowEnd {
+    /// The session's transport closed.
+    Closed,
+    /// An HTTP session's client asked nothing for [`FOLLOW_IDLE_MS`].
+    Idle,
+    /// A message could not be sent to the client.
+    Unreachable,
+}
+
 impl OpkernelMcp {
     /// Follows the run's trace and tells a legacy session when one of its
     /// background ops resolves: a log message (older revisions' means) and
-    /// `resources/updated` for a subscribed op. Ends with the session.
+    /// `resources/updated` for a subscribed op. Ends with the session, or
+    /// once an HTTP session is idle (its next subscription follows again).
     pub(super) fn follow(&self, auth: RunAuth, peer: Peer<RoleServer>) {
         if self
             .session
@@ -30,42 +42,75 @@ impl OpkernelMcp {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let mut after = match this.last_seq(&auth).await {
-                Some(seq) => seq,
-                None => {
-                    // not following after all: the next request tries again
-                    this.session
-                        .following
-                        .store(false, std::sync::atomic::Ordering::SeqCst);
-                    return;
-                }
-            };
-            while !peer.is_transport_closed() && !this.idle() {
-                let Some((resolved, next)) = this.resolutions(&auth, after, 20).await else {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
+            if let Some(after) = this.last_seq(&auth).await {
+                let closed = {
+                    let peer = peer.clone();
+                    move || peer.is_transport_closed()
                 };
-                after = next;
-                for (op, data) in resolved {
-                    let uri = op_uri(&op);
-                    #[allow(deprecated)]
-                    let logged = peer
-                        .notify_logging_message(LoggingMessageNotificationParam::new(
-                            LoggingLevel::Info,
-                            json!({"operation_id": op, "uri": uri, "resolved": data}),
-                        ))
-                        .await;
-                    if logged.is_err() {
-                        return;
-                    }
-                    if this.session.subscribed.lock().contains(&uri) {
-                        let _ = peer
-                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                let tell = |op: String, data: Value| {
+                    let (this, peer) = (this.clone(), peer.clone());
+                    async move {
+                        let uri = op_uri(&op);
+                        #[allow(deprecated)]
+                        let logged = peer
+                            .notify_logging_message(LoggingMessageNotificationParam::new(
+                                LoggingLevel::Info,
+                                json!({"operation_id": op, "uri": uri, "resolved": data}),
+                            ))
                             .await;
+                        if logged.is_err() {
+                            return false;
+                        }
+                        if this.session.subscribed.lock().contains(&uri) {
+                            let _ = peer
+                                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                                .await;
+                        }
+                        true
                     }
+                };
+                let end = this.follow_resolutions(&auth, after, closed, tell).await;
+                tracing::debug!(run = %auth.run, ?end, "MCP session follower ended");
+            }
+            // not following (any more): the session's next subscription tries again
+            this.session
+                .following
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+
+    /// The follower's loop: tells `tell` of each background op of the run
+    /// resolved after `after`, until the transport is `closed`, the session
+    /// is idle, or a message cannot be sent (`tell` says false).
+    async fn follow_resolutions<F, Told>(
+        &self,
+        auth: &RunAuth,
+        mut after: i64,
+        closed: impl Fn() -> bool,
+        mut tell: F,
+    ) -> FollowEnd
+    where
+        F: FnMut(String, Value) -> Told,
+        Told: std::future::Future<Output = bool>,
+    {
+        loop {
+            if closed() {
+                return FollowEnd::Closed;
+            }
+            if self.idle() {
+                return FollowEnd::Idle;
+            }
+            let Some((resolved, next)) = self.resolutions(auth, after, 20).await else {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            after = next;
+            for (op, data) in resolved {
+                if !tell(op, data).await {
+                    return FollowEnd::Unreachable;
                 }
             }
-        });
+        }
     }
 
     /// An HTTP session whose client has asked nothing for a while: its
@@ -176,3 +221,7 @@ impl OpkernelMcp {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "follow_tests.rs"]
+mod tests;

@@ -90,6 +90,16 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
     })
 }
 
+/// The rows a query read, an unreadable one left out (and logged): one
+/// corrupt schedule never stops the scheduler nor the kernel's start-up.
+fn readable(rows: impl Iterator<Item = rusqlite::Result<Schedule>>) -> Vec<Schedule> {
+    rows.filter_map(|row| {
+        row.map_err(|e| tracing::error!(%e, "unreadable schedule row left out"))
+            .ok()
+    })
+    .collect()
+}
+
 pub(super) fn get_schedule(conn: &Connection, id: &str) -> StoreResult<Option<Schedule>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
@@ -422,13 +432,7 @@ impl Store {
                  AND claimed_at IS NULL AND next_due_at <= ?1 ORDER BY next_due_at LIMIT ?2"
             ))?;
             let rows = stmt.query_map(params![now, limit], from_row)?;
-            // an unreadable row is left out (and logged), never a stop for the rest
-            Ok(rows
-                .filter_map(|row| {
-                    row.map_err(|e| tracing::error!(%e, "unreadable schedule row left out"))
-                        .ok()
-                })
-                .collect())
+            Ok(readable(rows))
         })
         .await
     }
@@ -459,7 +463,7 @@ impl Store {
                     "SELECT {COLUMNS} FROM schedules WHERE claimed_at IS NOT NULL"
                 ))?;
                 let rows = stmt.query_map([], from_row)?;
-                rows.collect::<Result<_, _>>()?
+                readable(rows)
             };
             for s in claimed {
                 let op = match &s.current_op_id {
@@ -494,7 +498,7 @@ impl Store {
                      AND claimed_at IS NULL AND next_due_at <= ?1"
                 ))?;
                 let rows = stmt.query_map([now], from_row)?;
-                rows.collect::<Result<_, _>>()?
+                readable(rows)
             };
             for s in overdue {
                 let Some(due) = s.next_due_at else { continue };

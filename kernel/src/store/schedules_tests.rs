@@ -346,3 +346,58 @@ async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
     set_due(&store, &s.id, due).await;
     assert!(matches!(fire(&store, &s.id, due).await, Fire::Fired(_)));
 }
+
+/// Makes one column of a schedule row unreadable (as a bad write or a
+/// hand edit would).
+async fn corrupt(store: &Store, id: &str, column: &'static str, value: &'static str) {
+    let id = id.to_owned();
+    store
+        .call(move |c| {
+            c.execute(
+                &format!("UPDATE schedules SET {column} = ?2 WHERE id = ?1"),
+                params![id, value],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
+/// A row the kernel cannot read (garbage command JSON, an unparsable
+/// timing; due, or holding a dead kernel's claim) is left out and never
+/// stops the others: start-up still applies its rules to them, and the
+/// due ones still come out and fire.
+#[tokio::test]
+async fn a_corrupt_row_never_stops_the_others() {
+    let store = test_store();
+    let now = now_ms();
+    let overdue = now - 3_500;
+    let bad_command = create(&store, every("r", 1, true)).await;
+    let bad_timing = create(&store, every("r", 1, true)).await;
+    let bad_claimed = create(&store, every("r", 1, true)).await;
+    let catching_up = create(&store, every("r", 1, true)).await;
+    let advancing = create(&store, every("r", 1, false)).await;
+    for s in [
+        &bad_command,
+        &bad_timing,
+        &bad_claimed,
+        &catching_up,
+        &advancing,
+    ] {
+        set_due(&store, &s.id, overdue).await;
+    }
+    corrupt(&store, &bad_command.id, "command", "not json").await;
+    corrupt(&store, &bad_timing.id, "spec", "every blue moon").await;
+    corrupt(&store, &bad_claimed.id, "command", "[1, 2").await;
+    corrupt(&store, &bad_claimed.id, "claimed_at", "1").await;
+    let report = store.schedules_at_start("k2").await.unwrap();
+    assert_eq!((report.advanced, report.catching_up), (1, 1), "{report:?}");
+    let due = store.due_schedules(now_ms(), 10).await.unwrap();
+    let ids: Vec<&str> = due.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, vec![catching_up.id.as_str()]);
+    let Fire::Fired(_) = fire(&store, &catching_up.id, overdue).await else {
+        panic!("the readable due schedule did not fire")
+    };
+    let a = store.get_schedule(&advancing.id).await.unwrap().unwrap();
+    assert!(a.next_due_at.unwrap() > now_ms() - 50);
+}

@@ -143,8 +143,10 @@ pub async fn measure(k: &KernelProcess, samples: usize) -> anyhow::Result<Latenc
     Ok(lat)
 }
 
-/// From the op's own exit timestamp to a waiting report call returning it.
-pub async fn notify(k: &KernelProcess, samples: usize) -> anyhow::Result<Vec<f64>> {
+/// From the op's own exit timestamp to a waiting report call returning it;
+/// and how many of the `samples` ops never came back in a report within a
+/// minute (each counted, never waited for forever).
+pub async fn notify(k: &KernelProcess, samples: usize) -> anyhow::Result<(Vec<f64>, usize)> {
     let run = "bench-notify";
     k.client
         .post(
@@ -154,11 +156,13 @@ pub async fn notify(k: &KernelProcess, samples: usize) -> anyhow::Result<Vec<f64
         .await?;
     let dir = scratch_dir(k, run);
     let mut out = Vec::new();
+    let mut missing = 0;
     for i in 0..samples {
         let script = format!("sleep 0.3; echo $EPOCHREALTIME > /scratch/exit-{i}");
         let op = k.start_bg(run, &["bash", "-c", &script], 60).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
         let mut found = false;
-        while !found {
+        while !found && Instant::now() < deadline {
             let report = k
                 .client
                 .get(&format!("/v1/runs/{run}/report?wait=30"))
@@ -181,8 +185,9 @@ pub async fn notify(k: &KernelProcess, samples: usize) -> anyhow::Result<Vec<f64
                 out.push((returned - exited) * 1000.0);
             }
         }
+        missing += usize::from(!found);
     }
-    Ok(out)
+    Ok((out, missing))
 }
 
 /// The shim's own cost per op inside a run container, in ms: `n` runs of

@@ -1,8 +1,10 @@
 //! `opkernel-bench`: one run of the kernel against raw Docker, side by side.
-//! Driven by `scripts/bench.sh [--quick] [--json]`; the last line of
-//! `--json` output is one JSON object with every figure.
+//! Driven by `scripts/bench.sh [--quick] [--json] [--check]`; the last line
+//! of `--json` output is one JSON object with every figure.
 //! `--recovery-only OPS CONTAINERS` runs only the recovery measurement;
 //! `--concurrent-only OPS RUNS` only the concurrency one.
+//! `--check` exits non-zero when a correctness figure is off (see
+//! [`Checks`]); timings are reported, never asserted (the machine is noisy).
 
 #![recursion_limit = "256"]
 
@@ -68,19 +70,83 @@ pub fn wait_output(path: &std::path::Path, timeout: Duration) -> anyhow::Result<
     }
 }
 
-/// How many ops of the kernel's runs fell back from the launcher to
-/// `docker exec` (their request was taken back: `inbox/*.withdrawn`).
-pub fn fallbacks(k: &KernelProcess) -> usize {
-    let Ok(runs) = std::fs::read_dir(k.home.join("scratch")) else {
-        return 0;
-    };
-    runs.filter_map(|r| std::fs::read_dir(r.ok()?.path().join(".ops/inbox")).ok())
-        .flatten()
-        .filter(|e| {
-            e.as_ref()
-                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".withdrawn"))
-        })
-        .count()
+/// How many of the kernel's ops were started by `docker exec` rather than
+/// by their container's resident launcher: handed over and taken back (an
+/// exec id recorded), or never handed over. In the launcher path (the
+/// default) every op goes through the launcher, so this is 0. Read from the
+/// control plane: the handover files leave the inbox once an op settles.
+pub fn fallbacks(k: &KernelProcess) -> anyhow::Result<usize> {
+    Ok(k.sql_offline_query(
+        "SELECT COUNT(*) FROM ops WHERE exec_id IS NOT NULL \
+         OR (exec_claimed_at IS NOT NULL AND handed_over_at IS NULL)",
+    )? as usize)
+}
+
+/// Peak kernel RSS a run of the bench may reach (README: ≤ 150 MB).
+const MAX_RSS_MB: f64 = 150.0;
+
+/// The correctness figures of one bench run, each held to its target by
+/// `--check`: nothing lost or duplicated, every op through the launcher,
+/// the kernel's memory bounded, every measuring client served.
+#[derive(Default)]
+pub struct Checks {
+    lines: Vec<(String, bool)>,
+}
+
+impl Checks {
+    fn want(&mut self, name: &str, got: impl std::fmt::Display, want: &str, ok: bool) {
+        self.lines
+            .push((format!("{name} = {got} (want {want})"), ok));
+    }
+
+    fn zero(&mut self, name: &str, got: usize) {
+        self.want(name, got, "0", got == 0);
+    }
+
+    fn rss(&mut self, name: &str, mb: f64) {
+        self.want(
+            name,
+            format!("{mb:.1} MB"),
+            &format!("<= {MAX_RSS_MB} MB"),
+            mb <= MAX_RSS_MB,
+        );
+    }
+
+    fn concurrent(&mut self, c: &scale::Concurrent, fallbacks: usize) {
+        self.zero("concurrent_lost", c.lost);
+        self.zero("concurrent_duplicated", c.duplicated);
+        self.rss("kernel_peak_rss_mb", c.peak_rss_mb);
+        self.zero("concurrent_launchers_missing", c.launchers_missing);
+        self.zero("concurrent_fallback_ops", fallbacks);
+    }
+
+    fn recovery(&mut self, r: &scale::Recovery) {
+        self.zero("recovery_lost", r.lost);
+        self.zero("recovery_duplicated", r.duplicated);
+        self.want(
+            "recovery_delivered",
+            r.delivered,
+            &r.ops.to_string(),
+            r.delivered == r.ops,
+        );
+    }
+
+    fn abuse(&mut self, a: &abuse::Abuse) {
+        self.rss("abuse_kernel_peak_rss_mb", a.peak_rss_mb);
+        self.zero("abuse_log_reader_failures", a.reader_failures);
+        self.zero("abuse_sse_failures", a.sse_failures);
+    }
+
+    /// Prints every figure held; fails when one is off.
+    fn finish(self) -> anyhow::Result<()> {
+        let off = self.lines.iter().filter(|(_, ok)| !ok).count();
+        for (line, ok) in &self.lines {
+            println!("check: {line}: {}", if *ok { "ok" } else { "OFF" });
+        }
+        anyhow::ensure!(off == 0, "{off} correctness figure(s) off");
+        println!("check: all {} correctness figures hold", self.lines.len());
+        Ok(())
+    }
 }
 
 pub fn scratch_dir(k: &KernelProcess, run: &str) -> PathBuf {
@@ -105,6 +171,8 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let as_json = args.iter().any(|a| a == "--json");
+    let check = args.iter().any(|a| a == "--check");
+    let mut checks = Checks::default();
     let bin = kernel_binary()?;
     let samples = if quick { 30 } else { 100 };
     if let Some(i) = args.iter().position(|a| a == "--recovery-only") {
@@ -113,10 +181,12 @@ async fn main() -> anyhow::Result<()> {
         let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
         let rec = scale::recovery(&mut k, ops, containers).await?;
         println!(
-            "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards",
-            rec.ops, rec.containers, rec.seconds, rec.delivered
+            "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}",
+            rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated
         );
-        return Ok(());
+        checks.recovery(&rec);
+        checks.zero("recovery_fallback_ops", fallbacks(&k)?);
+        return if check { checks.finish() } else { Ok(()) };
     }
 
     if let Some(i) = args.iter().position(|a| a == "--concurrent-only") {
@@ -124,22 +194,26 @@ async fn main() -> anyhow::Result<()> {
         let (ops, runs) = (num(1).unwrap_or(5000), num(2).unwrap_or(50));
         let k = KernelProcess::start(&bin, "bench-scale", BENCH_ENV).await?;
         let c = scale::concurrent(&k, ops, runs).await?;
+        let fell_back = fallbacks(&k)?;
         println!(
             "concurrent: {} ops in {} runs started in {:.1}s (kernel CPU {:.1}s meanwhile); lost {}, duplicated {}; kernel CPU while they wait {:.2}%; peak RSS {:.1} MB; fallbacks {}; launchers {} at most {:.2}% CPU, {} KiB",
-            c.ops, c.runs, c.start_sec, c.start_cpu_sec, c.lost, c.duplicated, c.cpu_pct_idle, c.peak_rss_mb, fallbacks(&k),
+            c.ops, c.runs, c.start_sec, c.start_cpu_sec, c.lost, c.duplicated, c.cpu_pct_idle, c.peak_rss_mb, fell_back,
             c.launchers, c.launcher_cpu_pct_max, c.launcher_rss_kb_max
         );
-        return Ok(());
+        checks.concurrent(&c, fell_back);
+        return if check { checks.finish() } else { Ok(()) };
     }
 
     if args.iter().any(|a| a == "--abuse-only") {
         let k = KernelProcess::start(&bin, "bench-abuse", BENCH_ENV).await?;
         let a = abuse::measure(&k).await?;
         println!(
-            "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms",
-            a.readers, a.log_bytes_each >> 20, a.sse_clients, a.peak_rss_mb, a.start_p50_before_ms, a.start_p50_during_ms
+            "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms; failed readers {}, failed SSE clients {}",
+            a.readers, a.log_bytes_each >> 20, a.sse_clients, a.peak_rss_mb, a.start_p50_before_ms, a.start_p50_during_ms,
+            a.reader_failures, a.sse_failures
         );
-        return Ok(());
+        checks.abuse(&a);
+        return if check { checks.finish() } else { Ok(()) };
     }
     eprintln!(
         "bench: kernel {} ({} mode)",
@@ -148,22 +222,34 @@ async fn main() -> anyhow::Result<()> {
     );
     let k = KernelProcess::start(&bin, "bench", BENCH_ENV).await?;
     let lat = latency::measure(&k, samples).await?;
-    let notify = latency::notify(&k, if quick { 15 } else { 40 }).await?;
-    let lat_fallbacks = fallbacks(&k);
+    let notify_samples = if quick { 15 } else { 40 };
+    let (notify, notify_missing) = latency::notify(&k, notify_samples).await?;
+    let lat_fallbacks = fallbacks(&k)?;
     drop(k);
 
     let k = KernelProcess::start(&bin, "bench-scale", BENCH_ENV).await?;
     let conc = scale::concurrent(&k, 5000, 50).await?;
-    let conc_fallbacks = fallbacks(&k);
+    let conc_fallbacks = fallbacks(&k)?;
     drop(k);
 
     let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
     let rec = scale::recovery(&mut k, 500, 50).await?;
+    let rec_fallbacks = fallbacks(&k)?;
     drop(k);
 
     let k = KernelProcess::start(&bin, "bench-abuse", BENCH_ENV).await?;
     let abuse = abuse::measure(&k).await?;
+    let abuse_fallbacks = fallbacks(&k)?;
     drop(k);
+
+    checks.zero("latency_fallback_ops", lat_fallbacks);
+    checks.zero("notify_missing", notify_missing);
+    checks.concurrent(&conc, conc_fallbacks);
+    checks.recovery(&rec);
+    checks.zero("recovery_fallback_ops", rec_fallbacks);
+    checks.abuse(&abuse);
+    checks.zero("abuse_fallback_ops", abuse_fallbacks);
+    let all_fallbacks = lat_fallbacks + conc_fallbacks + rec_fallbacks + abuse_fallbacks;
 
     let p50 = |v: &[f64]| pct(v, 50.0);
     let figures = json!({
@@ -185,7 +271,9 @@ async fn main() -> anyhow::Result<()> {
         "shim_overhead_ms": lat.shim_overhead_ms,
         "first_output_p50_ms": p50(&lat.first_output),
         "first_output_p90_ms": pct(&lat.first_output, 90.0),
-        "fallback_ops": lat_fallbacks + conc_fallbacks,
+        "fallback_ops": all_fallbacks,
+        "notify_missing": notify_missing,
+        "launchers_missing": conc.launchers_missing,
         "launchers": conc.launchers,
         "launcher_cpu_pct_idle_max": conc.launcher_cpu_pct_max,
         "launcher_rss_kb_max": conc.launcher_rss_kb_max,
@@ -203,9 +291,13 @@ async fn main() -> anyhow::Result<()> {
         "recovery_containers": rec.containers,
         "recovery_sec": rec.seconds,
         "recovery_delivered": rec.delivered,
+        "recovery_lost": rec.lost,
+        "recovery_duplicated": rec.duplicated,
         "abuse_log_readers": abuse.readers,
         "abuse_log_bytes_each": abuse.log_bytes_each,
         "abuse_sse_clients": abuse.sse_clients,
+        "abuse_log_reader_failures": abuse.reader_failures,
+        "abuse_sse_failures": abuse.sse_failures,
         "abuse_kernel_peak_rss_mb": abuse.peak_rss_mb,
         "abuse_other_run_start_p50_before_ms": abuse.start_p50_before_ms,
         "abuse_other_run_start_p50_during_ms": abuse.start_p50_during_ms,
@@ -230,8 +322,7 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "shim overhead per op inside the container: {:.2} ms; ops that fell back to docker exec: {}",
-        lat.shim_overhead_ms,
-        lat_fallbacks + conc_fallbacks
+        lat.shim_overhead_ms, all_fallbacks
     );
     println!(
         "launchers ({} containers) while the ops wait: CPU at most {:.2}% of a core, RSS at most {} KiB",
@@ -242,20 +333,28 @@ async fn main() -> anyhow::Result<()> {
         conc.ops, conc.runs, conc.start_sec, conc.lost, conc.duplicated, conc.cpu_pct_idle, conc.peak_rss_mb
     );
     println!(
-        "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards",
-        rec.ops, rec.containers, rec.seconds, rec.delivered
+        "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}",
+        rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated
     );
     println!(
-        "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms",
+        "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms; failed readers {}, failed SSE clients {}",
         abuse.readers,
         abuse.log_bytes_each >> 20,
         abuse.sse_clients,
         abuse.peak_rss_mb,
         abuse.start_p50_before_ms,
-        abuse.start_p50_during_ms
+        abuse.start_p50_during_ms,
+        abuse.reader_failures,
+        abuse.sse_failures
     );
+    if notify_missing > 0 {
+        println!("notify: {notify_missing} of {notify_samples} ops never came back in a report");
+    }
     if as_json {
         println!("{figures}");
+    }
+    if check {
+        checks.finish()?;
     }
     Ok(())
 }

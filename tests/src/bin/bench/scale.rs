@@ -30,6 +30,8 @@ pub struct Concurrent {
     pub launcher_cpu_pct_max: f64,
     pub launcher_rss_kb_max: u64,
     pub launchers: usize,
+    /// Run containers in which no launcher could be measured.
+    pub launchers_missing: usize,
 }
 
 pub struct Recovery {
@@ -37,6 +39,8 @@ pub struct Recovery {
     pub containers: usize,
     pub seconds: f64,
     pub delivered: usize,
+    pub lost: usize,
+    pub duplicated: usize,
 }
 
 fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
@@ -59,35 +63,45 @@ fn status_kb(pid: u32, field: &str) -> anyhow::Result<u64> {
 }
 
 /// Host pids of the resident launchers (`/.opkernel/shim serve`) of the
-/// kernel's run containers.
-fn launcher_pids(k: &KernelProcess) -> anyhow::Result<Vec<u32>> {
+/// kernel's run containers, and how many of those containers showed none
+/// (`docker top` failed, or no launcher in it): counted, never skipped.
+fn launcher_pids(k: &KernelProcess) -> anyhow::Result<(Vec<u32>, usize)> {
     let out = std::process::Command::new("docker")
         .args(["ps", "-q", "--filter", "label=opkernel.managed=true"])
         .output()?;
+    anyhow::ensure!(out.status.success(), "docker ps failed");
     let home = k.home.display().to_string();
     let mut pids = Vec::new();
+    let mut missing = 0;
     for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
         let mounts = std::process::Command::new("docker")
             .args(["inspect", "-f", "{{range .Mounts}}{{.Source}} {{end}}", id])
             .output()?;
+        if !mounts.status.success() {
+            // gone meanwhile: not one of ours to measure (ours stay up)
+            continue;
+        }
         if !String::from_utf8_lossy(&mounts.stdout).contains(&home) {
             continue;
         }
         let top = std::process::Command::new("docker")
             .args(["top", id, "-o", "pid,args"])
             .output()?;
-        pids.extend(
-            String::from_utf8_lossy(&top.stdout)
-                .lines()
-                .filter(|l| {
-                    let mut f = l.split_whitespace();
-                    f.next();
-                    f.collect::<Vec<_>>().join(" ") == "/.opkernel/shim serve"
-                })
-                .filter_map(|l| l.split_whitespace().next()?.parse::<u32>().ok()),
-        );
+        let found: Vec<u32> = String::from_utf8_lossy(&top.stdout)
+            .lines()
+            .filter(|l| {
+                let mut f = l.split_whitespace();
+                f.next();
+                f.collect::<Vec<_>>().join(" ") == "/.opkernel/shim serve"
+            })
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u32>().ok())
+            .collect();
+        if !top.status.success() || found.len() != 1 {
+            missing += 1;
+        }
+        pids.extend(found);
     }
-    Ok(pids)
+    Ok((pids, missing))
 }
 
 pub fn peak_rss_mb(pid: u32) -> anyhow::Result<f64> {
@@ -234,7 +248,7 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
     // let start-up work drain, then measure a quiet window
     tokio::time::sleep(Duration::from_secs(3)).await;
     let window = Duration::from_secs(15);
-    let launchers = launcher_pids(k)?;
+    let (launchers, launchers_missing) = launcher_pids(k)?;
     let l0: Vec<u64> = launchers
         .iter()
         .map(|&p| proc_cpu_ticks(p).unwrap_or(0))
@@ -266,6 +280,7 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
         launcher_cpu_pct_max,
         launcher_rss_kb_max,
         launchers: launchers.len(),
+        launchers_missing,
     })
 }
 
@@ -304,14 +319,12 @@ pub async fn recovery(
     };
     let seen = collect(k, &run_ids, ids.len(), Duration::from_secs(300)).await?;
     let (lost, duplicated) = count_outcomes(k, &ids, &seen).await?;
-    anyhow::ensure!(
-        lost == 0 && duplicated == 0,
-        "after recovery: {lost} lost, {duplicated} duplicated"
-    );
     Ok(Recovery {
         ops: ids.len(),
         containers,
         seconds,
         delivered: seen.len(),
+        lost,
+        duplicated,
     })
 }
