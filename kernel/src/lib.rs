@@ -15,6 +15,8 @@ pub mod home;
 pub mod inbox;
 pub mod kernel;
 pub mod lifecycle;
+#[cfg(test)]
+mod limits_tests;
 pub mod mcp;
 pub mod observer;
 pub mod probes;

@@ -200,11 +200,7 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
         .start_bg(&run, &["sh", "-c", "sleep 6; echo survived; exit 5"], 120)
         .await?;
     k.container_of(&op).await?;
-    let cut_for = if long {
-        Duration::from_secs(7)
-    } else {
-        Duration::from_secs(3)
-    };
+    let cut_for = Duration::from_secs(if long { 7 } else { 3 });
     let probes_before = probe_counts(&k).await?;
     let began = Instant::now();
     proxy.cut();
@@ -215,22 +211,7 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
     })?;
     // starts go on through the launcher: one runs and ends meanwhile
     let started_during = if launcher {
-        let b = k
-            .start_bg(
-                &run,
-                &["sh", "-c", "echo $__OPKERNEL_OP >> /scratch/ran-b; exit 6"],
-                60,
-            )
-            .await?;
-        let b_end = k.wait_terminal(&b, cut_for).await;
-        let b_end = b_end.with_context(|| {
-            format!("an op started during the outage did not end within {cut_for:?}")
-        })?;
-        check(
-            b_end["status"] == "completed" && b_end["exit_code"] == 6,
-            || format!("the op started during the outage: {b_end}"),
-        )?;
-        Some(b)
+        Some(start_during_outage(&k, &run, cut_for).await?)
     } else {
         None
     };
@@ -241,19 +222,7 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
     let s = k.wait_terminal(&op, LONG).await?;
     let _ = std::fs::remove_file(proxy.socket());
     if let Some(b) = started_during {
-        let (by_launcher, silent, by_exec) = (
-            probes_during.by_launcher - probes_before.by_launcher,
-            probes_during.launcher_silent - probes_before.launcher_silent,
-            probes_during.by_exec - probes_before.by_exec,
-        );
-        // every probe was asked of the launcher, and it answered; one it was
-        // too slow for (a loaded machine) went on by exec and is tolerated
-        check(by_launcher > 0 && by_exec == 0, || {
-            format!(
-                "probes during the outage: {by_launcher} answered by the launcher, {silent} it was \
-                 silent for, {by_exec} sent by docker exec without asking it"
-            )
-        })?;
+        let (by_launcher, silent) = probes_went_to_launcher(&probes_before, &probes_during)?;
         check(during["status"] != "lost", || {
             format!("lost though its launcher answered: {during}")
         })?;
@@ -294,6 +263,50 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
             "outage {cut_for:?} < grace 8 s: op kept running and completed with its code 5"
         ))
     }
+}
+
+/// An op started while Docker is cut off: it must run and end (exit 6)
+/// within the outage, through the launcher. Returns its id.
+async fn start_during_outage(
+    k: &KernelProcess,
+    run: &str,
+    cut_for: Duration,
+) -> anyhow::Result<String> {
+    let b = k
+        .start_bg(
+            run,
+            &["sh", "-c", "echo $__OPKERNEL_OP >> /scratch/ran-b; exit 6"],
+            60,
+        )
+        .await?;
+    let b_end = k.wait_terminal(&b, cut_for).await;
+    let b_end = b_end.with_context(|| {
+        format!("an op started during the outage did not end within {cut_for:?}")
+    })?;
+    check(
+        b_end["status"] == "completed" && b_end["exit_code"] == 6,
+        || format!("the op started during the outage: {b_end}"),
+    )?;
+    Ok(b)
+}
+
+/// Every probe of the outage was asked of the launcher, and it answered;
+/// one it was too slow for (a loaded machine) went on by exec and is
+/// tolerated. Returns (answered by the launcher, not in time).
+fn probes_went_to_launcher(
+    before: &crate::probes::ProbeCounts,
+    during: &crate::probes::ProbeCounts,
+) -> anyhow::Result<(u64, u64)> {
+    let by_launcher = during.by_launcher - before.by_launcher;
+    let silent = during.launcher_silent - before.launcher_silent;
+    let by_exec = during.by_exec - before.by_exec;
+    check(by_launcher > 0 && by_exec == 0, || {
+        format!(
+            "probes during the outage: {by_launcher} answered by the launcher, {silent} it was \
+             silent for, {by_exec} sent by docker exec without asking it"
+        )
+    })?;
+    Ok((by_launcher, silent))
 }
 
 /// The kernel's probe counts (a drill hook).

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::bail;
 use serde_json::json;
 
+use super::harness::KernelProcess;
 use super::{check, check_ended_once, count_lines, scratch_path, unique_run, Kit, LONG};
 use crate::cli::client::Client;
 
@@ -20,34 +21,7 @@ pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
         .await?;
     let parent = unique_run("cancel-p");
     let child = format!("{parent}.c");
-    let created = k
-        .client
-        .post("/v1/runs", &json!({ "run_id": parent }))
-        .await?;
-    let parent_client = Client::new(
-        k.client.base().to_owned(),
-        created["token"].as_str().unwrap_or_default().to_owned(),
-    );
-    parent_client
-        .post("/v1/runs", &json!({ "run_id": child }))
-        .await?;
-    let mut ops: Vec<(String, String, bool)> = Vec::new();
-    for run in [&parent, &child] {
-        for i in 0..5 {
-            // the odd ones ignore TERM: only the KILL after the grace ends them
-            let ignores_term = i % 2 == 1;
-            let script = if ignores_term {
-                "echo x >> /scratch/ran; trap '' TERM; sleep 300 & wait"
-            } else {
-                "echo x >> /scratch/ran; exec sleep 300"
-            };
-            let op = k.start_bg(run, &["sh", "-c", script], 600).await?;
-            ops.push((run.clone(), op, ignores_term));
-        }
-    }
-    for (_, op, _) in &ops {
-        k.container_of(op).await?;
-    }
+    let ops = start_parent_and_child(&k, &parent, &child).await?;
     let answer = k
         .client
         .post(&format!("/v1/runs/{parent}/cancel"), &json!({}))
@@ -81,39 +55,7 @@ pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
         *codes.entry(code).or_default() += 1;
     }
     for run in [&parent, &child] {
-        let ran = count_lines(&scratch_path(&k, run, "ran"));
-        check(ran == 5, || format!("run {run}: commands ran {ran} times"))?;
-        let mut delivered = k
-            .collect_deliveries(run, 5, Duration::from_secs(20))
-            .await?;
-        let again = k.collect_deliveries(run, 1, Duration::from_secs(2)).await?;
-        delivered.sort();
-        let mut want: Vec<String> = ops
-            .iter()
-            .filter(|(r, _, _)| r == run)
-            .map(|(_, op, _)| op.clone())
-            .collect();
-        want.sort();
-        check(delivered == want && again.is_empty(), || {
-            format!("run {run}: delivered {delivered:?} then {again:?}, expected {want:?}")
-        })?;
-        let state = k.client.get(&format!("/v1/runs/{run}")).await?;
-        check(state["state"] == "cancelled", || {
-            format!("run {run}: {state}")
-        })?;
-        let events = k
-            .client
-            .get(&format!("/v1/runs/{run}/events?limit=500"))
-            .await?;
-        let ended = events["events"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|e| e["kind"] == "tool.completed")
-            .count();
-        check(ended == 5, || {
-            format!("run {run}: {ended} tool.completed events for 5 ops")
-        })?;
+        check_cancelled_run(&k, run, &ops).await?;
     }
     let (term, kill) = (
         codes.get(&143).copied().unwrap_or(0),
@@ -126,6 +68,87 @@ pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
         "cancel of a run and its child (10 live ops), the kernel SIGKILLed with {still_live} still running: \
          after restart {term} ended 143 and {kill} ended 137, each killed, run and reported once"
     ))
+}
+
+/// A parent run and its child, each with 5 live ops (the odd ones ignore
+/// TERM): `(run, op, ignores TERM)`, every op's container made.
+async fn start_parent_and_child(
+    k: &KernelProcess,
+    parent: &str,
+    child: &str,
+) -> anyhow::Result<Vec<(String, String, bool)>> {
+    let created = k
+        .client
+        .post("/v1/runs", &json!({ "run_id": parent }))
+        .await?;
+    let parent_client = Client::new(
+        k.client.base().to_owned(),
+        created["token"].as_str().unwrap_or_default().to_owned(),
+    );
+    parent_client
+        .post("/v1/runs", &json!({ "run_id": child }))
+        .await?;
+    let mut ops: Vec<(String, String, bool)> = Vec::new();
+    for run in [parent, child] {
+        for i in 0..5 {
+            // the odd ones ignore TERM: only the KILL after the grace ends them
+            let ignores_term = i % 2 == 1;
+            let script = if ignores_term {
+                "echo x >> /scratch/ran; trap '' TERM; sleep 300 & wait"
+            } else {
+                "echo x >> /scratch/ran; exec sleep 300"
+            };
+            let op = k.start_bg(run, &["sh", "-c", script], 600).await?;
+            ops.push((run.to_owned(), op, ignores_term));
+        }
+    }
+    for (_, op, _) in &ops {
+        k.container_of(op).await?;
+    }
+    Ok(ops)
+}
+
+/// A cancelled run after the restart: each command ran once, each op was
+/// delivered once (nothing after), the run is `cancelled`, and its journal
+/// has one `tool.completed` per op.
+async fn check_cancelled_run(
+    k: &KernelProcess,
+    run: &str,
+    ops: &[(String, String, bool)],
+) -> anyhow::Result<()> {
+    let ran = count_lines(&scratch_path(k, run, "ran"));
+    check(ran == 5, || format!("run {run}: commands ran {ran} times"))?;
+    let mut delivered = k
+        .collect_deliveries(run, 5, Duration::from_secs(20))
+        .await?;
+    let again = k.collect_deliveries(run, 1, Duration::from_secs(2)).await?;
+    delivered.sort();
+    let mut want: Vec<String> = ops
+        .iter()
+        .filter(|(r, _, _)| r == run)
+        .map(|(_, op, _)| op.clone())
+        .collect();
+    want.sort();
+    check(delivered == want && again.is_empty(), || {
+        format!("run {run}: delivered {delivered:?} then {again:?}, expected {want:?}")
+    })?;
+    let state = k.client.get(&format!("/v1/runs/{run}")).await?;
+    check(state["state"] == "cancelled", || {
+        format!("run {run}: {state}")
+    })?;
+    let events = k
+        .client
+        .get(&format!("/v1/runs/{run}/events?limit=500"))
+        .await?;
+    let ended = events["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "tool.completed")
+        .count();
+    check(ended == 5, || {
+        format!("run {run}: {ended} tool.completed events for 5 ops")
+    })
 }
 
 /// A schedule's op is running (its claim held) when the kernel is
@@ -177,22 +200,7 @@ pub async fn scheduler_crash(kit: &Kit) -> anyhow::Result<String> {
         })?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let events = k
-        .client
-        .get(&format!("/v1/runs/{run}/events?limit=500"))
-        .await?;
-    let fired: Vec<(String, String)> = events["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["kind"] == "schedule.fired")
-        .map(|e| {
-            (
-                e["data"]["due_at"].as_str().unwrap_or_default().to_owned(),
-                e["operation_id"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
+    let fired = fired_in_trace(&k, &run).await?;
     let mut dues: Vec<&String> = fired.iter().map(|(d, _)| d).collect();
     dues.sort();
     dues.dedup();
@@ -225,6 +233,26 @@ pub async fn scheduler_crash(kit: &Kit) -> anyhow::Result<String> {
         "kernel SIGKILLed with a schedule's claim held: the op ended once (0), {} due times fired once each, each ended once and was delivered once",
         fired.len()
     ))
+}
+
+/// The `schedule.fired` events of a run's trace: (due time, op).
+async fn fired_in_trace(k: &KernelProcess, run: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let events = k
+        .client
+        .get(&format!("/v1/runs/{run}/events?limit=500"))
+        .await?;
+    Ok(events["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "schedule.fired")
+        .map(|e| {
+            (
+                e["data"]["due_at"].as_str().unwrap_or_default().to_owned(),
+                e["operation_id"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect())
 }
 
 /// An op waiting for approval across a kernel SIGKILL: it stays waiting

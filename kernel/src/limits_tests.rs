@@ -1,0 +1,106 @@
+//! The size limits of the code (issue "one control layer…"): no production
+//! file of the workspace over 600 lines, no production function over 80.
+//! Test files (`*_tests.rs`, `tests/`), build scripts' helpers and the
+//! inline test modules that end a file are not production code.
+
+use std::path::{Path, PathBuf};
+
+const MAX_FILE_LINES: usize = 600;
+const MAX_FN_LINES: usize = 80;
+
+fn production_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if name != "target" && name != "tests" {
+                production_files(&path, out);
+            }
+        } else if name.ends_with(".rs") && !name.ends_with("_tests.rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The lines of a file before its inline test module.
+fn production_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .take_while(|l| l.trim() != "#[cfg(test)]")
+        .collect()
+}
+
+/// Each function's name and length: from its `fn` line to the closing
+/// brace at the same indentation (rustfmt's layout).
+fn functions<'a>(lines: &[&'a str]) -> Vec<(&'a str, usize)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let code = line.trim_start();
+        let indent = line.len() - code.len();
+        let after = code
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("async ")
+            .trim_start_matches("unsafe ");
+        if let Some(rest) = after.strip_prefix("fn ") {
+            let name = rest.split(['(', '<']).next().unwrap_or(rest);
+            let close = format!("{}}}", " ".repeat(indent));
+            let end = (i..lines.len())
+                .find(|&j| lines[j] == close || (j == i && line.trim_end().ends_with(';')))
+                .unwrap_or(i);
+            found.push((name, end - i + 1));
+            i = end;
+        }
+        i += 1;
+    }
+    found
+}
+
+#[test]
+fn no_production_file_or_function_is_too_long() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for crate_dir in ["kernel/src", "sandbox/src", "sandbox/shim/src"] {
+        production_files(&root.join(crate_dir), &mut files);
+    }
+    assert!(
+        files.len() > 40,
+        "the scan found only {} files",
+        files.len()
+    );
+    let mut over = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let lines = production_lines(&text);
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        if lines.len() > MAX_FILE_LINES {
+            over.push(format!("{shown}: {} lines", lines.len()));
+        }
+        for (name, len) in functions(&lines) {
+            if len > MAX_FN_LINES {
+                over.push(format!("{shown}: fn {name} is {len} lines"));
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "over the limits ({MAX_FILE_LINES} lines a file, {MAX_FN_LINES} a function):\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn the_scanner_measures_functions() {
+    let text = "fn a() {\n    x;\n}\n\n    pub async fn b(\n        y: u8,\n    ) {\n    }\n";
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(functions(&lines), [("a", 3), ("b", 4)]);
+}
