@@ -116,22 +116,41 @@ fn require_drills(k: &AppState, principal: &Principal) -> ApiResult<()> {
     Ok(())
 }
 
-pub async fn observer_fault(
-    State(k): State<AppState>,
-    principal: Principal,
-    Seg(id): Seg<String>,
+/// Injects a fault into an op's observer through `hook` (drills only);
+/// 409 when this kernel observes no such op.
+async fn inject(
+    k: &AppState,
+    principal: &Principal,
+    id: &str,
+    hook: fn(&crate::kernel::Kernel, &str) -> bool,
+    fault: &str,
 ) -> ApiResult<Json<Value>> {
-    require_drills(&k, &principal)?;
-    let op = visible_op(&k, &principal, &id).await?;
-    if !k.inject_observer_fault(&op.id) {
+    require_drills(k, principal)?;
+    let op = visible_op(k, principal, id).await?;
+    if !hook(k, &op.id) {
         return Err(ApiError::conflict(format!(
             "operation {} has no observer in this kernel (it is terminal)",
             op.id
         )));
     }
-    Ok(Json(
-        json!({"operation_id": op.id, "fault": "observer attempt fails at its next step"}),
-    ))
+    Ok(Json(json!({"operation_id": op.id, "fault": fault})))
+}
+
+/// Drill hook: the op's current observer attempt fails at its next step.
+pub async fn observer_fault(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+) -> ApiResult<Json<Value>> {
+    let hook = crate::kernel::Kernel::inject_observer_fault;
+    inject(
+        &k,
+        &principal,
+        &id,
+        hook,
+        "observer attempt fails at its next step",
+    )
+    .await
 }
 
 /// Drill hook: the op's supervisor gives up without settling it (as one
@@ -141,17 +160,9 @@ pub async fn supervisor_end(
     principal: Principal,
     Seg(id): Seg<String>,
 ) -> ApiResult<Json<Value>> {
-    require_drills(&k, &principal)?;
-    let op = visible_op(&k, &principal, &id).await?;
-    if !k.inject_supervisor_end(&op.id) {
-        return Err(ApiError::conflict(format!(
-            "operation {} has no observer in this kernel (it is terminal)",
-            op.id
-        )));
-    }
-    Ok(Json(
-        json!({"operation_id": op.id, "fault": "the supervisor gives up at the attempt's next step"}),
-    ))
+    let hook = crate::kernel::Kernel::inject_supervisor_end;
+    let fault = "the supervisor gives up at the attempt's next step";
+    inject(&k, &principal, &id, hook, fault).await
 }
 
 #[derive(Debug, Deserialize)]
