@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod drills;
 pub mod envelope;
 #[cfg(test)]

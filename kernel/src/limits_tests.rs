@@ -104,3 +104,34 @@ fn the_scanner_measures_functions() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(functions(&lines), [("a", 3), ("b", 4)]);
 }
+
+/// Observers are spawned from one place: the control layer (after the
+/// store transaction that makes an op observable), plus recovery and the
+/// watchdog inside `observer/` and the serve loop that starts them.
+#[test]
+fn observers_are_spawned_only_by_the_control_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    production_files(&src, &mut files);
+    let mut found = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(&src)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let allowed =
+            shown == "control.rs" || shown == "serve.rs" || shown.starts_with("observer/");
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for (n, line) in production_lines(&text).iter().enumerate() {
+            let code = line.trim_start();
+            if !allowed && !code.starts_with("//") && code.contains("observer::spawn") {
+                found.push(format!("{shown}:{}", n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "observers spawned outside the control layer: {found:?}"
+    );
+}

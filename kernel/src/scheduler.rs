@@ -89,18 +89,11 @@ async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
     };
     let hold = k.approval_hold(&meta, &s.command);
     let limits = k.config.admission();
-    match k.store.fire_schedule(&s.id, due, &k.id, hold, limits).await {
+    match crate::control::fire_schedule(k, &s.id, due, hold, limits).await {
         Ok(Fire::Fired(op)) => {
             tracing::info!(schedule = %s.id, op = %op.id, run = %s.run_id, due, "schedule fired");
-            if op.status.is_observed() {
-                crate::observer::spawn_fresh(k, op);
-            }
         }
-        Ok(Fire::Adopted(op)) => {
-            if op.status.is_observed() {
-                crate::observer::spawn(k, op.id);
-            }
-        }
+        Ok(Fire::Adopted(_)) => {}
         Ok(Fire::Skipped(reason)) => {
             tracing::info!(schedule = %s.id, %reason, "schedule skipped a due time");
         }

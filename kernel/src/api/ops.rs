@@ -163,9 +163,8 @@ async fn start_and_answer(
     // the limits, the run's state and its budgets are checked in the
     // insert's transaction: an idempotent retry finds its op first, and
     // concurrent starts (or a start and a cancel) cannot pass together
-    let (op, fresh) = match k.store.insert_op(start, limits).await? {
-        NewOp::Created(op) => (op, true),
-        NewOp::Existing(op) => (op, false),
+    let op = match crate::control::start_op(k, start, limits).await? {
+        NewOp::Created(op) | NewOp::Existing(op) => op,
         NewOp::KeyConflict(id) => {
             return Err(ApiError::conflict(format!(
                 "Idempotency-Key was already used for operation {id} with a different request"
@@ -174,11 +173,6 @@ async fn start_and_answer(
         NewOp::Refused(why) => return Err(ApiError::refused(&why)),
     };
     // a waiting op has no observer until it is approved
-    if fresh && op.status.is_observed() {
-        crate::observer::spawn_fresh(k, op.clone());
-    } else if op.status.is_observed() {
-        crate::observer::spawn(k, op.id.clone());
-    }
     if op.status == Status::AwaitingApproval {
         return Ok(Json(OpView::of(&op).saying(awaiting_message(&op.id))));
     }
@@ -271,14 +265,13 @@ pub async fn kill_operation(
     }
     if op.status == Status::AwaitingApproval {
         let reason = "cancelled before approval";
-        k.store.deny_op(&op.id, reason, BY_KILL).await?;
+        crate::control::deny(&k, &op, reason, BY_KILL).await?;
         let op = k
             .store
             .get_op(&op.id)
             .await?
             .ok_or_else(|| ApiError::internal("operation vanished"))?;
         if op.status == Status::Denied {
-            k.bump_run(&op.run_id);
             // it may have been denied just before, for another reason
             let why = op.error.clone().unwrap_or_else(|| reason.to_owned());
             return Ok(Json(
@@ -287,9 +280,7 @@ pub async fn kill_operation(
         }
         // approved meanwhile: it is an ordinary op now, killed as one
     }
-    k.store.request_kill(&op.id, KillReason::Kill).await?;
-    crate::observer::spawn(&k, op.id.clone());
-    k.poke_kill(&op.id);
+    crate::control::kill(&k, &op.id, KillReason::Kill).await?;
     // give the TERM → grace → KILL sequence time to finish, then answer with the state
     let budget = k.config.kill_grace * 2 + Duration::from_secs(5);
     let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
@@ -332,15 +323,11 @@ pub async fn approve(
 ) -> ApiResult<Json<OpView>> {
     require_operator(&principal)?;
     let op = visible_op(&k, &principal, &id).await?;
-    match k.store.approve_op(&op.id).await? {
+    match crate::control::approve(&k, &op.id).await? {
         Err(refusal) => Err(ApiError::refused(&refusal)),
-        Ok(Some(op)) => {
-            tracing::info!(op = %op.id, run = %op.run_id, "approved");
-            crate::observer::spawn_fresh(&k, op.clone());
-            Ok(Json(
-                OpView::of(&op).saying("approved: the operation starts now"),
-            ))
-        }
+        Ok(Some(op)) => Ok(Json(
+            OpView::of(&op).saying("approved: the operation starts now"),
+        )),
         Ok(None) => Err(ApiError::conflict(format!(
             "operation {id} is not awaiting approval (it is {})",
             op.status.as_str()
@@ -376,13 +363,12 @@ pub async fn deny(
         "" => "no reason given".to_owned(),
         r => r.to_owned(),
     };
-    if !k.store.deny_op(&op.id, &reason, BY_OPERATOR).await? {
+    if !crate::control::deny(&k, &op, &reason, BY_OPERATOR).await? {
         return Err(ApiError::conflict(format!(
             "operation {id} is not awaiting approval (it is {})",
             op.status.as_str()
         )));
     }
-    k.bump_run(&op.run_id);
     let op = k
         .store
         .get_op(&op.id)

@@ -293,10 +293,7 @@ async fn change(
     summary: Option<String>,
 ) -> ApiResult<Json<Value>> {
     authorize_run(&k, &principal, &run, scope).await?;
-    let change = k
-        .store
-        .change_run(&run, action, &who(&principal), summary)
-        .await?;
+    let change = crate::control::change_run(&k, &run, action, &who(&principal), summary).await?;
     let (record, changed, kills, denied) = match change {
         RunChange::Done {
             run,
@@ -332,16 +329,7 @@ async fn change(
         }
     };
     // the kill requests are durable; observers act on them now (or the
-    // next kernel does, after a restart)
-    for id in &kills {
-        crate::observer::spawn(&k, id.clone());
-        k.poke_kill(id);
-    }
-    // (a denied op is a result for its run's next report: its run is among
-    // those changed, since a waiting op is denied when its run is cancelled)
-    for id in &changed {
-        k.bump_run(id);
-    }
+    // next kernel does, after a restart): the control layer started them
     let view = run_view(&k, *record).await?;
     Ok(Json(json!({
         "run": view,
