@@ -135,3 +135,75 @@ fn observers_are_spawned_only_by_the_control_layer() {
         "observers spawned outside the control layer: {found:?}"
     );
 }
+
+/// The store's modules import one another without a circle: row modules
+/// below, transaction scripts above (`super::<module>` names an import).
+#[test]
+fn store_modules_import_without_a_circle() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files = Vec::new();
+    production_files(&dir, &mut files);
+    let name = |p: &Path| {
+        p.file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let modules: Vec<String> = files
+        .iter()
+        .map(|p| name(p))
+        .filter(|m| m != "mod")
+        .collect();
+    let edges: Vec<(String, Vec<String>)> = files
+        .iter()
+        .filter(|p| name(p) != "mod")
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            let code = production_lines(&text).join("\n");
+            let deps = modules
+                .iter()
+                .filter(|m| **m != name(p) && code.contains(&format!("super::{m}")))
+                .cloned()
+                .collect();
+            (name(p), deps)
+        })
+        .collect();
+    // depth-first search for a back edge
+    fn visit<'a>(
+        m: &'a str,
+        edges: &'a [(String, Vec<String>)],
+        path: &mut Vec<&'a str>,
+        done: &mut Vec<&'a str>,
+    ) -> Option<String> {
+        if let Some(at) = path.iter().position(|p| *p == m) {
+            return Some(format!("{} -> {m}", path[at..].join(" -> ")));
+        }
+        if done.contains(&m) {
+            return None;
+        }
+        path.push(m);
+        let deps = edges
+            .iter()
+            .find(|(n, _)| n == m)
+            .map(|(_, d)| d.as_slice());
+        for d in deps.unwrap_or_default() {
+            if let Some(circle) = visit(d, edges, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.push(m);
+        None
+    }
+    assert!(
+        modules.len() > 8,
+        "the scan found {} store modules",
+        modules.len()
+    );
+    let (mut path, mut done) = (Vec::new(), Vec::new());
+    for m in &modules {
+        if let Some(circle) = visit(m, &edges, &mut path, &mut done) {
+            panic!("store modules import in a circle: {circle}");
+        }
+    }
+}

@@ -5,6 +5,7 @@
 mod admission;
 mod admit;
 mod approvals;
+mod change;
 mod claims;
 mod fire;
 mod journal;

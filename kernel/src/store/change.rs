@@ -1,0 +1,220 @@
+//! The run-change transaction script (SPEC §14): a run's state change by
+//! compare-and-set with its event, in one IMMEDIATE transaction, in this
+//! order: the transition rule with the pause of record
+//! (`tasks::transition_by`), a completion's check that nothing of the
+//! subtree is live, the write, then the cascades: a cancel cancels the
+//! subtree, requests every kill, denies every waiting op and ends the
+//! subtree's schedules; a completion ends the run's schedules. It sits
+//! above `runs`, `approvals` and `schedules`, which name none of it.
+
+use rusqlite::{params, Connection, TransactionBehavior};
+use serde_json::json;
+
+use super::admission::live_in_subtree;
+use super::journal::append_event;
+use super::runs::{get_run, RunChange, RunRecord};
+use super::{now_ms, Store, StoreError, StoreResult};
+use crate::lifecycle::{observed_sql, KillReason};
+use crate::tasks::{pause_rank, transition, transition_by, RunAction, RunState, Transition};
+
+impl Store {
+    /// Applies `action` to a run by compare-and-set, with its event, in one
+    /// transaction. `complete` is refused while ops of the run or its
+    /// descendants are live. `cancel` also cancels every descendant that is
+    /// not over and records a durable kill request for every live op of
+    /// the run and its descendants (their observers act on them, now or
+    /// after a restart).
+    pub async fn change_run(
+        &self,
+        run_id: &str,
+        action: RunAction,
+        by: &str,
+        summary: Option<String>,
+    ) -> StoreResult<RunChange> {
+        let (run_id, by) = (run_id.to_owned(), by.to_owned());
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(run) = get_run(&tx, &run_id)? else {
+                return Ok(RunChange::NotFound);
+            };
+            let mut changed = Vec::new();
+            let mut kills = Vec::new();
+            let mut denied = Vec::new();
+            let rank = |who: &str| pause_rank(who, &run.chain, &run.run_id);
+            let pauser = run.paused_by.as_deref().map(rank);
+            match transition_by(run.state, action, rank(&by), pauser) {
+                Transition::Refused(state) => return Ok(RunChange::Refused(state)),
+                Transition::PausedAbove => {
+                    let pauser = run.paused_by.clone().unwrap_or_default();
+                    return Ok(RunChange::PausedAbove(pauser));
+                }
+                Transition::Already => {}
+                Transition::TakeOver => {
+                    take_over_pause(&tx, &run, &by)?;
+                    changed.push(run_id.clone());
+                }
+                Transition::Change { from, to } => {
+                    if action == RunAction::Complete {
+                        let live = live_in_subtree(&tx, &run_id)?;
+                        if live > 0 {
+                            return Ok(RunChange::LiveOps(live));
+                        }
+                    }
+                    let data = match &summary {
+                        Some(s) => json!({"by": by, "summary": s}),
+                        None => json!({"by": by}),
+                    };
+                    set_state(
+                        &tx,
+                        &run_id,
+                        from,
+                        to,
+                        action,
+                        &by,
+                        summary.as_deref(),
+                        data,
+                    )?;
+                    changed.push(run_id.clone());
+                }
+            }
+            if action == RunAction::Cancel {
+                (kills, denied) = cancel_cascade(&tx, &run_id, &by, &mut changed)?;
+            }
+            if action == RunAction::Complete && !changed.is_empty() {
+                super::schedules::end_schedules_of(&tx, &run_id, false)?;
+            }
+            let run = get_run(&tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))?;
+            tx.commit()?;
+            Ok(RunChange::Done {
+                run: Box::new(run),
+                changed,
+                kills,
+                denied,
+            })
+        })
+        .await
+    }
+}
+
+/// What a cancel does below and beside the run, in its transaction, in
+/// order: every descendant not over is cancelled (a repeated cancel
+/// re-checks the subtree: nothing may have been left out by an earlier
+/// one), every observed op of the subtree gets a durable kill request,
+/// every waiting op is denied, and the subtree's schedules end. Returns
+/// the ops to kill and those denied; cancelled runs join `changed`.
+fn cancel_cascade(
+    tx: &Connection,
+    run_id: &str,
+    by: &str,
+    changed: &mut Vec<String>,
+) -> StoreResult<(Vec<String>, Vec<String>)> {
+    let action = RunAction::Cancel;
+    for (id, state) in descendants(tx, run_id)? {
+        if let Transition::Change { from, to } = transition(state, action) {
+            let data = json!({"by": by, "cancelled_with": run_id});
+            set_state(tx, &id, from, to, action, by, None, data)?;
+            changed.push(id);
+        }
+    }
+    let kills = request_kills_in_subtree(tx, run_id)?;
+    let denied = super::approvals::deny_waiting_in_subtree(tx, run_id)?;
+    super::schedules::end_schedules_of(tx, run_id, true)?;
+    Ok((kills, denied))
+}
+
+/// A pause from above the current pauser becomes the pause of record
+/// (compare-and-set on the pauser it replaces), with its `run.paused` event.
+fn take_over_pause(conn: &Connection, run: &RunRecord, by: &str) -> StoreResult<()> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE runs SET paused_by = ?3 WHERE run_id = ?1 AND state = 'paused' \
+             AND paused_by IS ?2",
+        )?
+        .execute(params![run.run_id, run.paused_by, by])?;
+    if n != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "run {} changed pauser inside its own transaction",
+            run.run_id
+        )));
+    }
+    let data = json!({"by": by, "over": run.paused_by});
+    append_event(conn, &run.run_id, RunAction::Pause.event(), None, data)?;
+    Ok(())
+}
+
+/// Descendants of a run (not the run itself), nearest first.
+fn descendants(conn: &Connection, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT r.run_id, r.state FROM run_ancestry a JOIN runs r ON r.run_id = a.run_id \
+         WHERE a.ancestor_id = ?1 AND a.distance > 0 ORDER BY a.distance, r.created_at",
+    )?;
+    let rows = stmt.query_map([run_id], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+    })?;
+    rows.map(|row| {
+        let (id, state) = row?;
+        let state = RunState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
+        Ok((id, state))
+    })
+    .collect()
+}
+
+/// The compare-and-set write of a run's state, with its event.
+#[allow(clippy::too_many_arguments)]
+fn set_state(
+    conn: &Connection,
+    run_id: &str,
+    from: RunState,
+    to: RunState,
+    action: RunAction,
+    by: &str,
+    summary: Option<&str>,
+    data: serde_json::Value,
+) -> StoreResult<()> {
+    let decided = to.is_final();
+    let n = conn
+        .prepare_cached(
+            "UPDATE runs SET state = ?3, state_changed_at = ?4, \
+             summary = COALESCE(?5, summary), decided_by = CASE WHEN ?6 THEN ?7 ELSE decided_by END, \
+             paused_by = CASE WHEN ?3 = 'paused' THEN ?7 ELSE NULL END \
+             WHERE run_id = ?1 AND state = ?2",
+        )?
+        .execute(params![
+            run_id,
+            from.as_str(),
+            to.as_str(),
+            now_ms(),
+            summary,
+            decided,
+            by
+        ])?;
+    if n != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "run {run_id} left {} inside its own transaction",
+            from.as_str()
+        )));
+    }
+    append_event(conn, run_id, action.event(), None, data)?;
+    Ok(())
+}
+
+/// Records a kill request on every observed op (starting or running) of a
+/// run and its descendants that has none yet; returns every such op (each
+/// needs its observer to act). Waiting ops are denied instead.
+fn request_kills_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<Vec<String>> {
+    conn.prepare_cached(&format!(
+        "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
+         WHERE kill_requested_at IS NULL AND status IN ({observed}) AND run_id IN \
+         (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
+        observed = observed_sql()
+    ))?
+    .execute(params![run_id, now_ms(), KillReason::Cancel.as_str()])?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id FROM ops WHERE status IN ({observed}) AND run_id IN \
+         (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) ORDER BY created_at",
+        observed = observed_sql()
+    ))?;
+    let rows = stmt.query_map([run_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
