@@ -69,12 +69,9 @@ pub async fn run_pass(k: &Kernel) -> Result<Pass, StoreError> {
         }
         pass.trees_purged += 1;
     }
-    let live = k.store.live_ops().await?;
-    let runs: HashSet<String> = live.iter().map(|op| op.run_id.clone()).collect();
-    let containers: HashSet<String> = live
-        .iter()
-        .filter_map(|op| op.container_id.clone())
-        .collect();
+    let (runs, containers): (HashSet<String>, HashSet<Option<String>>) =
+        k.store.live_work().await?.into_iter().unzip();
+    let containers: HashSet<String> = containers.into_iter().flatten().collect();
     pass.memory_entries_dropped = k.trim_idle(&runs, &containers);
     Ok(pass)
 }

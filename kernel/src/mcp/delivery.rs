@@ -38,22 +38,26 @@ pub type LedgerOf = Arc<dyn Fn() -> Option<Arc<Lock<Ledger>>> + Send + Sync>;
 /// as not delivered and is served again).
 const MAX_LINE: usize = 64 << 20;
 
+/// The parts of a JSON-RPC answer that say which report it carries.
+#[derive(Deserialize)]
+struct Message {
+    result: Option<ToolResult>,
+}
+
+#[derive(Deserialize)]
+struct ToolResult {
+    #[serde(rename = "structuredContent")]
+    structured: Option<Structured>,
+}
+
+#[derive(Deserialize)]
+struct Structured {
+    report_id: Option<String>,
+}
+
 /// The report an answer line carries: a JSON-RPC result (bare, or as an
 /// SSE `data:` line) whose structured content has a `report_id`.
 pub fn report_in(line: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Message {
-        result: Option<ToolResult>,
-    }
-    #[derive(Deserialize)]
-    struct ToolResult {
-        #[serde(rename = "structuredContent")]
-        structured: Option<Structured>,
-    }
-    #[derive(Deserialize)]
-    struct Structured {
-        report_id: Option<String>,
-    }
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let json = match line.strip_prefix(b"data:") {
         Some(data) => data.strip_prefix(b" ").unwrap_or(data),

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::admission::live_in_subtree;
 use super::journal::append_event;
-use super::runs::{get_run, RunChange, RunRecord};
+use super::runs::{get_run, run_states, RunChange, RunRecord};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::{observed_sql, KillReason};
 use crate::tasks::{pause_rank, transition, transition_by, RunAction, RunState, Transition};
@@ -144,20 +144,12 @@ fn take_over_pause(conn: &Connection, run: &RunRecord, by: &str) -> StoreResult<
 
 /// Descendants of a run (not the run itself), nearest first.
 fn descendants(conn: &Connection, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
-    let mut stmt = conn.prepare_cached(
+    run_states(
+        conn,
         "SELECT r.run_id, r.state FROM run_ancestry a JOIN runs r ON r.run_id = a.run_id \
          WHERE a.ancestor_id = ?1 AND a.distance > 0 ORDER BY a.distance, r.created_at",
-    )?;
-    let rows = stmt.query_map([run_id], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-    })?;
-    rows.map(|row| {
-        let (id, state) = row?;
-        let state = RunState::parse(&state)
-            .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
-        Ok((id, state))
-    })
-    .collect()
+        run_id,
+    )
 }
 
 /// The compare-and-set write of a run's state, with its event.

@@ -210,6 +210,21 @@ impl Store {
         .await
     }
 
+    /// Where live work is: the run and (once known) the container of every
+    /// live op, without their commands (the retention pass's look).
+    pub async fn live_work(&self) -> StoreResult<Vec<(String, Option<String>)>> {
+        self.call(|conn| {
+            let sql = format!(
+                "SELECT run_id, container_id FROM ops WHERE status IN ({})",
+                live_sql()
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
     /// The kernel journal, oldest first: `(seq, at, kind, data)`.
     pub async fn kernel_journal(
         &self,

@@ -96,6 +96,26 @@ pub(super) fn ensure_top_level(conn: &Connection, run_id: &str, now: i64) -> Sto
     Ok(())
 }
 
+/// Runs and their states, read by `sql` (run id, state) with one
+/// parameter.
+pub(super) fn run_states(
+    conn: &Connection,
+    sql: &str,
+    param: &str,
+) -> StoreResult<Vec<(String, RunState)>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map([param], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+    })?;
+    rows.map(|row| {
+        let (id, state) = row?;
+        let state = RunState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
+        Ok((id, state))
+    })
+    .collect()
+}
+
 fn to_json<T: serde::Serialize>(v: &T) -> StoreResult<String> {
     serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
@@ -259,19 +279,11 @@ impl Store {
     pub async fn children(&self, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
         let run_id = run_id.to_owned();
         self.call(move |conn| {
-            let mut stmt = conn.prepare_cached(
+            run_states(
+                conn,
                 "SELECT run_id, state FROM runs WHERE parent_run_id = ?1 ORDER BY created_at, run_id",
-            )?;
-            let rows = stmt.query_map([run_id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })?;
-            rows.map(|row| {
-                let (id, state) = row?;
-                let state = RunState::parse(&state)
-                    .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
-                Ok((id, state))
-            })
-            .collect()
+                &run_id,
+            )
         })
         .await
     }
