@@ -3,10 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::{bounded_argv, MAX_VIEW_ARGV_BYTES};
+use crate::report_text::{bounded_argv, MAX_VIEW_ARGV_BYTES};
 use crate::store::{now_ms, Op};
 
-pub use crate::report::rfc3339;
+pub use crate::report_text::rfc3339;
 
 /// An op as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
 use crate::auth::{new_token, token_sha256, Principal};
+use crate::runs::{Budget, EnvelopeError, EnvelopeRequest, RunAction, RunState, MAX_AMOUNT};
 use crate::store::{CreatedRun, ModelUsage, NewRun, RunChange, RunRecord, UsageRecorded};
-use crate::tasks::{Budget, EnvelopeError, EnvelopeRequest, RunAction, RunState, MAX_AMOUNT};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,7 +59,7 @@ pub async fn create_run(
     let mut req = req;
     // a child's id lives in its parent's namespace (`<parent>.<name>`)
     if let Principal::Run(parent) = &principal {
-        req.run_id = crate::tasks::child_run_id(parent, &req.run_id);
+        req.run_id = crate::runs::child_run_id(parent, &req.run_id);
     }
     sandbox::profile::validate_run_id(&req.run_id).map_err(|e| match &principal {
         Principal::Run(_) => {
@@ -117,7 +117,7 @@ async fn resolve_envelope(
     principal: &Principal,
     req: &CreateRun,
     budget: &Budget,
-) -> ApiResult<(Option<String>, Option<crate::tasks::Envelope>)> {
+) -> ApiResult<(Option<String>, Option<crate::runs::Envelope>)> {
     let parent = match principal {
         Principal::Operator => {
             let envelope = req
@@ -188,7 +188,7 @@ pub struct RunView {
     pub chain: Vec<String>,
     pub principal: String,
     pub children: Vec<Value>,
-    pub envelope: crate::tasks::Envelope,
+    pub envelope: crate::runs::Envelope,
     pub budget: Budget,
     /// Over the run and its descendants, keyed by the limit names.
     pub used: Value,

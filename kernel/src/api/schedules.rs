@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Scope, Seg};
 use crate::auth::Principal;
-use crate::schedule::Timing;
 use crate::store::{NewSchedule, Schedule};
+use crate::timing::Timing;
 use crate::views::rfc3339;
 
 #[derive(Debug, Deserialize)]

@@ -344,7 +344,7 @@ fn schedule_line(s: &Value) -> String {
         state,
         s["next_due_at"].as_str().unwrap_or("-"),
         last,
-        crate::report::command_line_json(&s["command"])
+        crate::report_text::command_line_json(&s["command"])
     )
 }
 
@@ -378,14 +378,14 @@ pub(super) async fn approvals(client: &Client, json: bool) -> anyhow::Result<i32
             "{:<36} {:<24} {:>8}  {:<24} {:<9} {}",
             op["operation_id"].as_str().unwrap_or("-"),
             op["run_id"].as_str().unwrap_or("-"),
-            crate::report::human_duration(op["duration_sec"].as_f64().unwrap_or(0.0) as u64),
+            crate::report_text::human_duration(op["duration_sec"].as_f64().unwrap_or(0.0) as u64),
             op["approval"]["rule"].as_str().unwrap_or("-"),
             if op["approval"]["escalated_at"].is_string() {
                 "yes"
             } else {
                 "no"
             },
-            crate::report::command_line_json(&op["command"])
+            crate::report_text::command_line_json(&op["command"])
         );
     }
     Ok(0)

@@ -338,12 +338,15 @@ impl ServerHandler for OpkernelMcp {
             .filter_map(|op| {
                 let id = op["operation_id"].as_str()?;
                 Some(
-                    Resource::new(op_uri(id), crate::report::command_line_json(&op["command"]))
-                        .with_description(format!(
-                            "operation {id}: {}",
-                            op["status"].as_str().unwrap_or("-")
-                        ))
-                        .with_mime_type("application/json"),
+                    Resource::new(
+                        op_uri(id),
+                        crate::report_text::command_line_json(&op["command"]),
+                    )
+                    .with_description(format!(
+                        "operation {id}: {}",
+                        op["status"].as_str().unwrap_or("-")
+                    ))
+                    .with_mime_type("application/json"),
                 )
             })
             .collect();

@@ -30,7 +30,7 @@ fn fired_in(tx: &Connection, s: &Schedule, op: Op, due: i64, now: i64) -> StoreR
         Some(&op.id),
         json!({
             "schedule_id": s.id,
-            "due_at": crate::report::rfc3339(due),
+            "due_at": crate::report_text::rfc3339(due),
             "missed_slots": passed,
         }),
     )?;
@@ -38,7 +38,7 @@ fn fired_in(tx: &Connection, s: &Schedule, op: Op, due: i64, now: i64) -> StoreR
 }
 
 /// A due time's op was refused: the schedule ends, postpones or skips, by
-/// the pure rule [`crate::schedule::after_refusal`].
+/// the pure rule [`crate::timing::after_refusal`].
 fn refused_in(
     tx: &Connection,
     s: &Schedule,
@@ -46,7 +46,7 @@ fn refused_in(
     why: &Refusal,
     now: i64,
 ) -> StoreResult<Fire> {
-    use crate::schedule::{after_refusal, AfterRefusal, FireRefusal};
+    use crate::timing::{after_refusal, AfterRefusal, FireRefusal};
     let reason = why.to_string();
     let kind = match why {
         Refusal::State { state, .. } if state.is_final() => FireRefusal::RunOver,

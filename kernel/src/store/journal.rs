@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::{now_ms, Store, StoreError, StoreResult};
-use crate::tasks::Used;
+use crate::runs::Used;
 
 /// One event of a run's trace.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -57,7 +57,7 @@ pub struct Op {
     /// The approval rule that held it (SPEC §16), if one did.
     pub approval_rule: Option<String>,
     pub approval_timeout_sec: Option<u64>,
-    pub approval_on_timeout: Option<crate::tasks::OnTimeout>,
+    pub approval_on_timeout: Option<crate::runs::OnTimeout>,
     pub approval_escalated_at: Option<i64>,
     /// `operator`, `timeout` or `kill` (for a denial), `operator` for an approval.
     pub approval_decided_by: Option<String>,
@@ -157,7 +157,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         approval_on_timeout: row
             .get::<_, Option<String>>("approval_on_timeout")?
             .as_deref()
-            .and_then(crate::tasks::OnTimeout::parse),
+            .and_then(crate::runs::OnTimeout::parse),
         approval_escalated_at: row.get("approval_escalated_at")?,
         approval_decided_by: row.get("approval_decided_by")?,
         approval_decided_at: row.get("approval_decided_at")?,
@@ -180,14 +180,7 @@ pub struct StartRequest {
     pub schedule_id: Option<String>,
 }
 
-/// Why and how an op waits for approval (SPEC §16).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalHold {
-    /// The pattern that matched (`*` for a run whose rules hold every op).
-    pub rule: String,
-    pub timeout_sec: Option<u64>,
-    pub on_timeout: crate::tasks::OnTimeout,
-}
+pub use crate::approval::ApprovalHold;
 
 impl StartRequest {
     /// What a retry under the same idempotency key must repeat exactly.

@@ -12,7 +12,7 @@
 //!   or disabled.
 //! - **Start**: claims whose op is over are finalized, claims of a dead
 //!   kernel on a live op are taken over, and overdue schedules follow
-//!   `catch_up` ([`crate::schedule::startup`]).
+//!   `catch_up` ([`crate::timing::startup`]).
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde_json::json;
@@ -21,7 +21,7 @@ use super::journal::append_event;
 use super::ops::{get, Op};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::Status;
-use crate::schedule::{startup, Startup, Timing};
+use crate::timing::{startup, Startup, Timing};
 
 /// Schedules one run may hold.
 pub const MAX_SCHEDULES_PER_RUN: i64 = 64;
@@ -227,7 +227,7 @@ pub(super) fn finalize_in(conn: &Connection, op: &Op) -> StoreResult<()> {
             json!({
                 "schedule_id": id,
                 "reason": "previous still running",
-                "due_at": crate::report::rfc3339(due),
+                "due_at": crate::report_text::rfc3339(due),
                 "slots": passed + 1,
             }),
         )?;
@@ -254,7 +254,7 @@ pub(super) fn skip_in(
         json!({
             "schedule_id": s.id,
             "reason": reason,
-            "due_at": crate::report::rfc3339(due),
+            "due_at": crate::report_text::rfc3339(due),
             "slots": passed + 1,
         }),
     )?;

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use sandbox::PidRecord;
+use opkernel_shim::PidRecord;
 
-use crate::inbox::Wakes;
+use crate::wake::Wakes;
 
 /// The op's `.code` file.
 #[derive(Debug, Clone, PartialEq, Eq)]

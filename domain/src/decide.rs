@@ -15,12 +15,12 @@
 
 use std::time::{Duration, Instant};
 
-use sandbox::{Handback, PidRecord, SandboxError, Signal};
+use opkernel_shim::{Handback, PidRecord, Signal};
 
-use crate::inbox::Wake;
 use crate::lifecycle::{KillReason, Outcome};
+use crate::wake::Wake;
 
-pub use super::evidence::{
+pub use crate::evidence::{
     evidence_deadline, Clock, CodeFile, Evidence, LaunchEnd, Probe, ProbeView, Wrapper,
     NOT_STARTED_STATUS,
 };
@@ -209,7 +209,10 @@ impl State {
 /// Whether an exit code says the process died of SIGTERM or SIGKILL (the
 /// shim reports a death by signal N as 128 + N).
 pub fn died_of_kill_signal(code: i32) -> bool {
-    code == 128 + libc::SIGTERM || code == 128 + libc::SIGKILL
+    // Linux's numbers (the only platform the shim runs on)
+    const SIGKILL: i32 = 9;
+    const SIGTERM: i32 = 15;
+    code == 128 + SIGTERM || code == 128 + SIGKILL
 }
 
 /// What the executor does next.
@@ -513,27 +516,6 @@ pub enum LaunchVerdict {
     Refused(String),
     /// Whether it started is unknown: the evidence decides, never a guess.
     Unknown,
-}
-
-/// Classifies a launch's answer. A 5xx (or a timeout, or a dropped
-/// connection) may hide a start that happened; only an explicit refusal
-/// means nothing ran.
-pub fn launch_verdict(result: &sandbox::Result<()>, retried: bool) -> LaunchVerdict {
-    match result {
-        Ok(()) => LaunchVerdict::Started,
-        Err(SandboxError::NotFound(_) | SandboxError::Conflict(_)) if !retried => {
-            LaunchVerdict::StaleContainer
-        }
-        Err(SandboxError::Refused { status: 500.., .. }) => LaunchVerdict::Unknown,
-        Err(
-            e @ (SandboxError::Refused { .. }
-            | SandboxError::NotFound(_)
-            | SandboxError::Conflict(_)
-            | SandboxError::Invalid(_)
-            | SandboxError::Foreign { .. }),
-        ) => LaunchVerdict::Refused(format!("docker refused the command: {e}")),
-        Err(_) => LaunchVerdict::Unknown,
-    }
 }
 
 /// An unclaimed op before its launch: a kill recorded before the exec

@@ -2,7 +2,61 @@
 //! bounded output tail. No I/O here.
 
 use crate::lifecycle::Status;
-use crate::store::{ReportItem, RunningItem};
+use serde::{Deserialize, Serialize};
+
+/// One resolved op in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportItem {
+    pub operation_id: String,
+    pub command: Vec<String>,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub killed: bool,
+    pub effect: Option<String>,
+    pub message: Option<String>,
+    pub duration_sec: f64,
+    pub timeout_sec: u64,
+    pub output_tail: Option<String>,
+    /// Why a killed op was killed: `kill`, `timeout` or `cancel` (its run
+    /// or an ancestor was cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_reason: Option<String>,
+    /// Who denied a denied op: `operator`, `timeout` or `kill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_by: Option<String>,
+    /// Processes the command left behind that were stopped when it exited.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leftovers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One still-running op in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningItem {
+    pub operation_id: String,
+    pub command: Vec<String>,
+    pub running_sec: u64,
+    pub timeout_sec: u64,
+    /// Held for an operator's approval (`running_sec` is then its wait).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_approval: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub report_id: Option<String>,
+    pub run_id: String,
+    pub resolved: Vec<ReportItem>,
+    pub running: Vec<RunningItem>,
+    pub notes: Vec<String>,
+    /// Results and notes held back for the next report by the size bounds.
+    #[serde(default)]
+    pub more_pending: usize,
+    pub text: String,
+}
 
 /// Bytes of output kept as an op's tail.
 pub const TAIL_BYTES: usize = 2048;

@@ -102,7 +102,7 @@ impl Timing {
         match self {
             Timing::Cron { expr, .. } => expr.clone(),
             Timing::Every { seconds } => seconds.to_string(),
-            Timing::At { at_ms } => crate::report::rfc3339(*at_ms),
+            Timing::At { at_ms } => crate::report_text::rfc3339(*at_ms),
         }
     }
 

@@ -300,18 +300,3 @@ fn add_rules(parent: &ApprovalRules, asked: &ApprovalRules) -> ApprovalRules {
     }
     rules
 }
-
-impl Envelope {
-    /// The container profile of a run with this envelope: the kernel's
-    /// base profile with the envelope's limits. A top-level run with the
-    /// kernel's defaults gets the base profile itself (same fingerprint).
-    pub fn profile(&self, base: &sandbox::Profile) -> sandbox::Profile {
-        sandbox::Profile {
-            memory_bytes: self.memory_bytes,
-            nano_cpus: (self.cpus * 1e9).round() as i64,
-            pids_limit: self.pids_limit,
-            network: self.network.clone(),
-            ..base.clone()
-        }
-    }
-}

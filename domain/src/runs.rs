@@ -406,5 +406,5 @@ impl std::fmt::Display for LimitUse {
 }
 
 #[cfg(test)]
-#[path = "tasks_tests.rs"]
+#[path = "runs_tests.rs"]
 mod tests;
