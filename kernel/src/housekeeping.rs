@@ -8,33 +8,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::kernel::Kernel;
 use crate::store::{StoreError, TimeoutAction};
+pub use crate::sync::Stop;
 
 /// How often approval deadlines are checked (they are durable, so a
 /// restart only delays them).
 const APPROVAL_EVERY: Duration = Duration::from_secs(1);
 
-/// A loop's view of its set's stop.
-#[derive(Clone)]
-pub struct Stop(watch::Receiver<bool>);
-
-impl Stop {
-    /// Sleeps `d`, or less when the set stops; false once it is stopped.
-    pub async fn nap(&mut self, d: Duration) -> bool {
-        if !*self.0.borrow() {
-            let _ = tokio::time::timeout(d, self.0.wait_for(|stopped| *stopped)).await;
-        }
-        !*self.0.borrow()
-    }
-}
-
 /// The running loops.
 pub struct Housekeeping {
-    stop: watch::Sender<bool>,
+    stop: tokio::sync::watch::Sender<bool>,
     loops: JoinSet<()>,
 }
 
@@ -43,8 +29,7 @@ impl Housekeeping {
     /// schedules), then starts every loop.
     pub async fn start(k: &Arc<Kernel>) -> Result<Housekeeping, StoreError> {
         crate::scheduler::at_start(k).await?;
-        let (stop, stopped) = watch::channel(false);
-        let stopped = Stop(stopped);
+        let (stop, stopped) = Stop::new();
         let mut loops = JoinSet::new();
         loops.spawn(heartbeat(k.clone(), stopped.clone()));
         loops.spawn(approval_timeouts(k.clone(), stopped.clone()));

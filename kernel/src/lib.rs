@@ -7,6 +7,8 @@ pub mod api;
 /// The pure rules (`opkernel-domain`), under the names the kernel uses.
 pub use opkernel_domain::{approval, envelope, lifecycle, report_text, runs, timing};
 pub mod auth;
+#[cfg(test)]
+mod circle_tests;
 pub mod cli;
 pub mod config;
 pub mod control;

@@ -382,7 +382,7 @@ fn newest_mtime_ms(dir: &std::path::Path) -> i64 {
 }
 
 /// Runs the reaper every `reap_interval` until the housekeeping stops.
-pub async fn periodic(k: std::sync::Arc<Kernel>, mut stop: crate::housekeeping::Stop) {
+pub async fn periodic(k: std::sync::Arc<Kernel>, mut stop: crate::sync::Stop) {
     while stop.nap(k.config.reap_interval).await {
         if let Err(e) = reap(&k, false).await {
             tracing::warn!(%e, "periodic reap failed");

@@ -39,7 +39,7 @@ pub fn interval(k: &Kernel) -> Duration {
 }
 
 /// Runs the pass every [`interval`] until the housekeeping stops.
-pub async fn periodic(k: Arc<Kernel>, mut stop: crate::housekeeping::Stop) {
+pub async fn periodic(k: Arc<Kernel>, mut stop: crate::sync::Stop) {
     loop {
         match run_pass(&k).await {
             Ok(pass) if pass != Pass::default() => tracing::info!(?pass, "retention pass"),

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::housekeeping::Stop;
 use crate::kernel::Kernel;
 use crate::store::{now_ms, Fire, Schedule};
+use crate::sync::Stop;
 
 /// Schedules fired per batch (the rest wait for the next one, at once).
 const BATCH: u32 = 100;

@@ -137,7 +137,7 @@ pub const WATCHDOG_EVERY: Duration = Duration::from_secs(2);
 /// not observe gets a supervisor, a few seconds at most after it lost its
 /// own (a supervisor whose final write failed, a drill). An op inserted a
 /// moment ago is left to the supervisor its inserter is starting.
-pub async fn watchdog(k: Arc<Kernel>, mut stop: crate::housekeeping::Stop) {
+pub async fn watchdog(k: Arc<Kernel>, mut stop: crate::sync::Stop) {
     while stop.nap(WATCHDOG_EVERY).await {
         let observed = match k.store.observed_op_ids().await {
             Ok(live) => live,
