@@ -34,8 +34,7 @@ pub type AppState = Arc<Kernel>;
 pub fn router(kernel: Arc<Kernel>) -> Router {
     let mut app = Router::new()
         .route("/", get(panel::index))
-        .route("/ui/app.js", get(panel::script))
-        .route("/ui/app.css", get(panel::style))
+        .route("/ui/{file}", get(panel::file))
         .route("/v1/health", get(views::health))
         .route("/v1/whoami", get(views::whoami))
         .route("/v1/tools", get(views::tools))
