@@ -246,3 +246,37 @@ fn the_panel_scanner_finds_what_it_should() {
         assert_eq!(found.len(), n, "{name} {text:?}: {found:?}");
     }
 }
+
+/// The dependency names in a manifest's `[dependencies]` table.
+fn dependencies(manifest: &str) -> Vec<String> {
+    manifest
+        .split("\n[dependencies]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(['.', ' ', '=']).next())
+        .filter(|n| !n.is_empty() && !n.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// ARCHITECTURE invariant 1: the kernel reaches Docker only through the
+/// sandbox crate, and the sandbox never touches the control plane.
+#[test]
+fn the_crates_keep_their_dependencies_apart() {
+    let kernel = dependencies(include_str!("../Cargo.toml"));
+    let sandbox = dependencies(include_str!("../../sandbox/Cargo.toml"));
+    assert!(kernel.iter().any(|d| d == "sandbox"), "{kernel:?}");
+    assert!(sandbox.iter().any(|d| d == "opkernel-shim"), "{sandbox:?}");
+    assert!(
+        !kernel.iter().any(|d| d == "bollard"),
+        "the kernel names bollard"
+    );
+    for store in ["rusqlite", "tokio-postgres", "deadpool-postgres", "sqlx"] {
+        assert!(
+            !sandbox.iter().any(|d| d == store),
+            "the sandbox names {store}"
+        );
+    }
+}

@@ -65,3 +65,22 @@ impl OpHandles {
         self.get(op_id).map(|h| h.inbox.post(wake)).is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_op_has_at_most_one_handle() {
+        let handles = OpHandles::default();
+        let first = handles.claim("op");
+        assert!(first.is_some());
+        assert!(handles.claim("op").is_none(), "a second observer was let in");
+        assert!(handles.post("op", Wake::Kill));
+        assert!(!handles.post("other", Wake::Kill));
+        handles.release("op");
+        // released: waiters are told at once, and a new observer may come
+        handles.wait_released("op").await;
+        assert!(handles.claim("op").is_some());
+    }
+}

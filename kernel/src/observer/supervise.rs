@@ -34,7 +34,7 @@ fn spawn_supervisor(k: &Arc<Kernel>, op_id: String, fresh: Option<Op>) {
 /// non-terminal op. Returns how many were attached.
 pub async fn recover(k: &Arc<Kernel>) -> Result<usize, StartError> {
     k.recover_registry().await;
-    let live = k.store.live_ops().await?;
+    let live = k.store.observed_ops().await?;
     for op in &live {
         spawn(k, op.id.clone());
     }

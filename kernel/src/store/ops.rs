@@ -261,12 +261,22 @@ impl Store {
         self.call(move |conn| get(conn, &id)).await
     }
 
-    /// Every op that is not terminal, oldest first.
+    /// Every op that is not terminal (held for approval included), oldest
+    /// first: what keeps a container from the reaper.
     pub async fn live_ops(&self) -> StoreResult<Vec<Op>> {
-        self.call(|conn| {
+        self.ops_in(live_sql()).await
+    }
+
+    /// Every op an observer watches (`starting`, `running`), oldest first:
+    /// what recovery attaches to.
+    pub async fn observed_ops(&self) -> StoreResult<Vec<Op>> {
+        self.ops_in(observed_sql()).await
+    }
+
+    async fn ops_in(&self, statuses: String) -> StoreResult<Vec<Op>> {
+        self.call(move |conn| {
             let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE status IN ({}) ORDER BY created_at",
-                observed_sql()
+                "SELECT {COLUMNS} FROM ops WHERE status IN ({statuses}) ORDER BY created_at"
             );
             let mut stmt = conn.prepare(&sql)?;
             let rows = stmt.query_map([], op_from_row)?;
