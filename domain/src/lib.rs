@@ -6,6 +6,8 @@
 //! container or the async runtime, and Cargo enforces it: this crate depends
 //! on no runtime, store or Docker client.
 
+#![deny(missing_docs)]
+
 pub mod approval;
 pub mod decide;
 pub mod envelope;
