@@ -7,6 +7,7 @@ mod admit;
 mod approvals;
 mod change;
 mod claims;
+pub mod db;
 mod fire;
 mod journal;
 mod ops;

@@ -1,0 +1,65 @@
+//! The seam between the store's transaction scripts and a database
+//! dialect. A script talks to one open transaction through [`Tx`], in
+//! portable SQL (`?1` placeholders, `ON CONFLICT`, `RETURNING`, `CAST(… AS
+//! BIGINT)`), with [`Value`] parameters and [`Row`]s read by column name;
+//! each dialect (SQLite today, PostgreSQL per SPEC §19) implements `Tx`
+//! and differs only where ARCHITECTURE.md's seam table says.
+
+mod value;
+
+pub use value::{FromValue, Row, Value};
+
+use super::StoreResult;
+
+/// The database a transaction runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// One file, one writer at a time (`BEGIN IMMEDIATE`).
+    Sqlite,
+    /// A server; a run tree's transactions are serialized by its root's row lock.
+    Postgres,
+}
+
+/// One open transaction, as a transaction script sees it.
+pub trait Tx {
+    /// Runs a statement; how many rows it changed.
+    fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64>;
+
+    /// Runs a query; its rows, in order.
+    fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>>;
+
+    /// Serializes this transaction with every other one touching the run
+    /// tree rooted at `root` (admission, settlement, cancel, drain, fire).
+    /// SQLite's write transactions are serial already; PostgreSQL locks the
+    /// root's run row (`SELECT … FOR UPDATE`).
+    fn lock_tree(&mut self, root: &str) -> StoreResult<()>;
+
+    /// The dialect, for the few statements spelled differently.
+    fn dialect(&self) -> Dialect;
+}
+
+impl dyn Tx + '_ {
+    /// The first row of a query, if any.
+    pub fn query_opt(&mut self, sql: &str, params: &[Value]) -> StoreResult<Option<Row>> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
+    /// The one row a query must return.
+    pub fn query_one(&mut self, sql: &str, params: &[Value]) -> StoreResult<Row> {
+        self.query_opt(sql, params)?
+            .ok_or_else(|| super::StoreError::Corrupt(format!("no row for: {sql}")))
+    }
+
+    /// The first column of the one row a query returns.
+    pub fn scalar<T: FromValue>(&mut self, sql: &str, params: &[Value]) -> StoreResult<T> {
+        self.query_one(sql, params)?.at(0)
+    }
+}
+
+/// Parameters for a statement: `vals![a, b, c]` is `&[Value::from(a), …]`.
+#[macro_export]
+macro_rules! vals {
+    ($($v:expr),* $(,)?) => {
+        &[$($crate::store::db::Value::from($v)),*][..]
+    };
+}
