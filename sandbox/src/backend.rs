@@ -29,6 +29,8 @@ pub trait OpBackend: Send + Sync + 'static {
         identity: &'a RunIdentity,
         profile: &'a Profile,
     ) -> BoxFuture<'a, Result<ContainerInfo>>;
+    /// The container as Docker describes it now (id or name); `NotFound` when
+    /// it is gone.
     fn inspect<'a>(&'a self, id_or_name: &'a str) -> BoxFuture<'a, Result<ContainerInfo>>;
     /// Every container labelled as managed by opkernel.
     fn list_managed(&self) -> BoxFuture<'_, Result<Vec<ContainerInfo>>>;

@@ -42,10 +42,15 @@ const MAX_HELPER_OUTPUT: usize = 4 << 20;
 /// A run container as Docker describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerInfo {
+    /// Docker's full container id.
     pub id: String,
+    /// The container's name, without Docker's leading `/`.
     pub name: String,
+    /// Its labels (`opkernel.*` carry the run's durable identity).
     pub labels: HashMap<String, String>,
+    /// Whether its main process runs.
     pub running: bool,
+    /// The container's hostname, as recorded in the op's `.pid` file.
     pub hostname: String,
     /// Docker's state word: created, running, exited, ...
     pub state: String,
@@ -62,7 +67,9 @@ pub struct ContainerInfo {
 /// One row of `docker top` (host pids).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopProcess {
+    /// The process's pid on the host (Docker's `PID` column, as text).
     pub host_pid: String,
+    /// Its command line (Docker's `CMD` or `COMMAND` column).
     pub command: String,
 }
 
@@ -111,11 +118,13 @@ impl Sandbox {
         })
     }
 
+    /// Checks that the Docker daemon answers.
     pub async fn ping(&self) -> Result<()> {
         self.docker.ping().await?;
         Ok(())
     }
 
+    /// The host directory of a run's scratch: `<scratch root>/<key>`.
     pub fn scratch_dir(&self, scratch_key: &str) -> PathBuf {
         self.scratch_root.join(scratch_key)
     }
@@ -130,6 +139,7 @@ impl Sandbox {
         info.scratch_source.as_deref() == Some(ours.as_str())
     }
 
+    /// The host side of a run's `.ops` dir (`<scratch>/<key>/.ops`).
     pub fn ops_dir(&self, scratch_key: &str) -> OpsDir {
         OpsDir::new(self.scratch_dir(scratch_key).join(".ops"))
     }
@@ -273,6 +283,7 @@ impl Sandbox {
         }
     }
 
+    /// Inspects a container by id or name; `NotFound` when it is gone.
     pub async fn inspect(&self, id_or_name: &str) -> Result<ContainerInfo> {
         let info = self.docker.inspect_container(id_or_name, None).await?;
         let config = info.config.unwrap_or_default();
@@ -544,6 +555,8 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
         .map_err(|e| SandboxError::io(path, e))
 }
 
+/// The wall clock in seconds since the Unix epoch (0 if the clock is before
+/// it): the `opkernel.created_at` stamp.
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -5,6 +5,8 @@
 //! and signals op processes with identity checks. It knows nothing of the
 //! control plane.
 
+#![deny(missing_docs)]
+
 pub mod backend;
 pub mod docker;
 pub mod error;

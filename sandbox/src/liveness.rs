@@ -31,6 +31,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Indexes one probe listing.
     pub fn new(procs: Vec<MarkedProcess>) -> Snapshot {
         let mut per_op: std::collections::HashMap<String, Vec<u64>> =
             std::collections::HashMap::new();
@@ -74,6 +75,7 @@ impl Snapshot {
     }
 }
 
+/// The op's liveness in one probe listing (see [`Snapshot::liveness`]).
 pub fn op_liveness(procs: &[MarkedProcess], op_id: &str, record: &PidRecord) -> OpLiveness {
     Snapshot::new(procs.to_vec()).liveness(op_id, record)
 }

@@ -16,16 +16,23 @@ use crate::shim::validate_op_id;
 /// Why an op file could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OpFileError {
+    /// Not written (yet): the file's name.
     #[error("{0} is missing")]
     Missing(String),
+    /// Created but nothing written: its writer may be mid-way.
     #[error("{0} is empty")]
     Empty(String),
+    /// No trailing newline yet: a writer may be mid-way; the name and the text
+    /// read.
     #[error("{0} is only partly written: {1:?}")]
     Partial(String, String),
+    /// Complete but not a record the shim writes: the name and the text read.
     #[error("{0} holds garbage: {1:?}")]
     Garbage(String, String),
+    /// A symlink, fifo or directory where a file should be: never followed.
     #[error("{0} is not a regular file (symlink, fifo or directory)")]
     NotRegular(String),
+    /// The open or read failed; the name and the OS error.
     #[error("{0} could not be read: {1}")]
     Unreadable(String, String),
 }
@@ -57,7 +64,9 @@ pub fn parse_op_result(name: &str, text: &str) -> Result<OpResult, OpFileError> 
 /// Digest of a finished log: its output artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogDigest {
+    /// Hex sha256 of the whole log.
     pub sha256: String,
+    /// The log's size, in bytes.
     pub size: u64,
 }
 
@@ -68,10 +77,12 @@ pub struct OpsDir {
 }
 
 impl OpsDir {
+    /// The `.ops` dir at `dir` (the host side of `/scratch/.ops`).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         OpsDir { dir: dir.into() }
     }
 
+    /// The directory on the host.
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -82,16 +93,19 @@ impl OpsDir {
         Ok(self.dir.join(format!("{op_id}.{ext}")))
     }
 
+    /// `<id>.log`: the command's output (the op id is checked first).
     pub fn log_path(&self, op_id: &str) -> Result<PathBuf, OpFileError> {
         self.file(op_id, "log")
     }
 
+    /// Reads and strictly parses `<id>.pid` (bounded, no symlinks).
     pub fn read_pid(&self, op_id: &str) -> Result<PidRecord, OpFileError> {
         let name = format!("{op_id}.pid");
         let text = read_small(&self.file(op_id, "pid")?, &name, MAX_PID_FILE)?;
         parse_pid_record(&name, &text)
     }
 
+    /// Reads and strictly parses `<id>.code` (bounded, no symlinks).
     pub fn read_code(&self, op_id: &str) -> Result<OpResult, OpFileError> {
         let name = format!("{op_id}.code");
         let text = read_small(&self.file(op_id, "code")?, &name, MAX_CODE_FILE)?;

@@ -11,10 +11,17 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Result, SandboxError};
 
+/// Label `true` on every container opkernel made; the reaper and recovery look
+/// at no other.
 pub const LABEL_MANAGED: &str = "opkernel.managed";
+/// Label: the run the container belongs to.
 pub const LABEL_RUN_ID: &str = "opkernel.run_id";
+/// Label: the run's scratch key (which `<home>/scratch/<key>/` it mounts).
 pub const LABEL_SCRATCH_KEY: &str = "opkernel.scratch_key";
+/// Label: the run fingerprint the container was made for.
 pub const LABEL_FINGERPRINT: &str = "opkernel.run_fingerprint";
+/// Label: when the container was created, unix seconds (ages it for the
+/// reaper).
 pub const LABEL_CREATED_AT: &str = "opkernel.created_at";
 
 /// Where the run's scratch directory is mounted inside the container.
@@ -38,9 +45,13 @@ pub const KEPT_CAPABILITIES: [&str; 5] =
 /// never by the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Profile {
+    /// The Docker image the container runs.
     pub image: String,
+    /// Memory limit, in bytes (0 or less: unlimited).
     pub memory_bytes: i64,
+    /// CPU limit, in billionths of a CPU (Docker's `NanoCpus`).
     pub nano_cpus: i64,
+    /// Limit on the container's processes (0 or less: unlimited).
     pub pids_limit: i64,
     /// Docker network mode; `none` unless the operator opts in.
     pub network: String,
@@ -50,7 +61,10 @@ pub struct Profile {
     /// such a user) or a name from the image's /etc/passwd; `None` runs the
     /// command as root (only for an explicit `OPKERNEL_RUN_AS=root`).
     pub run_as: Option<String>,
+    /// The container's root filesystem is read-only (writes go to `/scratch`
+    /// and `/tmp`).
     pub read_only_root: bool,
+    /// Size of the tmpfs mounted at `/tmp` (mode 1777), in bytes.
     pub tmpfs_bytes: i64,
 }
 
@@ -144,13 +158,19 @@ pub fn container_name(scratch_key: &str, fingerprint: &str) -> String {
 /// What identifies a run container: checked against its labels before any use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunIdentity {
+    /// The run's id.
     pub run_id: String,
+    /// The run's scratch key ([`scratch_key`]).
     pub scratch_key: String,
+    /// The run fingerprint ([`run_fingerprint`]).
     pub fingerprint: String,
+    /// The deterministic container name ([`container_name`]).
     pub name: String,
 }
 
 impl RunIdentity {
+    /// The identity of `run_id`'s container under `profile`; refuses an invalid
+    /// run id.
     pub fn new(run_id: &str, profile: &Profile) -> Result<Self> {
         validate_run_id(run_id)?;
         let scratch_key = scratch_key(run_id);
@@ -164,6 +184,8 @@ impl RunIdentity {
         })
     }
 
+    /// The durable labels a new container carries; `created_at_unix` in
+    /// seconds.
     pub fn labels(&self, created_at_unix: u64) -> HashMap<String, String> {
         HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),

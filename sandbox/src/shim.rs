@@ -71,6 +71,8 @@ pub fn validate_op_id(op_id: &str) -> Result<()> {
 /// What the launch of one op needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WrapperSpec<'a> {
+    /// The op's id, a lowercase UUID (checked before it reaches an argv or a
+    /// path).
     pub op_id: &'a str,
     /// `OPKERNEL_RUN_AS` (`uid:gid`, a user name); `None` runs the command as root.
     pub run_as: Option<&'a str>,

@@ -33,9 +33,11 @@ pub fn validate_op_id(op_id: &str) -> Result<(), String> {
 /// Why a record could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormatError {
+    /// The file is empty: its writer has not written yet (or died first).
     Empty,
     /// No trailing newline yet (or too few fields): a writer may be mid-way.
     Partial(String),
+    /// Complete but not what the writer produces: never read as a record.
     Garbage(String),
 }
 
@@ -70,14 +72,19 @@ pub struct PidRecord {
     pub pid: u32,
     /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
     pub start_ticks: u64,
+    /// The container's hostname, telling containers that share a run's `.ops`
+    /// apart (may be empty).
     pub hostname: String,
 }
 
 impl PidRecord {
+    /// The one line the launcher writes: `<pid> <start ticks> <hostname>\n`.
     pub fn render(&self) -> String {
         format!("{} {} {}\n", self.pid, self.start_ticks, self.hostname)
     }
 
+    /// Reads a `.pid` file strictly; a partial line is `Partial`, never a
+    /// record.
     pub fn parse(text: &str) -> Result<PidRecord, FormatError> {
         let line = one_line(text)?;
         let fields: Vec<&str> = line.split(' ').collect();
@@ -122,6 +129,7 @@ pub struct Usage {
 pub struct ExitRecord {
     /// 0..=255; 128+N for a command ended by signal N.
     pub code: i32,
+    /// What the command's tree used; `None` for a bare `<code>` record.
     pub usage: Option<Usage>,
     /// Processes the command left behind that the shim stopped (TERM,
     /// grace, KILL) before writing the record. Recorded with usage only:
@@ -136,7 +144,9 @@ pub const MAX_REASON: usize = 240;
 /// shim could not start it at all (`not-started <reason>`: nothing ran).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpResult {
+    /// The command ran and ended.
     Exited(ExitRecord),
+    /// The shim could not start the command (nothing ran); the reason.
     NotStarted(String),
 }
 
@@ -165,6 +175,7 @@ impl OpResult {
         })
     }
 
+    /// What the command's tree used, when the record carries it.
     pub fn usage(&self) -> Option<Usage> {
         match self {
             OpResult::Exited(e) => e.usage,
@@ -181,6 +192,7 @@ impl OpResult {
         }
     }
 
+    /// The one `.code` line: the canonical form [`OpResult::parse`] accepts.
     pub fn render(&self) -> String {
         match self {
             OpResult::Exited(ExitRecord {
@@ -200,6 +212,7 @@ impl OpResult {
         }
     }
 
+    /// Reads a `.code` file strictly: only what [`OpResult::render`] writes.
     pub fn parse(text: &str) -> Result<OpResult, FormatError> {
         let line = one_line(text)?;
         let garbage = || FormatError::Garbage(clip(text));
@@ -253,9 +266,13 @@ impl OpResult {
 pub struct Request {
     /// Only the launcher of the container with this hostname claims it.
     pub host: String,
+    /// The op's id (a lowercase UUID).
     pub op_id: String,
+    /// Who the command runs as, a [`crate::RunAs`] spelling.
     pub run_as: String,
+    /// Bytes of output kept in `<id>.log` (at least 1).
     pub log_cap: u64,
+    /// The command and its arguments (the first non-empty).
     pub argv: Vec<String>,
 }
 
@@ -264,6 +281,7 @@ const REQUEST_TAG: &str = "opkernel-request-2";
 pub const MAX_REQUEST: usize = 320 * 1024;
 
 impl Request {
+    /// The NUL-terminated fields as written to `<id>.req`.
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let cap = self.log_cap.to_string();
@@ -275,6 +293,7 @@ impl Request {
         out
     }
 
+    /// Reads a request file strictly (at most [`MAX_REQUEST`] bytes).
     pub fn parse(bytes: &[u8]) -> Result<Request, String> {
         if bytes.len() > MAX_REQUEST {
             return Err(format!("request larger than {MAX_REQUEST} bytes"));
@@ -326,8 +345,11 @@ impl Request {
 /// A process that carries an op marker, as the probe saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkedProcess {
+    /// The process's pid inside the container.
     pub pid: u32,
+    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot.
     pub start_ticks: u64,
+    /// The op whose marker the process carries.
     pub op_id: String,
 }
 
@@ -368,11 +390,14 @@ pub fn parse_probe(output: &str) -> Result<Vec<MarkedProcess>, String> {
 /// Unix signals the kernel sends to an op's processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// SIGTERM: asks the tree to end; KILL follows after the grace.
     Term,
+    /// SIGKILL: ends it.
     Kill,
 }
 
 impl Signal {
+    /// The name on the signaller's command line (`TERM`, `KILL`).
     pub fn name(self) -> &'static str {
         match self {
             Signal::Term => "TERM",
@@ -380,6 +405,7 @@ impl Signal {
         }
     }
 
+    /// The signal of a name; `None` for any other.
     pub fn parse(name: &str) -> Option<Signal> {
         match name {
             "TERM" => Some(Signal::Term),
@@ -388,6 +414,7 @@ impl Signal {
         }
     }
 
+    /// The signal's number for `kill(2)`.
     pub fn number(self) -> i32 {
         match self {
             Signal::Term => libc::SIGTERM,

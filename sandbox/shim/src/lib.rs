@@ -6,6 +6,8 @@
 //! the shim, parsed by the kernel), the probe and signaller output, the
 //! run-as rule and the `/proc` parsing. Everything here is pure.
 
+#![deny(missing_docs)]
+
 pub mod format;
 pub mod procfs;
 pub mod user;
@@ -25,6 +27,7 @@ pub const INBOX_DIR: &str = "/scratch/.ops/inbox";
 /// A probe asked of the launcher: `inbox/<nonce>.probe`, answered with
 /// `inbox/<nonce>.listing` (the probe listing).
 pub const PROBE_SUFFIX: &str = "probe";
+/// The suffix of the launcher's answer to a probe: `inbox/<nonce>.listing`.
 pub const LISTING_SUFFIX: &str = "listing";
 
 /// A probe nonce: 1 to 32 lowercase hex digits.

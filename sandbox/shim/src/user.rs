@@ -7,19 +7,26 @@
 /// The run-as setting, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunAs {
+    /// Run commands as root (only the explicit word `root`): the command can
+    /// then forge its own result.
     Root,
+    /// A numeric `uid:gid` (or a bare uid, the gid the same); never 0.
     Ids(RunUser),
+    /// A user name, looked up in the image's `/etc/passwd` at launch.
     Name(String),
 }
 
 /// A numeric identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunUser {
+    /// The user id the command runs as.
     pub uid: u32,
+    /// The group id (supplementary groups are cleared).
     pub gid: u32,
 }
 
 impl RunUser {
+    /// uid 0, gid 0.
     pub const ROOT: RunUser = RunUser { uid: 0, gid: 0 };
 }
 
@@ -35,6 +42,8 @@ fn unprivileged(user: RunUser, said: &str) -> Result<RunUser, String> {
 }
 
 impl RunAs {
+    /// Parses `OPKERNEL_RUN_AS`: `root`, `uid:gid`, a bare uid or a user name;
+    /// uid or gid 0 only by `root`.
     pub fn parse(spec: &str) -> Result<RunAs, String> {
         if spec == "root" {
             return Ok(RunAs::Root);
