@@ -49,5 +49,9 @@ leftovers() {
     esac
   done
 }
-trap leftovers EXIT
+trap 'leftovers; scripts/pg.sh stop' EXIT
+# the PostgreSQL store's tests run against a throwaway server (stopped at
+# the end, even on failure)
+OPKERNEL_TEST_PG=$(scripts/pg.sh start)
+export OPKERNEL_TEST_PG
 cargo test --workspace -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"

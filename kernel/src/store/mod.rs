@@ -46,6 +46,12 @@ pub enum StoreError {
          run that newer opkernel, or point this one at another home: nothing was changed"
     )]
     NewerSchema { found: i64, known: i64 },
+    /// PostgreSQL answered with an error (its SQLSTATE first).
+    #[error("database error: {0}")]
+    Postgres(String),
+    /// The database cannot be reached (SPEC §19: `503 store_unavailable`).
+    #[error("the control plane's database is unreachable: {0}")]
+    Unavailable(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -5,7 +5,12 @@
 //! each dialect (SQLite today, PostgreSQL per SPEC §19) implements `Tx`
 //! and differs only where ARCHITECTURE.md's seam table says.
 
+pub mod pgpool;
+pub mod postgres;
 mod value;
+
+#[cfg(test)]
+mod pg_tests;
 
 pub use value::{FromValue, Row, Value};
 

@@ -204,7 +204,11 @@ mod tests {
         assert_eq!(row.get::<String>("t").ok().as_deref(), Some("a"));
         assert_eq!(row.get::<f64>("x").ok(), Some(1.5));
         assert_eq!(row.get::<Option<i64>>("z").ok(), Some(None));
-        let err = row.get::<i64>("t").err().map(|e| e.to_string()).unwrap_or_default();
+        let err = row
+            .get::<i64>("t")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("column t"), "{err}");
         assert!(row.get::<i64>("missing").is_err());
         assert_eq!(Value::from(u64::MAX), Value::Int(i64::MAX));

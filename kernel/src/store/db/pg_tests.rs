@@ -1,0 +1,186 @@
+//! The PostgreSQL dialect against a real server: `scripts/test.sh` starts a
+//! throwaway one (`scripts/pg.sh`) and sets `OPKERNEL_TEST_PG` to its URL.
+//! Each test makes a database of its own. Without the variable these tests
+//! say so and pass: `cargo test` alone has no server to talk to.
+
+use std::time::{Duration, Instant};
+
+use super::pgpool::{connection, migrate, pool, MIGRATIONS};
+use super::postgres::PgTx;
+use super::{Tx, Value};
+use crate::store::StoreError;
+use crate::vals;
+
+/// A pool on a new, empty database of the test server.
+async fn fresh_db() -> Option<deadpool_postgres::Pool> {
+    let Ok(url) = std::env::var("OPKERNEL_TEST_PG") else {
+        eprintln!("OPKERNEL_TEST_PG unset: no PostgreSQL to test against");
+        return None;
+    };
+    let admin = pool(&url, 1).unwrap();
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let c = connection(&admin).await.unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(b, _)| b);
+    Some(pool(&format!("{base}/{name}"), 4).unwrap())
+}
+
+/// Runs `f` in one transaction on the blocking pool; commits on Ok.
+async fn in_tx<T: Send + 'static>(
+    pool: &deadpool_postgres::Pool,
+    f: impl FnOnce(&mut dyn Tx) -> crate::store::StoreResult<T> + Send + 'static,
+) -> crate::store::StoreResult<T> {
+    let client = connection(pool).await?;
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut tx = PgTx::begin(&client, handle)?;
+        match f(&mut tx) {
+            Ok(v) => tx.commit().map(|()| v),
+            Err(e) => {
+                let _ = tx.rollback();
+                Err(e)
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrations_apply_once_and_a_newer_schema_is_refused_untouched() {
+    let Some(pool) = fresh_db().await else { return };
+    let c = connection(&pool).await.unwrap();
+    let known = MIGRATIONS.last().unwrap().0;
+    assert_eq!(migrate(&c).await.unwrap(), known);
+    assert_eq!(
+        migrate(&c).await.unwrap(),
+        known,
+        "a second start changes nothing"
+    );
+    c.batch_execute("UPDATE opkernel_schema SET version = 99")
+        .await
+        .unwrap();
+    match migrate(&c).await {
+        Err(StoreError::NewerSchema {
+            found: 99,
+            known: k,
+        }) => assert_eq!(k, known),
+        other => panic!("a newer schema was not refused: {other:?}"),
+    }
+    let v: i64 = c
+        .query_one("SELECT version FROM opkernel_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 99, "the refusal changed nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statements_round_trip_and_the_ledger_is_append_only() {
+    let Some(pool) = fresh_db().await else { return };
+    migrate(&connection(&pool).await.unwrap()).await.unwrap();
+    let got = in_tx(&pool, |tx| {
+        tx.execute(
+            "INSERT INTO runs (run_id, created_at, chain) VALUES (?1, ?2, ?3)",
+            vals!["r1", 1_700_000_000_000i64, "[\"r1\"]"],
+        )?;
+        tx.execute(
+            "INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) VALUES (?1, ?2, 'op', ?3, ?4, ?5)",
+            vals!["r1", 5i64, "op-1", 1500u64, None::<i64>],
+        )?;
+        let row = tx.query_one(
+            "SELECT run_id, created_at, state, CAST(SUM(u.op_ms) AS BIGINT) AS ms, MAX(u.cpu_ms) AS cpu \
+             FROM runs JOIN usage u USING (run_id) WHERE run_id = ?1 GROUP BY run_id, created_at, state",
+            vals!["r1"],
+        )?;
+        Ok((
+            row.get::<String>("run_id")?,
+            row.get::<i64>("created_at")?,
+            row.get::<String>("state")?,
+            row.get::<u64>("ms")?,
+            row.get::<Option<u64>>("cpu")?,
+        ))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        got,
+        ("r1".into(), 1_700_000_000_000, "active".into(), 1500, None)
+    );
+    let dup = in_tx(&pool, |tx| {
+        tx.execute(
+            "INSERT INTO runs (run_id, created_at) VALUES (?1, 1)",
+            vals!["r1"],
+        )
+    })
+    .await;
+    assert!(
+        matches!(&dup, Err(StoreError::Postgres(m)) if m.starts_with("23505")),
+        "{dup:?}"
+    );
+    let erased = in_tx(&pool, |tx| tx.execute("DELETE FROM usage", &[])).await;
+    assert!(
+        matches!(&erased, Err(StoreError::Postgres(m)) if m.contains("append-only")),
+        "{erased:?}"
+    );
+    let left = in_tx(&pool, |tx| {
+        tx.scalar::<i64>("SELECT COUNT(*) FROM usage", &[])
+    })
+    .await;
+    assert_eq!(left.unwrap(), 1);
+    let nulls = in_tx(&pool, |tx| {
+        tx.scalar::<Option<String>>(
+            "SELECT finished_at::TEXT FROM runs WHERE run_id = ?1",
+            &[Value::from("r1")],
+        )
+    })
+    .await;
+    assert_eq!(nulls.unwrap(), None);
+}
+
+/// Two transactions on one run tree run one after the other: the second
+/// waits on the root's row lock until the first commits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_trees_transactions_serialize_on_its_roots_row() {
+    let Some(pool) = fresh_db().await else { return };
+    migrate(&connection(&pool).await.unwrap()).await.unwrap();
+    in_tx(&pool, |tx| {
+        tx.execute(
+            "INSERT INTO runs (run_id, created_at) VALUES ('root', 1), ('other', 1)",
+            &[],
+        )
+    })
+    .await
+    .unwrap();
+    let hold = Duration::from_millis(600);
+    let first = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            in_tx(&pool, move |tx| {
+                tx.lock_tree("root")?;
+                std::thread::sleep(hold);
+                Ok(Instant::now())
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = Instant::now();
+    let other = in_tx(&pool, |tx| tx.lock_tree("other").map(|()| Instant::now()))
+        .await
+        .unwrap();
+    assert!(
+        other - started < Duration::from_millis(300),
+        "another tree does not wait"
+    );
+    let second = in_tx(&pool, |tx| tx.lock_tree("root").map(|()| Instant::now()))
+        .await
+        .unwrap();
+    let first_done = first.await.unwrap().unwrap();
+    assert!(
+        second >= first_done,
+        "the second took the root's lock before the first committed"
+    );
+}

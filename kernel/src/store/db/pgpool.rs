@@ -1,0 +1,130 @@
+//! A PostgreSQL control plane's pool and schema (SPEC §19): the URL from
+//! `OPKERNEL_STORE`, a `deadpool-postgres` pool, and the numbered
+//! migrations in PostgreSQL's dialect, applied under an advisory lock so
+//! kernels starting together migrate once. A schema written by a newer
+//! kernel is refused before anything is changed, as on SQLite.
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use super::postgres::pg_error;
+use crate::store::{StoreError, StoreResult};
+
+/// The migrations, numbered as SQLite's (`../migrations/NNNN_*.sql`).
+pub const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        include_str!("../../../migrations/postgres/0001_control_plane.sql"),
+    ),
+    (
+        2,
+        include_str!("../../../migrations/postgres/0002_review_fixes.sql"),
+    ),
+    (
+        3,
+        include_str!("../../../migrations/postgres/0003_usage.sql"),
+    ),
+    (
+        4,
+        include_str!("../../../migrations/postgres/0004_launcher.sql"),
+    ),
+    (
+        5,
+        include_str!("../../../migrations/postgres/0005_runs_as_tasks.sql"),
+    ),
+    (
+        6,
+        include_str!("../../../migrations/postgres/0006_approvals_schedules.sql"),
+    ),
+    (
+        7,
+        include_str!("../../../migrations/postgres/0007_leftovers.sql"),
+    ),
+    (
+        8,
+        include_str!("../../../migrations/postgres/0008_retention.sql"),
+    ),
+];
+
+/// Any key for the advisory lock that serializes migrations.
+const MIGRATION_LOCK: i64 = 0x6f70_6b65_726e;
+
+/// A pool of connections to `url` (`postgres://user@host:port/db`).
+pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
+    let config: tokio_postgres::Config = url.parse().map_err(|e| {
+        StoreError::Postgres(format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"))
+    })?;
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .map_err(|e| StoreError::Postgres(e.to_string()))
+}
+
+/// A connection from the pool; an unreachable server is `Unavailable`.
+pub async fn connection(pool: &Pool) -> StoreResult<Object> {
+    pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_error(e),
+        other => StoreError::Unavailable(other.to_string()),
+    })
+}
+
+/// Applies the migrations this kernel knows and the database lacks, each
+/// in its own transaction under the migration lock; refuses a schema newer
+/// than it knows. Returns the schema version.
+pub async fn migrate(client: &Object) -> StoreResult<i64> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS opkernel_schema (version BIGINT NOT NULL); \
+             INSERT INTO opkernel_schema (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM opkernel_schema)",
+        )
+        .await
+        .map_err(pg_error)?;
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    loop {
+        let mut done = true;
+        client.batch_execute("BEGIN").await.map_err(pg_error)?;
+        let step = async {
+            client
+                .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(pg_error)?;
+            let found: i64 = client
+                .query_one("SELECT version FROM opkernel_schema", &[])
+                .await
+                .map_err(pg_error)?
+                .get(0);
+            if found > known {
+                return Err(StoreError::NewerSchema { found, known });
+            }
+            if let Some((n, sql)) = MIGRATIONS.iter().find(|m| m.0 == found + 1) {
+                client.batch_execute(sql).await.map_err(pg_error)?;
+                client
+                    .execute("UPDATE opkernel_schema SET version = $1", &[n])
+                    .await
+                    .map_err(pg_error)?;
+                done = false;
+            }
+            Ok(found)
+        }
+        .await;
+        match step {
+            Ok(found) => {
+                client.batch_execute("COMMIT").await.map_err(pg_error)?;
+                if done {
+                    return Ok(found);
+                }
+            }
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
+        }
+    }
+}

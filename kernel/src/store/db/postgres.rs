@@ -1,0 +1,206 @@
+//! The PostgreSQL dialect of the seam (SPEC §19): `tokio-postgres` with a
+//! `deadpool-postgres` pool. A transaction script is synchronous and runs on
+//! the blocking pool, as on SQLite; each of its statements is one round trip,
+//! awaited there on the runtime's handle. Statements are prepared once per
+//! connection; `?N` placeholders become `$N`.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use deadpool_postgres::Object;
+use tokio::runtime::Handle;
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+
+use super::{Dialect, Row, Tx, Value};
+use crate::store::{StoreError, StoreResult};
+
+/// One open transaction on a pooled connection.
+pub struct PgTx<'a> {
+    client: &'a Object,
+    handle: Handle,
+}
+
+impl<'a> PgTx<'a> {
+    /// Begins a transaction (READ COMMITTED: each statement sees what
+    /// committed before it; a run tree's scripts serialize on its root's
+    /// row lock, see [`Tx::lock_tree`]).
+    pub fn begin(client: &'a Object, handle: Handle) -> StoreResult<PgTx<'a>> {
+        handle
+            .block_on(client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"))
+            .map_err(pg_error)?;
+        Ok(PgTx { client, handle })
+    }
+
+    /// Commits the transaction.
+    pub fn commit(self) -> StoreResult<()> {
+        self.handle
+            .block_on(self.client.batch_execute("COMMIT"))
+            .map_err(pg_error)
+    }
+
+    /// Rolls the transaction back (what dropping an uncommitted one means).
+    pub fn rollback(self) -> StoreResult<()> {
+        self.handle
+            .block_on(self.client.batch_execute("ROLLBACK"))
+            .map_err(pg_error)
+    }
+
+    fn prepared(&self, sql: &str) -> StoreResult<tokio_postgres::Statement> {
+        let sql = dollar_placeholders(sql);
+        self.handle
+            .block_on(self.client.prepare_cached(&sql))
+            .map_err(pg_error)
+    }
+}
+
+impl Tx for PgTx<'_> {
+    fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64> {
+        let stmt = self.prepared(sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+        self.handle
+            .block_on(self.client.execute(&stmt, &refs))
+            .map_err(pg_error)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>> {
+        let stmt = self.prepared(sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+        let rows = self
+            .handle
+            .block_on(self.client.query(&stmt, &refs))
+            .map_err(pg_error)?;
+        let names: Arc<[String]> = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
+        rows.iter()
+            .map(|r| Ok(Row::new(names.clone(), cells(r)?)))
+            .collect()
+    }
+
+    fn lock_tree(&mut self, root: &str) -> StoreResult<()> {
+        self.query(
+            "SELECT 1 FROM runs WHERE run_id = ?1 FOR UPDATE",
+            &[root.into()],
+        )
+        .map(drop)
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+}
+
+/// A PostgreSQL error as the store's: a lost or refused connection is the
+/// store being unavailable (503 `store_unavailable`), anything else a
+/// database error.
+pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
+    if e.is_closed()
+        || e.as_db_error().is_none() && e.source().is_some_and(|s| s.is::<std::io::Error>())
+    {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Postgres(match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        })
+    }
+}
+
+/// `?1` → `$1` (the scripts' portable placeholders; no statement of the
+/// store has a `?` inside a string literal).
+pub fn dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('$');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn cells(row: &tokio_postgres::Row) -> StoreResult<Vec<Value>> {
+    (0..row.len()).map(|i| cell(row, i)).collect()
+}
+
+fn cell(row: &tokio_postgres::Row, i: usize) -> StoreResult<Value> {
+    let ty = row.columns()[i].type_().clone();
+    let bad = |e: tokio_postgres::Error| StoreError::Corrupt(format!("column {i} ({ty}): {e}"));
+    let v = match ty {
+        Type::INT8 => row
+            .try_get::<_, Option<i64>>(i)
+            .map_err(bad)?
+            .map(Value::Int),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)
+            .map_err(bad)?
+            .map(Value::from),
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(i)
+            .map_err(bad)?
+            .map(|n| Value::Int(n.into())),
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(i)
+            .map_err(bad)?
+            .map(Value::from),
+        Type::FLOAT8 => row
+            .try_get::<_, Option<f64>>(i)
+            .map_err(bad)?
+            .map(Value::Real),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(i)
+            .map_err(bad)?
+            .map(|x| Value::Real(x.into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row
+            .try_get::<_, Option<String>>(i)
+            .map_err(bad)?
+            .map(Value::Text),
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "column {i} has type {other}: cast it (sums to BIGINT) in the statement"
+            )))
+        }
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match (self, ty) {
+            (Value::Null, _) => Ok(IsNull::Yes),
+            (Value::Int(n), &Type::INT8) => n.to_sql(ty, out),
+            (Value::Int(n), &Type::INT4) => i32::try_from(*n)?.to_sql(ty, out),
+            (Value::Int(n), &Type::INT2) => i16::try_from(*n)?.to_sql(ty, out),
+            (Value::Int(n), &Type::BOOL) => (*n != 0).to_sql(ty, out),
+            (Value::Int(n), &Type::FLOAT8) => (*n as f64).to_sql(ty, out),
+            (Value::Real(x), &Type::FLOAT8) => x.to_sql(ty, out),
+            (Value::Real(x), &Type::FLOAT4) => (*x as f32).to_sql(ty, out),
+            (Value::Text(s), _) if <&str as ToSql>::accepts(ty) => s.as_str().to_sql(ty, out),
+            (v, ty) => Err(format!("a {v:?} cannot be a {ty} parameter").into()),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollars_and_nothing_else_changes() {
+        assert_eq!(
+            dollar_placeholders("SELECT a FROM t WHERE x = ?1 AND y IN (?2, ?10) AND z = '?'"),
+            "SELECT a FROM t WHERE x = $1 AND y IN ($2, $10) AND z = '?'"
+        );
+    }
+}
