@@ -56,6 +56,11 @@ case "${1:-}" in
       as_pg "$bin/psql" -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -qc "CREATE DATABASE opkernel OWNER opkernel" >/dev/null
     else
       start_server
+      # databases earlier test runs made (t_<uuid>) go at the next start
+      for db in $(as_pg "$bin/psql" -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -Atc \
+          "SELECT datname FROM pg_database WHERE datname LIKE 't\_%'"); do
+        as_pg "$bin/psql" -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -qc "DROP DATABASE \"$db\"" >/dev/null
+      done
     fi
     url
     ;;
