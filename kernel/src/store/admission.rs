@@ -46,7 +46,12 @@ pub enum Refusal {
     /// A live-op limit is reached (429).
     Limit(String),
     /// The run or an ancestor is paused, completed or cancelled (409).
-    State { run_id: String, state: RunState },
+    State {
+        /// The run whose state refuses (the run itself or an ancestor).
+        run_id: String,
+        /// Its state.
+        state: RunState,
+    },
     /// A budget limit of the run or an ancestor is reached (409).
     Budget(LimitUse),
     /// The run is not recorded (purged) and may not be created here (404).

@@ -152,6 +152,8 @@ fn started_events(tx: &Connection, id: &str, req: &StartRequest) -> StoreResult<
 }
 
 impl Store {
+    /// Admits a start in one transaction (idempotency key, admission, the
+    /// row and its events); commits only when it returns `Created`.
     pub async fn insert_op(&self, req: StartRequest, limits: Admission) -> StoreResult<NewOp> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

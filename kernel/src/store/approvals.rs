@@ -11,9 +11,11 @@ use super::ops::{get, op_from_row, COLUMNS};
 use super::{now_ms, Op, Store, StoreError, StoreResult};
 use crate::lifecycle::Status;
 
-/// Who denied an op.
+/// Who denied an op: the operator (`POST .../deny`).
 pub const BY_OPERATOR: &str = "operator";
+/// Who denied an op: the approval timeout, with `on_timeout: "deny"`.
 pub const BY_TIMEOUT: &str = "timeout";
+/// Who denied an op: a `kill_operation` before approval.
 pub const BY_KILL: &str = "kill";
 
 /// Denies a waiting op inside the caller's transaction: `denied` with the
@@ -80,8 +82,21 @@ pub(super) fn deny_waiting_in_subtree(conn: &Connection, run_id: &str) -> StoreR
 /// What the approval timeout did to one waiting op.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimeoutAction {
-    Denied { op_id: String, run_id: String },
-    Escalated { op_id: String, run_id: String },
+    /// `on_timeout: "deny"`: the op ended `denied` (`approval timed out`).
+    Denied {
+        /// The op.
+        op_id: String,
+        /// Its run.
+        run_id: String,
+    },
+    /// `on_timeout: "escalate"`: `approval.escalated` was recorded and the
+    /// op keeps waiting.
+    Escalated {
+        /// The op.
+        op_id: String,
+        /// Its run.
+        run_id: String,
+    },
 }
 
 impl Store {

@@ -45,6 +45,8 @@ impl Store {
         .await
     }
 
+    /// Records the container an op is launched in, after its launch found
+    /// the registry's container gone and made it afresh.
     pub async fn set_container(&self, id: &str, container_id: &str) -> StoreResult<()> {
         let (id, container_id) = (id.to_owned(), container_id.to_owned());
         self.call(move |conn| {
@@ -151,6 +153,8 @@ impl Store {
         .await
     }
 
+    /// Records the wrapper's identity (pid, start ticks, hostname) from its
+    /// `.pid` file: what every later probe and signal is checked against.
     pub async fn record_pid(&self, id: &str, rec: &sandbox::PidRecord) -> StoreResult<()> {
         let (id, rec) = (id.to_owned(), rec.clone());
         self.call(move |conn| {

@@ -14,10 +14,17 @@ use crate::runs::Used;
 /// One event of a run's trace.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
+    /// The event's place in the journal: increasing across all runs, so
+    /// `after=SEQ` resumes a read.
     pub seq: i64,
+    /// When it was recorded, unix milliseconds.
     pub at: i64,
+    /// What happened: `tool.started`, `run.paused`, `approval.requested`, …
+    /// (SPEC §14).
     pub kind: String,
+    /// The op it concerns, when any.
     pub operation_id: Option<String>,
+    /// The kind's own fields (e.g. `exit_code`, `killed` for `tool.completed`).
     pub data: Value,
 }
 
@@ -105,9 +112,13 @@ pub(super) fn record_op_usage(
 /// Model usage reported by the agent runtime.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ModelUsage {
+    /// The model's name, as the agent runtime gives it.
     pub model: String,
+    /// Input (prompt) tokens.
     pub input_tokens: u64,
+    /// Output (completion) tokens.
     pub output_tokens: u64,
+    /// What the call cost, in millionths of the currency unit.
     pub cost_micros: u64,
 }
 

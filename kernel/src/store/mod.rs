@@ -33,19 +33,31 @@ pub use retention::{PrunableOp, PurgedTree};
 pub use runs::{CreatedRun, NewRun, RunChange, RunRecord};
 pub use schedules::{Fire, NewSchedule, Schedule, StartupReport, MAX_LAST_TAIL};
 
+/// Why a control-plane call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// SQLite refused or failed a statement.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// Stored data breaks the control plane's own rules (a value that does
+    /// not parse, a row missing or changed inside its own transaction).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The blocking task running the call panicked or was cancelled.
     #[error("database worker failed: {0}")]
     Worker(String),
+    /// The database's schema version is past the last migration this
+    /// kernel knows: it is refused and nothing is written.
     #[error(
         "the control plane's schema version {found} was written by a newer opkernel (this one knows up to {known}); \
          run that newer opkernel, or point this one at another home: nothing was changed"
     )]
-    NewerSchema { found: i64, known: i64 },
+    NewerSchema {
+        /// The database's schema version.
+        found: i64,
+        /// The newest version this kernel knows.
+        known: i64,
+    },
     /// PostgreSQL answered with an error (its SQLSTATE first).
     #[error("database error: {0}")]
     Postgres(String),
@@ -54,6 +66,7 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+/// A control-plane call's result.
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Numbered migrations, applied in order inside one transaction each.
@@ -71,6 +84,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("../../migrations/0008_retention.sql")),
 ];
 
+/// The control plane: one SQLite connection, shared and serialized, and
+/// the journal's wake-up channel. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     conn: Arc<Lock<Connection>>,
@@ -82,6 +97,8 @@ pub struct Store {
 }
 
 impl Store {
+    /// Opens (or creates) the database at `path` and applies the pending
+    /// migrations; a database from a newer kernel is refused untouched.
     pub fn open(path: &Path) -> StoreResult<Store> {
         let mut conn = Connection::open(path)?;
         // a database from a newer kernel is refused before anything here

@@ -12,25 +12,47 @@ use crate::lifecycle::{live_sql, observed_sql, KillReason, Outcome, Status};
 /// An op as the control plane records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Op {
+    /// The op's id, a lowercase UUID.
     pub id: String,
+    /// The run it belongs to.
     pub run_id: String,
+    /// The argv, as the start request gave it.
     pub command: Vec<String>,
+    /// Started in the background (its result goes to a report) or in the
+    /// foreground.
     pub background: bool,
+    /// Its timeout in seconds, counted from its start.
     pub timeout_sec: u64,
+    /// Where it stands in the lifecycle.
     pub status: Status,
+    /// The current observer attempt; only attempt 1 may launch the command.
     pub attempt: u32,
+    /// Observer attempts that failed in a row (the supervisor gives up at a
+    /// bound).
     pub failed_attempts: u32,
+    /// When it won the exec claim (unix ms); `None` while never claimed.
     pub exec_claimed_at: Option<i64>,
+    /// Its run's scratch key: which `.ops` dir holds its files.
     pub scratch_key: String,
+    /// The container it was launched in, once claimed.
     pub container_id: Option<String>,
+    /// Its wrapper's identity from the `.pid` file, once recorded.
     pub pid: Option<sandbox::PidRecord>,
+    /// When it was admitted (unix ms).
     pub created_at: i64,
+    /// When its start was confirmed (`running`), unix ms.
     pub started_at: Option<i64>,
+    /// When the observing kernel last refreshed it (unix ms).
     pub heartbeat_at: Option<i64>,
+    /// When it was settled (unix ms).
     pub finished_at: Option<i64>,
+    /// The command's exit code, when it has one.
     pub exit_code: Option<i32>,
+    /// A kill's signal reached the command.
     pub killed: bool,
+    /// When a kill or timeout was requested (unix ms).
     pub kill_requested_at: Option<i64>,
+    /// Why it is being killed, once a kill or timeout is requested.
     pub kill_reason: Option<KillReason>,
     /// A kill or timeout signal reached the op's processes (durable, so a
     /// kill interrupted by a restart still ends `killed`).
@@ -41,27 +63,44 @@ pub struct Op {
     pub exec_id: Option<String>,
     /// When the op was handed to its container's resident launcher.
     pub handed_over_at: Option<i64>,
+    /// `uncertain` for a lost or timed-out op (it may or may not have done its
+    /// work).
     pub effect: Option<String>,
+    /// Why it was lost, failed or denied.
     pub error: Option<String>,
+    /// The end of its output (at most `TAIL_BYTES`), kept after the log file is
+    /// pruned.
     pub output_tail: Option<String>,
+    /// Hex sha256 of its final log: its output artifact.
     pub log_sha256: Option<String>,
+    /// Its final log's size, in bytes.
     pub log_size: Option<u64>,
     /// What the command's process tree used (from the shim's code record).
     pub usage: Option<sandbox::Usage>,
     /// Processes the command left behind that its shim stopped before
     /// recording the code (from the code record; 0 when none or unknown).
     pub leftovers: u32,
+    /// The kernel process (boot id, pid, start time) whose observer claimed it
+    /// and heartbeats it.
     pub kernel_id: Option<String>,
+    /// The report that delivered its result, once drained.
     pub report_id: Option<String>,
+    /// Its result was returned directly (a foreground op): no report carries
+    /// it.
     pub delivered_inline: bool,
     /// The approval rule that held it (SPEC §16), if one did.
     pub approval_rule: Option<String>,
+    /// How long it may wait for a decision, seconds (`None`: forever).
     pub approval_timeout_sec: Option<u64>,
+    /// What the wait's timeout does (`None`: escalate).
     pub approval_on_timeout: Option<crate::runs::OnTimeout>,
+    /// When its approval wait was escalated (unix ms); escalated once.
     pub approval_escalated_at: Option<i64>,
     /// `operator`, `timeout` or `kill` (for a denial), `operator` for an approval.
     pub approval_decided_by: Option<String>,
+    /// When the operator or the timeout decided (unix ms).
     pub approval_decided_at: Option<i64>,
+    /// The schedule that fired it, if one did.
     pub schedule_id: Option<String>,
 }
 
@@ -168,11 +207,18 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
 /// A validated start request.
 #[derive(Debug, Clone)]
 pub struct StartRequest {
+    /// The run to start it in.
     pub run_id: String,
+    /// The run's scratch key.
     pub scratch_key: String,
+    /// The argv (non-empty, no NUL bytes, bounded).
     pub command: Vec<String>,
+    /// Background (a report delivers its result) or foreground.
     pub background: bool,
+    /// The timeout, in seconds.
     pub timeout_sec: u64,
+    /// The `Idempotency-Key` header: a retry with the same key finds the same
+    /// op.
     pub idempotency_key: Option<String>,
     /// Set when an approval rule matched: the op waits for an operator.
     pub approval: Option<ApprovalHold>,
@@ -193,6 +239,7 @@ impl StartRequest {
 /// The result of inserting a start.
 #[derive(Debug)]
 pub enum NewOp {
+    /// A new row (`starting`, or `awaiting_approval` under a hold), committed.
     Created(Op),
     /// The idempotency key was seen before with the same request.
     Existing(Op),
@@ -218,9 +265,13 @@ pub enum AttemptStart {
 /// The terminal write of an op.
 #[derive(Debug, Clone)]
 pub struct Settlement {
+    /// The terminal status and its fields, written by compare-and-set.
     pub outcome: Outcome,
+    /// The end of the output ([`crate::report_text::cut_tail`]).
     pub output_tail: Option<String>,
+    /// The final log's digest and size, when the log could be read.
     pub log: Option<sandbox::LogDigest>,
+    /// What the command's tree used, from the code record.
     pub usage: Option<sandbox::Usage>,
     /// Processes the command left behind that the shim stopped (from the
     /// code record, with the usage).
@@ -256,6 +307,7 @@ impl Store {
         .await
     }
 
+    /// The op by id; `None` when no such op exists (or it was purged).
     pub async fn get_op(&self, id: &str) -> StoreResult<Option<Op>> {
         let id = id.to_owned();
         self.call(move |conn| get(conn, &id)).await
@@ -330,6 +382,7 @@ impl Store {
         .await
     }
 
+    /// Records this kernel process in the `kernels` table at start.
     pub async fn register_kernel(&self, kernel_id: &str) -> StoreResult<()> {
         let kernel_id = kernel_id.to_owned();
         self.call(move |conn| {

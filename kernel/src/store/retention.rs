@@ -12,16 +12,22 @@ use crate::lifecycle::{live_sql, terminal_sql};
 /// An op whose files may be removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrunableOp {
+    /// The op's id, naming its `.log`, `.pid` and `.code`.
     pub id: String,
+    /// Its run's scratch key: whose `.ops` dir holds the files.
     pub scratch_key: String,
 }
 
 /// One purged run tree, as the kernel journal records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgedTree {
+    /// The top-level run the tree hangs from.
     pub root: String,
+    /// Every run of the tree, the root included.
     pub runs: Vec<String>,
+    /// Ops deleted with the tree.
     pub ops: usize,
+    /// Events deleted with the tree.
     pub events: usize,
 }
 

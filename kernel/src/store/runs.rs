@@ -17,28 +17,39 @@ use crate::runs::{Budget, Envelope, RunState};
 /// A run as the control plane records it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
+    /// The run's id (`[A-Za-z0-9_.-]{1,64}`; a child's is `<parent>.<name>`).
     pub run_id: String,
+    /// The parent run; `None` for a top-level run.
     pub parent_run_id: Option<String>,
     /// Ancestor run ids, root first (empty for a top-level run).
     pub chain: Vec<String>,
     /// `operator`, or `run:<id>` of the run that created it.
     pub principal: String,
+    /// Its state: `active`, `paused`, `completed` or `cancelled`.
     pub state: RunState,
     /// `None`: the kernel's default envelope (a run registered without one).
     pub envelope: Option<Envelope>,
+    /// Its budget limits (any subset; empty: no limit of its own).
     pub budget: Budget,
+    /// When it was registered (unix ms).
     pub created_at: i64,
+    /// When its state last changed (unix ms).
     pub state_changed_at: Option<i64>,
+    /// The `complete` call's summary.
     pub summary: Option<String>,
+    /// Who completed or cancelled it (`operator` or `run:<id>`).
     pub decided_by: Option<String>,
     /// Who paused it (`operator` or `run:<id>`), while it is paused.
     pub paused_by: Option<String>,
     /// The `Idempotency-Key` a child was created under.
     pub idempotency_key: Option<String>,
+    /// When `POST /v1/runs/{run}/finish` first returned for it (unix ms).
     pub finished_at: Option<i64>,
 }
 
 impl RunRecord {
+    /// How many ancestors it has (0 for a top-level run); bounded by
+    /// `OPKERNEL_MAX_DEPTH`.
     pub fn depth(&self) -> usize {
         self.chain.len()
     }
@@ -123,11 +134,19 @@ fn to_json<T: serde::Serialize>(v: &T) -> StoreResult<String> {
 /// A run to create.
 #[derive(Debug, Clone)]
 pub struct NewRun {
+    /// The run's id (a child's already in its parent's namespace).
     pub run_id: String,
+    /// The parent run, for a child created with a run token; `None` for a
+    /// top-level run.
     pub parent: Option<String>,
+    /// The envelope asked for, already resolved or narrowed; `None`: the
+    /// kernel's default.
     pub envelope: Option<Envelope>,
+    /// The budget asked for, already checked against the parent's chain.
     pub budget: Budget,
+    /// Hex sha256 of the run's token (the token itself is never stored).
     pub token_sha256: String,
+    /// The `Idempotency-Key` of a child's creation: a retry finds the same run.
     pub idempotency_key: Option<String>,
     /// The kernel's defaults for runs without an envelope of their own.
     pub limits: Admission,
@@ -136,6 +155,8 @@ pub struct NewRun {
 /// The result of creating a run.
 #[derive(Debug)]
 pub enum CreatedRun {
+    /// The run was made, with its ancestry (and `run.child_created` for a
+    /// child).
     Created(RunRecord),
     /// The run exists: nothing changed.
     Exists(RunRecord),
@@ -151,8 +172,12 @@ pub enum RunChange {
     /// Applied (or already so): the run as it is now, with the runs whose
     /// state changed and the ops whose kill was requested (a cancel).
     Done {
+        /// The run as it is now.
         run: Box<RunRecord>,
+        /// Runs whose state changed (the run, and its descendants for a
+        /// cancel).
         changed: Vec<String>,
+        /// Ops whose kill was requested (a cancel).
         kills: Vec<String>,
         /// Ops that waited for approval, denied by a cancel.
         denied: Vec<String>,
@@ -163,6 +188,7 @@ pub enum RunChange {
     LiveOps(u64),
     /// `resume` by someone below whoever paused it (named here).
     PausedAbove(String),
+    /// No such run.
     NotFound,
 }
 
@@ -331,6 +357,8 @@ impl Store {
         .await
     }
 
+    /// Records that `finish` returned for the run (the first time only): the
+    /// reaper may then remove its container without an idle wait.
     pub async fn mark_run_finished(&self, run_id: &str) -> StoreResult<()> {
         let run_id = run_id.to_owned();
         self.call(move |conn| {

@@ -31,26 +31,49 @@ pub const MAX_LAST_TAIL: usize = 4096;
 /// A schedule as the control plane records it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
+    /// The schedule's id (`schedule_id`).
     pub id: String,
+    /// The run it belongs to and fires as.
     pub run_id: String,
+    /// The argv each fire runs.
     pub command: Vec<String>,
+    /// Each fired op's timeout, in seconds.
     pub timeout_sec: u64,
+    /// When it fires: `cron`, `every_sec` or `at`.
     pub timing: Timing,
+    /// An overdue schedule fires once at start (else it skips or advances).
     pub catch_up: bool,
+    /// A one-shot that succeeded is deleted rather than disabled.
     pub delete_after_success: bool,
+    /// `false` once it can fire no more: a finished or skipped one-shot, or
+    /// a schedule of a run that is over.
     pub enabled: bool,
+    /// Paused by `POST .../pause`: due times pass until it is resumed.
     pub paused: bool,
+    /// Its next due time (unix ms); `None` when none is left.
     pub next_due_at: Option<i64>,
+    /// When a kernel claimed it for a due time (unix ms), while the claim
+    /// holds.
     pub claimed_at: Option<i64>,
+    /// The kernel process holding the claim.
     pub claimed_by: Option<String>,
+    /// The op the claim fired, while it is live.
     pub current_op_id: Option<String>,
+    /// The due time the current op fired for (unix ms).
     pub current_due_at: Option<i64>,
+    /// The due time of the last finished fire (unix ms).
     pub last_due_at: Option<i64>,
+    /// The last finished fire's op.
     pub last_op_id: Option<String>,
+    /// That op's terminal status, or `skipped`.
     pub last_status: Option<String>,
+    /// That op's exit code, when it had one.
     pub last_exit_code: Option<i32>,
+    /// That op's output tail, at most [`MAX_LAST_TAIL`] bytes.
     pub last_output_tail: Option<String>,
+    /// When that op finished (unix ms).
     pub last_finished_at: Option<i64>,
+    /// When the schedule was made (unix ms).
     pub created_at: i64,
 }
 
@@ -120,11 +143,17 @@ fn bounded_tail(tail: Option<&str>) -> Option<String> {
 /// A schedule to create (validated by the caller).
 #[derive(Debug, Clone)]
 pub struct NewSchedule {
+    /// The run it belongs to and fires as.
     pub run_id: String,
+    /// The argv each fire runs.
     pub command: Vec<String>,
+    /// Each fired op's timeout, in seconds (checked by the caller).
     pub timeout_sec: u64,
+    /// When it fires.
     pub timing: Timing,
+    /// Fire an overdue schedule once at start.
     pub catch_up: bool,
+    /// Delete a one-shot that succeeded instead of disabling it.
     pub delete_after_success: bool,
 }
 
@@ -374,6 +403,7 @@ impl Store {
         .await
     }
 
+    /// The schedule by id; `None` when there is none.
     pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<Schedule>> {
         let id = id.to_owned();
         self.call(move |conn| get_schedule(conn, &id)).await
