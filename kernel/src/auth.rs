@@ -12,11 +12,16 @@ use sha2::{Digest, Sha256};
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
+    /// The operator token: may act on every run.
     Operator,
+    /// A run token: acts for this run (and, where the API allows, its
+    /// descendants).
     Run(String),
 }
 
 impl Principal {
+    /// Whether the caller may act on `run_id` itself: the operator always, a
+    /// run token only on its own run.
     pub fn may_act_on(&self, run_id: &str) -> bool {
         match self {
             Principal::Operator => true,
@@ -32,6 +37,7 @@ pub fn new_token() -> String {
     hex::encode(bytes)
 }
 
+/// Hex sha256 of a token: the only form a token is stored in.
 pub fn token_sha256(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }

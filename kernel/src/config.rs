@@ -6,16 +6,27 @@ use std::time::Duration;
 
 use sandbox::Profile;
 
+/// The kernel's settings, read once at start ([`Config::from_env`]) and fixed
+/// for the process's life.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The kernel's home: `kernel.db`, the operator token, `scratch/` and
+    /// `bin/`.
     pub home: PathBuf,
+    /// Address the HTTP API listens on (default `127.0.0.1:7878`).
     pub listen: SocketAddr,
     /// Unix socket of the Docker engine (default: `DOCKER_HOST` or /var/run/docker.sock).
     pub docker_socket: Option<String>,
+    /// Container settings of every run without an envelope of its own
+    /// (`OPKERNEL_IMAGE`, `OPKERNEL_RUN_AS`, …).
     pub profile: Profile,
+    /// Foreground timeout when a start gives none, seconds (300).
     pub fg_default_sec: u64,
+    /// Foreground timeout ceiling, seconds (`OPKERNEL_FG_MAX_SECONDS`, 900).
     pub fg_max_sec: u64,
+    /// Background timeout when a start gives none, seconds (900).
     pub bg_default_sec: u64,
+    /// Background timeout ceiling, seconds (`OPKERNEL_BG_MAX_SECONDS`, 3600).
     pub bg_max_sec: u64,
     /// How long a container or the daemon may stay unreachable before its ops are lost.
     pub grace: Duration,
@@ -29,11 +40,18 @@ pub struct Config {
     /// How long the resident launcher has to claim a request before the
     /// kernel takes it back and starts the op by `docker exec`.
     pub launcher_claim: Duration,
+    /// Bytes of output kept in an op's `.log` (`OPKERNEL_LOG_CAP_BYTES`, 64
+    /// MiB); the shim drops the rest.
     pub log_cap_bytes: u64,
     /// Safety-net cadence of liveness probes and exit-code checks.
     pub probe_interval: Duration,
+    /// How often the kernel refreshes its observed ops' `heartbeat_at`
+    /// (`OPKERNEL_HEARTBEAT_MS`).
     pub heartbeat_interval: Duration,
+    /// Live ops of one run (and its descendants) when its envelope sets none
+    /// (`OPKERNEL_MAX_OPS_PER_RUN`).
     pub max_live_ops_per_run: u64,
+    /// Live ops across the whole kernel (`OPKERNEL_MAX_OPS`).
     pub max_live_ops: u64,
     /// Default `max_children` of a top-level run's envelope.
     pub max_children: u64,
@@ -44,6 +62,8 @@ pub struct Config {
     pub approval_match: Vec<String>,
     /// Idle time after which a container without live ops may be reaped.
     pub reap_ttl: Duration,
+    /// How often the reaper looks for abandoned containers
+    /// (`OPKERNEL_REAP_INTERVAL_SECONDS`).
     pub reap_interval: Duration,
     /// Enables the fault hooks used by recovery drills.
     pub drills: bool,
@@ -226,6 +246,7 @@ impl Config {
         }
     }
 
+    /// `<home>/scratch`: where every run's scratch dir lives.
     pub fn scratch_root(&self) -> PathBuf {
         self.home.join("scratch")
     }

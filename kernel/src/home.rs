@@ -9,20 +9,29 @@ use sandbox::OpBackend;
 use crate::config::Config;
 use crate::store::Store;
 
+/// Why the kernel refuses to start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// Another `opkernel serve` holds the home's lock; the home's path.
     #[error("another opkernel serve owns {0} (its lock is held); stop it first")]
     HomeLocked(String),
+    /// The home, a file in it or its modes could not be set up.
     #[error("cannot prepare home {path}: {source}")]
     Home {
+        /// The path that failed.
         path: String,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// A setting could not be read (a typo never silently means a default).
     #[error("invalid setting: {0}")]
     Config(String),
+    /// The control plane could not be opened, migrated or recovered.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The sandbox refused a start-up check (the run image lacks the run
+    /// user) or could not be set up.
     #[error(transparent)]
     Sandbox(#[from] sandbox::SandboxError),
 }

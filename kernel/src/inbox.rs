@@ -19,6 +19,7 @@ pub struct Inbox {
 }
 
 impl Inbox {
+    /// Posts a wake; it coalesces with a pending one of the same kind.
     pub fn post(&self, wake: Wake) {
         self.pending.fetch_or(wake as u8, Ordering::SeqCst);
         self.notify.notify_one();

@@ -27,10 +27,14 @@ pub enum ProbeFailure {
 
 pub use sandbox::liveness::Snapshot;
 
+/// One probe's answer, shared by every observer of the container that asked
+/// within `max_age`.
 pub type ProbeResult = Result<Arc<Snapshot>, ProbeFailure>;
 
 type Slot = Arc<tokio::sync::Mutex<Option<(Instant, ProbeResult)>>>;
 
+/// The latest probe of each container, shared by its observers, and the
+/// resident launchers probes may be asked of.
 #[derive(Default)]
 pub struct ProbeCache {
     slots: Lock<HashMap<String, Slot>>,
@@ -134,6 +138,8 @@ impl ProbeCache {
         }
     }
 
+    /// Drops the container's cached probe (the container went away): the
+    /// next probe asks afresh.
     pub fn forget(&self, container_id: &str) {
         self.slots.lock().remove(container_id);
     }
@@ -172,6 +178,7 @@ pub struct Ticks {
 }
 
 impl Ticks {
+    /// A grid of period `every` starting now.
     pub fn new(every: Duration) -> Ticks {
         Ticks {
             origin: Instant::now(),
@@ -179,6 +186,7 @@ impl Ticks {
         }
     }
 
+    /// The grid's period: the safety-net interval.
     pub fn every(&self) -> Duration {
         self.every
     }
@@ -195,7 +203,9 @@ impl Ticks {
 /// An op a container monitor watches: its wrapper's identity and its
 /// observer's inbox, where the monitor posts [`Wake::Alarm`].
 pub struct Watched {
+    /// The wrapper's identity as recorded in the op's row.
     pub rec: PidRecord,
+    /// The op's observer inbox, where an alarm is posted.
     pub inbox: Arc<Inbox>,
 }
 
@@ -218,6 +228,8 @@ struct MonitorsShared {
 }
 
 impl Monitors {
+    /// No monitor runs until the first [`Monitors::watch`]; each then probes on
+    /// the `ticks` grid.
     pub fn new(backend: Arc<dyn OpBackend>, probes: Arc<ProbeCache>, ticks: Ticks) -> Monitors {
         Monitors {
             shared: Arc::new(MonitorsShared {
@@ -241,6 +253,8 @@ impl Monitors {
         tokio::spawn(monitor(self.shared.clone(), container_id.to_owned(), ops));
     }
 
+    /// Removes an op from its container's monitor; a monitor left with no op
+    /// ends at its next tick.
     pub fn unwatch(&self, container_id: &str, op_id: &str) {
         if let Some(ops) = self.shared.containers.lock().get(container_id) {
             ops.lock().remove(op_id);

@@ -10,19 +10,30 @@ use serde::{Deserialize, Serialize};
 use crate::kernel::Kernel;
 use crate::store::{now_ms, StoreError};
 
+/// What the reaper does with a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReapAction {
+    /// Leave it: something is live, undecidable or too recent.
     Keep,
+    /// Remove it: nothing in it is live, and its run finished or it idled
+    /// past the ttl.
     Remove,
 }
 
+/// The reaper's verdict on one managed container, with its reason (shown by
+/// `opkernel reap` and the panel).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ReapDecision {
+    /// Docker's container id.
     pub container_id: String,
+    /// The container's name.
     pub name: String,
+    /// Its run label as found, valid or not (`None`: no label).
     pub run_id: Option<String>,
+    /// Keep or remove.
     pub action: ReapAction,
+    /// Why, in words: what keeps it, or what makes it abandoned.
     pub reason: String,
     /// True when the container was actually removed (never in a dry run).
     pub removed: bool,
@@ -44,7 +55,9 @@ fn is_idle_process(command: &str) -> bool {
 /// What the reaper knows about one managed container when it decides.
 #[derive(Debug, Clone)]
 pub struct ReapFacts {
+    /// Docker's container id.
     pub container_id: String,
+    /// The container's name.
     pub name: String,
     /// Its run label as found (for the report), valid or not.
     pub run_label: Option<String>,
@@ -62,8 +75,14 @@ pub struct ReapFacts {
     pub marked_process: Result<Option<String>, String>,
     /// A process that is neither init nor the idle loop, or why `top` failed.
     pub unknown_process: Result<Option<String>, String>,
+    /// Its run was finished (`POST /v1/runs/{run}/finish`): no idle wait
+    /// applies.
     pub run_finished: bool,
+    /// Milliseconds since the run's last activity (control plane, `.ops` files,
+    /// creation label).
     pub idle_ms: i64,
+    /// Idle time after which a container without live ops may go
+    /// (`OPKERNEL_REAP_TTL_SECONDS`), in milliseconds.
     pub ttl_ms: i64,
     /// Ops in the `.ops` dir with a pid file and no code file.
     pub open_op_files: usize,
@@ -116,7 +135,9 @@ pub fn decide_reap(facts: &[ReapFacts]) -> Vec<ReapDecision> {
 /// What becomes of a run's scratch dir once one of its containers is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScratchFate {
+    /// Remove the scratch dir with the container.
     Remove,
+    /// Keep it, for this reason.
     Keep(&'static str),
 }
 

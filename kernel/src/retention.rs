@@ -25,9 +25,17 @@ const HANDOVER: [&str; 4] = ["req", "req.tmp", "claimed", "withdrawn"];
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Pass {
+    /// Ops whose `.log`, `.pid` and `.code` were removed (delivered, older than
+    /// `OPKERNEL_OP_FILES_RETENTION`).
     pub files_pruned: usize,
+    /// Handover and probe files removed from run inboxes (settled ops,
+    /// abandoned probes).
     pub inbox_files_removed: usize,
+    /// Finished run trees purged from the control plane (older than
+    /// `OPKERNEL_RETENTION`).
     pub trees_purged: usize,
+    /// In-memory entries (per-run maps, probe state) dropped for lack of live
+    /// work.
     pub memory_entries_dropped: usize,
 }
 

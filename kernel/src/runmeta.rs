@@ -11,7 +11,11 @@ use crate::store::RunRecord;
 pub struct RunMeta {
     /// Ancestor run ids, root first.
     pub chain: Vec<String>,
+    /// The run's envelope, resolved at its creation (the default for a run
+    /// without one).
     pub envelope: Envelope,
+    /// The container profile: the kernel's base profile narrowed by the
+    /// envelope.
     pub profile: sandbox::Profile,
     /// The envelope's approval patterns, compiled.
     approval: Vec<Pattern>,

@@ -5,6 +5,8 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 
+/// The `{"tools": [...]}` body of `GET /v1/tools`: `run_command` and
+/// `kill_operation` with the timeouts `c` allows.
 pub fn tool_definitions(c: &Config) -> Value {
     json!({"tools": [
         {

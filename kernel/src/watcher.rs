@@ -13,6 +13,8 @@ use crate::sync::Lock;
 
 type Wakers = Arc<Lock<HashMap<String, Arc<Inbox>>>>;
 
+/// The kernel's one inotify watcher: `.ops` dirs watched, op ids mapped to
+/// their observers' inboxes.
 pub struct OpsWatcher {
     watcher: Lock<Option<notify::RecommendedWatcher>>,
     watched: Lock<HashSet<PathBuf>>,
@@ -20,6 +22,8 @@ pub struct OpsWatcher {
 }
 
 impl OpsWatcher {
+    /// Starts the watcher; without inotify it logs a warning and observers rely
+    /// on polling.
     pub fn new() -> OpsWatcher {
         let wakers: Wakers = Arc::default();
         let dispatch = wakers.clone();
@@ -70,6 +74,7 @@ impl OpsWatcher {
         self.wakers.lock().insert(op_id.to_owned(), inbox);
     }
 
+    /// Stops routing file events to the op's inbox (its observer ended).
     pub fn unregister(&self, op_id: &str) {
         self.wakers.lock().remove(op_id);
     }

@@ -22,9 +22,12 @@ pub struct KillFlags {
 /// One `opkernel serve` child process and its home.
 pub struct KernelProcess {
     bin: PathBuf,
+    /// The kernel's throwaway home (its `kernel.db`, operator token and
+    /// `kernel.log`).
     pub home: PathBuf,
     env: Vec<(String, String)>,
     child: Option<Child>,
+    /// An operator client for the current process (re-made on every start).
     pub client: Client,
     /// How many times it was started.
     pub starts: u32,
@@ -147,6 +150,7 @@ impl KernelProcess {
         }
     }
 
+    /// SIGKILLs the kernel and starts it again on the same home.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.sigkill();
         self.spawn().await
@@ -230,10 +234,13 @@ impl KernelProcess {
         Ok(conn.execute(sql, params)?)
     }
 
+    /// The current process's pid; `None` while it is down.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
+    /// What the kernel logged to `<home>/kernel.log` so far (empty if
+    /// unreadable).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
@@ -277,6 +284,7 @@ impl KernelProcess {
         Ok(kill)
     }
 
+    /// The op's state as `GET /v1/operations/{id}` returns it.
     pub async fn state(&self, op: &str) -> anyhow::Result<Value> {
         self.client.get(&format!("/v1/operations/{op}")).await
     }
@@ -301,6 +309,7 @@ impl KernelProcess {
         }
     }
 
+    /// Waits until the op is terminal (any terminal status, `denied` included).
     pub async fn wait_terminal(&self, op: &str, timeout: Duration) -> anyhow::Result<Value> {
         self.wait_state(op, timeout, |s| {
             matches!(

@@ -106,11 +106,16 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
     })
 }
 
+/// One drill's outcome, as `opkernel drill --json` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DrillResult {
+    /// The drill's name (one of [`DRILLS`]).
     pub name: String,
+    /// Whether every check of the drill held.
     pub passed: bool,
+    /// What the drill found when it passed, or the error chain when it failed.
     pub detail: String,
+    /// How long it took, in seconds (one decimal).
     pub seconds: f64,
 }
 
@@ -118,7 +123,10 @@ pub struct DrillResult {
 /// (`None`: the kernel's own default or `OPKERNEL_IMAGE`).
 #[derive(Debug, Clone)]
 pub struct Kit {
+    /// The `opkernel` binary drills start as `serve`.
     pub bin: PathBuf,
+    /// The run image every run container is made from (`None`: the kernel's
+    /// default or `OPKERNEL_IMAGE`).
     pub image: Option<String>,
 }
 

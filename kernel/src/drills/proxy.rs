@@ -25,6 +25,8 @@ pub enum Hold {
     Drop,
 }
 
+/// A listening proxy at `path` that relays each connection to the real Docker
+/// socket.
 pub struct DockerProxy {
     path: PathBuf,
     upstream: PathBuf,
@@ -33,6 +35,7 @@ pub struct DockerProxy {
 }
 
 impl DockerProxy {
+    /// Listens at `path` (replacing any file there) and relays to `upstream`.
     pub fn start(path: &Path, upstream: &Path) -> std::io::Result<DockerProxy> {
         let proxy = DockerProxy {
             path: path.to_owned(),
@@ -44,6 +47,7 @@ impl DockerProxy {
         Ok(proxy)
     }
 
+    /// The proxy's socket: the kernel's `OPKERNEL_DOCKER_SOCKET` in the drill.
     pub fn socket(&self) -> &Path {
         &self.path
     }
@@ -93,6 +97,8 @@ impl DockerProxy {
         let _ = std::fs::remove_file(&self.path);
     }
 
+    /// Listens again after a [`DockerProxy::cut`]: new connections reach the
+    /// daemon.
     pub fn restore(&self) -> std::io::Result<()> {
         self.listen()
     }

@@ -35,15 +35,24 @@ pub use handles::OpHandle;
 
 /// One kernel process: its settings, control plane, backend and state.
 pub struct Kernel {
+    /// The settings it was started with.
     pub config: Config,
+    /// The control plane: the single authority on every op's lifecycle.
     pub store: Store,
+    /// Docker, through the sandbox's backend trait (a fake in unit tests).
     pub backend: Arc<dyn OpBackend>,
     /// boot id + pid + process start time of this kernel process.
     pub id: String,
+    /// The operator token, as read from (or created in)
+    /// `<home>/operator.token`.
     pub operator_token: String,
+    /// File events on runs' `.ops` dirs, routed to the ops' observers.
     pub watcher: OpsWatcher,
+    /// Coalesced liveness probes, one per container per `max_age`.
     pub probes: Arc<ProbeCache>,
+    /// One monitor task per container with watched ops, alarming observers.
     pub monitors: Monitors,
+    /// The safety-net grid every observer's and monitor's tick falls on.
     pub ticks: Ticks,
     /// The live ops this kernel observes, by id.
     pub handles: handles::OpHandles,

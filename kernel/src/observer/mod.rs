@@ -24,14 +24,22 @@ pub use supervise::{
     WATCHDOG_EVERY,
 };
 
+/// Why an observer attempt ended without settling its op: the supervisor starts
+/// the next attempt (or gives up).
 #[derive(Debug, thiserror::Error)]
 pub enum ObserverError {
+    /// The control plane could not be read or written.
     #[error("control plane: {0}")]
     Store(#[from] crate::store::StoreError),
+    /// The op's row is no longer in the control plane; the op's id.
     #[error("op {0} vanished from the control plane")]
     Vanished(String),
+    /// A drill's fault hook failed this attempt
+    /// ([`crate::inbox::Wake::Fault`]).
     #[error("fault injected by a drill")]
     Injected,
+    /// A drill told the supervisor to stop ([`crate::inbox::Wake::Abandon`]):
+    /// the op is left without an observer.
     #[error("the supervisor was told to give up by a drill")]
     Abandoned,
 }
@@ -51,6 +59,8 @@ pub struct ObserverAttempt {
 }
 
 impl ObserverAttempt {
+    /// An attempt for `op` as last read, taking wakes from `inbox`; nothing
+    /// runs until [`ObserverAttempt::run`].
     pub fn new(kernel: Arc<Kernel>, op: Op, inbox: Arc<Inbox>, anchor: supervise::Anchor) -> Self {
         ObserverAttempt {
             kernel,
@@ -61,6 +71,8 @@ impl ObserverAttempt {
         }
     }
 
+    /// Runs the attempt: launches the op if it was never claimed (attempt 1),
+    /// else reloads it, then watches until it is settled or the attempt fails.
     pub async fn run(mut self) -> Step {
         if self.op.status == crate::lifecycle::Status::Starting && self.op.exec_claimed_at.is_none()
         {
