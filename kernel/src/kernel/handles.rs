@@ -75,7 +75,10 @@ mod tests {
         let handles = OpHandles::default();
         let first = handles.claim("op");
         assert!(first.is_some());
-        assert!(handles.claim("op").is_none(), "a second observer was let in");
+        assert!(
+            handles.claim("op").is_none(),
+            "a second observer was let in"
+        );
         assert!(handles.post("op", Wake::Kill));
         assert!(!handles.post("other", Wake::Kill));
         handles.release("op");
