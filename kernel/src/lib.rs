@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod drills;
 pub mod envelope;
+pub mod event_kind;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod home;
@@ -78,6 +79,18 @@ mod layering_tests {
             (
                 "envelope.rs",
                 include_str!("envelope.rs"),
+                &[
+                    "crate::kernel",
+                    "crate::store",
+                    "crate::api",
+                    "tokio",
+                    "rusqlite",
+                ],
+            ),
+            // so are the kinds of events and their payloads
+            (
+                "event_kind.rs",
+                include_str!("event_kind.rs"),
                 &[
                     "crate::kernel",
                     "crate::store",
