@@ -7,22 +7,22 @@ use rmcp::model::{CallToolResult, ContentBlock as Content, Tool};
 use serde_json::{json, Value};
 
 use super::backend::Answer;
+use crate::views::ToolsView;
 
 /// The tools an MCP client sees: `run_command` and `kill_operation` exactly
 /// as `GET /v1/tools` publishes them (fetched from the API), and the two
 /// MCP-only tools.
-pub fn tools_from_api(api_tools: &Value) -> Result<Vec<Tool>, String> {
+pub fn tools_from_api(api_tools: &ToolsView) -> Result<Vec<Tool>, String> {
     let mut out = Vec::new();
-    for t in api_tools["tools"].as_array().into_iter().flatten() {
-        let name = t["name"]
-            .as_str()
-            .ok_or("a tool without a name")?
-            .to_owned();
-        let description = t["description"].as_str().unwrap_or_default().to_owned();
-        let Value::Object(schema) = t["parameters"].clone() else {
-            return Err(format!("tool {name} has no parameter schema"));
+    for t in &api_tools.tools {
+        let Value::Object(schema) = t.parameters.clone() else {
+            return Err(format!("tool {} has no parameter schema", t.name));
         };
-        out.push(Tool::new(name, description, Arc::new(schema)));
+        out.push(Tool::new(
+            t.name.clone(),
+            t.description.clone(),
+            Arc::new(schema),
+        ));
     }
     let extra = [
         (
