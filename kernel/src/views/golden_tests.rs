@@ -553,6 +553,15 @@ fn tools_view() {
 
 #[test]
 fn drill_answers() {
+    let counts = ProbeCounts {
+        by_launcher: 3,
+        launcher_silent: 1,
+        by_exec: 0,
+    };
+    golden(
+        &counts,
+        r#"{"by_launcher":3,"launcher_silent":1,"by_exec":0}"#,
+    );
     let fault = DrillFault {
         operation_id: "op-1".into(),
         fault: "observer attempt fails at its next step".into(),

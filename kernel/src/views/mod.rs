@@ -12,6 +12,7 @@ mod reports;
 mod runs;
 mod schedules;
 
+pub use crate::probes::ProbeCounts;
 pub use crate::report::rfc3339;
 pub use containers::{ContainerList, ContainerView, ReapList};
 pub use daemon::{

@@ -73,6 +73,8 @@ pub struct ApprovalView {
 }
 
 impl OpView {
+    /// The view of a stored op (`live`, `duration_sec` and `delivered`
+    /// derived now).
     pub fn of(op: &Op) -> OpView {
         let end = op.finished_at.unwrap_or_else(now_ms);
         let (command, command_truncated) = bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES);
