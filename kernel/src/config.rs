@@ -175,7 +175,7 @@ impl Config {
             ),
             max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512),
             max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384),
-            max_children: env_u64("OPKERNEL_MAX_CHILDREN", crate::tasks::DEFAULT_MAX_CHILDREN),
+            max_children: env_u64("OPKERNEL_MAX_CHILDREN", crate::runs::DEFAULT_MAX_CHILDREN),
             max_depth: env_u64("OPKERNEL_MAX_DEPTH", 4) as usize,
             approval_match: std::env::var("OPKERNEL_APPROVAL_MATCH")
                 .map(|v| {
@@ -202,8 +202,8 @@ impl Config {
     /// The envelope of a top-level run the operator gave none: the
     /// kernel's profile limits, no timeout ceiling beyond the kernel's own,
     /// the per-run live-op limit and no approval rules of its own.
-    pub fn default_envelope(&self) -> crate::tasks::Envelope {
-        crate::tasks::Envelope {
+    pub fn default_envelope(&self) -> crate::runs::Envelope {
+        crate::runs::Envelope {
             max_timeout_sec: None,
             memory_bytes: self.profile.memory_bytes,
             cpus: self.profile.nano_cpus as f64 / 1e9,
@@ -211,7 +211,7 @@ impl Config {
             network: self.profile.network.clone(),
             max_live_ops: self.max_live_ops_per_run,
             max_children: self.max_children,
-            approval: crate::tasks::ApprovalRules::default(),
+            approval: crate::runs::ApprovalRules::default(),
         }
     }
 

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use crate::kernel::Kernel;
 use crate::lifecycle::KillReason;
+use crate::runs::RunAction;
 use crate::store::{
     Admission, ApprovalHold, Fire, NewOp, Op, Refusal, RunChange, StartRequest, StoreResult,
 };
-use crate::tasks::RunAction;
 
 /// Admits a start (one transaction: idempotency, run state, budgets,
 /// limits, the row and its events) and hands an observed op to its

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-use crate::tasks::{Budget, Envelope, OnTimeout};
+use crate::runs::{Budget, Envelope, OnTimeout};
 
 /// One event of a run's trace, as the journal holds it and the API sends it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::tasks::{Budget, Envelope, OnTimeout};
+use crate::runs::{Budget, Envelope, OnTimeout};
 
 fn envelope() -> Envelope {
     serde_json::from_value(json!({

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use crate::lifecycle::Status;
-use crate::report::{cut_tail, render, MAX_REPORT_TEXT, TAIL_BYTES};
+use crate::report_text::{cut_tail, render, MAX_REPORT_TEXT, TAIL_BYTES};
 use crate::store::ReportItem;
 
 fn status() -> impl Strategy<Value = Status> {

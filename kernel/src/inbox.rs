@@ -9,38 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-/// Why an observer is woken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Wake {
-    /// The op's `.pid` or `.code` file appeared or changed.
-    File = 1,
-    /// The container monitor's probe did not find the op's wrapper alive.
-    Alarm = 2,
-    /// A kill request was recorded for the op.
-    Kill = 4,
-    /// A drill asked the current observer attempt to fail.
-    Fault = 8,
-    /// A drill asked the op's supervisor to give up (as one whose final
-    /// write failed would): the op is left without an observer.
-    Abandon = 16,
-}
-
-/// The set of wakes taken at once.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Wakes(u8);
-
-impl Wakes {
-    pub const NONE: Wakes = Wakes(0);
-
-    pub fn of(wakes: &[Wake]) -> Wakes {
-        Wakes(wakes.iter().fold(0, |bits, w| bits | *w as u8))
-    }
-
-    pub fn has(self, wake: Wake) -> bool {
-        self.0 & wake as u8 != 0
-    }
-}
+pub use opkernel_domain::wake::{Wake, Wakes};
 
 /// One op's wake-ups; shared by its observer attempts and their sources.
 #[derive(Debug, Default)]
@@ -57,7 +26,7 @@ impl Inbox {
 
     /// Takes what is pending without waiting.
     pub fn take(&self) -> Wakes {
-        Wakes(self.pending.swap(0, Ordering::SeqCst))
+        Wakes::from_bits(self.pending.swap(0, Ordering::SeqCst))
     }
 
     /// Waits up to `limit` for a wake (returns at once if one is pending),

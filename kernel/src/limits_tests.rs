@@ -65,7 +65,12 @@ fn functions<'a>(lines: &[&'a str]) -> Vec<(&'a str, usize)> {
 fn no_production_file_or_function_is_too_long() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = Vec::new();
-    for crate_dir in ["kernel/src", "sandbox/src", "sandbox/shim/src"] {
+    for crate_dir in [
+        "kernel/src",
+        "domain/src",
+        "sandbox/src",
+        "sandbox/shim/src",
+    ] {
         production_files(&root.join(crate_dir), &mut files);
     }
     assert!(
@@ -135,76 +140,144 @@ fn observers_are_spawned_only_by_the_control_layer() {
         "observers spawned outside the control layer: {found:?}"
     );
 }
+/// The panel's files (`panel/`: page, stylesheet, script modules): short
+/// lines, modules of a readable size.
+const MAX_PANEL_LINE_CHARS: usize = 120;
+const MAX_PANEL_FILE_LINES: usize = 300;
 
-/// The store's modules import one another without a circle: row modules
-/// below, transaction scripts above (`super::<module>` names an import).
-#[test]
-fn store_modules_import_without_a_circle() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
-    let mut files = Vec::new();
-    production_files(&dir, &mut files);
-    let name = |p: &Path| {
-        p.file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned()
-    };
-    let modules: Vec<String> = files
-        .iter()
-        .map(|p| name(p))
-        .filter(|m| m != "mod")
-        .collect();
-    let edges: Vec<(String, Vec<String>)> = files
-        .iter()
-        .filter(|p| name(p) != "mod")
-        .map(|p| {
-            let text = std::fs::read_to_string(p).unwrap_or_default();
-            let code = production_lines(&text).join("\n");
-            let deps = modules
-                .iter()
-                .filter(|m| **m != name(p) && code.contains(&format!("super::{m}")))
-                .cloned()
-                .collect();
-            (name(p), deps)
-        })
-        .collect();
-    // depth-first search for a back edge
-    fn visit<'a>(
-        m: &'a str,
-        edges: &'a [(String, Vec<String>)],
-        path: &mut Vec<&'a str>,
-        done: &mut Vec<&'a str>,
-    ) -> Option<String> {
-        if let Some(at) = path.iter().position(|p| *p == m) {
-            return Some(format!("{} -> {m}", path[at..].join(" -> ")));
-        }
-        if done.contains(&m) {
-            return None;
-        }
-        path.push(m);
-        let deps = edges
-            .iter()
-            .find(|(n, _)| n == m)
-            .map(|(_, d)| d.as_slice());
-        for d in deps.unwrap_or_default() {
-            if let Some(circle) = visit(d, edges, path, done) {
-                return Some(circle);
-            }
-        }
-        path.pop();
-        done.push(m);
-        None
+/// What a panel file breaks: a line over the width, the file over its
+/// length, and in a script an error swallowed (an empty `catch`, an empty
+/// handler such as a rejection's `() => {}`) or put where the page does
+/// not show it (`alert`, the console).
+fn panel_findings(name: &str, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() > MAX_PANEL_FILE_LINES {
+        found.push(format!("{name}: {} lines", lines.len()));
     }
-    assert!(
-        modules.len() > 8,
-        "the scan found {} store modules",
-        modules.len()
-    );
-    let (mut path, mut done) = (Vec::new(), Vec::new());
-    for m in &modules {
-        if let Some(circle) = visit(m, &edges, &mut path, &mut done) {
-            panic!("store modules import in a circle: {circle}");
+    for (n, line) in lines.iter().enumerate() {
+        let width = line.chars().count();
+        if width > MAX_PANEL_LINE_CHARS {
+            found.push(format!("{name}:{}: {width} characters", n + 1));
         }
+    }
+    if !name.ends_with(".js") {
+        return found;
+    }
+    // the code without comment lines, trailing comments and spaces
+    let code: String = lines
+        .iter()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| l.split(" // ").next().unwrap_or(l))
+        .flat_map(|l| l.chars().filter(|c| !c.is_whitespace()))
+        .collect();
+    let empty_catch = code.match_indices("catch").any(|(at, _)| {
+        let rest = &code[at + "catch".len()..];
+        let body = match rest.strip_prefix('(') {
+            Some(bound) => bound.split_once(')').map_or("", |(_, after)| after),
+            None => rest,
+        };
+        body.starts_with("{}")
+    });
+    for (bad, what) in [
+        (empty_catch, "an empty catch"),
+        (code.contains("=>{}"), "an empty handler `() => {}`"),
+        (code.contains("alert("), "alert()"),
+        (code.contains("console."), "the console"),
+    ] {
+        if bad {
+            found.push(format!("{name}: {what} (show errors in the page)"));
+        }
+    }
+    found
+}
+
+#[test]
+fn panel_files_have_short_lines_and_show_errors() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/panel");
+    let mut names = Vec::new();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        found.extend(panel_findings(&name, &text));
+        names.push(name);
+    }
+    let modules = names.iter().filter(|n| n.ends_with(".js")).count();
+    assert!(modules > 5, "the scan found {modules} panel modules");
+    assert!(
+        names.iter().any(|n| n == "index.html") && names.iter().any(|n| n == "app.css"),
+        "{names:?}"
+    );
+    assert!(
+        found.is_empty(),
+        "panel files over the limits ({MAX_PANEL_LINE_CHARS} characters a line, \
+         {MAX_PANEL_FILE_LINES} lines a file) or swallowing errors:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_panel_scanner_finds_what_it_should() {
+    let long = format!("const a = \"{}\";\n", "é".repeat(MAX_PANEL_LINE_CHARS));
+    let at_limit = format!("{}\n", "é".repeat(MAX_PANEL_LINE_CHARS));
+    let many = "x\n".repeat(MAX_PANEL_FILE_LINES + 1);
+    let cases: [(&str, &str, usize); 13] = [
+        ("a.js", &long, 1),
+        ("a.css", &long, 1),
+        ("a.js", &at_limit, 0),
+        ("a.html", &many, 1),
+        ("a.js", "try { f(); } catch (e) {}\n", 1),
+        ("a.js", "try { f(); } catch {\n}\n", 1),
+        ("a.js", "try { f(); } catch (e) {\n  // dropped\n}\n", 1),
+        ("a.js", "try { f(); } catch (e) { show(e); }\n", 0),
+        ("a.js", "p.then(ok, () => {});\n", 1),
+        ("a.js", "p.catch((e) => alert(e.message));\n", 1),
+        ("a.js", "console.warn(e);\n", 1),
+        (
+            "a.js",
+            "r.json().catch(() => null); // not JSON: the status says it\n",
+            0,
+        ),
+        ("a.css", "a { b: c; }\n", 0),
+    ];
+    for (name, text, n) in cases {
+        let found = panel_findings(name, text);
+        assert_eq!(found.len(), n, "{name} {text:?}: {found:?}");
+    }
+}
+
+/// The dependency names in a manifest's `[dependencies]` table.
+fn dependencies(manifest: &str) -> Vec<String> {
+    manifest
+        .split("\n[dependencies]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(['.', ' ', '=']).next())
+        .filter(|n| !n.is_empty() && !n.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// ARCHITECTURE invariant 1: the kernel reaches Docker only through the
+/// sandbox crate, and the sandbox never touches the control plane.
+#[test]
+fn the_crates_keep_their_dependencies_apart() {
+    let kernel = dependencies(include_str!("../Cargo.toml"));
+    let sandbox = dependencies(include_str!("../../sandbox/Cargo.toml"));
+    assert!(kernel.iter().any(|d| d == "sandbox"), "{kernel:?}");
+    assert!(sandbox.iter().any(|d| d == "opkernel-shim"), "{sandbox:?}");
+    assert!(
+        !kernel.iter().any(|d| d == "bollard"),
+        "the kernel names bollard"
+    );
+    for store in ["rusqlite", "tokio-postgres", "deadpool-postgres", "sqlx"] {
+        assert!(
+            !sandbox.iter().any(|d| d == store),
+            "the sandbox names {store}"
+        );
     }
 }
 

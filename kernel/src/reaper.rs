@@ -381,18 +381,13 @@ fn newest_mtime_ms(dir: &std::path::Path) -> i64 {
         .unwrap_or(0)
 }
 
-/// Runs the reaper every `reap_interval`.
-pub fn spawn_periodic(k: std::sync::Arc<Kernel>) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(k.config.reap_interval);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            if let Err(e) = reap(&k, false).await {
-                tracing::warn!(%e, "periodic reap failed");
-            }
+/// Runs the reaper every `reap_interval` until the housekeeping stops.
+pub async fn periodic(k: std::sync::Arc<Kernel>, mut stop: crate::sync::Stop) {
+    while stop.nap(k.config.reap_interval).await {
+        if let Err(e) = reap(&k, false).await {
+            tracing::warn!(%e, "periodic reap failed");
         }
-    });
+    }
 }
 
 #[cfg(test)]

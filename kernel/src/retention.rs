@@ -38,20 +38,18 @@ pub fn interval(k: &Kernel) -> Duration {
         .clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
-/// Runs the pass forever (until the kernel's runtime stops).
-pub fn spawn(k: Arc<Kernel>) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval(&k));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            match run_pass(&k).await {
-                Ok(pass) if pass != Pass::default() => tracing::info!(?pass, "retention pass"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(%e, "retention pass failed; retried next tick"),
-            }
+/// Runs the pass every [`interval`] until the housekeeping stops.
+pub async fn periodic(k: Arc<Kernel>, mut stop: crate::sync::Stop) {
+    loop {
+        match run_pass(&k).await {
+            Ok(pass) if pass != Pass::default() => tracing::info!(?pass, "retention pass"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%e, "retention pass failed; retried next tick"),
         }
-    });
+        if !stop.nap(interval(&k)).await {
+            return;
+        }
+    }
 }
 
 /// One pass: files, inboxes, trees, memory.

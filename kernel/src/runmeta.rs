@@ -2,8 +2,9 @@
 //! its chain and envelope, the container profile that follows from them,
 //! and its approval patterns, compiled (SPEC §14, §16).
 
-use crate::store::{ApprovalHold, RunRecord};
-use crate::tasks::{Envelope, OnTimeout};
+use crate::approval::{self, compile_patterns, ApprovalHold, Pattern};
+use crate::runs::Envelope;
+use crate::store::RunRecord;
 
 /// A run's immutable facts.
 #[derive(Debug)]
@@ -13,19 +14,7 @@ pub struct RunMeta {
     pub envelope: Envelope,
     pub profile: sandbox::Profile,
     /// The envelope's approval patterns, compiled.
-    approval: Vec<(String, regex::Regex)>,
-}
-
-/// Compiles approval patterns; the error names the bad one.
-pub fn compile_patterns(patterns: &[String]) -> Result<Vec<(String, regex::Regex)>, String> {
-    patterns
-        .iter()
-        .map(|p| {
-            regex::Regex::new(p)
-                .map(|r| (p.clone(), r))
-                .map_err(|e| format!("approval pattern {p:?}: {e}"))
-        })
-        .collect()
+    approval: Vec<Pattern>,
 }
 
 impl RunMeta {
@@ -41,35 +30,51 @@ impl RunMeta {
         });
         RunMeta {
             chain: record.chain.clone(),
-            profile: envelope.profile(base),
+            profile: profile_of(&envelope, base),
             envelope,
             approval,
         }
     }
 
     /// Whether a command of the run must wait for an operator's approval:
-    /// the run's rules (`all`, or a pattern of its envelope) or one of the
-    /// kernel-wide `patterns` matching the command joined by spaces.
-    pub fn approval_hold(
-        &self,
-        patterns: &[(String, regex::Regex)],
-        command: &[String],
-    ) -> Option<ApprovalHold> {
-        let rules = &self.envelope.approval;
-        let joined = command.join(" ");
-        let rule = if rules.all {
-            Some("*".to_owned())
-        } else {
-            self.approval
-                .iter()
-                .chain(patterns)
-                .find(|(_, re)| re.is_match(&joined))
-                .map(|(p, _)| p.clone())
-        }?;
-        Some(ApprovalHold {
-            rule,
-            timeout_sec: rules.timeout_sec,
-            on_timeout: rules.on_timeout.unwrap_or(OnTimeout::Escalate),
-        })
+    /// the run's rules, then the kernel-wide `patterns` (see
+    /// [`approval::hold`]).
+    pub fn approval_hold(&self, patterns: &[Pattern], command: &[String]) -> Option<ApprovalHold> {
+        approval::hold(&self.envelope.approval, &self.approval, patterns, command)
+    }
+}
+
+/// The container profile of a run with `envelope`: the kernel's `base`
+/// profile with the envelope's limits. A top-level run with the kernel's
+/// defaults gets the base profile itself (same fingerprint).
+pub fn profile_of(envelope: &Envelope, base: &sandbox::Profile) -> sandbox::Profile {
+    sandbox::Profile {
+        memory_bytes: envelope.memory_bytes,
+        nano_cpus: (envelope.cpus * 1e9).round() as i64,
+        pids_limit: envelope.pids_limit,
+        network: envelope.network.clone(),
+        ..base.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::ApprovalRules;
+
+    #[test]
+    fn the_default_envelope_keeps_the_base_profile() {
+        let base = sandbox::Profile::default();
+        let env = Envelope {
+            max_timeout_sec: None,
+            memory_bytes: base.memory_bytes,
+            cpus: base.nano_cpus as f64 / 1e9,
+            pids_limit: base.pids_limit,
+            network: base.network.clone(),
+            max_live_ops: 512,
+            max_children: 32,
+            approval: ApprovalRules::default(),
+        };
+        assert_eq!(profile_of(&env, &base), base);
     }
 }

@@ -8,10 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::kernel::Kernel;
 use crate::store::{now_ms, Fire, Schedule};
+use crate::sync::Stop;
 
 /// Schedules fired per batch (the rest wait for the next one, at once).
 const BATCH: u32 = 100;
@@ -20,60 +19,47 @@ const MAX_NAP: Duration = Duration::from_millis(500);
 /// Shortest sleep between batches.
 const MIN_NAP: Duration = Duration::from_millis(20);
 
-/// A running scheduler: stop it to let its current batch finish.
-pub struct Scheduler {
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+/// The start-up rules: what a dead kernel left (claims, overdue schedules
+/// by `catch_up`) is settled before the loop starts.
+pub async fn at_start(k: &Kernel) -> Result<(), crate::store::StoreError> {
+    let report = k.store.schedules_at_start(&k.id).await?;
+    tracing::info!(?report, "schedules at start");
+    Ok(())
 }
 
-impl Scheduler {
-    /// Applies the start-up rules, then starts the loop.
-    pub async fn start(k: Arc<Kernel>) -> Result<Scheduler, crate::store::StoreError> {
-        let report = k.store.schedules_at_start(&k.id).await?;
-        tracing::info!(?report, "schedules at start");
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            loop {
-                if *stopped.borrow() {
-                    break;
+/// Fires due schedules until the housekeeping stops; a stop lets the
+/// batch under way be recorded (it is never interrupted).
+pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
+    loop {
+        let fired = match k.store.due_schedules(now_ms(), BATCH).await {
+            Ok(due) => {
+                let n = due.len();
+                for s in due {
+                    fire_one(&k, s).await;
                 }
-                // the batch is not interrupted by a stop: it is recorded whole
-                let fired = match k.store.due_schedules(now_ms(), BATCH).await {
-                    Ok(due) => {
-                        let n = due.len();
-                        for s in due {
-                            fire_one(&k, s).await;
-                        }
-                        n
-                    }
-                    Err(e) => {
-                        tracing::warn!(%e, "cannot read due schedules");
-                        0
-                    }
-                };
-                if fired as u32 >= BATCH {
-                    continue;
-                }
-                // at least MIN_NAP: a schedule that stays due (a row that
-                // cannot fire) never spins the loop
-                let nap = match k.store.next_schedule_due().await {
-                    Ok(Some(due)) => Duration::from_millis(
-                        (due - now_ms())
-                            .clamp(MIN_NAP.as_millis() as i64, MAX_NAP.as_millis() as i64)
-                            as u64,
-                    ),
-                    _ => MAX_NAP,
-                };
-                let _ = tokio::time::timeout(nap, stopped.changed()).await;
+                n
             }
-        });
-        Ok(Scheduler { stop, task })
-    }
-
-    /// Stops the loop after its current batch.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+            Err(e) => {
+                tracing::warn!(%e, "cannot read due schedules");
+                0
+            }
+        };
+        let nap = if fired as u32 >= BATCH {
+            Duration::ZERO
+        } else {
+            // at least MIN_NAP: a schedule that stays due (a row that
+            // cannot fire) never spins the loop
+            match k.store.next_schedule_due().await {
+                Ok(Some(due)) => Duration::from_millis(
+                    (due - now_ms()).clamp(MIN_NAP.as_millis() as i64, MAX_NAP.as_millis() as i64)
+                        as u64,
+                ),
+                _ => MAX_NAP,
+            }
+        };
+        if !stop.nap(nap).await {
+            return;
+        }
     }
 }
 

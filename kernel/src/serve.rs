@@ -1,6 +1,7 @@
 //! `opkernel serve`: take the home, recover, then serve HTTP.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::kernel::Kernel;
@@ -13,21 +14,17 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     let started = std::time::Instant::now();
     let attached = crate::observer::recover(&kernel).await?;
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
-    kernel.spawn_housekeeping();
-    crate::reaper::spawn_periodic(kernel.clone());
-    crate::retention::spawn(kernel.clone());
-    crate::observer::spawn_watchdog(kernel.clone());
-    let scheduler = crate::scheduler::Scheduler::start(kernel.clone()).await?;
+    let housekeeping = crate::housekeeping::Housekeeping::start(&kernel).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_ready(listener.local_addr()?);
     tokio::select! {
-        served = axum::serve(listener, crate::api::router(kernel)) => served?,
+        served = axum::serve(listener, app(kernel)) => served?,
         signal = stop_signal() => {
-            tracing::info!(signal, "stopping: the scheduler's batch under way is recorded first");
+            tracing::info!(signal, "stopping: each housekeeping loop finishes what it does (the scheduler its batch)");
         }
     }
     // commands keep running in their containers; the next start re-attaches
-    scheduler.stop().await;
+    housekeeping.stop().await;
     Ok(())
 }
 
@@ -45,4 +42,12 @@ async fn stop_signal() -> &'static str {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     }
+}
+
+/// Everything served over HTTP: the API, and MCP beside it. MCP calls the
+/// API router itself: one definition of every tool.
+pub fn app(kernel: Arc<Kernel>) -> axum::Router {
+    let api = crate::api::router(kernel.clone());
+    let mcp = crate::mcp::http::routes(kernel, api.clone());
+    api.merge(mcp)
 }

@@ -1,8 +1,12 @@
-//! Locks that cannot poison. The kernel's in-memory maps (registries,
-//! handles, caches) stay valid after any single update, so a panic in one
-//! task must not make every later lock silently skip its work.
+//! Synchronization the kernel's parts share: locks that cannot poison (the
+//! kernel's in-memory maps (registries, handles, caches) stay valid after
+//! any single update, so a panic in one task must not make every later lock
+//! silently skip its work), and the stop its background loops nap through.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
 
 /// A mutex whose `lock` always returns the guard: a panic while it was held
 /// does not poison it for everyone else.
@@ -10,12 +14,34 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 pub struct Lock<T>(Mutex<T>);
 
 impl<T> Lock<T> {
+    /// A lock holding `value`.
     pub fn new(value: T) -> Lock<T> {
         Lock(Mutex::new(value))
     }
 
+    /// The guard, poisoned or not.
     pub fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A background loop's view of its set's stop (see `housekeeping.rs`).
+#[derive(Clone)]
+pub struct Stop(watch::Receiver<bool>);
+
+impl Stop {
+    /// A stop and the switch that pulls it.
+    pub fn new() -> (watch::Sender<bool>, Stop) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Stop(rx))
+    }
+
+    /// Sleeps `d`, or less when the set stops; false once it is stopped.
+    pub async fn nap(&mut self, d: Duration) -> bool {
+        if !*self.0.borrow() {
+            let _ = tokio::time::timeout(d, self.0.wait_for(|stopped| *stopped)).await;
+        }
+        !*self.0.borrow()
     }
 }
 

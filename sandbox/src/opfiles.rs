@@ -30,7 +30,7 @@ pub enum OpFileError {
     Unreadable(String, String),
 }
 
-pub use opkernel_shim::{ExitRecord, OpResult, PidRecord, Request, Usage};
+pub use opkernel_shim::{ExitRecord, Handback, OpResult, PidRecord, Request, Usage};
 
 const MAX_PID_FILE: u64 = 512;
 const MAX_CODE_FILE: u64 = 320;
@@ -52,18 +52,6 @@ pub fn parse_pid_record(name: &str, text: &str) -> Result<PidRecord, OpFileError
 /// (or a bare `<code>\n`), code 0..=255; or `not-started <reason>\n`.
 pub fn parse_op_result(name: &str, text: &str) -> Result<OpResult, OpFileError> {
     OpResult::parse(text).map_err(|e| named(name, e))
-}
-
-/// Where a request handed to the launcher stands once the kernel asks for it back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handback {
-    /// Taken back (now or by an earlier attempt): the launcher never ran it.
-    Withdrawn,
-    /// The launcher claimed it: it runs (or ran) there, never elsewhere.
-    Claimed,
-    /// No request was ever renamed into place (the kernel stopped before
-    /// that): nothing ran.
-    NeverFiled,
 }
 
 /// Digest of a finished log: its output artifact.

@@ -9,6 +9,7 @@ OPKERNEL_PANEL_SHOTS.
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -76,8 +77,13 @@ class Browser:
         page = next(p for p in pages if p["type"] == "page")
         self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
         self.next_id = 0
+        # DevTools events by method (Fetch.requestPaused while a test
+        # intercepts requests), and what the page threw or logged as an error
+        self.handlers = {}
+        self.exceptions = []
         self.send("Page.enable")
         self.send("Runtime.enable")
+        self.send("Log.enable")
 
     def close(self):
         self.ws.close()
@@ -91,10 +97,26 @@ class Browser:
         self.ws.send(json.dumps({"id": me, "method": method, "params": params or {}}))
         while True:
             msg = json.loads(self.ws.recv())
+            self.on_event(msg)
             if msg.get("id") == me:
                 if "error" in msg:
                     raise AssertionError(f"{method}: {msg['error']}")
                 return msg.get("result", {})
+
+    def post(self, method, params):
+        """A command whose answer nobody waits for (from an event handler)."""
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+
+    def on_event(self, msg):
+        method = msg.get("method")
+        if method == "Runtime.exceptionThrown":
+            details = msg["params"]["exceptionDetails"]
+            self.exceptions.append(details.get("exception", {}).get("description") or details.get("text"))
+        elif method == "Log.entryAdded" and msg["params"]["entry"]["source"] in ("security", "javascript"):
+            self.exceptions.append(msg["params"]["entry"]["text"])
+        elif method in self.handlers:
+            self.handlers[method](msg["params"])
 
     def eval(self, expr):
         r = self.send("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True})
@@ -140,6 +162,22 @@ def refreshed_since(since, counts):
             ".filter((e) => e.initiatorType === 'fetch' && e.startTime > %s"
             " && new URL(e.name).pathname === p).length; return %s; })()"
             % (since, " && ".join(f"done({json.dumps(p)}) >= {n}" for p, n in counts.items())))
+
+
+def panel_files():
+    """What the browser loads for the panel: the page, what it links, and
+    the modules the scripts import (followed from the entry)."""
+    files, todo = {}, ["/"]
+    while todo:
+        path = todo.pop()
+        if path in files:
+            continue
+        with urllib.request.urlopen(URL + path) as resp:
+            files[path] = (resp.headers, resp.read())
+        text = files[path][1].decode()
+        todo += re.findall(r'(?:src|href)="(/ui/[^"]+)"', text)
+        todo += ["/ui/" + m for m in re.findall(r'^import .* from "\./([^"]+)";$', text, re.M)]
+    return files
 
 
 def card(op):
@@ -279,7 +317,7 @@ class PanelTest(unittest.TestCase):
         ready_ms = (time.monotonic() - began) * 1000
         paint = b.eval("JSON.stringify(performance.getEntriesByType('paint').map(e => [e.name, e.startTime]))")
         fcp = dict(json.loads(paint)).get("first-contentful-paint")
-        weight = sum(len(urllib.request.urlopen(URL + p).read()) for p in ["/", "/ui/app.js", "/ui/app.css"])
+        weight = sum(len(body) for _, body in panel_files().values())
         print("PANEL " + json.dumps({
             "ops_in_kernel": total, "page_weight_bytes": weight,
             "first_contentful_paint_ms": round(fcp, 1) if fcp else None,
@@ -321,6 +359,91 @@ class PanelTest(unittest.TestCase):
             b.shot("07-card-cap.png")
         finally:
             api("POST", f"/v1/runs/{run}/cancel", {})
+
+    def test_7_errors_show_in_the_page_and_clear(self):
+        b = self.b
+        b.eval("sessionStorage.clear(); true")
+        b.sign_in(OPERATOR)
+        errors = "document.getElementById('errors')"
+        self.assertTrue(b.eval(f"{errors}.hidden"), "no error banner while all is well")
+        # an action the API refuses: approving an op that no longer waits
+        run, token = new_run({"approval": {"all": True}})
+        op = start_bg(run, token, ["sh", "-c", "echo never"])
+        button = f"document.querySelector('#approvals [data-op=\"{op}\"] button.approve')"
+        b.wait(button, what="the waiting op with its approve button")
+        b.eval(f"window.__approve = {button}; true")
+        api("POST", f"/v1/operations/{op}/deny", {"reason": "denied behind the panel's back"})
+        b.eval("window.__approve.click(); true")
+        line = f"document.querySelector('#error-list [data-source=\"Approve {op}\"]')"
+        b.wait(f"!{errors}.hidden && {line}", what="the refusal in the error banner")
+        text = b.eval(f"{line}.textContent")
+        self.assertIn("not awaiting approval", text)
+        self.assertIn("denied", text)
+        b.eval(f"{errors}.scrollIntoView(); true")
+        b.shot("08-error-banner.png")
+        # dismissed by the operator
+        b.eval(f"{line}.querySelector('button').click(); true")
+        b.wait(f"!{line} && {errors}.hidden", what="the dismissed error to leave")
+        # a refresh that fails shows the API's message, and leaves when the
+        # next refresh succeeds
+        failure = json.dumps({"error": {"code": "unavailable", "message": "injected schedules failure"}})
+        b.handlers["Fetch.requestPaused"] = lambda ev: b.post("Fetch.fulfillRequest", {
+            "requestId": ev["requestId"], "responseCode": 503,
+            "responseHeaders": [{"name": "Content-Type", "value": "application/json"}],
+            "body": base64.b64encode(failure.encode()).decode(),
+        })
+        b.send("Fetch.enable", {"patterns": [{"urlPattern": "*/v1/schedules*", "requestStage": "Request"}]})
+        schedules = "document.querySelector('#error-list [data-source=\"Schedules\"]')"
+        try:
+            b.wait(f"{schedules} && {schedules}.textContent.includes('injected schedules failure')",
+                   timeout=20, what="the failed refresh in the error banner")
+            self.assertFalse(b.eval(f"{errors}.hidden"))
+        finally:
+            b.send("Fetch.disable")
+            b.handlers.pop("Fetch.requestPaused", None)
+        b.wait(f"!{schedules} && {errors}.hidden", timeout=20, what="the error to clear on the next refresh")
+
+    def test_8_modules_schedules_and_nothing_thrown(self):
+        b = self.b
+        b.eval("sessionStorage.clear(); true")
+        b.sign_in(OPERATOR)
+        # the entry is a module that imports the others, each served as
+        # JavaScript under the same strict policy as the page
+        self.assertEqual(b.eval("document.querySelector('script').type"), "module")
+        files = panel_files()
+        modules = [p for p in files if p.endswith(".js")]
+        self.assertGreater(len(modules), 5, modules)
+        loaded = b.eval("performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname)")
+        for path, (headers, body) in files.items():
+            csp = headers["Content-Security-Policy"]
+            self.assertIn("script-src 'self';", csp, path)
+            self.assertNotIn("unsafe", csp, path)
+            if path.endswith(".js"):
+                self.assertTrue(headers["Content-Type"].startswith("text/javascript"), path)
+                self.assertIn(path, loaded, "a module the page did not load")
+                self.assertTrue(all(len(line) <= 120 for line in body.decode().splitlines()), path)
+        with self.assertRaises(AssertionError):
+            api("GET", "/ui/nothing.js")
+        # a schedule shows its state and timing: the server's when it says
+        # them, else what the panel derives
+        run, token = new_run()
+        created = api("POST", f"/v1/runs/{run}/schedules", {"command": ["true"], "at": "2099-01-01T00:00:00Z"}, token)
+        sid = created["schedule_id"]
+        row = "[...document.querySelectorAll('#schedules li')].find((li) => li.textContent.includes(%s))" % (
+            json.dumps(f"run {run}"))
+        try:
+            s = api("GET", f"/v1/runs/{run}/schedules/{sid}", token=token)
+            when = s.get("when") or f"at {s['at']}"
+            b.wait(f"{row} && {row}.textContent.includes({json.dumps(when)})", timeout=20, what="the schedule")
+            self.assertEqual(b.eval(f"{row}.querySelector('.status').textContent"), s.get("state") or "waiting")
+            api("POST", f"/v1/runs/{run}/schedules/{sid}/pause", {}, token)
+            b.wait(f"{row}.querySelector('.status').textContent === 'paused'", timeout=20, what="the paused schedule")
+        finally:
+            api("POST", f"/v1/runs/{run}/cancel", {})
+        # nothing the panel did in any test threw, broke the policy or was
+        # left unhandled
+        b.eval("true")
+        self.assertEqual(b.exceptions, [])
 
 
 if __name__ == "__main__":

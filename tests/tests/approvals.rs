@@ -277,3 +277,42 @@ async fn deny_timeout_deny_escalation_and_kill() {
     assert_eq!(v["denied"], json!([op]));
     assert_eq!(k.state(&op).await.unwrap()["status"], "denied");
 }
+
+/// A held op is live: its run's idle container is kept by the reaper's
+/// first look (a dry run says so, naming the op), not only by the re-check
+/// under the run's gate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_op_keeps_its_runs_container_from_the_reaper() {
+    let k = kernel("held-reap", &[("OPKERNEL_REAP_TTL_SECONDS", "1")]).await;
+    let (run, c) = gated_run(&k, json!({"match": ["^gated"]})).await;
+    // the container exists (an ordinary op ran and ended), then an op waits
+    let first = start(&c, &run, &["true"], 30).await;
+    let first_id = first["operation_id"].as_str().unwrap();
+    let done = k.wait_terminal(first_id, T).await.unwrap();
+    let container = done["container_id"].as_str().unwrap().to_owned();
+    let held = start(&c, &run, &["gated", "thing"], 30).await;
+    assert_eq!(held["status"], "awaiting_approval", "{held}");
+    let held_id = held["operation_id"].as_str().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let v = k
+        .client
+        .post("/v1/reap?dry_run=true", &json!({}))
+        .await
+        .unwrap();
+    let d = v["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["container_id"] == container.as_str())
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(d["action"], "keep", "{v}");
+    assert!(d["reason"].as_str().unwrap_or("").contains(held_id), "{d}");
+    k.client
+        .post(
+            &format!("/v1/operations/{held_id}/deny"),
+            &json!({"reason": "test"}),
+        )
+        .await
+        .unwrap();
+}

@@ -3,8 +3,11 @@
 //! driven over the DevTools protocol by `tests/panel/test_panel.py`: sign
 //! in, a running op with output arriving, the op leaving on completion, an
 //! approval from the panel, a run token that sees its own run only, a
-//! phone-sized layout, first paint against a kernel with 1,000 ops, and
-//! at most 24 live cards with the rest counted.
+//! phone-sized layout, first paint against a kernel with 1,000 ops, at
+//! most 24 live cards with the rest counted, errors shown in the page (an
+//! approval the API refuses; a failed refresh, cleared by the next one),
+//! and the script as ES modules under the strict policy, with schedules'
+//! states and timings, and nothing thrown by the page in any test.
 //! Screenshots of each state go to `target/panel-screenshots/`.
 
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
 use opkernel::drills::proxy::{DockerProxy, Hold};
-use opkernel::report::{MAX_NOTE_BYTES, MAX_REPORT_ITEMS, MAX_REPORT_NOTE_BYTES};
+use opkernel::report_text::{MAX_NOTE_BYTES, MAX_REPORT_ITEMS, MAX_REPORT_NOTE_BYTES};
 use opkernel_tests::{assert_only_init_and_launcher, RequestWatch};
 use serde_json::json;
 use sha2::{Digest, Sha256};

@@ -51,7 +51,7 @@ async fn refuse_pruned(k: &AppState, op_id: &str) -> ApiResult<()> {
             format!(
                 "the log of operation {op_id} was removed at {} (OPKERNEL_OP_FILES_RETENTION); \
                  its state keeps the log's sha256, size and output tail",
-                crate::report::rfc3339(at)
+                crate::report_text::rfc3339(at)
             ),
         )),
     }

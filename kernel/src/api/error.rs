@@ -54,8 +54,8 @@ impl ApiError {
         }
     }
     /// 409 naming a run state that forbids the request.
-    pub fn run_state(state: crate::tasks::RunState, message: impl Into<String>) -> Self {
-        use crate::tasks::RunState;
+    pub fn run_state(state: crate::runs::RunState, message: impl Into<String>) -> Self {
+        use crate::runs::RunState;
         let code = match state {
             RunState::Paused => "run_paused",
             RunState::Completed => "run_completed",

@@ -164,8 +164,8 @@ pub async fn reports(
         .into_iter()
         .map(|(r, created, acked)| ReportSummary {
             report_id: r.report_id,
-            created_at: crate::report::rfc3339(created),
-            acked_at: acked.map(crate::report::rfc3339),
+            created_at: crate::report_text::rfc3339(created),
+            acked_at: acked.map(crate::report_text::rfc3339),
             resolved: r.resolved.len(),
             text: r.text,
         })

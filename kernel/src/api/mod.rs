@@ -29,11 +29,12 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 
 pub type AppState = Arc<Kernel>;
 
+/// The API's routes (the panel's assets among them); MCP is mounted
+/// beside them by [`crate::serve::app`].
 pub fn router(kernel: Arc<Kernel>) -> Router {
     let mut app = Router::new()
         .route("/", get(panel::index))
-        .route("/ui/app.js", get(panel::script))
-        .route("/ui/app.css", get(panel::style))
+        .route("/ui/{file}", get(panel::file))
         .route("/v1/health", get(views::health))
         .route("/v1/whoami", get(views::whoami))
         .route("/v1/tools", get(views::tools))
@@ -91,13 +92,9 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
             .route("/v1/drill/clock-step", post(views::clock_step))
             .route("/v1/drill/probes", get(views::probe_counts));
     }
-    let api = app
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+    app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
-        .with_state(kernel.clone());
-    // MCP calls the API router itself: one definition of every tool
-    let mcp = crate::mcp::http::routes(kernel, api.clone());
-    api.merge(mcp)
+        .with_state(kernel)
 }
 
 impl FromRequestParts<AppState> for Principal {

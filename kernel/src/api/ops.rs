@@ -66,7 +66,7 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> 
 /// The command's timeout: the one asked for, or the default (never above
 /// the kernel's ceiling nor the run's envelope). A timeout above the
 /// kernel's ceiling is bad input; one above the envelope is refused.
-fn validate(k: &AppState, req: &RunCommand, envelope: &crate::tasks::Envelope) -> ApiResult<u64> {
+fn validate(k: &AppState, req: &RunCommand, envelope: &crate::runs::Envelope) -> ApiResult<u64> {
     sandbox::shim::validate_command(&req.command)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let (default, max, var) = if req.background {

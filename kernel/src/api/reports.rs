@@ -13,7 +13,7 @@ use crate::views::{FinishView, NoteAdded, OpView, ReportAck};
 
 /// Longest a report call may wait.
 pub const MAX_REPORT_WAIT_SEC: u64 = 3600;
-use crate::report::MAX_NOTE_BYTES;
+use crate::report_text::MAX_NOTE_BYTES;
 use crate::store::MAX_PENDING_NOTES;
 
 #[derive(Debug, Deserialize)]

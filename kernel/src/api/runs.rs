@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
 use crate::auth::{new_token, token_sha256, Principal};
+use crate::runs::{Budget, EnvelopeError, EnvelopeRequest, RunAction, Used, MAX_AMOUNT};
 use crate::store::{CreatedRun, ModelUsage, NewRun, RunChange, RunRecord, UsageRecorded};
-use crate::tasks::{Budget, EnvelopeError, EnvelopeRequest, RunAction, Used, MAX_AMOUNT};
 use crate::views::{
     Amounts, ChildView, RunChangeAnswer, RunCreated, RunList, RunSummary, RunView, UsageAnswer,
 };
@@ -61,7 +61,7 @@ pub async fn create_run(
     let mut req = req;
     // a child's id lives in its parent's namespace (`<parent>.<name>`)
     if let Principal::Run(parent) = &principal {
-        req.run_id = crate::tasks::child_run_id(parent, &req.run_id);
+        req.run_id = crate::runs::child_run_id(parent, &req.run_id);
     }
     sandbox::profile::validate_run_id(&req.run_id).map_err(|e| match &principal {
         Principal::Run(_) => {
@@ -119,7 +119,7 @@ async fn resolve_envelope(
     principal: &Principal,
     req: &CreateRun,
     budget: &Budget,
-) -> ApiResult<(Option<String>, Option<crate::tasks::Envelope>)> {
+) -> ApiResult<(Option<String>, Option<crate::runs::Envelope>)> {
     let parent = match principal {
         Principal::Operator => {
             let envelope = req

@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Scope, Seg};
 use crate::auth::Principal;
-use crate::schedule::Timing;
 use crate::store::{NewSchedule, Schedule};
+use crate::timing::Timing;
 use crate::views::{ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView};
 
 #[derive(Debug, Deserialize)]

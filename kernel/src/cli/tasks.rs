@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::client::Client;
 use super::{compact, or_dash, print_answer};
-use crate::tasks::Budget;
+use crate::runs::Budget;
 use crate::views::{
     Event, EventsPage, OpList, OpView, RunChangeAnswer, RunList, RunSummary, RunView,
     ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView, UsageAnswer,
@@ -351,7 +351,7 @@ fn schedule_line(s: &ScheduleView) -> String {
         s.state.as_str(),
         or_dash(&s.next_due_at),
         last,
-        crate::report::command_line(&s.command)
+        crate::report_text::command_line(&s.command)
     )
 }
 
@@ -373,10 +373,10 @@ pub(super) async fn approvals(client: &Client, json: bool) -> anyhow::Result<i32
             "{:<36} {:<24} {:>8}  {:<24} {:<9} {}",
             op.operation_id,
             op.run_id,
-            crate::report::human_duration(op.duration_sec as u64),
+            crate::report_text::human_duration(op.duration_sec as u64),
             approval.map_or("-", |a| a.rule.as_str()),
             if escalated { "yes" } else { "no" },
-            crate::report::command_line(&op.command)
+            crate::report_text::command_line(&op.command)
         );
     }
     Ok(0)

@@ -255,9 +255,9 @@ pub(super) async fn ps(
             op.run_id,
             op.operation_id,
             op.status,
-            crate::report::human_duration(op.duration_sec as u64),
+            crate::report_text::human_duration(op.duration_sec as u64),
             &container[..container.len().min(12)],
-            crate::report::command_line(&op.command)
+            crate::report_text::command_line(&op.command)
         );
     }
     Ok(0)

@@ -356,7 +356,7 @@ impl ServerHandler for OpkernelMcp {
             .iter()
             .map(|op| {
                 let id = &op.operation_id;
-                Resource::new(op_uri(id), crate::report::command_line(&op.command))
+                Resource::new(op_uri(id), crate::report_text::command_line(&op.command))
                     .with_description(format!("operation {id}: {}", op.status))
                     .with_mime_type("application/json")
             })

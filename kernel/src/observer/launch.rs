@@ -118,7 +118,7 @@ impl ObserverAttempt {
         loop {
             let started = now_ms();
             let result = self.exec(&container_id).await?;
-            match decide::launch_verdict(&result, retried) {
+            match super::verdict::launch_verdict(&result, retried) {
                 LaunchVerdict::Started => {
                     k.store.mark_running(&self.op.id, started).await?;
                     return Ok(true);

@@ -13,14 +13,14 @@ use crate::kernel::Kernel;
 use crate::lifecycle::Outcome;
 use crate::store::Op;
 
-pub mod decide;
-pub mod evidence;
+pub use opkernel_domain::{decide, evidence};
 mod launch;
 mod supervise;
+mod verdict;
 mod watch;
 
 pub use supervise::{
-    attempt_start_after_failure, recover, spawn, spawn_fresh, spawn_watchdog, MAX_FAILED_ATTEMPTS,
+    attempt_start_after_failure, recover, spawn, spawn_fresh, watchdog, MAX_FAILED_ATTEMPTS,
     WATCHDOG_EVERY,
 };
 

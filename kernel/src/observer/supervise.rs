@@ -34,7 +34,7 @@ fn spawn_supervisor(k: &Arc<Kernel>, op_id: String, fresh: Option<Op>) {
 /// non-terminal op. Returns how many were attached.
 pub async fn recover(k: &Arc<Kernel>) -> Result<usize, StartError> {
     k.recover_registry().await;
-    let live = k.store.live_ops().await?;
+    let live = k.store.observed_ops().await?;
     for op in &live {
         spawn(k, op.id.clone());
     }
@@ -137,28 +137,23 @@ pub const WATCHDOG_EVERY: Duration = Duration::from_secs(2);
 /// not observe gets a supervisor, a few seconds at most after it lost its
 /// own (a supervisor whose final write failed, a drill). An op inserted a
 /// moment ago is left to the supervisor its inserter is starting.
-pub fn spawn_watchdog(k: Arc<Kernel>) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(WATCHDOG_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let observed = match k.store.observed_op_ids().await {
-                Ok(live) => live,
-                Err(e) => {
-                    tracing::warn!(%e, "watchdog cannot list live ops");
-                    continue;
-                }
-            };
-            let settled_in = crate::store::now_ms() - WATCHDOG_EVERY.as_millis() as i64;
-            for (id, created_at) in observed {
-                if !k.observes(&id) && created_at < settled_in {
-                    tracing::warn!(op = %id, "live op without an observer: the watchdog starts one");
-                    spawn(&k, id);
-                }
+pub async fn watchdog(k: Arc<Kernel>, mut stop: crate::sync::Stop) {
+    while stop.nap(WATCHDOG_EVERY).await {
+        let observed = match k.store.observed_op_ids().await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(%e, "watchdog cannot list live ops");
+                continue;
+            }
+        };
+        let settled_in = crate::store::now_ms() - WATCHDOG_EVERY.as_millis() as i64;
+        for (id, created_at) in observed {
+            if !k.observes(&id) && created_at < settled_in {
+                tracing::warn!(op = %id, "live op without an observer: the watchdog starts one");
+                spawn(&k, id);
             }
         }
-    });
+    }
 }
 
 /// Runs one attempt; `Some(end)` when it ended with the op still live.

@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use super::journal::usage_over_subtree;
 use super::{StoreError, StoreResult};
 use crate::lifecycle::live_sql;
-use crate::tasks::{Budget, Envelope, LimitUse, RunState};
+use crate::runs::{Budget, Envelope, LimitUse, RunState};
 
 /// Live-op limits checked in the insert's own transaction, so concurrent
 /// starts cannot pass them together.
@@ -255,7 +255,7 @@ pub(super) fn budget_status(conn: &Connection, run_id: &str) -> StoreResult<Vec<
             }
         }
     }
-    best.sort_by_key(|b| crate::tasks::LIMITS.iter().position(|l| *l == b.limit));
+    best.sort_by_key(|b| crate::runs::LIMITS.iter().position(|l| *l == b.limit));
     Ok(best)
 }
 

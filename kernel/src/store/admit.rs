@@ -123,7 +123,8 @@ pub(super) fn insert_in(
 /// The events of an admitted start: `tool.started`, and
 /// `approval.requested` when an approval rule holds it.
 fn started_events(tx: &Connection, id: &str, req: &StartRequest) -> StoreResult<()> {
-    let argv = crate::report::bounded_argv(&req.command, crate::report::MAX_VIEW_ARGV_BYTES).0;
+    let argv =
+        crate::report_text::bounded_argv(&req.command, crate::report_text::MAX_VIEW_ARGV_BYTES).0;
     let started = ToolStarted {
         command: argv,
         background: req.background,

@@ -15,7 +15,7 @@ use super::runs::{get_run, run_states, RunChange, RunRecord};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{EventKind, RunChanged};
 use crate::lifecycle::{observed_sql, KillReason};
-use crate::tasks::{pause_rank, transition, transition_by, RunAction, RunState, Transition};
+use crate::runs::{pause_rank, transition, transition_by, RunAction, RunState, Transition};
 
 impl Store {
     /// Applies `action` to a run by compare-and-set, with its event, in one

@@ -25,7 +25,7 @@ fn fired_in(tx: &Connection, s: &Schedule, op: Op, due: i64, now: i64) -> StoreR
     .execute(params![s.id, op.id, due, next])?;
     let fired = ScheduleFired {
         schedule_id: s.id.clone(),
-        due_at: crate::report::rfc3339(due),
+        due_at: crate::report_text::rfc3339(due),
         missed_slots: passed,
     };
     append_event(tx, &s.run_id, Some(&op.id), EventKind::ScheduleFired(fired))?;
@@ -33,7 +33,7 @@ fn fired_in(tx: &Connection, s: &Schedule, op: Op, due: i64, now: i64) -> StoreR
 }
 
 /// A due time's op was refused: the schedule ends, postpones or skips, by
-/// the pure rule [`crate::schedule::after_refusal`].
+/// the pure rule [`crate::timing::after_refusal`].
 fn refused_in(
     tx: &Connection,
     s: &Schedule,
@@ -41,7 +41,7 @@ fn refused_in(
     why: &Refusal,
     now: i64,
 ) -> StoreResult<Fire> {
-    use crate::schedule::{after_refusal, AfterRefusal, FireRefusal};
+    use crate::timing::{after_refusal, AfterRefusal, FireRefusal};
     let reason = why.to_string();
     let kind = match why {
         Refusal::State { state, .. } if state.is_final() => FireRefusal::RunOver,

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::EventKind;
 pub use crate::event_kind::{Event, ModelUsage};
-use crate::tasks::Used;
+use crate::runs::Used;
 
 /// One event row (`seq, at, kind, operation_id, data`): its data is
 /// checked JSON of the kind's payload.

@@ -57,7 +57,7 @@ pub struct Op {
     /// The approval rule that held it (SPEC §16), if one did.
     pub approval_rule: Option<String>,
     pub approval_timeout_sec: Option<u64>,
-    pub approval_on_timeout: Option<crate::tasks::OnTimeout>,
+    pub approval_on_timeout: Option<crate::runs::OnTimeout>,
     pub approval_escalated_at: Option<i64>,
     /// `operator`, `timeout` or `kill` (for a denial), `operator` for an approval.
     pub approval_decided_by: Option<String>,
@@ -157,7 +157,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         approval_on_timeout: row
             .get::<_, Option<String>>("approval_on_timeout")?
             .as_deref()
-            .and_then(crate::tasks::OnTimeout::parse),
+            .and_then(crate::runs::OnTimeout::parse),
         approval_escalated_at: row.get("approval_escalated_at")?,
         approval_decided_by: row.get("approval_decided_by")?,
         approval_decided_at: row.get("approval_decided_at")?,
@@ -180,14 +180,7 @@ pub struct StartRequest {
     pub schedule_id: Option<String>,
 }
 
-/// Why and how an op waits for approval (SPEC §16).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalHold {
-    /// The pattern that matched (`*` for a run whose rules hold every op).
-    pub rule: String,
-    pub timeout_sec: Option<u64>,
-    pub on_timeout: crate::tasks::OnTimeout,
-}
+pub use crate::approval::ApprovalHold;
 
 impl StartRequest {
     /// What a retry under the same idempotency key must repeat exactly.
@@ -268,12 +261,22 @@ impl Store {
         self.call(move |conn| get(conn, &id)).await
     }
 
-    /// Every op that is not terminal, oldest first.
+    /// Every op that is not terminal (held for approval included), oldest
+    /// first: what keeps a container from the reaper.
     pub async fn live_ops(&self) -> StoreResult<Vec<Op>> {
-        self.call(|conn| {
+        self.ops_in(live_sql()).await
+    }
+
+    /// Every op an observer watches (`starting`, `running`), oldest first:
+    /// what recovery attaches to.
+    pub async fn observed_ops(&self) -> StoreResult<Vec<Op>> {
+        self.ops_in(observed_sql()).await
+    }
+
+    async fn ops_in(&self, statuses: String) -> StoreResult<Vec<Op>> {
+        self.call(move |conn| {
             let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE status IN ({}) ORDER BY created_at",
-                observed_sql()
+                "SELECT {COLUMNS} FROM ops WHERE status IN ({statuses}) ORDER BY created_at"
             );
             let mut stmt = conn.prepare(&sql)?;
             let rows = stmt.query_map([], op_from_row)?;

@@ -3,14 +3,13 @@
 //! asking again returns the very same report.
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use serde::{Deserialize, Serialize};
 
 use super::journal::append_event;
 use super::ops::{op_from_row, COLUMNS};
 use super::{now_ms, Op, Store, StoreError, StoreResult};
 use crate::event_kind::{EventKind, NoteReceived, ReportDelivered};
 use crate::lifecycle::{live_sql, terminal_sql, Status};
-use crate::report::{
+use crate::report_text::{
     bounded_argv, render, MAX_NOTE_BYTES, MAX_REPORT_ITEMS, MAX_REPORT_NOTE_BYTES,
     MAX_VIEW_ARGV_BYTES,
 };
@@ -18,83 +17,30 @@ use crate::report::{
 /// Pending (undelivered) notes a run may hold.
 pub const MAX_PENDING_NOTES: u64 = 64;
 
-/// One resolved op in a report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReportItem {
-    pub operation_id: String,
-    pub command: Vec<String>,
-    pub status: Status,
-    pub exit_code: Option<i32>,
-    pub killed: bool,
-    pub effect: Option<String>,
-    pub message: Option<String>,
-    pub duration_sec: f64,
-    pub timeout_sec: u64,
-    pub output_tail: Option<String>,
-    /// Why a killed op was killed: `kill`, `timeout` or `cancel` (its run
-    /// or an ancestor was cancelled).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kill_reason: Option<String>,
-    /// Who denied a denied op: `operator`, `timeout` or `kill`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub denied_by: Option<String>,
-    /// Processes the command left behind that were stopped when it exited.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub leftovers: u32,
-}
+pub use crate::report_text::{Report, ReportItem, RunningItem};
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-/// One still-running op in a report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunningItem {
-    pub operation_id: String,
-    pub command: Vec<String>,
-    pub running_sec: u64,
-    pub timeout_sec: u64,
-    /// Held for an operator's approval (`running_sec` is then its wait).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub awaiting_approval: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Report {
-    pub report_id: Option<String>,
-    pub run_id: String,
-    pub resolved: Vec<ReportItem>,
-    pub running: Vec<RunningItem>,
-    pub notes: Vec<String>,
-    /// Results and notes held back for the next report by the size bounds.
-    #[serde(default)]
-    pub more_pending: usize,
-    pub text: String,
-}
-
-impl ReportItem {
-    pub fn from_op(op: &Op) -> ReportItem {
-        let end = op.finished_at.unwrap_or_else(now_ms);
-        ReportItem {
-            operation_id: op.id.clone(),
-            command: bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES).0,
-            status: op.status,
-            exit_code: op.exit_code,
-            killed: op.killed,
-            effect: op.effect.clone(),
-            message: op.error.clone(),
-            duration_sec: ((end - op.budget_start_ms()).max(0) as f64) / 1000.0,
-            timeout_sec: op.timeout_sec,
-            output_tail: op.output_tail.clone(),
-            kill_reason: op
-                .killed
-                .then(|| op.kill_reason.map(|r| r.as_str().to_owned()))
-                .flatten(),
-            denied_by: (op.status == Status::Denied)
-                .then(|| op.approval_decided_by.clone())
-                .flatten(),
-            leftovers: op.leftovers,
-        }
+/// An op's line in a report: what it resolved to, bounded.
+fn report_item(op: &Op) -> ReportItem {
+    let end = op.finished_at.unwrap_or_else(now_ms);
+    ReportItem {
+        operation_id: op.id.clone(),
+        command: bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES).0,
+        status: op.status,
+        exit_code: op.exit_code,
+        killed: op.killed,
+        effect: op.effect.clone(),
+        message: op.error.clone(),
+        duration_sec: ((end - op.budget_start_ms()).max(0) as f64) / 1000.0,
+        timeout_sec: op.timeout_sec,
+        output_tail: op.output_tail.clone(),
+        kill_reason: op
+            .killed
+            .then(|| op.kill_reason.map(|r| r.as_str().to_owned()))
+            .flatten(),
+        denied_by: (op.status == Status::Denied)
+            .then(|| op.approval_decided_by.clone())
+            .flatten(),
+        leftovers: op.leftovers,
     }
 }
 
@@ -157,8 +103,8 @@ fn within_bounds(
 }
 
 /// A report's text with its closing `Budget:` line when a budget applies.
-fn with_budget(text: String, run_id: &str, budget: &[crate::tasks::LimitUse]) -> String {
-    match crate::tasks::budget_line(run_id, budget) {
+fn with_budget(text: String, run_id: &str, budget: &[crate::runs::LimitUse]) -> String {
+    match crate::runs::budget_line(run_id, budget) {
         Some(line) => format!("{text}{line}\n"),
         None => text,
     }
@@ -227,7 +173,7 @@ impl Store {
                 return Ok(None);
             }
             let (resolved, notes, more) = within_bounds(resolved, notes);
-            let items: Vec<ReportItem> = resolved.iter().map(ReportItem::from_op).collect();
+            let items: Vec<ReportItem> = resolved.iter().map(report_item).collect();
             let running = running_items(&tx, &run_id)?;
             let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
             let budget = super::admission::budget_status(&tx, &run_id)?;

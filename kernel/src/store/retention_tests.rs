@@ -1,6 +1,6 @@
 use crate::lifecycle::Outcome;
+use crate::runs::{Budget, RunAction};
 use crate::store::{test_store, Admission, NewOp, NewRun, Settlement, StartRequest, Store};
-use crate::tasks::{Budget, RunAction};
 
 fn start(run: &str, background: bool) -> StartRequest {
     StartRequest {

@@ -12,7 +12,7 @@ use super::journal::append_event;
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{ChildCreated, EventKind};
 use crate::lifecycle::live_sql;
-use crate::tasks::{Budget, Envelope, RunState};
+use crate::runs::{Budget, Envelope, RunState};
 
 /// A run as the control plane records it.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,9 +1,9 @@
 use crate::lifecycle::{KillReason, Outcome};
+use crate::runs::{Budget, RunAction, RunState};
 use crate::store::{
     test_store, Admission, CreatedRun, ModelUsage, NewOp, NewRun, Refusal, RunChange, Settlement,
     StartRequest, Store,
 };
-use crate::tasks::{Budget, RunAction, RunState};
 
 fn start(run: &str) -> StartRequest {
     StartRequest {
@@ -417,8 +417,8 @@ async fn a_refused_or_rolled_back_change_leaves_no_event() {
     assert_eq!(kinds(&store, "r").await, ["run.paused"]);
 }
 
-fn envelope(max_live_ops: u64, max_children: u64) -> crate::tasks::Envelope {
-    crate::tasks::Envelope {
+fn envelope(max_live_ops: u64, max_children: u64) -> crate::runs::Envelope {
+    crate::runs::Envelope {
         max_timeout_sec: None,
         memory_bytes: 1 << 30,
         cpus: 1.0,
@@ -434,7 +434,7 @@ async fn create_with(
     store: &Store,
     id: &str,
     parent: Option<&str>,
-    env: crate::tasks::Envelope,
+    env: crate::runs::Envelope,
     limits: Admission,
 ) -> CreatedRun {
     store

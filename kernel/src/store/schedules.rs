@@ -12,7 +12,7 @@
 //!   or disabled.
 //! - **Start**: claims whose op is over are finalized, claims of a dead
 //!   kernel on a live op are taken over, and overdue schedules follow
-//!   `catch_up` ([`crate::schedule::startup`]).
+//!   `catch_up` ([`crate::timing::startup`]).
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
@@ -21,8 +21,8 @@ use super::ops::{get, Op};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{EventKind, ScheduleSkipped};
 use crate::lifecycle::Status;
-use crate::report::rfc3339;
-use crate::schedule::{startup, Startup, Timing};
+use crate::report_text::rfc3339;
+use crate::timing::{startup, Startup, Timing};
 
 /// Schedules one run may hold.
 pub const MAX_SCHEDULES_PER_RUN: i64 = 64;

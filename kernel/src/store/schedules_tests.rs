@@ -288,7 +288,7 @@ async fn a_refused_fire_is_a_skip_with_its_reason() {
     let s = create(&store, every("r", 60, false)).await;
     store.ensure_run("r").await.unwrap();
     store
-        .change_run("r", crate::tasks::RunAction::Pause, "operator", None)
+        .change_run("r", crate::runs::RunAction::Pause, "operator", None)
         .await
         .unwrap();
     let due = now_ms() - 10;
@@ -322,7 +322,7 @@ async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
     )
     .await;
     store
-        .change_run("r", crate::tasks::RunAction::Pause, "operator", None)
+        .change_run("r", crate::runs::RunAction::Pause, "operator", None)
         .await
         .unwrap();
     for _ in 0..3 {
@@ -342,7 +342,7 @@ async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
         "{k:?}"
     );
     store
-        .change_run("r", crate::tasks::RunAction::Resume, "operator", None)
+        .change_run("r", crate::runs::RunAction::Resume, "operator", None)
         .await
         .unwrap();
     let due = now_ms() - 1;

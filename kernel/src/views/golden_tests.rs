@@ -9,9 +9,9 @@ use serde_json::json;
 use super::*;
 use crate::lifecycle::Status;
 use crate::reaper::{ReapAction, ReapDecision};
-use crate::schedule::ScheduleState;
+use crate::runs::{Budget, Envelope, RunState};
 use crate::store::{ReportItem, RunningItem};
-use crate::tasks::{Budget, Envelope, RunState};
+use crate::timing::ScheduleState;
 
 /// `view` is `wire` on the wire, and `wire` reads back as `view`.
 fn golden<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(view: &T, wire: &str) {

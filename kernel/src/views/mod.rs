@@ -13,7 +13,7 @@ mod runs;
 mod schedules;
 
 pub use crate::probes::ProbeCounts;
-pub use crate::report::rfc3339;
+pub use crate::report_text::rfc3339;
 pub use containers::{ContainerList, ContainerView, ReapList};
 pub use daemon::{
     ClockStepped, DrillFault, DrillWoken, Health, PrincipalKind, ToolDefinition, ToolsView, WhoAmI,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::rfc3339;
-use crate::report::{bounded_argv, MAX_VIEW_ARGV_BYTES};
+use crate::report_text::{bounded_argv, MAX_VIEW_ARGV_BYTES};
 use crate::store::{now_ms, Op};
 
 /// An op as the API shows it (`GET /v1/operations/{id}`, and the answer

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::tasks::{Budget, Envelope, RunState, Used};
+use crate::runs::{Budget, Envelope, RunState, Used};
 
 /// A run as `GET /v1/runs/{run}` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::rfc3339;
-use crate::schedule::{ScheduleState, Timing};
 use crate::store::Schedule;
+use crate::timing::{ScheduleState, Timing};
 
 /// A schedule as the API shows it (`GET /v1/runs/{run}/schedules/{id}`,
 /// and the answer of a pause or resume).

@@ -414,6 +414,18 @@ pub fn parse_signalled(output: &str) -> Option<Vec<u32>> {
     None
 }
 
+/// Where a request handed to the launcher stands once the kernel asks for it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handback {
+    /// Taken back (now or by an earlier attempt): the launcher never ran it.
+    Withdrawn,
+    /// The launcher claimed it: it runs (or ran) there, never elsewhere.
+    Claimed,
+    /// No request was ever renamed into place (the kernel stopped before
+    /// that): nothing ran.
+    NeverFiled,
+}
+
 #[cfg(test)]
 #[path = "format_tests.rs"]
 mod tests;

@@ -11,8 +11,8 @@ pub mod procfs;
 pub mod user;
 
 pub use format::{
-    marker, parse_probe, parse_signalled, validate_op_id, ExitRecord, FormatError, MarkedProcess,
-    OpResult, PidRecord, Request, Signal, Usage, MARKER_VAR,
+    marker, parse_probe, parse_signalled, validate_op_id, ExitRecord, FormatError, Handback,
+    MarkedProcess, OpResult, PidRecord, Request, Signal, Usage, MARKER_VAR,
 };
 pub use user::{passwd_lookup, RunAs, RunUser};
 

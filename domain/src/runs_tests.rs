@@ -419,22 +419,6 @@ fn limits_are_reached_exactly() {
 }
 
 #[test]
-fn the_default_envelope_keeps_the_base_profile() {
-    let base = sandbox::Profile::default();
-    let env = Envelope {
-        max_timeout_sec: None,
-        memory_bytes: base.memory_bytes,
-        cpus: base.nano_cpus as f64 / 1e9,
-        pids_limit: base.pids_limit,
-        network: base.network.clone(),
-        max_live_ops: 512,
-        max_children: 32,
-        approval: ApprovalRules::default(),
-    };
-    assert_eq!(env.profile(&base), base);
-}
-
-#[test]
 fn a_child_lives_in_its_parents_namespace() {
     let table = [
         ("p", "nightly", "p.nightly"),

@@ -2,7 +2,85 @@
 //! bounded output tail. No I/O here.
 
 use crate::lifecycle::Status;
-use crate::store::{ReportItem, RunningItem};
+use serde::{Deserialize, Serialize};
+
+/// One resolved op in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportItem {
+    /// The op's id (a UUID).
+    pub operation_id: String,
+    /// The op's argv, cut to [`MAX_VIEW_ARGV_BYTES`].
+    pub command: Vec<String>,
+    /// The op's terminal status.
+    pub status: Status,
+    /// The command's exit code; `None` when it has none (lost, failed, denied).
+    pub exit_code: Option<i32>,
+    /// A kill's signal reached the command.
+    pub killed: bool,
+    /// `uncertain` for a lost or timed-out op (it may or may not have done its
+    /// work).
+    pub effect: Option<String>,
+    /// Why it was lost, failed or denied (the op's recorded error).
+    pub message: Option<String>,
+    /// Seconds from the op's start (after any approval) to its end.
+    pub duration_sec: f64,
+    /// The op's timeout, in seconds.
+    pub timeout_sec: u64,
+    /// The end of its output (at most [`TAIL_BYTES`]); `None` when none was
+    /// kept.
+    pub output_tail: Option<String>,
+    /// Why a killed op was killed: `kill`, `timeout` or `cancel` (its run
+    /// or an ancestor was cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_reason: Option<String>,
+    /// Who denied a denied op: `operator`, `timeout` or `kill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_by: Option<String>,
+    /// Processes the command left behind that were stopped when it exited.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leftovers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One still-running op in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningItem {
+    /// The op's id (a UUID).
+    pub operation_id: String,
+    /// The op's argv, cut to [`MAX_VIEW_ARGV_BYTES`].
+    pub command: Vec<String>,
+    /// Seconds since the op started (or was admitted, while awaiting approval).
+    pub running_sec: u64,
+    /// The op's timeout, in seconds.
+    pub timeout_sec: u64,
+    /// Held for an operator's approval (`running_sec` is then its wait).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_approval: bool,
+}
+
+/// One batched report for a run (SPEC §5): the results a drain delivered and
+/// the text the agent reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The id to acknowledge; `None` when a wait ended with nothing to deliver.
+    pub report_id: Option<String>,
+    /// The run the report is for.
+    pub run_id: String,
+    /// Ops whose result this report delivers (each in exactly one report).
+    pub resolved: Vec<ReportItem>,
+    /// The run's ops still live when the report was made.
+    pub running: Vec<RunningItem>,
+    /// Notes (steers) for the run, oldest first.
+    pub notes: Vec<String>,
+    /// Results and notes held back for the next report by the size bounds.
+    #[serde(default)]
+    pub more_pending: usize,
+    /// The `[Background operations report]` text the agent reads.
+    pub text: String,
+}
 
 /// Bytes of output kept as an op's tail.
 pub const TAIL_BYTES: usize = 2048;

@@ -3,17 +3,27 @@
 
 use serde::{Deserialize, Serialize};
 
+/// An op's status in the control plane (SPEC §4), stored as text
+/// (`as_str`/`parse`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Admitted, held for an operator's decision (SPEC §16): nothing is
     /// claimed or executed, no observer runs.
     AwaitingApproval,
+    /// Admitted and to be launched by its observer; that the command began is
+    /// not yet confirmed.
     Starting,
+    /// Docker or the op's own evidence confirmed that the command started.
     Running,
+    /// The command ended with an exit code (killed ops too, flagged `killed`).
     Completed,
+    /// The op's timeout passed and the kernel signalled the command.
     TimedOut,
+    /// The process vanished without a code or stayed unobservable past the
+    /// grace window (effect uncertain).
     Lost,
+    /// Could not be started: nothing ran.
     Failed,
     /// Refused by the operator, by the approval timeout or by a kill before
     /// approval: nothing ran.
@@ -21,6 +31,7 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in lifecycle order.
     pub const ALL: [Status; 8] = [
         Status::AwaitingApproval,
         Status::Starting,
@@ -41,6 +52,7 @@ impl Status {
         Status::Denied,
     ];
 
+    /// The status as stored in SQL and sent on the wire (`snake_case`).
     pub fn as_str(self) -> &'static str {
         match self {
             Status::AwaitingApproval => "awaiting_approval",
@@ -54,10 +66,12 @@ impl Status {
         }
     }
 
+    /// The status of a stored string; `None` for an unknown one.
     pub fn parse(s: &str) -> Option<Status> {
         Status::ALL.into_iter().find(|st| st.as_str() == s)
     }
 
+    /// Whether the status is absorbing (one of [`Status::TERMINAL`]).
     pub fn is_terminal(self) -> bool {
         Status::TERMINAL.contains(&self)
     }
@@ -112,20 +126,36 @@ pub const EFFECT_UNCERTAIN: &str = "uncertain";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The command ended on its own or on a kill (`killed`: a signal reached it).
-    Completed { exit_code: i32, killed: bool },
+    Completed {
+        /// The command's own exit code (143 or 137 after a TERM or KILL).
+        exit_code: i32,
+        /// A kill's signal reached the command.
+        killed: bool,
+    },
     /// The deadline passed and the kernel signalled the command. Its effect
     /// is uncertain: it was cut off mid-work.
     TimedOut {
+        /// The code the command ended with; `None` when none was recorded.
         exit_code: Option<i32>,
+        /// A signal reached the command.
         killed: bool,
     },
     /// The process vanished without a code, or could not be observed.
-    Lost { reason: String },
+    Lost {
+        /// Why, as the report shows it (`lost: <reason>`).
+        reason: String,
+    },
     /// Nothing ran: Docker said no, or a kill came before the exec.
-    Failed { error: String, killed: bool },
+    Failed {
+        /// Why nothing ran, as the report shows it.
+        error: String,
+        /// A kill came before the exec (`cancelled before start`).
+        killed: bool,
+    },
 }
 
 impl Outcome {
+    /// The terminal status this outcome writes.
     pub fn status(&self) -> Status {
         match self {
             Outcome::Completed { .. } => Status::Completed,
@@ -139,13 +169,16 @@ impl Outcome {
 /// Why the kernel is signalling an op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KillReason {
+    /// A `kill_operation` by the agent or an operator.
     Kill,
+    /// The op's timeout passed.
     Timeout,
     /// The op's run (or an ancestor) was cancelled: a kill like any other.
     Cancel,
 }
 
 impl KillReason {
+    /// The reason as stored with the op's kill request.
     pub fn as_str(self) -> &'static str {
         match self {
             KillReason::Kill => "kill",
@@ -154,6 +187,7 @@ impl KillReason {
         }
     }
 
+    /// The reason of a stored string; `None` for an unknown one.
     pub fn parse(s: &str) -> Option<KillReason> {
         match s {
             "kill" => Some(KillReason::Kill),

@@ -15,12 +15,12 @@
 
 use std::time::{Duration, Instant};
 
-use sandbox::{Handback, PidRecord, SandboxError, Signal};
+use opkernel_shim::{Handback, PidRecord, Signal};
 
-use crate::inbox::Wake;
 use crate::lifecycle::{KillReason, Outcome};
+use crate::wake::Wake;
 
-pub use super::evidence::{
+pub use crate::evidence::{
     evidence_deadline, Clock, CodeFile, Evidence, LaunchEnd, Probe, ProbeView, Wrapper,
     NOT_STARTED_STATUS,
 };
@@ -61,7 +61,11 @@ impl Timing {
 /// Whether Docker confirmed the op's start (the row is `running`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
+    /// The row is still `starting`: the exec was claimed, but whether it began
+    /// is not known yet.
     Unconfirmed,
+    /// Docker or the op's own evidence confirmed the start: the row is
+    /// `running`.
     Confirmed,
 }
 
@@ -70,10 +74,15 @@ pub enum Start {
 pub enum KillPhase {
     /// Recorded, no signal sent by this attempt yet.
     Requested,
+    /// TERM was sent; KILL follows once the kill grace has passed.
     TermSent {
+        /// When this attempt sent the TERM.
         at: Instant,
     },
+    /// KILL was sent; after the grace a fresh probe checks whether anything is
+    /// left.
     KillSent {
+        /// When this attempt last sent a KILL.
         at: Instant,
     },
 }
@@ -81,7 +90,10 @@ pub enum KillPhase {
 /// A durable kill request as this attempt carries it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kill {
+    /// Why the op is killed: a timeout settles `timed_out`, a kill or cancel
+    /// `completed` with `killed`.
     pub reason: KillReason,
+    /// How far this attempt got through TERM → grace → KILL.
     pub phase: KillPhase,
     /// A signal reached the op's processes (durable: counts across restarts).
     pub signalled: bool,
@@ -131,7 +143,11 @@ impl Kill {
 pub enum Handover {
     /// The request waits for the launcher to claim it until `claim_by`;
     /// after that (or on a kill) the kernel asks for it back.
-    Pending { claim_by: Instant },
+    Pending {
+        /// When the request was filed plus the launcher's claim window
+        /// (`launcher_claim`), on this attempt's monotonic clock.
+        claim_by: Instant,
+    },
     /// The launcher claimed it: it runs there or nowhere. Its pid file is
     /// awaited (by file events, no probe) until the start-evidence deadline.
     Claimed,
@@ -154,11 +170,15 @@ impl Handover {
 /// What an attempt carries from step to step.
 #[derive(Debug, Clone)]
 pub struct State {
+    /// Whether the op's start is confirmed (`running`) or still only claimed
+    /// (`starting`).
     pub start: Start,
     /// The op's request in its launcher's inbox, while one is in play.
     pub handover: Option<Handover>,
     /// The wrapper's identity, once recorded in the control plane.
     pub pid: Option<PidRecord>,
+    /// The kill or timeout request being carried out; `None` while none is
+    /// recorded.
     pub kill: Option<Kill>,
     /// Commands run as root: a code file is believed only when the
     /// wrapper's own launch ended with the same code.
@@ -171,6 +191,7 @@ pub struct State {
     pub next_tick: Instant,
     /// Since when probes fail to reach the container.
     pub unreachable_since: Option<Instant>,
+    /// The configured grace windows the decisions use.
     pub timing: Timing,
 }
 
@@ -209,7 +230,10 @@ impl State {
 /// Whether an exit code says the process died of SIGTERM or SIGKILL (the
 /// shim reports a death by signal N as 128 + N).
 pub fn died_of_kill_signal(code: i32) -> bool {
-    code == 128 + libc::SIGTERM || code == 128 + libc::SIGKILL
+    // Linux's numbers (the only platform the shim runs on)
+    const SIGKILL: i32 = 9;
+    const SIGTERM: i32 = 15;
+    code == 128 + SIGTERM || code == 128 + SIGKILL
 }
 
 /// What the executor does next.
@@ -219,15 +243,23 @@ pub enum Action {
     Settle(Outcome),
     /// Evidence shows the unconfirmed start happened: the row becomes `running`.
     ConfirmStart,
+    /// Write the wrapper's pid record, read from its `.pid` file, into the op's
+    /// row.
     RecordPid(PidRecord),
     /// Record a timeout kill request (the first recorded reason wins).
     RequestTimeout,
+    /// Send `signal` to the op's processes, identity-checked against `rec`.
     Signal {
+        /// TERM or KILL.
         signal: Signal,
+        /// The wrapper's recorded identity (pid, start ticks, hostname) the
+        /// signal must match.
         rec: PidRecord,
     },
     /// Probe the container; `fresh` refuses a cached snapshot.
     Probe {
+        /// `true`: take a new probe; a snapshot from the shared cache will not
+        /// do.
         fresh: bool,
     },
     /// Ask the backend how the wrapper's launch ended.
@@ -515,27 +547,6 @@ pub enum LaunchVerdict {
     Unknown,
 }
 
-/// Classifies a launch's answer. A 5xx (or a timeout, or a dropped
-/// connection) may hide a start that happened; only an explicit refusal
-/// means nothing ran.
-pub fn launch_verdict(result: &sandbox::Result<()>, retried: bool) -> LaunchVerdict {
-    match result {
-        Ok(()) => LaunchVerdict::Started,
-        Err(SandboxError::NotFound(_) | SandboxError::Conflict(_)) if !retried => {
-            LaunchVerdict::StaleContainer
-        }
-        Err(SandboxError::Refused { status: 500.., .. }) => LaunchVerdict::Unknown,
-        Err(
-            e @ (SandboxError::Refused { .. }
-            | SandboxError::NotFound(_)
-            | SandboxError::Conflict(_)
-            | SandboxError::Invalid(_)
-            | SandboxError::Foreign { .. }),
-        ) => LaunchVerdict::Refused(format!("docker refused the command: {e}")),
-        Err(_) => LaunchVerdict::Unknown,
-    }
-}
-
 /// An unclaimed op before its launch: a kill recorded before the exec
 /// claim wins, and the op ends `failed` (nothing ran) with `killed`.
 pub fn cancelled_before_start(claimed: bool, kill_requested: bool) -> Option<Outcome> {
@@ -550,6 +561,8 @@ pub fn cancelled_before_start(claimed: bool, kill_requested: bool) -> Option<Out
 pub struct ContainerFacts {
     /// Managed label, this home's scratch mount, the op's run and scratch key.
     pub identity_matches: bool,
+    /// The container's hostname, matched against the pid file's (empty when
+    /// unknown: no check).
     pub hostname: String,
 }
 

@@ -16,13 +16,21 @@ const MAX_COUNTED_SLOTS: u64 = 100_000;
 pub enum Timing {
     /// A 5-field cron expression, evaluated in UTC.
     Cron {
+        /// The expression as the request gave it (stored and shown).
         expr: String,
+        /// The parsed expression.
         cron: Box<croner::Cron>,
     },
     /// Every so many seconds, counted from the previous due time.
-    Every { seconds: u64 },
+    Every {
+        /// The period, in seconds (at most [`MAX_EVERY_SEC`]).
+        seconds: u64,
+    },
     /// Once, at this time.
-    At { at_ms: i64 },
+    At {
+        /// The due time, in unix milliseconds.
+        at_ms: i64,
+    },
 }
 
 impl PartialEq for Timing {
@@ -89,6 +97,8 @@ impl Timing {
         }
     }
 
+    /// `cron`, `every` or `at`: the stored kind, with [`Timing::spec`] its
+    /// value.
     pub fn kind(&self) -> &'static str {
         match self {
             Timing::Cron { .. } => "cron",
@@ -102,7 +112,7 @@ impl Timing {
         match self {
             Timing::Cron { expr, .. } => expr.clone(),
             Timing::Every { seconds } => seconds.to_string(),
-            Timing::At { at_ms } => crate::report::rfc3339(*at_ms),
+            Timing::At { at_ms } => crate::report_text::rfc3339(*at_ms),
         }
     }
 
@@ -116,6 +126,7 @@ impl Timing {
         }
     }
 
+    /// Whether the schedule fires more than once (every kind but `at`).
     pub fn is_recurring(&self) -> bool {
         !matches!(self, Timing::At { .. })
     }
@@ -182,12 +193,21 @@ pub enum Startup {
     NotOverdue,
     /// `catch_up: true`: fire once, for this due time (the next due time
     /// then follows the present, not every missed slot).
-    FireOnce { due: i64 },
+    FireOnce {
+        /// The overdue time the fire is recorded for.
+        due: i64,
+    },
     /// `catch_up: false`, one-shot: disable it, `last_status: "skipped"`.
     SkipOneShot,
     /// `catch_up: false`, recurring: move to the next future slot without
     /// recording a run; `missed` slots are passed over.
-    Advance { next: Option<i64>, missed: u64 },
+    Advance {
+        /// The first due time after now; `None` when a cron expression
+        /// never matches again.
+        next: Option<i64>,
+        /// Overdue slots passed over, the stored due time included.
+        missed: u64,
+    },
 }
 
 /// The start-up rule for an unclaimed, enabled schedule due at `next_due`.
@@ -268,6 +288,7 @@ impl ScheduleState {
         }
     }
 
+    /// The state's wire string.
     pub fn as_str(self) -> &'static str {
         match self {
             ScheduleState::Waiting => "waiting",

@@ -2,7 +2,7 @@
 //! the invariant of ARCHITECTURE.md it holds.
 
 use super::*;
-use crate::inbox::Wakes;
+use crate::wake::Wakes;
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -919,55 +919,6 @@ fn waits_follow_the_op() {
 }
 
 #[test]
-fn only_an_explicit_refusal_means_nothing_ran() {
-    use sandbox::SandboxError as E;
-    let refused = |status| E::Refused {
-        status,
-        message: "no".into(),
-    };
-    let table: Vec<(sandbox::Result<()>, bool, LaunchVerdict)> = vec![
-        (Ok(()), false, LaunchVerdict::Started),
-        (
-            Err(E::NotFound("c".into())),
-            false,
-            LaunchVerdict::StaleContainer,
-        ),
-        (
-            Err(E::Conflict("not running".into())),
-            false,
-            LaunchVerdict::StaleContainer,
-        ),
-        (Err(refused(500)), false, LaunchVerdict::Unknown),
-        (Err(refused(503)), true, LaunchVerdict::Unknown),
-        (
-            Err(E::Unreachable("timed out".into())),
-            false,
-            LaunchVerdict::Unknown,
-        ),
-    ];
-    for (result, retried, want) in table {
-        assert_eq!(launch_verdict(&result, retried), want, "{result:?}");
-    }
-    for (result, retried) in [
-        (Err(refused(400)), false),
-        (Err(E::NotFound("c".into())), true),
-        (Err(E::Invalid("bad".into())), false),
-    ] {
-        assert!(
-            matches!(launch_verdict(&result, retried), LaunchVerdict::Refused(_)),
-            "{result:?}"
-        );
-    }
-    assert!(cancelled_before_start(false, true).is_some());
-    assert_eq!(
-        cancelled_before_start(true, true),
-        None,
-        "a claimed op is never cancelled as unstarted"
-    );
-    assert_eq!(cancelled_before_start(false, false), None);
-}
-
-#[test]
 fn the_recorded_container_must_still_be_the_ops() {
     let ok = ContainerFacts {
         identity_matches: true,
@@ -1135,4 +1086,15 @@ fn a_request_for_the_launcher_is_claimed_or_taken_back_never_both() {
         Handover::after_withdraw(Handback::NeverFiled),
         Handover::Returned
     );
+}
+
+#[test]
+fn a_kill_before_the_claim_fails_the_op_unstarted() {
+    assert!(cancelled_before_start(false, true).is_some());
+    assert_eq!(
+        cancelled_before_start(true, true),
+        None,
+        "a claimed op is never cancelled as unstarted"
+    );
+    assert_eq!(cancelled_before_start(false, false), None);
 }

@@ -5,14 +5,16 @@
 
 use std::time::{Duration, Instant};
 
-use sandbox::PidRecord;
+use opkernel_shim::PidRecord;
 
-use crate::inbox::Wakes;
+use crate::wake::Wakes;
 
 /// The op's `.code` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CodeFile {
+    /// No code yet: the command still runs, or died before writing one.
     Missing,
+    /// The command's exit code, parsed strictly from the file.
     Recorded(i32),
     /// The shim could not start the command (nothing ran): `failed`.
     NotStarted(String),
@@ -27,7 +29,9 @@ pub const NOT_STARTED_STATUS: i64 = 125;
 /// and marker).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wrapper {
+    /// The recorded pid runs with the recorded start time and the op's marker.
     Alive,
+    /// No process has the recorded pid any more.
     Absent,
     /// The recorded pid belongs to another process now.
     PidReused,
@@ -35,21 +39,28 @@ pub enum Wrapper {
     Unknown,
 }
 
+/// What a probe of the op's container saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeView {
+    /// The container runs and its process table was read.
     Seen {
+        /// The op's wrapper, checked against its recorded identity.
         wrapper: Wrapper,
         /// Some process carries the op's marker.
         marked: bool,
     },
+    /// The container no longer exists.
     Gone,
+    /// The container exists but is not running.
     Stopped,
     /// The daemon or container did not answer (or answered garbage).
     Unreachable(String),
 }
 
+/// One probe's answer for this step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
+    /// What the probe saw.
     pub view: ProbeView,
     /// Taken for this question, not served from the shared cache.
     pub fresh: bool,
@@ -59,25 +70,37 @@ pub struct Probe {
 /// command's reach) records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LaunchEnd {
+    /// The wrapper's exec is still running.
     Running,
+    /// The exec ended with this status (the command's code, or 125: nothing
+    /// started).
     Exited(i64),
+    /// The daemon did not answer the question; ask again later.
     Unreachable,
     /// No launch id was recorded for the op.
     NotRecorded,
+    /// The backend cannot tell (e.g. Docker dropped the exec record); why.
     Unconfirmable(String),
 }
 
 /// What one step of an attempt found.
 #[derive(Debug, Clone)]
 pub struct Evidence {
+    /// This step's one clock reading.
     pub now: Instant,
+    /// The wakes taken at the start of the step (file events, alarms, kill
+    /// requests).
     pub wakes: Wakes,
     /// The safety-net tick of an unmonitored op fell due in this step.
     pub tick: bool,
+    /// The `.code` file, read at the start of the step and again after each
+    /// probe.
     pub code: CodeFile,
     /// The `.pid` file, read while no pid is recorded.
     pub pid_file: Option<PidRecord>,
+    /// A probe of the container, when the previous action asked for one.
     pub probe: Option<Probe>,
+    /// How the wrapper's launch ended, when the previous action asked.
     pub launch_end: Option<LaunchEnd>,
 }
 
@@ -103,7 +126,9 @@ impl Evidence {
 /// an attempt that starts after the step.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
+    /// The wall-clock reading, in milliseconds since the Unix epoch.
     pub wall_ms: i64,
+    /// The monotonic instant of the same reading.
     pub mono: Instant,
 }
 

@@ -16,18 +16,25 @@ pub struct ApprovalRules {
     /// Every op needs approval.
     #[serde(default)]
     pub all: bool,
+    /// Seconds a matching op waits for a decision before `on_timeout` applies
+    /// (`None`: forever).
     pub timeout_sec: Option<u64>,
+    /// What the approval timeout does (`None`: escalate).
     pub on_timeout: Option<OnTimeout>,
 }
 
+/// What happens when an approval's `timeout_sec` passes: never an approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnTimeout {
+    /// Record `approval.escalated`; the op keeps waiting (the default).
     Escalate,
+    /// End the op `denied` (`approval timed out`).
     Deny,
 }
 
 impl OnTimeout {
+    /// The name stored in the control plane and sent on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             OnTimeout::Escalate => "escalate",
@@ -35,6 +42,7 @@ impl OnTimeout {
         }
     }
 
+    /// The value of a stored name; `None` for anything else.
     pub fn parse(s: &str) -> Option<OnTimeout> {
         match s {
             "escalate" => Some(OnTimeout::Escalate),
@@ -45,6 +53,7 @@ impl OnTimeout {
 }
 
 impl ApprovalRules {
+    /// Whether the rules gate nothing: no pattern, and `all` off.
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty() && !self.all
     }
@@ -54,13 +63,21 @@ impl ApprovalRules {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvelopeRequest {
+    /// Ceiling on an op's `timeout_sec`, in seconds.
     pub max_timeout_sec: Option<u64>,
+    /// The container's memory limit, in bytes.
     pub memory_bytes: Option<i64>,
+    /// The container's CPU limit, in CPUs (fractions allowed).
     pub cpus: Option<f64>,
+    /// The container's limit on the number of processes.
     pub pids_limit: Option<i64>,
+    /// The Docker network the container joins (`none`: no network).
     pub network: Option<String>,
+    /// Live ops of the run and its descendants together.
     pub max_live_ops: Option<u64>,
+    /// Unfinished (active or paused) descendant runs.
     pub max_children: Option<u64>,
+    /// Approval rules to add to the inherited ones (never removing any).
     pub approval: Option<ApprovalRules>,
 }
 
@@ -71,15 +88,22 @@ pub struct EnvelopeRequest {
 pub struct Envelope {
     /// `None`: only the kernel's own ceilings apply.
     pub max_timeout_sec: Option<u64>,
+    /// The container's memory limit, in bytes (0 or less: Docker's unlimited).
     pub memory_bytes: i64,
+    /// The container's CPU limit, in CPUs (0: unlimited).
     pub cpus: f64,
+    /// The container's limit on processes (0 or less: unlimited).
     pub pids_limit: i64,
+    /// The Docker network of the container: `none` unless the operator allowed
+    /// one.
     pub network: String,
     /// Live ops of the run and its descendants together.
     pub max_live_ops: u64,
     /// Unfinished (active or paused) descendant runs.
     #[serde(default = "default_max_children")]
     pub max_children: u64,
+    /// The rules every op of the run is matched against (empty: nothing is
+    /// gated).
     #[serde(default, skip_serializing_if = "ApprovalRules::is_empty")]
     pub approval: ApprovalRules,
 }
@@ -101,8 +125,11 @@ pub enum EnvelopeError {
     /// Wider than the parent's (403 `envelope_exceeded`), naming the field.
     #[error("{field}: {asked} is wider than the parent allows ({allowed})")]
     Wider {
+        /// The envelope or budget field, by its SPEC name.
         field: &'static str,
+        /// The value the request asked for.
         asked: String,
+        /// The parent's value, which the request may not exceed.
         allowed: String,
     },
 }
@@ -299,19 +326,4 @@ fn add_rules(parent: &ApprovalRules, asked: &ApprovalRules) -> ApprovalRules {
         rules.on_timeout = asked.on_timeout;
     }
     rules
-}
-
-impl Envelope {
-    /// The container profile of a run with this envelope: the kernel's
-    /// base profile with the envelope's limits. A top-level run with the
-    /// kernel's defaults gets the base profile itself (same fingerprint).
-    pub fn profile(&self, base: &sandbox::Profile) -> sandbox::Profile {
-        sandbox::Profile {
-            memory_bytes: self.memory_bytes,
-            nano_cpus: (self.cpus * 1e9).round() as i64,
-            pids_limit: self.pids_limit,
-            network: self.network.clone(),
-            ..base.clone()
-        }
-    }
 }

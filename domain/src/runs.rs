@@ -14,13 +14,19 @@ pub use crate::envelope::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
+    /// Ops are admitted.
     Active,
+    /// No new op is admitted; running ops go on.
     Paused,
+    /// Ended by an explicit `complete` with a summary (absorbing).
     Completed,
+    /// Every live op of the run and its descendants is killed, nothing new is
+    /// admitted (absorbing).
     Cancelled,
 }
 
 impl RunState {
+    /// Every state, in lifecycle order.
     pub const ALL: [RunState; 4] = [
         RunState::Active,
         RunState::Paused,
@@ -28,6 +34,7 @@ impl RunState {
         RunState::Cancelled,
     ];
 
+    /// The state as stored in SQL and sent on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Active => "active",
@@ -37,10 +44,12 @@ impl RunState {
         }
     }
 
+    /// The state of a stored string; `None` for an unknown one.
     pub fn parse(s: &str) -> Option<RunState> {
         RunState::ALL.into_iter().find(|st| st.as_str() == s)
     }
 
+    /// Whether the state is absorbing (`completed` or `cancelled`).
     pub fn is_final(self) -> bool {
         matches!(self, RunState::Completed | RunState::Cancelled)
     }
@@ -49,13 +58,19 @@ impl RunState {
 /// A requested change of a run's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunAction {
+    /// Stop admitting new ops (`POST .../pause`).
     Pause,
+    /// Admit ops again after a pause (`POST .../resume`).
     Resume,
+    /// End the run with a summary (`POST .../complete`).
     Complete,
+    /// Kill the run's and its descendants' live ops and end it (`POST
+    /// .../cancel`).
     Cancel,
 }
 
 impl RunAction {
+    /// The action's name, as in its endpoint and messages.
     pub fn as_str(self) -> &'static str {
         match self {
             RunAction::Pause => "pause",
@@ -80,7 +95,12 @@ impl RunAction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
     /// The state changes (compare-and-set from `from`), with its event.
-    Change { from: RunState, to: RunState },
+    Change {
+        /// The state the compare-and-set expects.
+        from: RunState,
+        /// The state it writes.
+        to: RunState,
+    },
     /// Already there: nothing changes, no event (a retried call succeeds).
     Already,
     /// Not allowed from this state: the run is over.
@@ -92,6 +112,8 @@ pub enum Transition {
     PausedAbove,
 }
 
+/// What `action` does to a run in `state`, ignoring who paused it (see
+/// [`transition_by`]).
 pub fn transition(state: RunState, action: RunAction) -> Transition {
     use RunAction as A;
     use RunState as S;
@@ -167,12 +189,19 @@ pub fn child_run_id(parent: &str, name: &str) -> String {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
+    /// Limit on op wall time, in seconds (each op from its start to its end).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub op_seconds: Option<u64>,
+    /// Limit on CPU time of the ops' process trees, in seconds (the shim's
+    /// rusage).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<u64>,
+    /// Limit on model tokens, input plus output, as the agent runtime reports
+    /// them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    /// Limit on model cost, in millionths of the currency unit, as the agent
+    /// runtime reports it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_micros: Option<u64>,
 }
@@ -185,6 +214,7 @@ pub const LIMITS: [&str; 4] = ["op_seconds", "cpu_seconds", "tokens", "cost_micr
 pub const MAX_AMOUNT: u64 = 1 << 48;
 
 impl Budget {
+    /// Whether no limit is set.
     pub fn is_empty(&self) -> bool {
         self.limits().iter().all(|(_, l)| l.is_none())
     }
@@ -199,6 +229,7 @@ impl Budget {
         ]
     }
 
+    /// Checks each limit on its own (at most [`MAX_AMOUNT`]).
     pub fn validate(&self) -> Result<(), EnvelopeError> {
         for (name, limit) in self.limits() {
             if limit.is_some_and(|l| l > MAX_AMOUNT) {
@@ -242,9 +273,13 @@ impl Budget {
 /// Totals of the usage ledger over a set of runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Used {
+    /// Op wall time, in milliseconds.
     pub op_ms: u64,
+    /// CPU time of the ops' process trees, in milliseconds.
     pub cpu_ms: u64,
+    /// Model tokens, input plus output.
     pub tokens: u64,
+    /// Model cost, in millionths of the currency unit.
     pub cost_micros: u64,
 }
 
@@ -375,8 +410,12 @@ fn trim_amount(v: f64) -> String {
 /// when reached, the refusal of a new op or child run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimitUse {
+    /// The limit's name, one of [`LIMITS`].
     pub limit: &'static str,
+    /// The amount used, in the limit's unit (seconds for the `_seconds`
+    /// limits).
     pub used: f64,
+    /// The limit set.
     pub max: u64,
     /// The run whose budget it is (the run itself or an ancestor).
     pub run_id: String,
@@ -396,5 +435,5 @@ impl std::fmt::Display for LimitUse {
 }
 
 #[cfg(test)]
-#[path = "tasks_tests.rs"]
+#[path = "runs_tests.rs"]
 mod tests;

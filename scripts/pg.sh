@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL for the tests and the bench (SPEC §19): Debian's
+# `postgresql` package (installed when absent), `initdb` into target/pg as
+# the postgres user, listening on a free loopback port with its own socket
+# dir; no system service. Loopback connections are trusted (a test server
+# that only this machine reaches).
+#   scripts/pg.sh start           starts it (idempotent); prints its URL
+#   scripts/pg.sh url             prints the URL of the running server
+#   scripts/pg.sh stop [MODE]     stops it (pg_ctl -m MODE, default fast)
+#   scripts/pg.sh kill            stops it at once (-m immediate), for drills
+#   scripts/pg.sh resume          starts a stopped server on its old port
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir="$root/target/pg"
+data="$dir/data"
+bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+
+as_pg() { runuser -u postgres -- "$@"; }
+
+install_pg() {
+  if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  fi
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+url() {
+  echo "postgres://opkernel@127.0.0.1:$(cat "$dir/port")/opkernel"
+}
+
+running() { [ -f "$data/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; }
+
+start_server() {
+  as_pg "$bin/pg_ctl" -D "$data" -l "$dir/log" -w -t 30 \
+    -o "-c listen_addresses=127.0.0.1 -c port=$(cat "$dir/port") -c unix_socket_directories=$dir/sock -c max_connections=200 -c fsync=off" \
+    start >/dev/null
+}
+
+case "${1:-}" in
+  start)
+    install_pg
+    if running; then url; exit 0; fi
+    if [ ! -f "$data/PG_VERSION" ]; then
+      rm -rf "$dir"
+      mkdir -p "$dir/sock"
+      chown -R postgres:postgres "$dir"
+      as_pg "$bin/initdb" -D "$data" -A trust -U postgres >/dev/null
+      free_port > "$dir/port"
+      start_server
+      as_pg "$bin/psql" -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -qc "CREATE ROLE opkernel LOGIN SUPERUSER" >/dev/null
+      as_pg "$bin/psql" -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -qc "CREATE DATABASE opkernel OWNER opkernel" >/dev/null
+    else
+      start_server
+    fi
+    url
+    ;;
+  resume)
+    start_server
+    url
+    ;;
+  url) url ;;
+  stop)
+    if running; then as_pg "$bin/pg_ctl" -D "$data" -m "${2:-fast}" -w stop >/dev/null; fi
+    ;;
+  kill)
+    if running; then as_pg "$bin/pg_ctl" -D "$data" -m immediate -w stop >/dev/null; fi
+    ;;
+  *)
+    echo "usage: $0 start|url|stop [MODE]|kill|resume" >&2
+    exit 2
+    ;;
+esac
