@@ -89,16 +89,6 @@ impl RunAction {
             RunAction::Cancel => RunState::Cancelled,
         }
     }
-
-    /// The event recorded when the action changes a run's state.
-    pub fn event(self) -> &'static str {
-        match self {
-            RunAction::Pause => "run.paused",
-            RunAction::Resume => "run.resumed",
-            RunAction::Complete => "run.completed",
-            RunAction::Cancel => "run.cancelled",
-        }
-    }
 }
 
 /// What an action does to a run in a given state: the one transition table.

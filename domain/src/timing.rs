@@ -116,6 +116,16 @@ impl Timing {
         }
     }
 
+    /// The timing as operators read it: the cron expression, `every Ns`,
+    /// or `at <rfc3339>`.
+    pub fn when(&self) -> String {
+        match self {
+            Timing::Cron { expr, .. } => expr.clone(),
+            Timing::Every { seconds } => format!("every {seconds}s"),
+            Timing::At { .. } => format!("at {}", self.spec()),
+        }
+    }
+
     /// Whether the schedule fires more than once (every kind but `at`).
     pub fn is_recurring(&self) -> bool {
         !matches!(self, Timing::At { .. })
@@ -252,9 +262,78 @@ pub fn after_refusal(why: FireRefusal, recurring: bool) -> AfterRefusal {
     }
 }
 
+/// A schedule's state as operators see it (derived, never stored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleState {
+    /// Enabled, waiting for its next due time.
+    Waiting,
+    /// The op its current due time fired is live.
+    Running,
+    /// Paused: its due times are not fired until it is resumed.
+    Paused,
+    /// Disabled: a finished one-shot, or its run is over.
+    Done,
+}
+
+impl ScheduleState {
+    /// The rule: a disabled schedule is done, whatever else holds; then a
+    /// paused one is paused; then one holding a live op is running.
+    pub fn of(enabled: bool, paused: bool, running: bool) -> ScheduleState {
+        match (enabled, paused, running) {
+            (false, _, _) => ScheduleState::Done,
+            (true, true, _) => ScheduleState::Paused,
+            (true, false, true) => ScheduleState::Running,
+            (true, false, false) => ScheduleState::Waiting,
+        }
+    }
+
+    /// The state's wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleState::Waiting => "waiting",
+            ScheduleState::Running => "running",
+            ScheduleState::Paused => "paused",
+            ScheduleState::Done => "done",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_schedules_state_and_when() {
+        use ScheduleState::*;
+        // (enabled, paused, running) -> state
+        let table = [
+            ((true, false, false), Waiting),
+            ((true, false, true), Running),
+            ((true, true, false), Paused),
+            ((true, true, true), Paused),
+            ((false, false, false), Done),
+            ((false, true, false), Done),
+            ((false, false, true), Done),
+            ((false, true, true), Done),
+        ];
+        for ((enabled, paused, running), want) in table {
+            let got = ScheduleState::of(enabled, paused, running);
+            assert_eq!(
+                got, want,
+                "enabled={enabled} paused={paused} running={running}"
+            );
+            let wire = serde_json::to_value(got).unwrap();
+            assert_eq!(wire, got.as_str());
+        }
+        let when = |kind: &str, spec: &str| Timing::parse(kind, spec).unwrap().when();
+        assert_eq!(when("cron", "*/5  * * * *"), "*/5 * * * *");
+        assert_eq!(when("every", "90"), "every 90s");
+        assert_eq!(
+            when("at", "2026-11-29T01:02:03+01:00"),
+            "at 2026-11-29T00:02:03.000Z"
+        );
+    }
 
     #[test]
     fn what_a_refused_fire_does() {

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod drills;
+pub mod event_kind;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod home;
@@ -97,6 +98,19 @@ mod layering_tests {
             ("watcher.rs", include_str!("watcher.rs"), upper_than_probes),
             ("inbox.rs", include_str!("inbox.rs"), upper_than_probes),
             ("sync.rs", include_str!("sync.rs"), upper_than_probes),
+            // the kinds of events and their payloads are pure (bound for the
+            // domain crate)
+            (
+                "event_kind.rs",
+                include_str!("event_kind.rs"),
+                &[
+                    "crate::kernel",
+                    "crate::store",
+                    "crate::api",
+                    "tokio",
+                    "rusqlite",
+                ],
+            ),
             // a run's cached facts and the home sit below the kernel
             ("runmeta.rs", include_str!("runmeta.rs"), upper_than_kernel),
             ("home.rs", include_str!("home.rs"), upper_than_kernel),

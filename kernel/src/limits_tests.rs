@@ -280,3 +280,49 @@ fn the_crates_keep_their_dependencies_apart() {
         );
     }
 }
+
+/// Lines of production code (before a file's inline test module, comments
+/// aside) that build JSON with the `json!` macro.
+fn json_macro_lines(text: &str) -> Vec<usize> {
+    production_lines(text)
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| {
+            let code = line.trim_start();
+            !code.starts_with("//") && code.contains("json!")
+        })
+        .map(|(n, _)| n + 1)
+        .collect()
+}
+
+#[test]
+fn the_json_scanner_sees_code_only() {
+    let text = "use serde_json::json;\n// json!({}) in a comment\n    /// json! in a doc\n\
+                fn f() -> Value {\n    serde_json::json!({\"a\": 1})\n}\n\
+                #[cfg(test)]\nmod tests {\n    fn g() { json!(1); }\n}\n";
+    assert_eq!(json_macro_lines(text), [5]);
+}
+
+/// API handlers answer with typed views (`crate::views`): `json!` builds
+/// the error body alone (`api/error.rs`), never an answer by hand.
+#[test]
+fn api_handlers_build_no_json_by_hand() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api");
+    let mut files = Vec::new();
+    production_files(&dir, &mut files);
+    assert!(files.len() > 5, "the scan found {} api files", files.len());
+    let mut found = Vec::new();
+    for file in &files {
+        if file.file_name().is_some_and(|n| n == "error.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for n in json_macro_lines(&text) {
+            found.push(format!("{}:{n}", file.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "json! in API handlers (answer with a view of crate::views): {found:?}"
+    );
+}

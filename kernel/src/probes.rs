@@ -48,7 +48,7 @@ pub struct ProbeCache {
 }
 
 /// How many probes went each way since the kernel started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProbeCounts {
     /// Answered by a container's resident launcher (no Docker call).
     pub by_launcher: u64,

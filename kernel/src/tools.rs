@@ -1,17 +1,23 @@
 //! The tool definitions published at `GET /v1/tools` (JSON schema for
 //! function calling), whose descriptions state the limits.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::config::Config;
+use crate::views::{ToolDefinition, ToolsView};
 
-/// The `{"tools": [...]}` body of `GET /v1/tools`: `run_command` and
-/// `kill_operation` with the timeouts `c` allows.
-pub fn tool_definitions(c: &Config) -> Value {
-    json!({"tools": [
-        {
-            "name": "run_command",
-            "description": format!(
+/// `run_command` and `kill_operation`, their descriptions stating the
+/// kernel's limits.
+pub fn tool_definitions(c: &Config) -> ToolsView {
+    ToolsView {
+        tools: vec![run_command(c), kill_operation(c)],
+    }
+}
+
+fn run_command(c: &Config) -> ToolDefinition {
+    ToolDefinition {
+        name: "run_command".to_owned(),
+        description: format!(
                 "Run a command in this run's sandbox container (a Linux container with bash and busybox tools; \
                  working directory /scratch, which persists for the run; no network unless the operator enabled it). \
                  Foreground: waits and returns the exit code and output; timeout_sec defaults to {} and may be at most {}. \
@@ -29,7 +35,7 @@ pub fn tool_definitions(c: &Config) -> Value {
                  follow-up message, as a background operation's does.",
                 c.fg_default_sec, c.fg_max_sec, c.bg_default_sec, c.bg_max_sec
             ),
-            "parameters": {
+        parameters: json!({
                 "type": "object",
                 "properties": {
                     "command": {
@@ -41,22 +47,24 @@ pub fn tool_definitions(c: &Config) -> Value {
                 },
                 "required": ["command"],
                 "additionalProperties": false
-            }
-        },
-        {
-            "name": "kill_operation",
-            "description": format!(
+        }),
+    }
+}
+
+fn kill_operation(c: &Config) -> ToolDefinition {
+    ToolDefinition {
+        name: "kill_operation".to_owned(),
+        description: format!(
                 "Cancel a background operation: its whole process tree gets SIGTERM, then SIGKILL after {} s. \
                  The outcome (exit code 143 or 137, killed) arrives as a normal result. An operation still awaiting \
                  approval is withdrawn instead: it ends denied (cancelled before approval) and nothing runs.",
                 c.kill_grace.as_secs()
             ),
-            "parameters": {
+        parameters: json!({
                 "type": "object",
                 "properties": {"operation_id": {"type": "string", "format": "uuid"}},
                 "required": ["operation_id"],
                 "additionalProperties": false
-            }
-        }
-    ]})
+        }),
+    }
 }

@@ -12,11 +12,11 @@ use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde::Deserialize;
 
 use super::{visible_op, ApiResult, AppState, Params, Seg};
 use crate::auth::Principal;
+use crate::views::{ConsoleDone, ConsoleOutput};
 
 const CHUNK: u64 = 64 * 1024;
 const MAX_RAW: u64 = 64 << 20;
@@ -112,17 +112,6 @@ struct Follow {
     check_status: bool,
 }
 
-/// The console's last event: how the op ended.
-#[derive(Debug, Serialize)]
-struct Done {
-    operation_id: String,
-    status: &'static str,
-    exit_code: Option<i32>,
-    killed: bool,
-    effect: Option<String>,
-    message: Option<String>,
-}
-
 impl Follow {
     /// Up to a chunk of the log from the current offset.
     async fn read_chunk(&self) -> Vec<u8> {
@@ -147,11 +136,15 @@ impl Follow {
             let chunk = self.read_chunk().await;
             if !chunk.is_empty() {
                 self.offset += chunk.len() as u64;
-                let data = json!({"offset": self.offset, "text": String::from_utf8_lossy(&chunk)});
+                let output = ConsoleOutput {
+                    offset: self.offset,
+                    text: String::from_utf8_lossy(&chunk).into_owned(),
+                };
+                let data = serde_json::to_string(&output).unwrap_or_default();
                 let event = Event::default()
                     .event("output")
                     .id(self.offset.to_string())
-                    .data(data.to_string());
+                    .data(data);
                 return Some(event);
             }
             if !self.check_status {
@@ -186,9 +179,9 @@ impl Follow {
                 continue;
             }
             self.finished = true;
-            let done = Done {
+            let done = ConsoleDone {
                 operation_id: op.id,
-                status: op.status.as_str(),
+                status: op.status.as_str().to_owned(),
                 exit_code: op.exit_code,
                 killed: op.killed,
                 effect: op.effect,

@@ -10,12 +10,11 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
 use futures::Stream;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::runs::load_run;
 use super::{authorize_run, ApiError, ApiResult, AppState, Params, Scope, Seg};
 use crate::auth::Principal;
-use crate::store::Event;
+use crate::views::{Event, EventsPage, ReportList, ReportSummary};
 
 /// Longest an events call may wait.
 pub const MAX_EVENTS_WAIT_SEC: u64 = 300;
@@ -41,7 +40,7 @@ pub async fn events(
     principal: Principal,
     Seg(run): Seg<String>,
     Params(q): Params<EventsQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EventsPage>> {
     authorize_run(&k, &principal, &run, Scope::Subtree).await?;
     load_run(&k, &run).await?;
     if q.wait > MAX_EVENTS_WAIT_SEC {
@@ -58,12 +57,12 @@ pub async fn events(
             .store
             .events_tail(&run, n.clamp(1, EVENTS_PAGE), last_seq)
             .await?;
-        return Ok(Json(json!({
-            "run_id": run,
-            "events": events,
-            "next_after": last_seq,
-            "last_seq": last_seq,
-        })));
+        return Ok(Json(EventsPage {
+            run_id: run,
+            events,
+            next_after: last_seq,
+            last_seq,
+        }));
     }
     let deadline = Instant::now() + Duration::from_secs(q.wait);
     let mut journal = k.store.journal();
@@ -79,13 +78,13 @@ pub async fn events(
     };
     let next_after = events.last().map_or(q.after, |e| e.seq);
     let last_seq = k.store.last_event_seq(&run).await?;
-    Ok(Json(json!({
-        "run_id": run,
-        "events": events,
-        "next_after": next_after,
+    Ok(Json(EventsPage {
+        run_id: run,
+        events,
+        next_after,
         // where a reader that wants only what comes next starts
-        "last_seq": last_seq,
-    })))
+        last_seq,
+    }))
 }
 
 /// `GET /v1/runs/{run}/events/stream`: the run's events over SSE from
@@ -154,24 +153,25 @@ pub async fn reports(
     principal: Principal,
     Seg(run): Seg<String>,
     Params(q): Params<ReportsQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ReportList>> {
     authorize_run(&k, &principal, &run, Scope::Subtree).await?;
     load_run(&k, &run).await?;
     let list = k
         .store
         .recent_reports(&run, q.limit.unwrap_or(20).clamp(1, 200))
         .await?;
-    let reports: Vec<Value> = list
+    let reports = list
         .into_iter()
-        .map(|(r, created, acked)| {
-            json!({
-                "report_id": r.report_id,
-                "created_at": crate::report_text::rfc3339(created),
-                "acked_at": acked.map(crate::report_text::rfc3339),
-                "resolved": r.resolved.len(),
-                "text": r.text,
-            })
+        .map(|(r, created, acked)| ReportSummary {
+            report_id: r.report_id,
+            created_at: crate::report_text::rfc3339(created),
+            acked_at: acked.map(crate::report_text::rfc3339),
+            resolved: r.resolved.len(),
+            text: r.text,
         })
         .collect();
-    Ok(Json(json!({ "run_id": run, "reports": reports })))
+    Ok(Json(ReportList {
+        run_id: run,
+        reports,
+    }))
 }

@@ -13,7 +13,7 @@ use super::{
 use crate::auth::Principal;
 use crate::lifecycle::{KillReason, Status};
 use crate::store::{NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
-use crate::views::OpView;
+use crate::views::{OpList, OpView};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -379,16 +379,13 @@ pub async fn deny(
 
 /// `GET /v1/approvals`: ops waiting for approval (the operator sees all; a
 /// run token its own run's and its descendants').
-pub async fn approvals(
-    State(k): State<AppState>,
-    principal: Principal,
-) -> ApiResult<Json<serde_json::Value>> {
+pub async fn approvals(State(k): State<AppState>, principal: Principal) -> ApiResult<Json<OpList>> {
     let root = match &principal {
         Principal::Operator => None,
         Principal::Run(own) => Some(own.clone()),
     };
     let ops = k.store.waiting_ops(root).await?;
-    Ok(Json(serde_json::json!({
-        "operations": ops.iter().map(OpView::of).collect::<Vec<_>>(),
-    })))
+    Ok(Json(OpList {
+        operations: ops.iter().map(OpView::of).collect(),
+    }))
 }

@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
 use crate::auth::Principal;
 use crate::store::Report;
-use crate::views::{FinishView, OpView};
+use crate::views::{FinishView, NoteAdded, OpView, ReportAck};
 
 /// Longest a report call may wait.
 pub const MAX_REPORT_WAIT_SEC: u64 = 3600;
@@ -65,7 +64,7 @@ pub async fn ack(
     State(k): State<AppState>,
     principal: Principal,
     Seg((run, report_id)): Seg<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ReportAck>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
     if uuid::Uuid::parse_str(&report_id).is_err() {
         return Err(ApiError::bad_request("report id must be a uuid"));
@@ -76,7 +75,10 @@ pub async fn ack(
         )));
     }
     k.bump_run(&run);
-    Ok(Json(json!({"report_id": report_id, "acked": true})))
+    Ok(Json(ReportAck {
+        report_id,
+        acked: true,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,7 +92,7 @@ pub async fn note(
     principal: Principal,
     Seg(run): Seg<String>,
     Body(note): Body<Note>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<NoteAdded>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
     if note.text.trim().is_empty() || note.text.len() > MAX_NOTE_BYTES || note.text.contains('\0') {
         return Err(ApiError::bad_request(format!(
@@ -103,7 +105,10 @@ pub async fn note(
         )));
     };
     k.bump_run(&run);
-    Ok(Json(json!({"run_id": run, "note_id": id})))
+    Ok(Json(NoteAdded {
+        run_id: run,
+        note_id: id,
+    }))
 }
 
 /// Waits until every op of the run is terminal, marks the run finished and

@@ -5,13 +5,15 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde::Deserialize;
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
 use crate::auth::{new_token, token_sha256, Principal};
-use crate::runs::{Budget, EnvelopeError, EnvelopeRequest, RunAction, RunState, MAX_AMOUNT};
+use crate::runs::{Budget, EnvelopeError, EnvelopeRequest, RunAction, Used, MAX_AMOUNT};
 use crate::store::{CreatedRun, ModelUsage, NewRun, RunChange, RunRecord, UsageRecorded};
+use crate::views::{
+    Amounts, ChildView, RunChangeAnswer, RunCreated, RunList, RunSummary, RunView, UsageAnswer,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,7 +56,7 @@ pub async fn create_run(
     principal: Principal,
     headers: HeaderMap,
     Body(req): Body<CreateRun>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunCreated>> {
     let key = super::ops::idempotency_key(&headers)?;
     let mut req = req;
     // a child's id lives in its parent's namespace (`<parent>.<name>`)
@@ -98,15 +100,15 @@ pub async fn create_run(
         CreatedRun::NoParent => return Err(ApiError::not_found("the token's run is gone")),
     };
     let meta = k.remember_run(&record);
-    Ok(Json(json!({
-        "run_id": record.run_id,
-        "token": token,
-        "parent_run_id": record.parent_run_id,
-        "chain": record.chain,
-        "state": record.state,
-        "envelope": meta.envelope,
-        "budget": record.budget,
-    })))
+    Ok(Json(RunCreated {
+        run_id: record.run_id,
+        token,
+        parent_run_id: record.parent_run_id,
+        chain: record.chain,
+        state: record.state,
+        envelope: meta.envelope.clone(),
+        budget: record.budget,
+    }))
 }
 
 /// The new run's parent and envelope: the operator's top-level run gets
@@ -179,25 +181,13 @@ fn is_retry(record: &RunRecord, new: &NewRun, req: &CreateRun) -> bool {
     }
 }
 
-/// A run as `GET /v1/runs/{run}` shows it.
-#[derive(Debug, Serialize)]
-pub struct RunView {
-    pub run_id: String,
-    pub state: RunState,
-    pub parent_run_id: Option<String>,
-    pub chain: Vec<String>,
-    pub principal: String,
-    pub children: Vec<Value>,
-    pub envelope: crate::runs::Envelope,
-    pub budget: Budget,
-    /// Over the run and its descendants, keyed by the limit names.
-    pub used: Value,
-    /// Of the run's own budget limits, derived from the ledger now.
-    pub remaining: Value,
-    pub created_at: i64,
-    pub state_changed_at: Option<i64>,
-    pub summary: Option<String>,
-    pub decided_by: Option<String>,
+/// The usage and remaining amounts of a run's view.
+fn amounts(used: Used, budget: &Budget) -> ApiResult<(Amounts, Amounts)> {
+    let bad = |e: serde_json::Error| ApiError::internal(format!("usage amounts: {e}"));
+    Ok((
+        Amounts::used(used).map_err(bad)?,
+        Amounts::remaining(used, budget).map_err(bad)?,
+    ))
 }
 
 async fn run_view(k: &AppState, record: RunRecord) -> ApiResult<RunView> {
@@ -208,8 +198,9 @@ async fn run_view(k: &AppState, record: RunRecord) -> ApiResult<RunView> {
         .children(&record.run_id)
         .await?
         .into_iter()
-        .map(|(id, state)| json!({"run_id": id, "state": state}))
+        .map(|(run_id, state)| ChildView { run_id, state })
         .collect();
+    let (used, remaining) = amounts(used, &record.budget)?;
     Ok(RunView {
         state: record.state,
         parent_run_id: record.parent_run_id,
@@ -217,8 +208,8 @@ async fn run_view(k: &AppState, record: RunRecord) -> ApiResult<RunView> {
         principal: record.principal,
         children,
         envelope: meta.envelope.clone(),
-        used: used.to_json(),
-        remaining: used.remaining(&record.budget),
+        used,
+        remaining,
         budget: record.budget,
         created_at: record.created_at,
         state_changed_at: record.state_changed_at,
@@ -257,7 +248,7 @@ pub async fn list_runs(
     State(k): State<AppState>,
     principal: Principal,
     Params(q): Params<ListRunsQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunList>> {
     let root = match &principal {
         Principal::Operator => None,
         Principal::Run(own) => Some(own.clone()),
@@ -266,21 +257,19 @@ pub async fn list_runs(
         .store
         .list_runs(root, q.limit.unwrap_or(1000).min(10_000))
         .await?;
-    let runs: Vec<Value> = runs
+    let runs = runs
         .into_iter()
-        .map(|(r, live)| {
-            json!({
-                "run_id": r.run_id,
-                "parent_run_id": r.parent_run_id,
-                "depth": r.chain.len(),
-                "state": r.state,
-                "live_ops": live,
-                "budget": r.budget,
-                "created_at": r.created_at,
-            })
+        .map(|(r, live_ops)| RunSummary {
+            depth: r.chain.len(),
+            run_id: r.run_id,
+            parent_run_id: r.parent_run_id,
+            state: r.state,
+            live_ops,
+            budget: r.budget,
+            created_at: r.created_at,
         })
         .collect();
-    Ok(Json(json!({ "runs": runs })))
+    Ok(Json(RunList { runs }))
 }
 
 /// Applies a state change and answers with the run as it is now.
@@ -291,7 +280,7 @@ async fn change(
     action: RunAction,
     scope: Scope,
     summary: Option<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunChangeAnswer>> {
     authorize_run(&k, &principal, &run, scope).await?;
     let change = crate::control::change_run(&k, &run, action, &who(&principal), summary).await?;
     let (record, changed, kills, denied) = match change {
@@ -330,20 +319,19 @@ async fn change(
     };
     // the kill requests are durable; observers act on them now (or the
     // next kernel does, after a restart): the control layer started them
-    let view = run_view(&k, *record).await?;
-    Ok(Json(json!({
-        "run": view,
-        "changed": changed,
-        "kill_requested": kills,
-        "denied": denied,
-    })))
+    Ok(Json(RunChangeAnswer {
+        run: run_view(&k, *record).await?,
+        changed,
+        kill_requested: kills,
+        denied,
+    }))
 }
 
 pub async fn pause(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunChangeAnswer>> {
     change(k, principal, run, RunAction::Pause, Scope::Subtree, None).await
 }
 
@@ -351,7 +339,7 @@ pub async fn resume(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunChangeAnswer>> {
     change(k, principal, run, RunAction::Resume, Scope::Subtree, None).await
 }
 
@@ -359,7 +347,7 @@ pub async fn cancel(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunChangeAnswer>> {
     change(k, principal, run, RunAction::Cancel, Scope::Subtree, None).await
 }
 
@@ -379,7 +367,7 @@ pub async fn complete(
     principal: Principal,
     Seg(run): Seg<String>,
     Body(req): Body<Complete>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunChangeAnswer>> {
     if req.summary.trim().is_empty()
         || req.summary.len() > MAX_SUMMARY_BYTES
         || req.summary.contains('\0')
@@ -420,7 +408,7 @@ pub async fn usage(
     Seg(run): Seg<String>,
     headers: HeaderMap,
     Body(req): Body<UsageRequest>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<UsageAnswer>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
     let model_ok = !req.model.trim().is_empty()
         && req.model.len() <= 128
@@ -459,11 +447,12 @@ pub async fn usage(
         }
     };
     let used = k.store.usage_over_subtree(&run).await?;
-    Ok(Json(json!({
-        "run_id": run,
-        "seq": seq,
-        "recorded": recorded,
-        "used": used.to_json(),
-        "remaining": used.remaining(&record.budget),
-    })))
+    let (used, remaining) = amounts(used, &record.budget)?;
+    Ok(Json(UsageAnswer {
+        run_id: run,
+        seq,
+        recorded,
+        used,
+        remaining,
+    }))
 }

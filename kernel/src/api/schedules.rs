@@ -3,14 +3,13 @@
 
 use axum::extract::State;
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde::Deserialize;
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Scope, Seg};
 use crate::auth::Principal;
 use crate::store::{NewSchedule, Schedule};
 use crate::timing::Timing;
-use crate::views::rfc3339;
+use crate::views::{ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,74 +25,13 @@ pub struct CreateSchedule {
     delete_after_success: bool,
 }
 
-/// A schedule as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ScheduleView {
-    pub schedule_id: String,
-    pub run_id: String,
-    pub command: Vec<String>,
-    pub timeout_sec: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cron: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub every_sec: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub at: Option<String>,
-    pub catch_up: bool,
-    pub delete_after_success: bool,
-    pub enabled: bool,
-    pub paused: bool,
-    pub next_due_at: Option<String>,
-    /// The op its current due time fired, while that op lives.
-    pub current_operation_id: Option<String>,
-    pub last_due_at: Option<String>,
-    pub last_operation_id: Option<String>,
-    pub last_status: Option<String>,
-    pub last_exit_code: Option<i32>,
-    pub last_output_tail: Option<String>,
-    pub last_finished_at: Option<String>,
-    pub created_at: String,
-}
-
-impl ScheduleView {
-    pub fn of(s: &Schedule) -> ScheduleView {
-        let (cron, every_sec, at) = match &s.timing {
-            Timing::Cron { expr, .. } => (Some(expr.clone()), None, None),
-            Timing::Every { seconds } => (None, Some(*seconds), None),
-            Timing::At { at_ms } => (None, None, Some(rfc3339(*at_ms))),
-        };
-        ScheduleView {
-            schedule_id: s.id.clone(),
-            run_id: s.run_id.clone(),
-            command: s.command.clone(),
-            timeout_sec: s.timeout_sec,
-            cron,
-            every_sec,
-            at,
-            catch_up: s.catch_up,
-            delete_after_success: s.delete_after_success,
-            enabled: s.enabled,
-            paused: s.paused,
-            next_due_at: s.next_due_at.map(rfc3339),
-            current_operation_id: s.current_op_id.clone(),
-            last_due_at: s.last_due_at.map(rfc3339),
-            last_operation_id: s.last_op_id.clone(),
-            last_status: s.last_status.clone(),
-            last_exit_code: s.last_exit_code,
-            last_output_tail: s.last_output_tail.clone(),
-            last_finished_at: s.last_finished_at.map(rfc3339),
-            created_at: rfc3339(s.created_at),
-        }
-    }
-}
-
 /// `POST /v1/runs/{run}/schedules`: the run's own token (or the operator).
 pub async fn create(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
     Body(req): Body<CreateSchedule>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ScheduleCreated>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
     sandbox::shim::validate_command(&req.command)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -152,11 +90,11 @@ pub async fn create(
         .await?
         .map_err(ApiError::too_many)?;
     let view = ScheduleView::of(&created);
-    Ok(Json(json!({
-        "schedule_id": view.schedule_id,
-        "next_due_at": view.next_due_at,
-        "schedule": view,
-    })))
+    Ok(Json(ScheduleCreated {
+        schedule_id: view.schedule_id.clone(),
+        next_due_at: view.next_due_at.clone(),
+        schedule: view,
+    }))
 }
 
 /// `GET /v1/runs/{run}/schedules`: the run's and its descendants'.
@@ -164,24 +102,29 @@ pub async fn list(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ScheduleList>> {
     authorize_run(&k, &principal, &run, Scope::Subtree).await?;
     let list = k.store.list_schedules(Some(run)).await?;
-    Ok(Json(
-        json!({ "schedules": list.iter().map(ScheduleView::of).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(schedule_list(&list)))
+}
+
+fn schedule_list(list: &[Schedule]) -> ScheduleList {
+    ScheduleList {
+        schedules: list.iter().map(ScheduleView::of).collect(),
+    }
 }
 
 /// `GET /v1/schedules`: every schedule the token reaches.
-pub async fn list_all(State(k): State<AppState>, principal: Principal) -> ApiResult<Json<Value>> {
+pub async fn list_all(
+    State(k): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<ScheduleList>> {
     let root = match &principal {
         Principal::Operator => None,
         Principal::Run(own) => Some(own.clone()),
     };
     let list = k.store.list_schedules(root).await?;
-    Ok(Json(
-        json!({ "schedules": list.iter().map(ScheduleView::of).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(schedule_list(&list)))
 }
 
 /// A schedule of `run` (or a descendant's, through its own path) the
@@ -212,15 +155,15 @@ pub async fn delete(
     State(k): State<AppState>,
     principal: Principal,
     Seg((run, id)): Seg<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ScheduleDeleted>> {
     let s = load(&k, &principal, &run, &id).await?;
     let deleted = k.store.delete_schedule(&s.id).await?;
-    Ok(Json(json!({
-        "schedule_id": s.id,
-        "deleted": deleted,
+    Ok(Json(ScheduleDeleted {
+        schedule_id: s.id,
+        deleted,
         // an op it fired goes on as an ordinary op of the run
-        "running_operation_id": s.current_op_id,
-    })))
+        running_operation_id: s.current_op_id,
+    }))
 }
 
 async fn set_paused(

@@ -4,26 +4,37 @@
 use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{require_operator, visible_op, ApiError, ApiResult, AppState, Body, Params, Seg};
 use crate::auth::Principal;
-use crate::views::{ContainerList, ContainerView, OpList, OpView, ReapList};
+use crate::views::{
+    ClockStepped, ContainerList, ContainerView, DrillFault, DrillWoken, Health, OpList, OpView,
+    PrincipalKind, ReapList, ToolsView, WhoAmI,
+};
 
-pub async fn health(State(k): State<AppState>) -> Json<Value> {
-    Json(json!({"ok": true, "kernel_id": k.id}))
+pub async fn health(State(k): State<AppState>) -> Json<Health> {
+    Json(Health {
+        ok: true,
+        kernel_id: k.id.clone(),
+    })
 }
 
 /// `GET /v1/whoami`: who the token is (the operator, or a run).
-pub async fn whoami(principal: Principal) -> Json<Value> {
+pub async fn whoami(principal: Principal) -> Json<WhoAmI> {
     Json(match principal {
-        Principal::Operator => json!({"principal": "operator", "run_id": null}),
-        Principal::Run(run) => json!({"principal": "run", "run_id": run}),
+        Principal::Operator => WhoAmI {
+            principal: PrincipalKind::Operator,
+            run_id: None,
+        },
+        Principal::Run(run) => WhoAmI {
+            principal: PrincipalKind::Run,
+            run_id: Some(run),
+        },
     })
 }
 
 /// JSON tool definitions for function calling, with the limits stated.
-pub async fn tools(State(k): State<AppState>) -> Json<Value> {
+pub async fn tools(State(k): State<AppState>) -> Json<ToolsView> {
     Json(crate::tools::tool_definitions(&k.config))
 }
 
@@ -124,7 +135,7 @@ async fn inject(
     id: &str,
     hook: fn(&crate::kernel::Kernel, &str) -> bool,
     fault: &str,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DrillFault>> {
     require_drills(k, principal)?;
     let op = visible_op(k, principal, id).await?;
     if !hook(k, &op.id) {
@@ -133,7 +144,10 @@ async fn inject(
             op.id
         )));
     }
-    Ok(Json(json!({"operation_id": op.id, "fault": fault})))
+    Ok(Json(DrillFault {
+        operation_id: op.id,
+        fault: fault.to_owned(),
+    }))
 }
 
 /// Drill hook: the op's current observer attempt fails at its next step.
@@ -141,7 +155,7 @@ pub async fn observer_fault(
     State(k): State<AppState>,
     principal: Principal,
     Seg(id): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DrillFault>> {
     let hook = crate::kernel::Kernel::inject_observer_fault;
     inject(
         &k,
@@ -159,7 +173,7 @@ pub async fn supervisor_end(
     State(k): State<AppState>,
     principal: Principal,
     Seg(id): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DrillFault>> {
     let hook = crate::kernel::Kernel::inject_supervisor_end;
     let fault = "the supervisor gives up at the attempt's next step";
     inject(&k, &principal, &id, hook, fault).await
@@ -177,12 +191,13 @@ pub async fn clock_step(
     State(k): State<AppState>,
     principal: Principal,
     Body(step): Body<ClockStep>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ClockStepped>> {
     require_drills(&k, &principal)?;
     crate::store::step_wall_clock(step.ms);
-    Ok(Json(
-        json!({"stepped_ms": step.ms, "now": crate::views::rfc3339(crate::store::now_ms())}),
-    ))
+    Ok(Json(ClockStepped {
+        stepped_ms: step.ms,
+        now: crate::views::rfc3339(crate::store::now_ms()),
+    }))
 }
 
 /// Drill hook: how many probes went to containers' launchers and how many
@@ -200,9 +215,12 @@ pub async fn observer_wake(
     State(k): State<AppState>,
     principal: Principal,
     Seg(id): Seg<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DrillWoken>> {
     require_drills(&k, &principal)?;
     let op = visible_op(&k, &principal, &id).await?;
     k.wake_observer(&op.id);
-    Ok(Json(json!({"operation_id": op.id, "woken": true})))
+    Ok(Json(DrillWoken {
+        operation_id: op.id,
+        woken: true,
+    }))
 }

@@ -106,6 +106,16 @@ impl Client {
         serde_json::from_value(v).with_context(|| format!("unexpected answer from POST {path}"))
     }
 
+    /// `DELETE`, read as a typed view.
+    pub async fn delete_as<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let v: Value = self
+            .send(self.http.delete(self.url(path)))
+            .await?
+            .json()
+            .await?;
+        serde_json::from_value(v).with_context(|| format!("unexpected answer from DELETE {path}"))
+    }
+
     pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
         Ok(self
             .send(self.http.get(self.url(path)))

@@ -290,6 +290,17 @@ fn print_json(v: &impl serde::Serialize) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
+/// A view as JSON with its keys in order, as the API's answer itself
+/// prints (`--json` of the verbs that print an answer whole).
+fn print_answer(v: &impl serde::Serialize) {
+    print_json(&serde_json::to_value(v).unwrap_or_default());
+}
+
+/// A view as one line of JSON, keys in order.
+fn compact(v: &impl serde::Serialize) -> String {
+    serde_json::to_value(v).unwrap_or_default().to_string()
+}
+
 fn or_dash<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or_else(|| "-".to_owned(), T::to_string)
 }

@@ -1,109 +1,102 @@
 //! Client verbs of runs as tasks: the run tree, a run's state, its state
-//! changes, its usage and its events.
+//! changes, its usage and its events; schedules and approvals. Each reads
+//! the API's answer as its typed view.
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 
 use super::client::Client;
-use super::{or_dash, print_json};
+use super::{compact, or_dash, print_answer};
+use crate::runs::Budget;
+use crate::views::{
+    Event, EventsPage, OpList, OpView, RunChangeAnswer, RunList, RunSummary, RunView,
+    ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView, UsageAnswer,
+};
+
+/// A budget's limits as `name=value` words (`-` for none).
+fn budget_text(budget: &Budget) -> String {
+    match serde_json::to_value(budget) {
+        Ok(serde_json::Value::Object(limits)) if !limits.is_empty() => limits
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => "-".to_owned(),
+    }
+}
 
 /// `opkernel runs`: every run the token reaches, as a tree.
 pub(super) async fn runs(client: &Client, json: bool) -> anyhow::Result<i32> {
-    let v = client.get("/v1/runs").await?;
+    let list: RunList = client.get_as("/v1/runs").await?;
     if json {
-        print_json(&v);
+        print_answer(&list);
         return Ok(0);
     }
-    let runs = v["runs"].as_array().cloned().unwrap_or_default();
     let ids: std::collections::HashSet<&str> =
-        runs.iter().filter_map(|r| r["run_id"].as_str()).collect();
-    let mut children: BTreeMap<Option<&str>, Vec<&Value>> = BTreeMap::new();
-    for r in &runs {
+        list.runs.iter().map(|r| r.run_id.as_str()).collect();
+    let mut children: BTreeMap<Option<&str>, Vec<&RunSummary>> = BTreeMap::new();
+    for r in &list.runs {
         // a run whose parent is out of view is a root of this view
-        let parent = r["parent_run_id"].as_str().filter(|p| ids.contains(p));
+        let parent = r.parent_run_id.as_deref().filter(|p| ids.contains(p));
         children.entry(parent).or_default().push(r);
     }
     println!("{:<48} {:<10} {:>5}  BUDGET", "RUN", "STATE", "LIVE");
-    fn walk(children: &BTreeMap<Option<&str>, Vec<&Value>>, parent: Option<&str>, depth: usize) {
+    fn walk(
+        children: &BTreeMap<Option<&str>, Vec<&RunSummary>>,
+        parent: Option<&str>,
+        depth: usize,
+    ) {
         for r in children.get(&parent).into_iter().flatten() {
-            let id = r["run_id"].as_str().unwrap_or("-");
-            let name = format!("{}{}", "  ".repeat(depth), id);
-            let budget = r["budget"]
-                .as_object()
-                .filter(|b| !b.is_empty())
-                .map(|b| {
-                    b.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_else(|| "-".to_owned());
+            let name = format!("{}{}", "  ".repeat(depth), r.run_id);
             println!(
-                "{:<48} {:<10} {:>5}  {budget}",
+                "{:<48} {:<10} {:>5}  {}",
                 name,
-                r["state"].as_str().unwrap_or("-"),
-                r["live_ops"].to_string()
+                r.state.as_str(),
+                r.live_ops.to_string(),
+                budget_text(&r.budget)
             );
-            walk(children, Some(id), depth + 1);
+            walk(children, Some(&r.run_id), depth + 1);
         }
     }
     walk(&children, None, 0);
     Ok(0)
 }
 
-fn print_run(v: &Value) {
-    let s = |k: &str| v[k].as_str().map(str::to_owned);
-    println!("run        {}", or_dash(&s("run_id")));
-    println!("state      {}", or_dash(&s("state")));
-    println!("parent     {}", or_dash(&s("parent_run_id")));
-    let chain: Vec<&str> = v["chain"]
-        .as_array()
-        .map(|c| c.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    println!(
-        "chain      {}",
-        if chain.is_empty() {
-            "-".to_owned()
-        } else {
-            chain.join(" > ")
-        }
-    );
-    let children: Vec<String> = v["children"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .map(|c| {
-                    format!(
-                        "{} ({})",
-                        c["run_id"].as_str().unwrap_or("-"),
-                        c["state"].as_str().unwrap_or("-")
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    println!(
-        "children   {}",
-        if children.is_empty() {
-            "-".to_owned()
-        } else {
-            children.join(", ")
-        }
-    );
-    println!("envelope   {}", v["envelope"]);
-    println!("budget     {}", v["budget"]);
-    println!("used       {}", v["used"]);
-    println!("remaining  {}", v["remaining"]);
-    if let Some(summary) = s("summary") {
-        println!("summary    {summary} (by {})", or_dash(&s("decided_by")));
+/// `-` for an empty list, else its items joined by `sep`.
+fn joined_or_dash(items: &[String], sep: &str) -> String {
+    if items.is_empty() {
+        "-".to_owned()
+    } else {
+        items.join(sep)
+    }
+}
+
+fn print_run(v: &RunView) {
+    println!("run        {}", v.run_id);
+    println!("state      {}", v.state.as_str());
+    println!("parent     {}", or_dash(&v.parent_run_id));
+    println!("chain      {}", joined_or_dash(&v.chain, " > "));
+    let children: Vec<String> = v
+        .children
+        .iter()
+        .map(|c| format!("{} ({})", c.run_id, c.state.as_str()))
+        .collect();
+    println!("children   {}", joined_or_dash(&children, ", "));
+    println!("envelope   {}", compact(&v.envelope));
+    println!("budget     {}", compact(&v.budget));
+    println!("used       {}", compact(&v.used));
+    println!("remaining  {}", compact(&v.remaining));
+    if let Some(summary) = &v.summary {
+        println!("summary    {summary} (by {})", or_dash(&v.decided_by));
     }
 }
 
 pub(super) async fn run_state(client: &Client, run: &str, json: bool) -> anyhow::Result<i32> {
-    let v = client.get(&format!("/v1/runs/{run}")).await?;
+    let v: RunView = client.get_as(&format!("/v1/runs/{run}")).await?;
     if json {
-        print_json(&v);
+        print_answer(&v);
     } else {
         print_run(&v);
     }
@@ -122,62 +115,75 @@ pub(super) async fn change(
         Some(s) => json!({ "summary": s }),
         None => json!({}),
     };
-    let v = client
-        .post(&format!("/v1/runs/{run}/{action}"), &body)
+    let v: RunChangeAnswer = client
+        .post_as(&format!("/v1/runs/{run}/{action}"), &body, None)
         .await?;
     if json {
-        print_json(&v);
+        print_answer(&v);
         return Ok(0);
     }
-    println!("run {run}: {}", v["run"]["state"].as_str().unwrap_or("-"));
-    let changed = v["changed"].as_array().map_or(0, Vec::len);
-    if changed > 1 {
-        println!("{} runs changed state (descendants included)", changed);
+    println!("run {run}: {}", v.run.state.as_str());
+    if v.changed.len() > 1 {
+        println!(
+            "{} runs changed state (descendants included)",
+            v.changed.len()
+        );
     }
-    let kills = v["kill_requested"].as_array().map_or(0, Vec::len);
+    let kills = v.kill_requested.len();
     if kills > 0 {
         println!("{kills} live operations are being killed; their results arrive in reports");
     }
     Ok(0)
 }
 
+/// `opkernel usage RUN`: the run's usage, budget and what remains; with a
+/// model, records its usage first (the answer has no budget).
 pub(super) async fn usage(
     client: &Client,
     run: &str,
-    record: Option<Value>,
+    record: Option<serde_json::Value>,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let v = match record {
-        Some(body) => client.post(&format!("/v1/runs/{run}/usage"), &body).await?,
-        None => client.get(&format!("/v1/runs/{run}")).await?,
+    let (used, budget, remaining) = match record {
+        Some(body) => {
+            let v: UsageAnswer = client
+                .post_as(&format!("/v1/runs/{run}/usage"), &body, None)
+                .await?;
+            if json {
+                print_answer(&v);
+                return Ok(0);
+            }
+            (v.used, None, v.remaining)
+        }
+        None => {
+            let v: RunView = client.get_as(&format!("/v1/runs/{run}")).await?;
+            if json {
+                print_answer(&v);
+                return Ok(0);
+            }
+            (v.used, Some(v.budget), v.remaining)
+        }
     };
-    if json {
-        print_json(&v);
-        return Ok(0);
+    println!("used       {}", compact(&used));
+    if let Some(budget) = budget {
+        println!("budget     {}", compact(&budget));
     }
-    println!("used       {}", v["used"]);
-    if let Some(budget) = v.get("budget") {
-        println!("budget     {budget}");
-    }
-    println!("remaining  {}", v["remaining"]);
+    println!("remaining  {}", compact(&remaining));
     Ok(0)
 }
 
-fn print_event(e: &Value, json: bool) {
+fn print_event(e: &Event, json: bool) {
     if json {
-        println!("{e}");
+        println!("{}", compact(e));
         return;
     }
-    let at = e["at"]
-        .as_i64()
-        .map(crate::views::rfc3339)
-        .unwrap_or_default();
+    let data = e.kind.data().unwrap_or_default();
     println!(
-        "{:>6} {at} {:<20} {} {}",
-        e["seq"].to_string(),
-        e["kind"].as_str().unwrap_or("-"),
-        e["operation_id"].as_str().unwrap_or("-"),
-        e["data"]
+        "{:>6} {} {:<20} {} {data}",
+        e.seq.to_string(),
+        crate::views::rfc3339(e.at),
+        e.kind.name(),
+        e.operation_id.as_deref().unwrap_or("-"),
     );
 }
 
@@ -194,8 +200,10 @@ pub(super) async fn events(
             .sse(
                 &format!("/v1/runs/{run}/events/stream?after={after}"),
                 |_, data| {
-                    let e: Value = serde_json::from_str(data).unwrap_or(Value::Null);
-                    print_event(&e, json);
+                    match serde_json::from_str::<Event>(data) {
+                        Ok(e) => print_event(&e, json),
+                        Err(e) => eprintln!("opkernel: an event of an unknown shape: {e}"),
+                    }
                     true
                 },
             )
@@ -204,18 +212,33 @@ pub(super) async fn events(
     }
     let mut after = after;
     loop {
-        let v = client
-            .get(&format!("/v1/runs/{run}/events?after={after}"))
+        let page: EventsPage = client
+            .get_as(&format!("/v1/runs/{run}/events?after={after}"))
             .await?;
-        let events = v["events"].as_array().cloned().unwrap_or_default();
-        if events.is_empty() {
+        if page.events.is_empty() {
             return Ok(0);
         }
-        for e in &events {
+        for e in &page.events {
             print_event(e, json);
         }
-        after = v["next_after"].as_i64().unwrap_or(after);
+        after = page.next_after;
     }
+}
+
+/// The body of `POST /v1/runs/{run}/schedules`.
+#[derive(Debug, Serialize)]
+struct NewScheduleBody {
+    command: Vec<String>,
+    catch_up: bool,
+    delete_after_success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    every_sec: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_sec: Option<u64>,
 }
 
 /// `opkernel schedule add|ls|rm|pause|resume`.
@@ -233,62 +256,61 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
             json,
             command,
         } => {
-            let mut body = json!({
-                "command": command,
-                "catch_up": catch_up,
-                "delete_after_success": delete_after_success,
-            });
-            for (key, value) in [
-                ("cron", cron.map(|c| json!(c))),
-                ("every_sec", every.map(|e| json!(e))),
-                ("at", at.map(|a| json!(a))),
-                ("timeout_sec", timeout.map(|t| json!(t))),
-            ] {
-                if let Some(value) = value {
-                    body[key] = value;
-                }
-            }
-            let v = client
-                .post(&format!("/v1/runs/{run}/schedules"), &body)
-                .await?;
-            if json {
-                print_json(&v);
-            } else {
-                println!(
-                    "schedule {} (next due {})",
-                    v["schedule_id"].as_str().unwrap_or("-"),
-                    v["next_due_at"].as_str().unwrap_or("-")
-                );
-            }
+            let body = NewScheduleBody {
+                command,
+                catch_up,
+                delete_after_success,
+                cron,
+                every_sec: every,
+                at,
+                timeout_sec: timeout,
+            };
+            schedule_add(client, &run, &body, json).await?
         }
         S::Ls { run, json } => schedule_ls(client, run, json).await?,
         S::Rm { run, schedule_id } => {
-            client
-                .request(
-                    reqwest::Method::DELETE,
-                    &format!("/v1/runs/{run}/schedules/{schedule_id}"),
-                    None,
-                    &[],
-                )
-                .await
-                .and_then(ok_or_message)?;
+            let path = format!("/v1/runs/{run}/schedules/{schedule_id}");
+            let _: ScheduleDeleted = client.delete_as(&path).await?;
             println!("schedule {schedule_id} deleted");
         }
         S::Pause { run, schedule_id } => {
             let path = format!("/v1/runs/{run}/schedules/{schedule_id}/pause");
-            client.post(&path, &json!({})).await?;
+            let _: ScheduleView = client.post_as(&path, &json!({}), None).await?;
             println!("schedule {schedule_id} paused");
         }
         S::Resume { run, schedule_id } => {
             let path = format!("/v1/runs/{run}/schedules/{schedule_id}/resume");
-            let v = client.post(&path, &json!({})).await?;
+            let v: ScheduleView = client.post_as(&path, &json!({}), None).await?;
             println!(
                 "schedule {schedule_id} resumed (next due {})",
-                v["next_due_at"].as_str().unwrap_or("-")
+                or_dash(&v.next_due_at)
             );
         }
     }
     Ok(0)
+}
+
+/// `opkernel schedule add`.
+async fn schedule_add(
+    client: &Client,
+    run: &str,
+    body: &NewScheduleBody,
+    json: bool,
+) -> anyhow::Result<()> {
+    let body = serde_json::to_value(body)?;
+    let v: ScheduleCreated = client
+        .post_as(&format!("/v1/runs/{run}/schedules"), &body, None)
+        .await?;
+    if json {
+        print_answer(&v);
+    } else {
+        println!(
+            "schedule {} (next due {})",
+            v.schedule_id,
+            or_dash(&v.next_due_at)
+        );
+    }
+    Ok(())
 }
 
 /// `opkernel schedule ls`: a run's schedules (or every one the token
@@ -298,94 +320,63 @@ async fn schedule_ls(client: &Client, run: Option<String>, json: bool) -> anyhow
         Some(run) => format!("/v1/runs/{run}/schedules"),
         None => "/v1/schedules".to_owned(),
     };
-    let v = client.get(&path).await?;
+    let list: ScheduleList = client.get_as(&path).await?;
     if json {
-        print_json(&v);
+        print_answer(&list);
         return Ok(());
     }
     println!(
         "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} COMMAND",
         "SCHEDULE", "RUN", "WHEN", "STATE", "NEXT DUE", "LAST"
     );
-    for s in v["schedules"].as_array().into_iter().flatten() {
+    for s in &list.schedules {
         println!("{}", schedule_line(s));
     }
     Ok(())
 }
 
-/// One schedule's line of `opkernel schedule ls`.
-fn schedule_line(s: &Value) -> String {
-    let when = if let Some(c) = s["cron"].as_str() {
-        c.to_owned()
-    } else if let Some(e) = s["every_sec"].as_u64() {
-        format!("every {e}s")
-    } else {
-        format!("at {}", s["at"].as_str().unwrap_or("-"))
-    };
-    let state = if !s["enabled"].as_bool().unwrap_or(true) {
-        "done"
-    } else if s["paused"].as_bool().unwrap_or(false) {
-        "paused"
-    } else if s["current_operation_id"].is_string() {
-        "running"
-    } else {
-        "waiting"
-    };
-    let last = match (s["last_status"].as_str(), s["last_exit_code"].as_i64()) {
+/// One schedule's line of `opkernel schedule ls`: the server derives its
+/// timing text and state.
+fn schedule_line(s: &ScheduleView) -> String {
+    let last = match (&s.last_status, s.last_exit_code) {
         (Some(st), Some(code)) => format!("{st} {code}"),
-        (Some(st), None) => st.to_owned(),
+        (Some(st), None) => st.clone(),
         _ => "-".to_owned(),
     };
     format!(
         "{:<36} {:<24} {:<16} {:<8} {:<24} {:<12} {}",
-        s["schedule_id"].as_str().unwrap_or("-"),
-        s["run_id"].as_str().unwrap_or("-"),
-        when,
-        state,
-        s["next_due_at"].as_str().unwrap_or("-"),
+        s.schedule_id,
+        s.run_id,
+        s.when,
+        s.state.as_str(),
+        or_dash(&s.next_due_at),
         last,
-        crate::report_text::command_line_json(&s["command"])
+        crate::report_text::command_line(&s.command)
     )
-}
-
-/// A raw request's answer, or its error message as an error.
-fn ok_or_message((status, body): (u16, Value)) -> anyhow::Result<Value> {
-    if (200..300).contains(&status) {
-        Ok(body)
-    } else {
-        anyhow::bail!(
-            "{} (HTTP {status})",
-            body["error"]["message"]
-                .as_str()
-                .unwrap_or("request failed")
-        )
-    }
 }
 
 /// `opkernel approvals`: ops waiting for an operator.
 pub(super) async fn approvals(client: &Client, json: bool) -> anyhow::Result<i32> {
-    let v = client.get("/v1/approvals").await?;
+    let list: OpList = client.get_as("/v1/approvals").await?;
     if json {
-        print_json(&v);
+        print_answer(&list);
         return Ok(0);
     }
     println!(
         "{:<36} {:<24} {:>8}  {:<24} {:<9} COMMAND",
         "OPERATION", "RUN", "WAITING", "RULE", "ESCALATED"
     );
-    for op in v["operations"].as_array().into_iter().flatten() {
+    for op in &list.operations {
+        let approval = op.approval.as_ref();
+        let escalated = approval.is_some_and(|a| a.escalated_at.is_some());
         println!(
             "{:<36} {:<24} {:>8}  {:<24} {:<9} {}",
-            op["operation_id"].as_str().unwrap_or("-"),
-            op["run_id"].as_str().unwrap_or("-"),
-            crate::report_text::human_duration(op["duration_sec"].as_f64().unwrap_or(0.0) as u64),
-            op["approval"]["rule"].as_str().unwrap_or("-"),
-            if op["approval"]["escalated_at"].is_string() {
-                "yes"
-            } else {
-                "no"
-            },
-            crate::report_text::command_line_json(&op["command"])
+            op.operation_id,
+            op.run_id,
+            crate::report_text::human_duration(op.duration_sec as u64),
+            approval.map_or("-", |a| a.rule.as_str()),
+            if escalated { "yes" } else { "no" },
+            crate::report_text::command_line(&op.command)
         );
     }
     Ok(0)
@@ -398,25 +389,18 @@ pub(super) async fn decide(
     deny_reason: Option<String>,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let v = match deny_reason {
-        None => {
-            client
-                .post(&format!("/v1/operations/{op}/approve"), &json!({}))
-                .await?
-        }
-        Some(reason) => {
-            client
-                .post(
-                    &format!("/v1/operations/{op}/deny"),
-                    &json!({ "reason": reason }),
-                )
-                .await?
-        }
+    let (path, body) = match deny_reason {
+        None => (format!("/v1/operations/{op}/approve"), json!({})),
+        Some(reason) => (
+            format!("/v1/operations/{op}/deny"),
+            json!({ "reason": reason }),
+        ),
     };
+    let v: OpView = client.post_as(&path, &body, None).await?;
     if json {
-        print_json(&v);
+        print_answer(&v);
     } else {
-        println!("{op}: {}", v["message"].as_str().unwrap_or("-"));
+        println!("{op}: {}", or_dash(&v.message));
     }
     Ok(0)
 }

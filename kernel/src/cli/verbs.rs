@@ -4,20 +4,33 @@
 use std::io::Write;
 
 use anyhow::bail;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::client::Client;
-use super::{describe, exit_status, or_dash, print_json, print_op, RunRequest};
-use crate::store::Report;
-use crate::views::{ContainerList, FinishView, OpList, OpView, ReapList};
+use super::{describe, exit_status, or_dash, print_answer, print_json, print_op, RunRequest};
+use crate::views::{
+    ConsoleDone, ConsoleOutput, ContainerList, FinishView, NoteAdded, OpList, OpView, ReapList,
+    Report, ReportAck, RunCreated,
+};
+
+/// The body of a `run_command` call.
+#[derive(Debug, Serialize)]
+struct RunCommandBody<'a> {
+    command: &'a [String],
+    background: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_sec: Option<u64>,
+}
 
 /// `opkernel run`: a background op prints its start message; a foreground
 /// one prints its output and exits with its code.
 pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow::Result<i32> {
-    let mut body = json!({"command": req.command, "background": req.background});
-    if let Some(t) = req.timeout {
-        body["timeout_sec"] = json!(t);
-    }
+    let body = serde_json::to_value(RunCommandBody {
+        command: &req.command,
+        background: req.background,
+        timeout_sec: req.timeout,
+    })?;
     let path = match &req.run {
         Some(run) => format!("/v1/runs/{run}/tools/run_command"),
         None if req.background => {
@@ -87,35 +100,33 @@ pub(super) async fn logs(client: &Client, operation_id: &str, follow: bool) -> a
     let mut status = 0;
     let path = format!("/v1/operations/{operation_id}/console");
     client
-        .sse(&path, |event, data| {
-            let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
-            match event {
-                "output" => {
-                    let _ = out.write_all(v["text"].as_str().unwrap_or("").as_bytes());
+        .sse(&path, |event, data| match event {
+            "output" => {
+                if let Ok(output) = serde_json::from_str::<ConsoleOutput>(data) {
+                    let _ = out.write_all(output.text.as_bytes());
                     let _ = out.flush();
-                    true
                 }
-                "done" => {
-                    let code = v["exit_code"].as_i64().map(|c| c as i32);
-                    let state = v["status"].as_str().unwrap_or("-");
-                    eprintln!("[opkernel: {state} exit_code={}]", or_dash(&code));
-                    status = exit_status(state, code);
-                    false
-                }
-                _ => true,
+                true
             }
+            "done" => {
+                let done: ConsoleDone = serde_json::from_str(data).unwrap_or_default();
+                let state = match done.status.as_str() {
+                    "" => "-",
+                    status => status,
+                };
+                eprintln!("[opkernel: {state} exit_code={}]", or_dash(&done.exit_code));
+                status = exit_status(state, done.exit_code);
+                false
+            }
+            _ => true,
         })
         .await?;
     Ok(status)
 }
 
 async fn ack(client: &Client, run: &str, report_id: &str) -> anyhow::Result<()> {
-    client
-        .post(
-            &format!("/v1/runs/{run}/report/{report_id}/ack"),
-            &json!({}),
-        )
-        .await?;
+    let path = format!("/v1/runs/{run}/report/{report_id}/ack");
+    let _: ReportAck = client.post_as(&path, &json!({}), None).await?;
     Ok(())
 }
 
@@ -141,10 +152,18 @@ pub(super) async fn report(
 }
 
 pub(super) async fn note(client: &Client, run: &str, text: &str) -> anyhow::Result<i32> {
-    client
-        .post(&format!("/v1/runs/{run}/notes"), &json!({"text": text}))
-        .await?;
+    let path = format!("/v1/runs/{run}/notes");
+    let _: NoteAdded = client.post_as(&path, &json!({"text": text}), None).await?;
     Ok(0)
+}
+
+/// `opkernel finish --json`: the answer, and the text of every report it
+/// printed.
+#[derive(Debug, Serialize)]
+struct FinishOutput<'a> {
+    #[serde(flatten)]
+    done: &'a FinishView,
+    report_texts: &'a [String],
 }
 
 /// `opkernel finish`: waits for every op of the run, prints the outcomes
@@ -162,9 +181,10 @@ pub(super) async fn finish(client: &Client, run: &str, json: bool) -> anyhow::Re
         report = Some(client.get_as(&format!("/v1/runs/{run}/report")).await?);
     }
     if json {
-        let mut v = serde_json::to_value(&done)?;
-        v["report_texts"] = json!(texts);
-        print_json(&v);
+        print_answer(&FinishOutput {
+            done: &done,
+            report_texts: &texts,
+        });
     } else {
         for op in &done.operations {
             println!("{}", describe(op));
@@ -176,6 +196,16 @@ pub(super) async fn finish(client: &Client, run: &str, json: bool) -> anyhow::Re
     Ok(0)
 }
 
+/// The body of `POST /v1/runs`.
+#[derive(Debug, Serialize)]
+struct CreateRunBody<'a> {
+    run_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    envelope: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<Value>,
+}
+
 /// `opkernel token`: registers a run (operator) or creates a child run (run
 /// token) and prints the new run's token.
 pub(super) async fn token(
@@ -185,18 +215,16 @@ pub(super) async fn token(
     budget: Option<Value>,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let mut body = json!({"run_id": run});
-    if let Some(e) = envelope {
-        body["envelope"] = e;
-    }
-    if let Some(b) = budget {
-        body["budget"] = b;
-    }
-    let v = client.post("/v1/runs", &body).await?;
+    let body = serde_json::to_value(CreateRunBody {
+        run_id: run,
+        envelope,
+        budget,
+    })?;
+    let v: RunCreated = client.post_as("/v1/runs", &body, None).await?;
     if json {
-        print_json(&v);
+        print_answer(&v);
     } else {
-        println!("{}", v["token"].as_str().unwrap_or("-"));
+        println!("{}", v.token);
     }
     Ok(0)
 }

@@ -311,14 +311,7 @@ fn probes_went_to_launcher(
 
 /// The kernel's probe counts (a drill hook).
 async fn probe_counts(k: &KernelProcess) -> anyhow::Result<crate::probes::ProbeCounts> {
-    let v = k.client.get("/v1/drill/probes").await?;
-    Ok(crate::probes::ProbeCounts {
-        by_launcher: v["by_launcher"].as_u64().context("no by_launcher")?,
-        launcher_silent: v["launcher_silent"]
-            .as_u64()
-            .context("no launcher_silent")?,
-        by_exec: v["by_exec"].as_u64().context("no by_exec")?,
-    })
+    k.client.get_as("/v1/drill/probes").await
 }
 
 pub async fn observer_crash(kit: &Kit) -> anyhow::Result<String> {

@@ -12,6 +12,7 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use serde_json::{json, Value};
 
 use super::{op_of_uri, op_uri, OpkernelMcp, RunAuth};
+use crate::views::{EventsPage, OpView};
 
 /// How long an HTTP session's follower outlives its client's last request.
 const FOLLOW_IDLE_MS: i64 = 10 * 60 * 1000;
@@ -124,17 +125,27 @@ impl OpkernelMcp {
         self.fixed_auth.is_none() && crate::store::now_ms() - seen > FOLLOW_IDLE_MS
     }
 
+    /// An answer of the API read as its typed view (`None` on any failure).
+    async fn get_view<T: serde::de::DeserializeOwned>(
+        &self,
+        auth: &RunAuth,
+        path: &str,
+    ) -> Option<T> {
+        match self
+            .backend
+            .call(&auth.token, reqwest::Method::GET, path, None)
+            .await
+        {
+            Ok((200, body)) => serde_json::from_value(body).ok(),
+            _ => None,
+        }
+    }
+
     /// The run's latest event sequence number now.
     async fn last_seq(&self, auth: &RunAuth) -> Option<i64> {
         let path = format!("/v1/runs/{}/events?after={}&limit=1", auth.run, i64::MAX);
-        match self
-            .backend
-            .call(&auth.token, reqwest::Method::GET, &path, None)
-            .await
-        {
-            Ok((200, body)) => body["last_seq"].as_i64(),
-            _ => None,
-        }
+        let page: EventsPage = self.get_view(auth, &path).await?;
+        Some(page.last_seq)
     }
 
     /// Background ops of the run resolved after `after` (waiting up to
@@ -146,26 +157,14 @@ impl OpkernelMcp {
         wait: u64,
     ) -> Option<(Vec<(String, Value)>, i64)> {
         let path = format!("/v1/runs/{}/events?after={after}&wait={wait}", auth.run);
-        let (status, body) = self
-            .backend
-            .call(&auth.token, reqwest::Method::GET, &path, None)
-            .await
-            .ok()?;
-        if status != 200 {
-            return None;
-        }
-        let next = body["next_after"].as_i64().unwrap_or(after);
-        let resolved = body["events"]
-            .as_array()
+        let page: EventsPage = self.get_view(auth, &path).await?;
+        let resolved = page
+            .events
             .into_iter()
-            .flatten()
-            .filter(|e| {
-                matches!(e["kind"].as_str(), Some("tool.completed" | "tool.failed"))
-                    && e["data"]["background"] == true
-            })
-            .filter_map(|e| Some((e["operation_id"].as_str()?.to_owned(), e["data"].clone())))
+            .filter(|e| e.kind.resolution_background() == Some(true))
+            .filter_map(|e| Some((e.operation_id?, e.kind.data().ok()?)))
             .collect();
-        Some((resolved, next))
+        Some((resolved, page.next_after))
     }
 
     /// The 2026 revision's means: `resources/updated` for each listened op
@@ -186,18 +185,9 @@ impl OpkernelMcp {
         for uri in context.requested().resource_subscriptions.iter().flatten() {
             let Some(id) = op_of_uri(uri) else { continue };
             let path = format!("/v1/operations/{id}");
-            if let Ok((200, op)) = self
-                .backend
-                .call(&auth.token, reqwest::Method::GET, &path, None)
-                .await
-            {
-                let done = !matches!(
-                    op["status"].as_str(),
-                    Some("starting" | "running" | "awaiting_approval")
-                );
-                if done {
-                    let _ = context.sink().notify_resource_updated(uri.clone()).await;
-                }
+            let op: Option<OpView> = self.get_view(&auth, &path).await;
+            if op.is_some_and(|op| !op.live) {
+                let _ = context.sink().notify_resource_updated(uri.clone()).await;
             }
         }
         loop {

@@ -2,11 +2,25 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::*;
+use crate::event_kind::{Event, EventKind, ToolCompleted};
 use crate::mcp::backend::{Answer, Backend};
 use crate::sync::Lock;
+use crate::views::EventsPage;
+
+/// The API's answer of an events call: `events` after `after`.
+fn page(events: Vec<Event>, after: i64) -> Value {
+    let next_after = events.last().map_or(after, |e| e.seq);
+    serde_json::to_value(EventsPage {
+        run_id: "r".into(),
+        events,
+        next_after,
+        last_seq: next_after,
+    })
+    .unwrap()
+}
 
 /// The run's events: one background op resolves after each of the first
 /// `resolving` sequence numbers; past them a call waits briefly (the API's
@@ -35,15 +49,21 @@ impl Backend for Events {
                 .ok_or_else(|| format!("unexpected call {path}"))?;
             if after >= self.resolving {
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                return Ok((200, json!({"events": [], "next_after": after})));
+                return Ok((200, page(Vec::new(), after)));
             }
             let seq = after + 1;
-            Ok((
-                200,
-                json!({"events": [{"seq": seq, "kind": "tool.completed",
-                    "operation_id": format!("op-{seq}"), "data": {"background": true, "exit_code": 0}}],
-                    "next_after": seq}),
-            ))
+            let completed = ToolCompleted {
+                background: true,
+                exit_code: Some(0),
+                ..ToolCompleted::default()
+            };
+            let event = Event {
+                seq,
+                at: 0,
+                operation_id: Some(format!("op-{seq}")),
+                kind: EventKind::ToolCompleted(completed),
+            };
+            Ok((200, page(vec![event], after)))
         })
     }
 }

@@ -17,6 +17,7 @@ use super::{tools_from_api, OpkernelMcp, RunAuth, Sessions};
 use crate::api::ApiError;
 use crate::auth::{constant_time_eq, token_sha256};
 use crate::kernel::Kernel;
+use crate::views::{PrincipalKind, ToolsView, WhoAmI};
 
 /// What `/mcp`'s layer keeps: the kernel, and which run each legacy
 /// session (`Mcp-Session-Id`) belongs to.
@@ -225,9 +226,11 @@ pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Re
             me["error"]["message"].as_str().unwrap_or("refused")
         );
     }
-    match (me["principal"].as_str(), me["run_id"].as_str()) {
-        (Some("run"), Some(own)) if own == run => {}
-        (Some("run"), Some(own)) => {
+    let me: WhoAmI = serde_json::from_value(me)
+        .map_err(|e| anyhow::anyhow!("unexpected answer from GET /v1/whoami: {e}"))?;
+    match (me.principal, me.run_id) {
+        (PrincipalKind::Run, Some(own)) if own == run => {}
+        (PrincipalKind::Run, Some(own)) => {
             anyhow::bail!("OPKERNEL_TOKEN is run {own}'s token, not run {run}'s")
         }
         _ => anyhow::bail!(
@@ -242,6 +245,8 @@ pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Re
     if status != 200 {
         anyhow::bail!("cannot read the daemon's tool definitions (HTTP {status})");
     }
+    let api_tools: ToolsView = serde_json::from_value(api_tools)
+        .map_err(|e| anyhow::anyhow!("unexpected answer from GET /v1/tools: {e}"))?;
     let tools = Arc::new(tools_from_api(&api_tools).map_err(anyhow::Error::msg)?);
     let handler = OpkernelMcp::new(Arc::new(backend), tools, Some(RunAuth { token, run }));
     let ledger = handler.ledger();

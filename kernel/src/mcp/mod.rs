@@ -15,6 +15,7 @@
 
 pub mod ack;
 pub mod backend;
+mod call;
 pub mod delivery;
 mod follow;
 pub mod http;
@@ -36,10 +37,14 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::sync::Lock;
+use crate::views::{OpList, OpView};
 use ack::Ledger;
 use backend::{Answer, Backend};
+pub use call::{BadCall, ToolCall};
 pub use tools::tools_from_api;
-use tools::{operation_id_arg, operation_state_text, run_command_text, tool_result};
+use tools::{
+    bad_arguments, kill_operation_text, operation_state_text, run_command_text, tool_result,
+};
 
 /// The URI of an op's resource.
 pub fn op_uri(id: &str) -> String {
@@ -216,6 +221,43 @@ impl OpkernelMcp {
             .map_err(|e| McpError::internal_error(e, None))
     }
 
+    /// Carries out a parsed tool call: each tool is a call of the API,
+    /// its answer read back as its typed view.
+    async fn dispatch(
+        &self,
+        auth: &RunAuth,
+        call: ToolCall,
+        session: bool,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResult, McpError> {
+        let run = &auth.run;
+        let post = reqwest::Method::POST;
+        Ok(match call {
+            ToolCall::RunCommand(args) => {
+                let path = format!("/v1/runs/{run}/tools/run_command");
+                let answer = self
+                    .call(auth, post, &path, Some(Value::Object(args)))
+                    .await?;
+                tool_result(answer, run_command_text)
+            }
+            ToolCall::KillOperation(args) => {
+                let path = format!("/v1/runs/{run}/tools/kill_operation");
+                let answer = self
+                    .call(auth, post, &path, Some(Value::Object(args)))
+                    .await?;
+                tool_result(answer, kill_operation_text)
+            }
+            ToolCall::OperationState { operation_id } => {
+                let path = format!("/v1/operations/{operation_id}");
+                let answer = self.call(auth, reqwest::Method::GET, &path, None).await?;
+                tool_result(answer, operation_state_text)
+            }
+            ToolCall::WaitBackgroundReport { wait_sec, ack } => {
+                self.wait_report(auth, wait_sec, ack, session, ctx).await?
+            }
+        })
+    }
+
     /// Notes the client asking something.
     fn arrive(&self) {
         self.session
@@ -283,36 +325,12 @@ impl ServerHandler for OpkernelMcp {
             self.ack_delivered(&auth).await;
         }
         let args = request.arguments.unwrap_or_default();
-        let run = &auth.run;
-        let post = reqwest::Method::POST;
-        let result = match request.name.as_ref() {
-            "run_command" => {
-                let path = format!("/v1/runs/{run}/tools/run_command");
-                let body = Some(Value::Object(args));
-                tool_result(self.call(&auth, post, &path, body).await?, run_command_text)
+        let result = match ToolCall::parse(request.name.as_ref(), args) {
+            Ok(call) => self.dispatch(&auth, call, session, &ctx).await?,
+            Err(BadCall::UnknownTool(message)) => {
+                return Err(McpError::invalid_params(message, None))
             }
-            "kill_operation" => {
-                let path = format!("/v1/runs/{run}/tools/kill_operation");
-                let body = Some(Value::Object(args));
-                tool_result(self.call(&auth, post, &path, body).await?, |op| {
-                    op["message"].as_str().unwrap_or("kill requested").to_owned()
-                })
-            }
-            "operation_state" => match operation_id_arg(&args) {
-                Ok(id) => {
-                    let path = format!("/v1/operations/{id}");
-                    let answer = self.call(&auth, reqwest::Method::GET, &path, None).await?;
-                    tool_result(answer, operation_state_text)
-                }
-                Err(bad) => bad,
-            },
-            "wait_background_report" => self.wait_report(&auth, &args, session, &ctx).await?,
-            other => {
-                return Err(McpError::invalid_params(
-                    format!("unknown tool {other:?}: the tools are run_command, kill_operation, operation_state, wait_background_report"),
-                    None,
-                ))
-            }
+            Err(BadCall::Arguments(message)) => bad_arguments(message),
         };
         Ok(result.into())
     }
@@ -331,23 +349,16 @@ impl ServerHandler for OpkernelMcp {
                 None,
             ));
         }
-        let resources = body["operations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|op| {
-                let id = op["operation_id"].as_str()?;
-                Some(
-                    Resource::new(
-                        op_uri(id),
-                        crate::report_text::command_line_json(&op["command"]),
-                    )
-                    .with_description(format!(
-                        "operation {id}: {}",
-                        op["status"].as_str().unwrap_or("-")
-                    ))
-                    .with_mime_type("application/json"),
-                )
+        let list: OpList = serde_json::from_value(body)
+            .map_err(|e| McpError::internal_error(format!("cannot list operations: {e}"), None))?;
+        let resources = list
+            .operations
+            .iter()
+            .map(|op| {
+                let id = &op.operation_id;
+                Resource::new(op_uri(id), crate::report_text::command_line(&op.command))
+                    .with_description(format!("operation {id}: {}", op.status))
+                    .with_mime_type("application/json")
             })
             .collect();
         Ok(ListResourcesResult::with_all_items(resources))
@@ -385,7 +396,12 @@ impl ServerHandler for OpkernelMcp {
                 None,
             ));
         }
-        let text = serde_json::to_string_pretty(&body).unwrap_or_default();
+        let op: OpView = serde_json::from_value(body)
+            .map_err(|e| McpError::internal_error(format!("operation {id}: {e}"), None))?;
+        // the op's state as JSON, keys in order
+        let text = serde_json::to_value(&op)
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .unwrap_or_default();
         Ok(ReadResourceResult::new(vec![
             ResourceContents::text(text, request.uri.clone()).with_mime_type("application/json")
         ])

@@ -4,10 +4,10 @@
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
-use serde_json::Value;
 
-use super::tools::{bad_arguments, tool_error, tool_result};
+use super::tools::{answer_view, success, tool_error};
 use super::{OpkernelMcp, RunAuth};
+use crate::views::Report;
 
 impl OpkernelMcp {
     /// Acknowledges a report; a tool error when the API refuses.
@@ -58,53 +58,39 @@ impl OpkernelMcp {
     pub(super) async fn wait_report(
         &self,
         auth: &RunAuth,
-        args: &serde_json::Map<String, Value>,
+        wait_sec: u64,
+        ack: Option<String>,
         session: bool,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let wait = match args.get("wait_sec") {
-            None | Some(Value::Null) => 0,
-            Some(v) => match v.as_u64() {
-                Some(w) => w,
-                None => return Ok(bad_arguments("wait_sec must be a whole number of seconds")),
-            },
-        };
-        for key in args.keys() {
-            if key != "wait_sec" && key != "ack" {
-                return Ok(bad_arguments(format!("unknown argument {key:?}")));
-            }
-        }
-        if let Some(ack) = args.get("ack").filter(|v| !v.is_null()) {
-            let Some(id) = ack.as_str().filter(|id| uuid::Uuid::parse_str(id).is_ok()) else {
-                return Ok(bad_arguments(
-                    "ack must be the report_id (a uuid) of the previous report",
-                ));
-            };
-            if let Some(refused) = self.ack(auth, id).await? {
+        if let Some(id) = ack {
+            if let Some(refused) = self.ack(auth, &id).await? {
                 return Ok(refused);
             }
-            self.session.ledger.lock().acked(id);
+            self.session.ledger.lock().acked(&id);
         }
-        let path = format!("/v1/runs/{}/report?wait={wait}", auth.run);
+        let path = format!("/v1/runs/{}/report?wait={wait_sec}", auth.run);
         // a wait the client cancelled ends here: nothing it drained may
         // count as delivered
-        let (status, body) = tokio::select! {
+        let answer = tokio::select! {
             answer = self.call(auth, reqwest::Method::GET, &path, None) => answer?,
             _ = ctx.ct.cancelled() => {
                 return Err(McpError::internal_error("the request was cancelled", None));
             }
         };
+        let (report, body) = match answer_view::<Report>(answer) {
+            Ok(served) => served,
+            Err(error) => return Ok(error),
+        };
         // served in a session that still has its client: acknowledged once
         // the answer was written out to the client and a later call (or a
         // clean close) followed; otherwise served again, same report_id
         let listening = !ctx.ct.is_cancelled() && !ctx.peer.is_transport_closed();
-        if session && listening && (200..300).contains(&status) {
-            if let Some(id) = body["report_id"].as_str() {
+        if session && listening {
+            if let Some(id) = &report.report_id {
                 self.session.ledger.lock().served(id);
             }
         }
-        Ok(tool_result((status, body), |r| {
-            r["text"].as_str().unwrap_or_default().to_owned()
-        }))
+        Ok(success(report.text, body))
     }
 }

@@ -1,28 +1,30 @@
 //! The MCP tools: their definitions (the API's own, plus the two MCP-only
-//! tools) and how an API answer becomes a tool result.
+//! tools) and how an API answer, read as its typed view, becomes a tool
+//! result.
 
 use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, ContentBlock as Content, Tool};
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::backend::Answer;
+use crate::views::{OpView, ToolsView};
 
 /// The tools an MCP client sees: `run_command` and `kill_operation` exactly
 /// as `GET /v1/tools` publishes them (fetched from the API), and the two
 /// MCP-only tools.
-pub fn tools_from_api(api_tools: &Value) -> Result<Vec<Tool>, String> {
+pub fn tools_from_api(api_tools: &ToolsView) -> Result<Vec<Tool>, String> {
     let mut out = Vec::new();
-    for t in api_tools["tools"].as_array().into_iter().flatten() {
-        let name = t["name"]
-            .as_str()
-            .ok_or("a tool without a name")?
-            .to_owned();
-        let description = t["description"].as_str().unwrap_or_default().to_owned();
-        let Value::Object(schema) = t["parameters"].clone() else {
-            return Err(format!("tool {name} has no parameter schema"));
+    for t in &api_tools.tools {
+        let Value::Object(schema) = t.parameters.clone() else {
+            return Err(format!("tool {} has no parameter schema", t.name));
         };
-        out.push(Tool::new(name, description, Arc::new(schema)));
+        out.push(Tool::new(
+            t.name.clone(),
+            t.description.clone(),
+            Arc::new(schema),
+        ));
     }
     let extra = [
         (
@@ -64,16 +66,41 @@ pub fn tools_from_api(api_tools: &Value) -> Result<Vec<Tool>, String> {
     Ok(out)
 }
 
-/// A tool's answer from an API answer: structured content plus the text a
-/// model reads; an API error is a tool error with the API's message.
-pub(super) fn tool_result(answer: Answer, text: impl FnOnce(&Value) -> String) -> CallToolResult {
-    let (status, body) = answer;
-    if (200..300).contains(&status) {
-        let mut r = CallToolResult::success(vec![Content::text(text(&body))]);
-        r.structured_content = Some(body);
-        return r;
+/// A tool's answer from an API answer: structured content (the answer
+/// as sent) plus the text a model reads of its typed view; an API error is
+/// a tool error with the API's message.
+pub(super) fn tool_result<T: DeserializeOwned>(
+    answer: Answer,
+    text: impl FnOnce(&T) -> String,
+) -> CallToolResult {
+    match answer_view(answer) {
+        Ok((view, body)) => success(text(&view), body),
+        Err(error) => error,
     }
-    tool_error(status, &body)
+}
+
+/// A successful answer's typed view and the answer as sent; otherwise the
+/// tool error to return (the API's error, or an answer of the wrong shape).
+pub(super) fn answer_view<T: DeserializeOwned>(
+    (status, body): Answer,
+) -> Result<(T, Value), CallToolResult> {
+    if !(200..300).contains(&status) {
+        return Err(tool_error(status, &body));
+    }
+    match serde_json::from_value(body.clone()) {
+        Ok(view) => Ok((view, body)),
+        Err(e) => Err(tool_error(
+            502,
+            &json!({"error": {"code": "internal", "message": format!("unexpected answer from the kernel: {e}")}}),
+        )),
+    }
+}
+
+/// A successful tool result: the text a model reads, and the answer.
+pub(super) fn success(text: String, body: Value) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![Content::text(text)]);
+    r.structured_content = Some(body);
+    r
 }
 
 pub(super) fn tool_error(status: u16, body: &Value) -> CallToolResult {
@@ -95,49 +122,43 @@ pub(super) fn bad_arguments(message: impl Into<String>) -> CallToolResult {
     )
 }
 
+/// `null` or the code, as the model has always read it.
+fn exit_code_text(op: &OpView) -> String {
+    op.exit_code
+        .map_or_else(|| "null".to_owned(), |code| code.to_string())
+}
+
 /// What a model reads of `run_command`'s answer.
-pub(super) fn run_command_text(op: &Value) -> String {
-    match op["message"].as_str() {
-        Some(m) => m.to_owned(),
+pub(super) fn run_command_text(op: &OpView) -> String {
+    match &op.message {
+        Some(m) => m.clone(),
         // a foreground op: its output and exit code
         None => format!(
             "exit_code={} status={}\n{}",
-            op["exit_code"],
-            op["status"].as_str().unwrap_or("-"),
-            op["output"].as_str().unwrap_or_default()
+            exit_code_text(op),
+            op.status,
+            op.output.as_deref().unwrap_or_default()
         ),
     }
 }
 
-/// `operation_state`'s one argument, or the tool error saying what is wrong.
-pub(super) fn operation_id_arg(
-    args: &serde_json::Map<String, Value>,
-) -> Result<&str, CallToolResult> {
-    let Some(id) = args
-        .get("operation_id")
-        .and_then(Value::as_str)
-        .filter(|id| uuid::Uuid::parse_str(id).is_ok())
-    else {
-        return Err(bad_arguments(
-            "operation_id is required: the operation's id (a uuid)",
-        ));
-    };
-    if args.len() > 1 {
-        return Err(bad_arguments("operation_state takes only operation_id"));
-    }
-    Ok(id)
+/// What a model reads of `kill_operation`'s answer.
+pub(super) fn kill_operation_text(op: &OpView) -> String {
+    op.message
+        .clone()
+        .unwrap_or_else(|| "kill requested".to_owned())
 }
 
 /// What a model reads of `operation_state`'s answer.
-pub(super) fn operation_state_text(op: &Value) -> String {
+pub(super) fn operation_state_text(op: &OpView) -> String {
     format!(
         "operation {} {} exit_code={} killed={}{}",
-        op["operation_id"].as_str().unwrap_or("-"),
-        op["status"].as_str().unwrap_or("-"),
-        op["exit_code"],
-        op["killed"],
-        op["output_tail"]
-            .as_str()
+        op.operation_id,
+        op.status,
+        exit_code_text(op),
+        op.killed,
+        op.output_tail
+            .as_deref()
             .filter(|t| !t.is_empty())
             .map(|t| format!("\noutput tail:\n{t}"))
             .unwrap_or_default()

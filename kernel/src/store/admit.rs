@@ -9,8 +9,10 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::admission::{Admission, Counted};
+use super::journal::append_event;
 use super::ops::{get, NewOp, StartRequest};
 use super::{now_ms, Store, StoreError, StoreResult};
+use crate::event_kind::{ApprovalRequested, EventKind, ToolStarted};
 use crate::lifecycle::{live_sql, Status};
 
 /// Why a new op of `run_id` may not be admitted now, if it may not: its
@@ -123,29 +125,24 @@ pub(super) fn insert_in(
 fn started_events(tx: &Connection, id: &str, req: &StartRequest) -> StoreResult<()> {
     let argv =
         crate::report_text::bounded_argv(&req.command, crate::report_text::MAX_VIEW_ARGV_BYTES).0;
-    super::journal::append_event(
-        tx,
-        &req.run_id,
-        "tool.started",
-        Some(id),
-        serde_json::json!({
-            "command": argv,
-            "background": req.background,
-            "timeout_sec": req.timeout_sec,
-            "schedule_id": req.schedule_id,
-        }),
-    )?;
+    let started = ToolStarted {
+        command: argv,
+        background: req.background,
+        timeout_sec: req.timeout_sec,
+        schedule_id: req.schedule_id.clone(),
+    };
+    append_event(tx, &req.run_id, Some(id), EventKind::ToolStarted(started))?;
     if let Some(hold) = &req.approval {
-        super::journal::append_event(
+        let requested = ApprovalRequested {
+            rule: hold.rule.clone(),
+            timeout_sec: hold.timeout_sec,
+            on_timeout: hold.on_timeout,
+        };
+        append_event(
             tx,
             &req.run_id,
-            "approval.requested",
             Some(id),
-            serde_json::json!({
-                "rule": hold.rule,
-                "timeout_sec": hold.timeout_sec,
-                "on_timeout": hold.on_timeout.as_str(),
-            }),
+            EventKind::ApprovalRequested(requested),
         )?;
     }
     Ok(())

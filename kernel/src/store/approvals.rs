@@ -3,13 +3,14 @@
 //! ran), each by compare-and-set with its events; the approval timeout
 //! escalates once or denies. Nothing here ever approves on its own.
 
-use rusqlite::{params, Connection, TransactionBehavior};
-use serde_json::json;
-
 use super::journal::append_event;
 use super::ops::{get, op_from_row, COLUMNS};
 use super::{now_ms, Op, Store, StoreError, StoreResult};
+use crate::event_kind::{
+    ApprovalDenied, ApprovalEscalated, ApprovalGranted, EventKind, ToolFailed,
+};
 use crate::lifecycle::Status;
+use rusqlite::{params, Connection, TransactionBehavior};
 
 /// Who denied an op: the operator (`POST .../deny`).
 pub const BY_OPERATOR: &str = "operator";
@@ -34,28 +35,26 @@ pub(super) fn deny_in(conn: &Connection, id: &str, reason: &str, by: &str) -> St
         return Ok(false);
     }
     let op = get(conn, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
+    let denied = ApprovalDenied {
+        reason: reason.to_owned(),
+        by: by.to_owned(),
+    };
     append_event(
         conn,
         &op.run_id,
-        "approval.denied",
         Some(id),
-        json!({"reason": reason, "by": by}),
+        EventKind::ApprovalDenied(denied),
     )?;
-    append_event(
-        conn,
-        &op.run_id,
-        "tool.failed",
-        Some(id),
-        json!({
-            "background": op.background,
-            "status": "denied",
-            "effect": null,
-            "exit_code": null,
-            "killed": false,
-            "error": reason,
-            "op_seconds": null,
-        }),
-    )?;
+    let failed = ToolFailed {
+        background: op.background,
+        status: Status::Denied.as_str().to_owned(),
+        effect: None,
+        exit_code: None,
+        killed: false,
+        error: Some(reason.to_owned()),
+        op_seconds: None,
+    };
+    append_event(conn, &op.run_id, Some(id), EventKind::ToolFailed(failed))?;
     super::schedules::finalize_in(conn, &op)?;
     Ok(true)
 }
@@ -125,12 +124,15 @@ impl Store {
                 return Ok(Ok(None));
             }
             let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+            let granted = ApprovalGranted {
+                by: BY_OPERATOR.to_owned(),
+                waited_sec: (now - op.created_at).max(0) / 1000,
+            };
             append_event(
                 &tx,
                 &op.run_id,
-                "approval.granted",
                 Some(&id),
-                json!({"by": BY_OPERATOR, "waited_sec": (now - op.created_at).max(0) / 1000}),
+                EventKind::ApprovalGranted(granted),
             )?;
             tx.commit()?;
             Ok(Ok(Some(op)))
@@ -198,13 +200,12 @@ impl Store {
                      AND status = 'awaiting_approval' AND approval_escalated_at IS NULL",
                 )?
                 .execute(params![op_id, now])?;
-                append_event(
-                    &tx,
-                    &run_id,
-                    "approval.escalated",
-                    Some(&op_id),
-                    json!({"waited_sec": timeout_sec, "still_waiting": true}),
-                )?;
+                let escalated = ApprovalEscalated {
+                    waited_sec: timeout_sec,
+                    still_waiting: true,
+                };
+                let event = EventKind::ApprovalEscalated(escalated);
+                append_event(&tx, &run_id, Some(&op_id), event)?;
                 done.push(TimeoutAction::Escalated { op_id, run_id });
             }
             tx.commit()?;

@@ -8,12 +8,12 @@
 //! above `runs`, `approvals` and `schedules`, which name none of it.
 
 use rusqlite::{params, Connection, TransactionBehavior};
-use serde_json::json;
 
 use super::admission::live_in_subtree;
 use super::journal::append_event;
 use super::runs::{get_run, run_states, RunChange, RunRecord};
 use super::{now_ms, Store, StoreError, StoreResult};
+use crate::event_kind::{EventKind, RunChanged};
 use crate::lifecycle::{observed_sql, KillReason};
 use crate::runs::{pause_rank, transition, transition_by, RunAction, RunState, Transition};
 
@@ -60,9 +60,9 @@ impl Store {
                             return Ok(RunChange::LiveOps(live));
                         }
                     }
-                    let data = match &summary {
-                        Some(s) => json!({"by": by, "summary": s}),
-                        None => json!({"by": by}),
+                    let data = RunChanged {
+                        summary: summary.clone(),
+                        ..RunChanged::by(&by)
                     };
                     set_state(
                         &tx,
@@ -111,7 +111,10 @@ fn cancel_cascade(
     let action = RunAction::Cancel;
     for (id, state) in descendants(tx, run_id)? {
         if let Transition::Change { from, to } = transition(state, action) {
-            let data = json!({"by": by, "cancelled_with": run_id});
+            let data = RunChanged {
+                cancelled_with: Some(run_id.to_owned()),
+                ..RunChanged::by(by)
+            };
             set_state(tx, &id, from, to, action, by, None, data)?;
             changed.push(id);
         }
@@ -137,8 +140,11 @@ fn take_over_pause(conn: &Connection, run: &RunRecord, by: &str) -> StoreResult<
             run.run_id
         )));
     }
-    let data = json!({"by": by, "over": run.paused_by});
-    append_event(conn, &run.run_id, RunAction::Pause.event(), None, data)?;
+    let data = RunChanged {
+        over: Some(run.paused_by.clone()),
+        ..RunChanged::by(by)
+    };
+    append_event(conn, &run.run_id, None, run_event(RunAction::Pause, data))?;
     Ok(())
 }
 
@@ -162,7 +168,7 @@ fn set_state(
     action: RunAction,
     by: &str,
     summary: Option<&str>,
-    data: serde_json::Value,
+    data: RunChanged,
 ) -> StoreResult<()> {
     let decided = to.is_final();
     let n = conn
@@ -187,8 +193,18 @@ fn set_state(
             from.as_str()
         )));
     }
-    append_event(conn, run_id, action.event(), None, data)?;
+    append_event(conn, run_id, None, run_event(action, data))?;
     Ok(())
+}
+
+/// The event of a run's state change by `action`.
+fn run_event(action: RunAction, data: RunChanged) -> EventKind {
+    match action {
+        RunAction::Pause => EventKind::RunPaused(data),
+        RunAction::Resume => EventKind::RunResumed(data),
+        RunAction::Complete => EventKind::RunCompleted(data),
+        RunAction::Cancel => EventKind::RunCancelled(data),
+    }
 }
 
 /// Records a kill request on every observed op (starting or running) of a

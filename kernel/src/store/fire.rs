@@ -6,13 +6,13 @@
 //! already there, or ends, postpones or skips by the pure refusal rule.
 
 use rusqlite::{params, Connection, TransactionBehavior};
-use serde_json::json;
 
 use super::admit::insert_in;
 use super::journal::append_event;
 use super::ops::{Admission, ApprovalHold, NewOp, Op, StartRequest};
 use super::schedules::{end_in, finalize_in, get_schedule, postpone_in, skip_in, Fire, Schedule};
 use super::{now_ms, Refusal, Store, StoreError, StoreResult};
+use crate::event_kind::{EventKind, ScheduleFired};
 
 /// A due time's op was admitted: the schedule holds it as current, moves
 /// on to its next due time, and records `schedule.fired`.
@@ -23,17 +23,12 @@ fn fired_in(tx: &Connection, s: &Schedule, op: Op, due: i64, now: i64) -> StoreR
          WHERE id = ?1",
     )?
     .execute(params![s.id, op.id, due, next])?;
-    append_event(
-        tx,
-        &s.run_id,
-        "schedule.fired",
-        Some(&op.id),
-        json!({
-            "schedule_id": s.id,
-            "due_at": crate::report_text::rfc3339(due),
-            "missed_slots": passed,
-        }),
-    )?;
+    let fired = ScheduleFired {
+        schedule_id: s.id.clone(),
+        due_at: crate::report_text::rfc3339(due),
+        missed_slots: passed,
+    };
+    append_event(tx, &s.run_id, Some(&op.id), EventKind::ScheduleFired(fired))?;
     Ok(Fire::Fired(op))
 }
 

@@ -4,42 +4,26 @@
 //! describes a change that did not commit and no committed change lacks it.
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use serde::Serialize;
-use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::{now_ms, Store, StoreError, StoreResult};
+use crate::event_kind::EventKind;
+pub use crate::event_kind::{Event, ModelUsage};
 use crate::runs::Used;
 
-/// One event of a run's trace.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Event {
-    /// The event's place in the journal: increasing across all runs, so
-    /// `after=SEQ` resumes a read.
-    pub seq: i64,
-    /// When it was recorded, unix milliseconds.
-    pub at: i64,
-    /// What happened: `tool.started`, `run.paused`, `approval.requested`, …
-    /// (SPEC §14).
-    pub kind: String,
-    /// The op it concerns, when any.
-    pub operation_id: Option<String>,
-    /// The kind's own fields (e.g. `exit_code`, `killed` for `tool.completed`).
-    pub data: Value,
-}
-
-/// One event row (`seq, at, kind, operation_id, data`); its data is
-/// checked JSON.
+/// One event row (`seq, at, kind, operation_id, data`): its data is
+/// checked JSON of the kind's payload.
 fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<Event>> {
     let seq: i64 = r.get(0)?;
+    let kind: String = r.get(2)?;
     let data: String = r.get(4)?;
+    let kind = serde_json::from_str(&data).and_then(|data| EventKind::from_parts(&kind, data));
     Ok(Ok(Event {
         seq,
         at: r.get(1)?,
-        kind: r.get(2)?,
         operation_id: r.get(3)?,
-        data: match serde_json::from_str(&data) {
-            Ok(v) => v,
+        kind: match kind {
+            Ok(kind) => kind,
             Err(e) => return Ok(Err(StoreError::Corrupt(format!("event {seq}: {e}")))),
         },
     }))
@@ -49,17 +33,19 @@ fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<Event>>
 pub(super) fn append_event(
     conn: &Connection,
     run_id: &str,
-    kind: &str,
     operation_id: Option<&str>,
-    data: Value,
+    event: EventKind,
 ) -> StoreResult<i64> {
+    let data = event
+        .data()
+        .map_err(|e| StoreError::Corrupt(format!("{} event: {e}", event.name())))?;
     conn.prepare_cached(
         "INSERT INTO events (run_id, at, kind, operation_id, data) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![
         run_id,
         now_ms(),
-        kind,
+        event.name(),
         operation_id,
         data.to_string()
     ])?;
@@ -107,19 +93,6 @@ pub(super) fn record_op_usage(
     )?
     .execute(params![run_id, now_ms(), op_id, wall.max(0), cpu_ms])?;
     Ok(())
-}
-
-/// Model usage reported by the agent runtime.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ModelUsage {
-    /// The model's name, as the agent runtime gives it.
-    pub model: String,
-    /// Input (prompt) tokens.
-    pub input_tokens: u64,
-    /// Output (completion) tokens.
-    pub output_tokens: u64,
-    /// What the call cost, in millionths of the currency unit.
-    pub cost_micros: u64,
 }
 
 /// The result of recording model usage.
@@ -178,18 +151,7 @@ impl Store {
                 ],
             )?;
             let seq = tx.last_insert_rowid();
-            append_event(
-                &tx,
-                &run_id,
-                "usage.recorded",
-                None,
-                json!({
-                    "model": usage.model,
-                    "input_tokens": usage.input_tokens,
-                    "output_tokens": usage.output_tokens,
-                    "cost_micros": usage.cost_micros,
-                }),
-            )?;
+            append_event(&tx, &run_id, None, EventKind::UsageRecorded(usage))?;
             tx.commit()?;
             Ok(UsageRecorded::Recorded(seq))
         })

@@ -4,8 +4,10 @@
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use super::journal::append_event;
 use super::ops::{op_from_row, COLUMNS};
 use super::{now_ms, Op, Store, StoreError, StoreResult};
+use crate::event_kind::{EventKind, NoteReceived, ReportDelivered};
 use crate::lifecycle::{live_sql, terminal_sql, Status};
 use crate::report_text::{
     bounded_argv, render, MAX_NOTE_BYTES, MAX_REPORT_ITEMS, MAX_REPORT_NOTE_BYTES,
@@ -175,8 +177,9 @@ impl Store {
             let running = running_items(&tx, &run_id)?;
             let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
             let budget = super::admission::budget_status(&tx, &run_id)?;
+            let report_id = uuid::Uuid::new_v4().to_string();
             let report = Report {
-                report_id: Some(uuid::Uuid::new_v4().to_string()),
+                report_id: Some(report_id.clone()),
                 run_id: run_id.clone(),
                 text: with_budget(render(&items, &running, &note_texts, more), &run_id, &budget),
                 resolved: items,
@@ -201,17 +204,12 @@ impl Store {
             for (id, _) in &notes {
                 tx.execute("UPDATE notes SET report_id = ?2 WHERE id = ?1", params![id, report.report_id])?;
             }
-            super::journal::append_event(
-                &tx,
-                &run_id,
-                "report.delivered",
-                None,
-                serde_json::json!({
-                    "report_id": report.report_id,
-                    "operation_ids": report.resolved.iter().map(|r| r.operation_id.clone()).collect::<Vec<_>>(),
-                    "notes": report.notes.len(),
-                }),
-            )?;
+            let delivered = ReportDelivered {
+                report_id,
+                operation_ids: report.resolved.iter().map(|r| r.operation_id.clone()).collect(),
+                notes: report.notes.len(),
+            };
+            append_event(&tx, &run_id, None, EventKind::ReportDelivered(delivered))?;
             tx.commit()?;
             Ok(Some(report))
         })
@@ -312,13 +310,11 @@ impl Store {
                 params![run_id, text, now_ms()],
             )?;
             let id = conn.last_insert_rowid();
-            super::journal::append_event(
-                &conn,
-                &run_id,
-                "note.received",
-                None,
-                serde_json::json!({"note_id": id, "bytes": text.len()}),
-            )?;
+            let received = NoteReceived {
+                note_id: id,
+                bytes: text.len(),
+            };
+            append_event(&conn, &run_id, None, EventKind::NoteReceived(received))?;
             conn.commit()?;
             Ok(Some(id))
         })

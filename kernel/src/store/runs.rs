@@ -5,12 +5,12 @@
 //! them inside the admitting transaction.
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use serde_json::json;
 
 use super::admission::Admission;
 use super::admission::{run_refusal, tightest_budget, tree_limit_refusal, Counted, Refusal};
 use super::journal::append_event;
 use super::{now_ms, Store, StoreError, StoreResult};
+use crate::event_kind::{ChildCreated, EventKind};
 use crate::lifecycle::live_sql;
 use crate::runs::{Budget, Envelope, RunState};
 
@@ -252,17 +252,12 @@ impl Store {
             }
             drop(ancestry);
             if let Some(parent) = &new.parent {
-                append_event(
-                    &tx,
-                    parent,
-                    "run.child_created",
-                    None,
-                    json!({
-                        "child_run_id": new.run_id,
-                        "envelope": new.envelope,
-                        "budget": new.budget,
-                    }),
-                )?;
+                let created = ChildCreated {
+                    child_run_id: new.run_id.clone(),
+                    envelope: new.envelope.clone(),
+                    budget: new.budget,
+                };
+                append_event(&tx, parent, None, EventKind::RunChildCreated(created))?;
             }
             let run = get_run(&tx, &new.run_id)?
                 .ok_or_else(|| StoreError::Corrupt(new.run_id.clone()))?;

@@ -68,7 +68,7 @@ async fn kinds(store: &Store, run: &str) -> Vec<String> {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind.name().to_owned())
         .collect()
 }
 
@@ -215,10 +215,13 @@ async fn a_settled_op_is_charged_once_with_its_event() {
     assert_eq!(used.cpu_ms, 700);
     assert_eq!(used.op_ms, 1200);
     let events = store.events_after("r", 0, 100).await.unwrap();
-    let seen: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let seen: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
     assert_eq!(seen, ["tool.started", "tool.completed"]);
-    assert_eq!(events[1].data["exit_code"], 0);
-    assert_eq!(events[1].data["cpu_seconds"], 0.7);
+    let crate::event_kind::EventKind::ToolCompleted(completed) = &events[1].kind else {
+        panic!("not a completion: {:?}", events[1].kind);
+    };
+    assert_eq!(completed.exit_code, Some(0));
+    assert_eq!(completed.cpu_seconds, Some(0.7));
     // an op that never ran is not charged, and its end is a failure
     let never = admit(&store, "r").await.unwrap();
     let failed = Settlement {
@@ -402,13 +405,9 @@ async fn a_refused_or_rolled_back_change_leaves_no_event() {
     let failed = store
         .call(|c| {
             let tx = c.transaction()?;
-            crate::store::journal::append_event(
-                &tx,
-                "r",
-                "tool.started",
-                None,
-                serde_json::json!({}),
-            )?;
+            let started = crate::event_kind::ToolStarted::default();
+            let event = crate::event_kind::EventKind::ToolStarted(started);
+            crate::store::journal::append_event(&tx, "r", None, event)?;
             tx.execute("INSERT INTO no_such_table VALUES (1)", [])?;
             tx.commit()?;
             Ok(())

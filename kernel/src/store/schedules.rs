@@ -15,12 +15,13 @@
 //!   `catch_up` ([`crate::timing::startup`]).
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
-use serde_json::json;
 
 use super::journal::append_event;
 use super::ops::{get, Op};
 use super::{now_ms, Store, StoreError, StoreResult};
+use crate::event_kind::{EventKind, ScheduleSkipped};
 use crate::lifecycle::Status;
+use crate::report_text::rfc3339;
 use crate::timing::{startup, Startup, Timing};
 
 /// Schedules one run may hold.
@@ -248,18 +249,9 @@ pub(super) fn finalize_in(conn: &Connection, op: &Op) -> StoreResult<()> {
     let mut next = next_due;
     if let Some(due) = next.filter(|due| *due <= now) {
         let (after, passed) = timing.next_after_now(due, now);
-        append_event(
-            conn,
-            &op.run_id,
-            "schedule.skipped",
-            None,
-            json!({
-                "schedule_id": id,
-                "reason": "previous still running",
-                "due_at": crate::report_text::rfc3339(due),
-                "slots": passed + 1,
-            }),
-        )?;
+        let reason = "previous still running";
+        let skipped = ScheduleSkipped::slots(&id, reason, rfc3339(due), passed + 1);
+        append_event(conn, &op.run_id, None, EventKind::ScheduleSkipped(skipped))?;
         next = after;
     }
     release(next, true)
@@ -275,18 +267,8 @@ pub(super) fn skip_in(
     now: i64,
 ) -> StoreResult<()> {
     let (next, passed) = s.timing.next_after_now(due, now);
-    append_event(
-        conn,
-        &s.run_id,
-        "schedule.skipped",
-        None,
-        json!({
-            "schedule_id": s.id,
-            "reason": reason,
-            "due_at": crate::report_text::rfc3339(due),
-            "slots": passed + 1,
-        }),
-    )?;
+    let skipped = ScheduleSkipped::slots(&s.id, reason, rfc3339(due), passed + 1);
+    append_event(conn, &s.run_id, None, EventKind::ScheduleSkipped(skipped))?;
     // a recurring schedule's last_* describe its last run; a one-shot that
     // will never run says so
     conn.prepare_cached(
@@ -301,13 +283,8 @@ pub(super) fn skip_in(
 /// Ends a schedule whose run is over (completed or cancelled): disabled,
 /// no next due time, with its reason in the run's trace.
 pub(super) fn end_in(conn: &Connection, s: &Schedule, reason: &str) -> StoreResult<()> {
-    append_event(
-        conn,
-        &s.run_id,
-        "schedule.skipped",
-        None,
-        json!({"schedule_id": s.id, "reason": reason, "disabled": true}),
-    )?;
+    let ended = ScheduleSkipped::ended(&s.id, reason);
+    append_event(conn, &s.run_id, None, EventKind::ScheduleSkipped(ended))?;
     conn.prepare_cached(
         "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = NULL, \
          enabled = 0 WHERE id = ?1",
@@ -330,13 +307,8 @@ pub(super) fn postpone_in(
 ) -> StoreResult<()> {
     let status = format!("waiting: {reason}");
     if s.last_status.as_deref() != Some(status.as_str()) {
-        append_event(
-            conn,
-            &s.run_id,
-            "schedule.skipped",
-            None,
-            json!({"schedule_id": s.id, "reason": reason, "retry_in_sec": ONE_SHOT_RETRY_MS / 1000}),
-        )?;
+        let postponed = ScheduleSkipped::postponed(&s.id, reason, ONE_SHOT_RETRY_MS / 1000);
+        append_event(conn, &s.run_id, None, EventKind::ScheduleSkipped(postponed))?;
     }
     conn.prepare_cached(
         "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = ?2, \

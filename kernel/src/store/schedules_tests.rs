@@ -68,7 +68,7 @@ async fn kinds(store: &Store, run: &str) -> Vec<String> {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind.name().to_owned())
         .collect()
 }
 
@@ -160,10 +160,13 @@ async fn finalization_records_a_bounded_result_and_reschedules_from_the_due_time
     let events = store.events_after("r", 0, 100).await.unwrap();
     let skipped = events
         .iter()
-        .find(|e| e.kind == "schedule.skipped")
+        .find_map(|e| match &e.kind {
+            crate::event_kind::EventKind::ScheduleSkipped(skipped) => Some(skipped),
+            _ => None,
+        })
         .unwrap();
-    assert_eq!(skipped.data["reason"], "previous still running");
-    assert_eq!(skipped.data["slots"], 3);
+    assert_eq!(skipped.reason, "previous still running");
+    assert_eq!(skipped.slots, Some(3));
 }
 
 #[tokio::test]

@@ -8,37 +8,32 @@ use rusqlite::params;
 
 use super::ops::{get, Op, Settlement};
 use super::{now_ms, Store, StoreError, StoreResult};
+use crate::event_kind::{EventKind, ToolCompleted, ToolFailed};
 use crate::lifecycle::{observed_sql, terminal_sql, Outcome, Status, EFFECT_UNCERTAIN};
 
 /// The event of an op's terminal write: `tool.completed` for a command
 /// that ended with a code (killed or not), `tool.failed` for every other end.
-fn settled_event(op: &Op) -> (&'static str, serde_json::Value) {
+fn settled_event(op: &Op) -> EventKind {
     let seconds = |ms: Option<i64>| ms.map(|ms| ms.max(0) as f64 / 1000.0);
     let op_seconds = seconds(op.started_at.zip(op.finished_at).map(|(s, f)| f - s));
     let cpu_seconds = seconds(op.usage.map(|u| u.cpu_ms as i64));
     match op.status {
-        Status::Completed => (
-            "tool.completed",
-            serde_json::json!({
-                "background": op.background,
-                "exit_code": op.exit_code,
-                "killed": op.killed,
-                "op_seconds": op_seconds,
-                "cpu_seconds": cpu_seconds,
-            }),
-        ),
-        status => (
-            "tool.failed",
-            serde_json::json!({
-                "background": op.background,
-                "status": status.as_str(),
-                "effect": op.effect,
-                "exit_code": op.exit_code,
-                "killed": op.killed,
-                "error": op.error,
-                "op_seconds": op_seconds,
-            }),
-        ),
+        Status::Completed => EventKind::ToolCompleted(ToolCompleted {
+            background: op.background,
+            exit_code: op.exit_code,
+            killed: op.killed,
+            op_seconds,
+            cpu_seconds,
+        }),
+        status => EventKind::ToolFailed(ToolFailed {
+            background: op.background,
+            status: status.as_str().to_owned(),
+            effect: op.effect.clone(),
+            exit_code: op.exit_code,
+            killed: op.killed,
+            error: op.error.clone(),
+            op_seconds,
+        }),
     }
 }
 
@@ -94,8 +89,7 @@ impl Store {
             });
             let cpu = op.usage.map(|u| u.cpu_ms as i64);
             super::journal::record_op_usage(&tx, &op.run_id, &id, wall, cpu)?;
-            let (kind, data) = settled_event(&op);
-            super::journal::append_event(&tx, &op.run_id, kind, Some(&id), data)?;
+            super::journal::append_event(&tx, &op.run_id, Some(&id), settled_event(&op))?;
             super::schedules::finalize_in(&tx, &op)?;
             tx.commit()?;
             Ok(true)

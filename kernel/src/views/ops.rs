@@ -1,14 +1,14 @@
-//! Typed views of ops and containers: the API serializes them and the CLI
-//! reads them back (field names from SPEC §8).
+//! Views of ops: one op, lists of ops (also the approvals waiting), a
+//! finished run's outcomes and the console's SSE events.
 
 use serde::{Deserialize, Serialize};
 
+use super::rfc3339;
 use crate::report_text::{bounded_argv, MAX_VIEW_ARGV_BYTES};
 use crate::store::{now_ms, Op};
 
-pub use crate::report_text::rfc3339;
-
-/// An op as the API shows it.
+/// An op as the API shows it (`GET /v1/operations/{id}`, and the answer
+/// of every call that starts, kills, approves or denies one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpView {
     pub operation_id: String,
@@ -17,6 +17,9 @@ pub struct OpView {
     pub command_truncated: bool,
     pub background: bool,
     pub status: String,
+    /// Not terminal (starting, running or awaiting approval): derived by
+    /// the server so clients only display it.
+    pub live: bool,
     pub exit_code: Option<i32>,
     pub killed: bool,
     pub effect: Option<String>,
@@ -70,6 +73,8 @@ pub struct ApprovalView {
 }
 
 impl OpView {
+    /// The view of a stored op (`live`, `duration_sec` and `delivered`
+    /// derived now).
     pub fn of(op: &Op) -> OpView {
         let end = op.finished_at.unwrap_or_else(now_ms);
         let (command, command_truncated) = bounded_argv(&op.command, MAX_VIEW_ARGV_BYTES);
@@ -80,6 +85,7 @@ impl OpView {
             command_truncated,
             background: op.background,
             status: op.status.as_str().to_owned(),
+            live: !op.status.is_terminal(),
             exit_code: op.exit_code,
             killed: op.killed,
             effect: op.effect.clone(),
@@ -122,34 +128,14 @@ impl OpView {
     }
 }
 
-/// `GET /v1/ops`.
+/// `GET /v1/ops`, and `GET /v1/approvals` (the ops waiting for one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpList {
     pub operations: Vec<OpView>,
 }
 
-/// A managed container as the operator sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ContainerView {
-    pub container_id: String,
-    pub name: String,
-    pub state: String,
-    pub run_id: Option<String>,
-    pub scratch_key: Option<String>,
-    pub run_fingerprint: Option<String>,
-    pub created_at: Option<String>,
-    /// In this kernel's registry of run containers.
-    pub registered: bool,
-}
-
-/// `GET /v1/containers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ContainerList {
-    pub containers: Vec<ContainerView>,
-}
-
-/// `POST /v1/runs/{run}/finish`: every outcome, and the report of what
-/// was not yet delivered.
+/// A finished run's outcomes (`POST /v1/runs/{run}/finish`): every op,
+/// and the report of what was not yet delivered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FinishView {
     pub run_id: String,
@@ -157,21 +143,24 @@ pub struct FinishView {
     pub report: Option<crate::store::Report>,
 }
 
-/// `POST /v1/reap`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReapList {
-    pub dry_run: bool,
-    pub decisions: Vec<crate::reaper::ReapDecision>,
+/// The console's `output` event: bytes of the log up to `offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsoleOutput {
+    /// The log offset after this chunk (also the SSE event id).
+    pub offset: u64,
+    /// The chunk, as UTF-8 (invalid bytes replaced).
+    pub text: String,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::rfc3339;
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
-        assert_eq!(rfc3339(1_795_910_400_000), "2026-11-29T00:00:00.000Z");
-    }
+/// The console's last event, `done`: how the op ended (only `status`,
+/// `unknown`, when the op is gone).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConsoleDone {
+    pub operation_id: String,
+    pub status: String,
+    pub exit_code: Option<i32>,
+    pub killed: bool,
+    pub effect: Option<String>,
+    pub message: Option<String>,
 }
