@@ -5,7 +5,7 @@
 
 pub mod api;
 /// The pure rules (`opkernel-domain`), under the names the kernel uses.
-pub use opkernel_domain::{approval, envelope, lifecycle, report_text, runs, timing};
+pub use opkernel_domain::{approval, envelope, event_kind, lifecycle, report_text, runs, timing};
 pub mod auth;
 #[cfg(test)]
 mod circle_tests;
@@ -13,7 +13,6 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod drills;
-pub mod event_kind;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod home;
@@ -98,19 +97,6 @@ mod layering_tests {
             ("watcher.rs", include_str!("watcher.rs"), upper_than_probes),
             ("inbox.rs", include_str!("inbox.rs"), upper_than_probes),
             ("sync.rs", include_str!("sync.rs"), upper_than_probes),
-            // the kinds of events and their payloads are pure (bound for the
-            // domain crate)
-            (
-                "event_kind.rs",
-                include_str!("event_kind.rs"),
-                &[
-                    "crate::kernel",
-                    "crate::store",
-                    "crate::api",
-                    "tokio",
-                    "rusqlite",
-                ],
-            ),
             // a run's cached facts and the home sit below the kernel
             ("runmeta.rs", include_str!("runmeta.rs"), upper_than_kernel),
             ("home.rs", include_str!("home.rs"), upper_than_kernel),

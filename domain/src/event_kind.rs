@@ -29,38 +29,55 @@ pub struct Event {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "data")]
 pub enum EventKind {
+    /// `tool.started`: An op was admitted.
     #[serde(rename = "tool.started")]
     ToolStarted(ToolStarted),
+    /// `tool.completed`: An op ended with a code.
     #[serde(rename = "tool.completed")]
     ToolCompleted(ToolCompleted),
+    /// `tool.failed`: An op ended any other way.
     #[serde(rename = "tool.failed")]
     ToolFailed(ToolFailed),
+    /// `note.received`: A note arrived for the next report.
     #[serde(rename = "note.received")]
     NoteReceived(NoteReceived),
+    /// `report.delivered`: A report was drained.
     #[serde(rename = "report.delivered")]
     ReportDelivered(ReportDelivered),
+    /// `run.paused`: The run was paused.
     #[serde(rename = "run.paused")]
     RunPaused(RunChanged),
+    /// `run.resumed`: The run was resumed.
     #[serde(rename = "run.resumed")]
     RunResumed(RunChanged),
+    /// `run.completed`: The run was completed (explicitly, with a summary).
     #[serde(rename = "run.completed")]
     RunCompleted(RunChanged),
+    /// `run.cancelled`: The run was cancelled.
     #[serde(rename = "run.cancelled")]
     RunCancelled(RunChanged),
+    /// `run.child_created`: A child run was created.
     #[serde(rename = "run.child_created")]
     RunChildCreated(ChildCreated),
+    /// `usage.recorded`: The agent runtime reported model usage.
     #[serde(rename = "usage.recorded")]
     UsageRecorded(ModelUsage),
+    /// `approval.requested`: An op waits for an operator.
     #[serde(rename = "approval.requested")]
     ApprovalRequested(ApprovalRequested),
+    /// `approval.granted`: A waiting op was approved.
     #[serde(rename = "approval.granted")]
     ApprovalGranted(ApprovalGranted),
+    /// `approval.denied`: A waiting op was denied.
     #[serde(rename = "approval.denied")]
     ApprovalDenied(ApprovalDenied),
+    /// `approval.escalated`: A waiting op timed out and escalated.
     #[serde(rename = "approval.escalated")]
     ApprovalEscalated(ApprovalEscalated),
+    /// `schedule.fired`: A schedule fired a due time.
     #[serde(rename = "schedule.fired")]
     ScheduleFired(ScheduleFired),
+    /// `schedule.skipped`: A schedule skipped a due time.
     #[serde(rename = "schedule.skipped")]
     ScheduleSkipped(ScheduleSkipped),
 }
@@ -122,7 +139,9 @@ impl EventKind {
 pub struct ToolStarted {
     /// The argv, bounded as views show it.
     pub command: Vec<String>,
+    /// Whether the op ran in the background (its result goes to a report).
     pub background: bool,
+    /// Its timeout, seconds.
     pub timeout_sec: u64,
     /// The schedule that fired it (null for a direct start).
     pub schedule_id: Option<String>,
@@ -132,8 +151,11 @@ pub struct ToolStarted {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolCompleted {
+    /// Whether the op ran in the background (its result goes to a report).
     pub background: bool,
+    /// The exit code, when the command recorded one.
     pub exit_code: Option<i32>,
+    /// Whether a kill (by request, timeout or cancel) ended it.
     pub killed: bool,
     /// Wall seconds from its start to its end.
     pub op_seconds: Option<f64>,
@@ -145,14 +167,19 @@ pub struct ToolCompleted {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolFailed {
+    /// Whether the op ran in the background (its result goes to a report).
     pub background: bool,
     /// The terminal status (`lost`, `failed`, `timed_out`, `denied`).
     pub status: String,
     /// `uncertain` when the command may or may not have done its work.
     pub effect: Option<String>,
+    /// The exit code, when the command recorded one.
     pub exit_code: Option<i32>,
+    /// Whether a kill (by request, timeout or cancel) ended it.
     pub killed: bool,
+    /// What went wrong, in words.
     pub error: Option<String>,
+    /// Wall seconds from its start to its end.
     pub op_seconds: Option<f64>,
 }
 
@@ -160,6 +187,7 @@ pub struct ToolFailed {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct NoteReceived {
+    /// The note's id in the run's notes.
     pub note_id: i64,
     /// The note's size (its text is in the report).
     pub bytes: usize,
@@ -169,6 +197,7 @@ pub struct NoteReceived {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ReportDelivered {
+    /// The report's id (what an ack names).
     pub report_id: String,
     /// The ops whose results it carries.
     pub operation_ids: Vec<String>,
@@ -217,9 +246,11 @@ where
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ChildCreated {
+    /// The child's run id (`<parent>.<name>`).
     pub child_run_id: String,
     /// The child's envelope (null: the kernel's default).
     pub envelope: Option<Envelope>,
+    /// The child's own budget limits (any subset).
     pub budget: Budget,
 }
 
@@ -228,9 +259,13 @@ pub struct ChildCreated {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ModelUsage {
+    /// The model's name, as the agent runtime gives it.
     pub model: String,
+    /// Input (prompt) tokens.
     pub input_tokens: u64,
+    /// Output (completion) tokens.
     pub output_tokens: u64,
+    /// What the call cost, in millionths of the currency unit.
     pub cost_micros: u64,
 }
 
@@ -239,8 +274,10 @@ pub struct ModelUsage {
 pub struct ApprovalRequested {
     /// The pattern that matched (`*` for a run whose rules hold every op).
     pub rule: String,
+    /// Its timeout, seconds.
     #[serde(default)]
     pub timeout_sec: Option<u64>,
+    /// What an unanswered wait turns into: `escalate` or `deny`.
     pub on_timeout: OnTimeout,
 }
 
@@ -248,6 +285,7 @@ pub struct ApprovalRequested {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ApprovalGranted {
+    /// Who approved (`operator`: nothing approves by itself).
     pub by: String,
     /// Whole seconds it waited for the approval.
     pub waited_sec: i64,
@@ -257,6 +295,7 @@ pub struct ApprovalGranted {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ApprovalDenied {
+    /// Why, in words.
     pub reason: String,
     /// `operator`, `timeout` or `kill`.
     pub by: String,
@@ -267,7 +306,9 @@ pub struct ApprovalDenied {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ApprovalEscalated {
+    /// Whole seconds it waited.
     pub waited_sec: i64,
+    /// Whether the op still waits (an escalation never decides).
     pub still_waiting: bool,
 }
 
@@ -275,6 +316,7 @@ pub struct ApprovalEscalated {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ScheduleFired {
+    /// The schedule's id.
     pub schedule_id: String,
     /// The due time it fired for (RFC 3339).
     pub due_at: String,
@@ -287,7 +329,9 @@ pub struct ScheduleFired {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ScheduleSkipped {
+    /// The schedule's id.
     pub schedule_id: String,
+    /// Why, in words.
     pub reason: String,
     /// The due time skipped (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
