@@ -27,6 +27,40 @@
 //! without cancelling the call (stdio has nothing but the pipe). Its next
 //! call acknowledges that report; only `ack` says more.
 
+/// How a client is connected: what can show that it has a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A 2025 revision over HTTP: a session (`Mcp-Session-Id`) whose later
+    /// calls, or its clean close (DELETE), show what it received.
+    Session2025,
+    /// The stateless 2026-07-28 revision: every request stands alone, so
+    /// nothing but the client's own `ack` acknowledges a report.
+    Stateless2026,
+    /// `opkernel mcp` over stdio: one session for the process's life, closed
+    /// cleanly by EOF on stdin.
+    Stdio,
+}
+
+impl Transport {
+    /// The transport of a call: stdio, or over HTTP by the negotiated
+    /// revision (`None`: not negotiated, a 2025 client; `Some(true)`: a
+    /// revision with `initialize`, i.e. a 2025 session).
+    pub fn of(stdio: bool, has_initialize: Option<bool>) -> Transport {
+        match (stdio, has_initialize) {
+            (true, _) => Transport::Stdio,
+            (false, None | Some(true)) => Transport::Session2025,
+            (false, Some(false)) => Transport::Stateless2026,
+        }
+    }
+
+    /// Whether a report served over it is tracked in the session's
+    /// [`Ledger`] (acknowledged on transport evidence); otherwise it is
+    /// served again until the client passes `ack`.
+    pub fn tracks(self) -> bool {
+        !matches!(self, Transport::Stateless2026)
+    }
+}
+
 /// How many served reports a session remembers (one is usual: the API
 /// serves the same unacknowledged report until it is acked). Forgetting one
 /// only means it is served again.
@@ -128,12 +162,21 @@ mod tests {
     use Step::*;
 
     fn play(steps: &[Step]) {
+        play_over(Transport::Session2025, steps)
+    }
+
+    /// Plays `steps` as the kernel does over `transport`: a served report
+    /// is tracked only where the transport tracks, and a close happens only
+    /// where it has one.
+    fn play_over(transport: Transport, steps: &[Step]) {
         let mut ledger = Ledger::default();
         let mut writes: Vec<(&str, u64)> = Vec::new();
         for (i, step) in steps.iter().enumerate() {
             let acked = match *step {
                 Serve(r) => {
-                    ledger.served(r);
+                    if transport.tracks() {
+                        ledger.served(r);
+                    }
                     continue;
                 }
                 Write(r) => {
@@ -229,6 +272,36 @@ mod tests {
         for steps in table {
             play(steps);
         }
+    }
+
+    /// The same life (a report served, written out and held, then a later
+    /// call or a clean close) over each revision's transport.
+    #[test]
+    fn what_acknowledges_a_report_depends_on_the_revision() {
+        use Transport::*;
+        let later_call: &[Step] = &[Serve("r"), Write("r"), Hold("r"), Arrive(&["r"])];
+        let clean_close: &[Step] = &[Serve("r"), Write("r"), Hold("r"), Close(&["r"])];
+        let unacknowledged: &[Step] = &[Serve("r"), Write("r"), Hold("r"), Arrive(&[]), Close(&[])];
+        let acked_by_the_client: &[Step] = &[Serve("r"), Ack("r"), Arrive(&[])];
+        let table: &[(Transport, &[Step])] = &[
+            (Session2025, later_call),
+            (Session2025, clean_close),
+            (Session2025, acked_by_the_client),
+            (Stdio, later_call),
+            (Stdio, clean_close),
+            (Stdio, acked_by_the_client),
+            // stateless: no evidence but the client's own ack; the report
+            // is served again (same report_id) until then
+            (Stateless2026, unacknowledged),
+            (Stateless2026, acked_by_the_client),
+        ];
+        for (transport, steps) in table {
+            play_over(*transport, steps);
+        }
+        assert_eq!(Transport::of(true, Some(false)), Stdio);
+        assert_eq!(Transport::of(false, None), Session2025);
+        assert_eq!(Transport::of(false, Some(true)), Session2025);
+        assert_eq!(Transport::of(false, Some(false)), Stateless2026);
     }
 
     #[test]

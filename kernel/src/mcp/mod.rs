@@ -28,7 +28,7 @@ use std::sync::Arc;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
     InitializeResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
     ResourceContents, ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
     Tool, UnsubscribeRequestParams,
 };
@@ -38,7 +38,7 @@ use serde_json::Value;
 
 use crate::sync::Lock;
 use crate::views::{OpList, OpView};
-use ack::Ledger;
+use ack::{Ledger, Transport};
 use backend::{Answer, Backend};
 pub use call::{BadCall, ToolCall};
 pub use tools::tools_from_api;
@@ -99,11 +99,6 @@ struct Session {
     subscribed: Lock<HashSet<String>>,
     /// The resolution follower runs (once per session).
     following: std::sync::atomic::AtomicBool,
-}
-
-/// Whether a negotiated version is one of the 2025 (session) revisions.
-fn legacy(version: Option<&ProtocolVersion>) -> bool {
-    version.is_none_or(|v| v.has_initialize())
 }
 
 impl OpkernelMcp {
@@ -319,7 +314,11 @@ impl ServerHandler for OpkernelMcp {
         let auth = self.auth(&ctx)?;
         self.register(&ctx);
         self.arrive();
-        let session = legacy(ctx.protocol_version().as_ref()) || self.fixed_auth.is_some();
+        let transport = Transport::of(
+            self.fixed_auth.is_some(),
+            ctx.protocol_version().as_ref().map(|v| v.has_initialize()),
+        );
+        let session = transport.tracks();
         // a session's call shows the client has what was written out to it
         if session {
             self.ack_delivered(&auth).await;
