@@ -5,14 +5,21 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+/// An error answer: the HTTP status plus the body's stable `code` and
+/// human `message`.
 #[derive(Debug)]
 pub struct ApiError {
+    /// The HTTP status the answer carries.
     pub status: StatusCode,
+    /// Machine-readable cause (`not_found`, `budget_exhausted`, ...);
+    /// clients match on it, so it never changes for a given cause.
     pub code: &'static str,
+    /// Lowercase human explanation, naming the op, run or limit at fault.
     pub message: String,
 }
 
 impl ApiError {
+    /// An error with any status and code.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
@@ -20,9 +27,11 @@ impl ApiError {
             message: message.into(),
         }
     }
+    /// 400 `bad_request`: a malformed or invalid request.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
+    /// 401 `unauthorized`: no bearer token, or one the kernel does not know.
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
@@ -30,15 +39,21 @@ impl ApiError {
             "missing or invalid bearer token",
         )
     }
+    /// 403 `forbidden`: a valid token acting outside its reach.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
+    /// 404 `not_found`: no such op, run, report or schedule (or one the
+    /// caller may not see).
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
+    /// 409 `conflict`: the request clashes with the current state.
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)
     }
+    /// 429 `limit_reached`: a per-run limit is full (live ops, pending
+    /// notes, schedules).
     pub fn too_many(message: impl Into<String>) -> Self {
         Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_reached", message)
     }
@@ -69,9 +84,12 @@ impl ApiError {
     pub fn envelope_exceeded(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "envelope_exceeded", message)
     }
+    /// 500 `internal`: a failure of the kernel itself.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
+    /// 503 `unavailable`: a dependency (Docker) cannot be reached now;
+    /// retrying later may succeed.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
@@ -103,4 +121,5 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// What a handler returns: its answer or an [`ApiError`].
 pub type ApiResult<T> = Result<T, ApiError>;

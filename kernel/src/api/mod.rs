@@ -27,6 +27,7 @@ pub use error::{ApiError, ApiResult};
 /// Request bodies above this size are refused (413).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
+/// The state every handler shares: the one kernel.
 pub type AppState = Arc<Kernel>;
 
 /// The API's routes (the panel's assets among them); MCP is mounted
@@ -164,7 +165,9 @@ pub fn parse_run_command(body: &[u8]) -> Result<ops::RunCommand, String> {
 /// events, kill, pause, resume, cancel). The operator reaches every run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
+    /// The token's own run only.
     Own,
+    /// The token's run and every run whose chain contains it.
     Subtree,
 }
 
@@ -215,6 +218,8 @@ pub async fn authorize_run(
     }))
 }
 
+/// Refuses (403) anything but the operator token: approve and deny,
+/// one-shot commands, containers, reaping and the drill hooks.
 pub fn require_operator(principal: &Principal) -> ApiResult<()> {
     match principal {
         Principal::Operator => Ok(()),

@@ -16,6 +16,8 @@ pub const MAX_REPORT_WAIT_SEC: u64 = 3600;
 use crate::report_text::MAX_NOTE_BYTES;
 use crate::store::MAX_PENDING_NOTES;
 
+/// `?wait=SEC` of a report request: seconds to wait for something to
+/// deliver (absent: 0, answer at once; at most [`MAX_REPORT_WAIT_SEC`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WaitQuery {
@@ -42,6 +44,9 @@ pub async fn wait_report(k: &AppState, run: &str, wait: Duration) -> ApiResult<R
     }
 }
 
+/// `GET /v1/runs/{run}/report?wait=SEC`: the run's own token (or the
+/// operator) waits and drains one report. Until it is acked, asking again
+/// returns the same report.
 pub async fn report(
     State(k): State<AppState>,
     principal: Principal,
@@ -60,6 +65,9 @@ pub async fn report(
     ))
 }
 
+/// `POST /v1/runs/{run}/report/{report_id}/ack`: the caller has the
+/// report, so it is not served again. Acking twice is harmless; an unknown
+/// report is 404.
 pub async fn ack(
     State(k): State<AppState>,
     principal: Principal,
@@ -81,12 +89,17 @@ pub async fn ack(
     }))
 }
 
+/// Body of `POST /v1/runs/{run}/notes`: `{"text"}`, a human steer for
+/// the run.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Note {
     text: String,
 }
 
+/// `POST /v1/runs/{run}/notes`: stores a note for the next report and
+/// wakes a waiting report call at once. 429 while the run already holds
+/// [`MAX_PENDING_NOTES`] undelivered notes.
 pub async fn note(
     State(k): State<AppState>,
     principal: Principal,

@@ -11,6 +11,9 @@ use crate::store::{NewSchedule, Schedule};
 use crate::timing::Timing;
 use crate::views::{ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView};
 
+/// Body of `POST /v1/runs/{run}/schedules`: the command, an optional
+/// `timeout_sec`, exactly one of `cron` (5-field, UTC), `every_sec` or `at`
+/// (RFC 3339), and the `catch_up` and `delete_after_success` flags.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSchedule {
@@ -142,6 +145,8 @@ async fn load(k: &AppState, principal: &Principal, run: &str, id: &str) -> ApiRe
     }
 }
 
+/// `GET /v1/runs/{run}/schedules/{id}`: one schedule of the run or a
+/// descendant.
 pub async fn get_one(
     State(k): State<AppState>,
     principal: Principal,
@@ -151,6 +156,8 @@ pub async fn get_one(
     Ok(Json(ScheduleView::of(&s)))
 }
 
+/// `DELETE /v1/runs/{run}/schedules/{id}`: an op it already fired goes
+/// on as an ordinary op of the run and is named in the answer.
 pub async fn delete(
     State(k): State<AppState>,
     principal: Principal,
@@ -182,6 +189,8 @@ async fn set_paused(
     Ok(Json(ScheduleView::of(&s)))
 }
 
+/// `POST /v1/runs/{run}/schedules/{id}/pause`: the schedule stops firing
+/// until resumed.
 pub async fn pause(
     State(k): State<AppState>,
     principal: Principal,
@@ -190,6 +199,8 @@ pub async fn pause(
     set_paused(k, principal, run, id, true).await
 }
 
+/// `POST /v1/runs/{run}/schedules/{id}/resume`: a recurring schedule whose
+/// due time passed meanwhile goes on from its next future slot.
 pub async fn resume(
     State(k): State<AppState>,
     principal: Principal,
