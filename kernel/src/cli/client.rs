@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context};
 use serde_json::Value;
 
+/// The kernel home: `$OPKERNEL_HOME`, else `~/.opkernel`.
 pub fn default_home() -> PathBuf {
     if let Ok(home) = std::env::var("OPKERNEL_HOME") {
         return PathBuf::from(home);
@@ -14,6 +15,7 @@ pub fn default_home() -> PathBuf {
     PathBuf::from(base).join(".opkernel")
 }
 
+/// A client of one daemon with one bearer token; cheap to clone.
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
@@ -22,6 +24,9 @@ pub struct Client {
 }
 
 impl Client {
+    /// The daemon at `OPKERNEL_URL` (default `http://127.0.0.1:7878`) with
+    /// `OPKERNEL_TOKEN`, else the operator token in the home; an error when
+    /// neither is there.
     pub fn from_env() -> anyhow::Result<Client> {
         let base = std::env::var("OPKERNEL_URL").unwrap_or_else(|_| "http://127.0.0.1:7878".into());
         let token = match std::env::var("OPKERNEL_TOKEN") {
@@ -42,6 +47,7 @@ impl Client {
         Ok(Client::new(base, token))
     }
 
+    /// A client of the daemon at `base` (trailing `/` dropped) with `token`.
     pub fn new(base: String, token: String) -> Client {
         Client {
             http: reqwest::Client::new(),
@@ -81,6 +87,8 @@ impl Client {
         Self::check(resp).await
     }
 
+    /// `GET` with the token, the JSON answer as it came; an error status
+    /// becomes an error with the API's message.
     pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
         Ok(self
             .send(self.http.get(self.url(path)))
@@ -116,6 +124,7 @@ impl Client {
         serde_json::from_value(v).with_context(|| format!("unexpected answer from DELETE {path}"))
     }
 
+    /// `GET` of a raw body (an op's log), as bytes.
     pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
         Ok(self
             .send(self.http.get(self.url(path)))
@@ -125,10 +134,13 @@ impl Client {
             .to_vec())
     }
 
+    /// `POST` of a JSON body, the JSON answer as it came.
     pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         self.post_with(path, body, None).await
     }
 
+    /// `post` with an optional `Idempotency-Key` header, so a retried
+    /// start returns the same op.
     pub async fn post_with(
         &self,
         path: &str,
@@ -209,10 +221,12 @@ impl Client {
         ))
     }
 
+    /// The daemon's base URL, without a trailing `/`.
     pub fn base(&self) -> &str {
         &self.base
     }
 
+    /// The bearer token this client sends.
     pub fn token(&self) -> &str {
         &self.token
     }

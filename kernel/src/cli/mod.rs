@@ -14,6 +14,7 @@ use client::{default_home, Client};
 
 use crate::views::OpView;
 
+/// The parsed command line: one verb and its arguments.
 #[derive(Debug, Parser)]
 #[command(
     name = "opkernel",
@@ -21,14 +22,17 @@ use crate::views::OpView;
     about = "Container sandbox operation kernel for AI agents"
 )]
 pub struct Cli {
+    /// The verb to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Every verb of the `opkernel` binary.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the kernel daemon
     Serve {
+        /// Address to listen on (loopback unless --allow-remote)
         #[arg(long, default_value = "127.0.0.1:7878")]
         listen: SocketAddr,
         /// Kernel home (control plane, tokens, scratch dirs) [default: $OPKERNEL_HOME or ~/.opkernel]
@@ -43,62 +47,82 @@ pub enum Command {
     },
     /// Run a command in a run's sandbox (without --run: in a throwaway container)
     Run {
+        /// Run to use [default: a throwaway container, foreground only]
         #[arg(long)]
         run: Option<String>,
+        /// Answer at once; the result arrives in a later report
         #[arg(long)]
         background: bool,
+        /// Seconds from the start [default: 900 background, 300 foreground]
         #[arg(long)]
         timeout: Option<u64>,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
+        /// A retry with the same key returns the same operation
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// The command and its arguments, after --
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
     /// Kill an operation (SIGTERM, grace, SIGKILL)
     Kill {
+        /// Operation to kill
         operation_id: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Show an operation's state
     State {
+        /// Operation to show
         operation_id: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Print an operation's output
     Logs {
+        /// Operation whose output to print
         operation_id: String,
+        /// Keep streaming the output until the operation ends
         #[arg(long, short)]
         follow: bool,
     },
     /// Wait for and print the next background operations report, then ack it
     Report {
+        /// Run whose report to drain
         #[arg(long)]
         run: String,
+        /// Seconds to wait for a result or a note
         #[arg(long, default_value_t = 0)]
         wait: u64,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Add a note (steer) for a run; it wakes a waiting report
     Note {
+        /// Run to steer
         #[arg(long)]
         run: String,
+        /// The note, delivered with the run's next report
         text: String,
     },
     /// Wait until every op of a run is terminal and print the outcomes
     Finish {
+        /// Run to finish
         #[arg(long)]
         run: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Register a run and print its run token (with a run token: create a
     /// child of that run, which may only narrow its envelope and budget)
     Token {
+        /// Run id to register (with a run token: the child's id)
         #[arg(long)]
         run: String,
         /// Envelope as JSON, e.g. '{"memory_bytes": 536870912, "max_timeout_sec": 600}'
@@ -107,134 +131,175 @@ pub enum Command {
         /// Budget as JSON, e.g. '{"tokens": 200000, "op_seconds": 3600}'
         #[arg(long)]
         budget: Option<String>,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// List runs as a parent/child tree
     Runs {
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Show a run: state, parent, chain, children, envelope, budget, usage
     RunState {
+        /// Run to show
         run: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Pause a run (and what it delegated): nothing new is admitted
     Pause {
+        /// Run to pause
         run: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Resume a paused run
     Resume {
+        /// Run to resume
         run: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Cancel a run and its descendants: every live op is killed
     Cancel {
+        /// Run to cancel
         run: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Complete a run with a summary (refused while its ops are live)
     Complete {
+        /// Run to complete
         run: String,
+        /// What the run achieved, recorded with its completion
         #[arg(long)]
         summary: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Show a run's usage and budget, or (with --model) record model usage
     Usage {
+        /// Run whose usage to show or record
         run: String,
+        /// Model name: record this usage instead of showing it
         #[arg(long)]
         model: Option<String>,
+        /// Input tokens to record (with --model)
         #[arg(long, default_value_t = 0)]
         input_tokens: u64,
+        /// Output tokens to record (with --model)
         #[arg(long, default_value_t = 0)]
         output_tokens: u64,
+        /// Cost to record, in millionths of a currency unit (with --model)
         #[arg(long, default_value_t = 0)]
         cost_micros: u64,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Print a run's events (its trace); --follow streams new ones
     Events {
+        /// Run whose events to print
         run: String,
+        /// Print only events with a sequence number above this one
         #[arg(long, default_value_t = 0)]
         after: i64,
+        /// Keep streaming new events
         #[arg(long, short)]
         follow: bool,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// List operations
     Ps {
+        /// Only this run's operations [default: every run the token reaches]
         #[arg(long)]
         run: Option<String>,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
+        /// Most operations to list, newest first
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
     /// List managed containers
     Containers {
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Remove abandoned run containers
     Reap {
+        /// Show the decisions without removing anything
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Schedules: commands a run runs later or repeatedly
     Schedule {
+        /// What to do with schedules
         #[command(subcommand)]
         action: ScheduleCmd,
     },
     /// List operations waiting for approval
     Approvals {
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Approve a waiting operation (operator token only): it starts now
     Approve {
+        /// Operation awaiting approval
         operation_id: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Deny a waiting operation (operator token only): it ends denied
     Deny {
+        /// Operation awaiting approval
         operation_id: String,
+        /// Why, delivered to the agent in the run's next report
         #[arg(long)]
         reason: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Serve MCP over stdio as one run (agent hosts launch it); talks to the
     /// daemon at OPKERNEL_URL with the run token in OPKERNEL_TOKEN
     Mcp {
+        /// Run the server acts as; OPKERNEL_TOKEN must be its token
         #[arg(long)]
         run: String,
     },
     /// Run recovery drills against the local Docker engine
     Drill {
+        /// Drill to run, or all
         #[arg(default_value = "all")]
         name: String,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
 }
 
+/// The `opkernel schedule` verbs.
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCmd {
     /// Add a schedule to a run: exactly one of --cron, --every, --at
     Add {
+        /// Run the schedule belongs to and fires as
         #[arg(long)]
         run: String,
         /// 5-field cron expression, UTC
@@ -246,6 +311,7 @@ pub enum ScheduleCmd {
         /// Once, at an RFC 3339 time
         #[arg(long)]
         at: Option<String>,
+        /// Timeout of each fired operation, in seconds [default: the background default]
         #[arg(long)]
         timeout: Option<u64>,
         /// After a kernel outage, fire once for the missed time(s)
@@ -254,34 +320,44 @@ pub enum ScheduleCmd {
         /// A one-shot that succeeded is deleted
         #[arg(long)]
         delete_after_success: bool,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
+        /// The command and its arguments, after --
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
     /// List schedules (of a run and its descendants, or all the token reaches)
     Ls {
+        /// Only this run's and its descendants' schedules [default: all the token reaches]
         #[arg(long)]
         run: Option<String>,
+        /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
     /// Delete a schedule
     Rm {
+        /// Run the schedule belongs to
         #[arg(long)]
         run: String,
+        /// Schedule to delete
         schedule_id: String,
     },
     /// Pause a schedule
     Pause {
+        /// Run the schedule belongs to
         #[arg(long)]
         run: String,
+        /// Schedule to pause
         schedule_id: String,
     },
     /// Resume a paused schedule
     Resume {
+        /// Run the schedule belongs to
         #[arg(long)]
         run: String,
+        /// Schedule to resume
         schedule_id: String,
     },
 }
