@@ -15,6 +15,8 @@ type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 
 
 /// One API request with a bearer token.
 pub trait Backend: Send + Sync + 'static {
+    /// Sends `method path` with `token` and the JSON `body`; an error only
+    /// when no answer came (an error status is an [`Answer`]).
     fn call<'a>(
         &'a self,
         token: &'a str,
@@ -26,7 +28,9 @@ pub trait Backend: Send + Sync + 'static {
 
 /// The daemon over HTTP (`opkernel mcp`, stdio).
 pub struct HttpBackend {
+    /// The daemon's base URL (`OPKERNEL_URL`), without a trailing `/`.
     pub base: String,
+    /// The HTTP client the requests go through.
     pub http: reqwest::Client,
 }
 
@@ -62,6 +66,7 @@ impl Backend for HttpBackend {
 
 /// The daemon's own API router, called in-process (`/mcp`).
 pub struct RouterBackend {
+    /// The API's router, with its state, called without a socket.
     pub router: axum::Router,
 }
 

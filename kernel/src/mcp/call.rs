@@ -14,10 +14,19 @@ pub enum ToolCall {
     /// `kill_operation`: its arguments are the API's request body.
     KillOperation(Map<String, Value>),
     /// `operation_state`: one op of the run (or of a delegated run).
-    OperationState { operation_id: String },
+    OperationState {
+        /// The op asked about.
+        operation_id: String,
+    },
     /// `wait_background_report`: the client's acknowledgement of the
     /// previous report (if any), then a wait of up to `wait_sec` seconds.
-    WaitBackgroundReport { wait_sec: u64, ack: Option<String> },
+    WaitBackgroundReport {
+        /// Longest wait for a result or a note, seconds (absent: 0).
+        wait_sec: u64,
+        /// The previous report's `report_id`, acknowledged by this call
+        /// (how a stateless HTTP client acks); `None`: nothing acked here.
+        ack: Option<String>,
+    },
 }
 
 /// Why a call is refused before anything is asked of the kernel.

@@ -178,6 +178,8 @@ pub struct TrackedBody<S> {
 }
 
 impl<S> TrackedBody<S> {
+    /// Wraps `inner`, reporting its report frames to the session `ledger`
+    /// finds.
     pub fn new(inner: S, ledger: LedgerOf) -> Self {
         TrackedBody {
             inner,
@@ -219,6 +221,8 @@ pub struct TrackedWriter<W> {
 }
 
 impl<W> TrackedWriter<W> {
+    /// Wraps `inner`, reporting its report lines to the session `ledger`
+    /// finds.
     pub fn new(inner: W, ledger: LedgerOf) -> Self {
         TrackedWriter {
             inner,

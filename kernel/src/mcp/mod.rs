@@ -59,7 +59,9 @@ fn op_of_uri(uri: &str) -> Option<&str> {
 /// Who the handler acts as: a run token and its run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunAuth {
+    /// The run's bearer token, sent with every API call the handler makes.
     pub token: String,
+    /// The run the token belongs to; the handler's tools act on it.
     pub run: String,
 }
 
@@ -102,6 +104,9 @@ struct Session {
 }
 
 impl OpkernelMcp {
+    /// A handler with a fresh session over `backend`, publishing `tools`;
+    /// `fixed_auth` is the run for stdio, `None` over HTTP (each request's
+    /// bearer token says).
     pub fn new(
         backend: Arc<dyn Backend>,
         tools: Arc<Vec<Tool>>,

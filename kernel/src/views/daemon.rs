@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
+    /// Always true: the kernel answers.
     pub ok: bool,
     /// This kernel process's identity (`boot_id:pid:start_ticks`).
     pub kernel_id: String,
@@ -24,6 +25,7 @@ pub enum PrincipalKind {
 /// `GET /v1/whoami`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WhoAmI {
+    /// The operator, or a run.
     pub principal: PrincipalKind,
     /// The token's run (null for the operator).
     pub run_id: Option<String>,
@@ -32,12 +34,14 @@ pub struct WhoAmI {
 /// `GET /v1/tools`: the tools for function calling, limits stated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolsView {
+    /// `run_command` and `kill_operation`.
     pub tools: Vec<ToolDefinition>,
 }
 
 /// One tool definition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDefinition {
+    /// The tool's name, as a model calls it.
     pub name: String,
     /// What a model reads: the tool, its limits and its replies.
     pub description: String,
@@ -48,6 +52,7 @@ pub struct ToolDefinition {
 /// A drill hook's fault injected into an op's observer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrillFault {
+    /// The op whose observer the fault is aimed at.
     pub operation_id: String,
     /// What the observer will do.
     pub fault: String,
@@ -56,13 +61,16 @@ pub struct DrillFault {
 /// A drill hook's spurious wake-up of an op's observer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrillWoken {
+    /// The op whose observer was woken.
     pub operation_id: String,
+    /// Always true: the wake-up was sent.
     pub woken: bool,
 }
 
 /// A drill hook's step of the kernel's wall clock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockStepped {
+    /// The step applied, in ms (negative: backwards).
     pub stepped_ms: i64,
     /// The kernel's wall clock after the step (RFC 3339).
     pub now: String,

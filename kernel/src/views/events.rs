@@ -8,6 +8,7 @@ pub use crate::event_kind::{Event, EventKind};
 /// `GET /v1/runs/{run}/events`: events after a cursor (or the last few).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventsPage {
+    /// The run whose trace this is.
     pub run_id: String,
     /// Oldest first.
     pub events: Vec<Event>,

@@ -11,30 +11,59 @@ use crate::store::{now_ms, Op};
 /// of every call that starts, kills, approves or denies one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpView {
+    /// The op's id, a UUID.
     pub operation_id: String,
+    /// The run it belongs to.
     pub run_id: String,
+    /// Its argv, cut to `MAX_VIEW_ARGV_BYTES` (4 KiB).
     pub command: Vec<String>,
+    /// `command` was cut.
     pub command_truncated: bool,
+    /// Started in the background (its result comes in a report) or in
+    /// the foreground.
     pub background: bool,
+    /// `awaiting_approval`, `starting`, `running`, or a terminal status:
+    /// `completed`, `timed_out`, `lost`, `failed`, `denied`.
     pub status: String,
     /// Not terminal (starting, running or awaiting approval): derived by
     /// the server so clients only display it.
     pub live: bool,
+    /// The command's exit code; null when it has none (never made up).
     pub exit_code: Option<i32>,
+    /// Ended by a kill or timeout signal (exit 143 on TERM, 137 on KILL).
     pub killed: bool,
+    /// `uncertain` for a lost or timed-out op: the command may or may
+    /// not have done its work.
     pub effect: Option<String>,
+    /// The observer attempt; only attempt 1 executed the command.
     pub attempt: u32,
+    /// The container it was launched in; null until claimed.
     pub container_id: Option<String>,
+    /// Its wrapper's pid inside the container (from the `.pid` file);
+    /// null until recorded.
     pub pid: Option<u32>,
+    /// When it was admitted (RFC 3339, UTC).
     pub created_at: String,
+    /// When its start was confirmed; null before.
     pub started_at: Option<String>,
+    /// When its observer last refreshed it; null before the first beat.
     pub heartbeat_at: Option<String>,
+    /// When it was settled; null while live.
     pub finished_at: Option<String>,
+    /// Seconds from the start of its timeout budget (start, else
+    /// approval, else admission) to its end, or to now while live.
     pub duration_sec: f64,
+    /// Its timeout in seconds, counted from its start.
     pub timeout_sec: u64,
+    /// A kill or timeout has been requested.
     pub kill_requested: bool,
+    /// The end of its output, kept after its log file is pruned; null
+    /// until it settles.
     pub output_tail: Option<String>,
+    /// Hex sha256 of its final log (its output artifact); null until
+    /// it settles.
     pub log_sha256: Option<String>,
+    /// Its final log's size in bytes; null until it settles.
     pub log_size: Option<u64>,
     /// CPU time (user + system, ms) of the command's process tree; null
     /// when unknown.
@@ -47,7 +76,11 @@ pub struct OpView {
     pub leftovers_stopped: u32,
     /// The op's error, or what the answering call has to say about it.
     pub message: Option<String>,
+    /// Its result reached the agent: in a report, or in a foreground
+    /// reply.
     pub delivered: bool,
+    /// The report that delivered it; null until drained (and for a
+    /// foreground op).
     pub report_id: Option<String>,
     /// A foreground op's output (in its reply only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,12 +96,17 @@ pub struct OpView {
 /// An op's approval hold and its decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalView {
+    /// The approval rule (regex) that matched its command.
     pub rule: String,
+    /// How long it may wait for a decision, seconds; null: forever.
     pub timeout_sec: Option<u64>,
+    /// `escalate` or `deny` when the wait times out; null: escalate.
     pub on_timeout: Option<String>,
+    /// When the wait was escalated (it keeps waiting); null if not.
     pub escalated_at: Option<String>,
     /// `operator` (approved or denied), `timeout` or `kill` (denied).
     pub decided_by: Option<String>,
+    /// When it was approved or denied; null while waiting.
     pub decided_at: Option<String>,
 }
 
@@ -131,6 +169,7 @@ impl OpView {
 /// `GET /v1/ops`, and `GET /v1/approvals` (the ops waiting for one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpList {
+    /// The ops: newest first in `/v1/ops`, oldest first in `/v1/approvals`.
     pub operations: Vec<OpView>,
 }
 
@@ -138,8 +177,12 @@ pub struct OpList {
 /// and the report of what was not yet delivered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FinishView {
+    /// The run that finished.
     pub run_id: String,
+    /// Every op of the run: terminal, or still awaiting approval.
     pub operations: Vec<OpView>,
+    /// The report of the results not yet delivered; null when there
+    /// was nothing to deliver.
     pub report: Option<crate::store::Report>,
 }
 
@@ -157,10 +200,16 @@ pub struct ConsoleOutput {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ConsoleDone {
+    /// The op.
     pub operation_id: String,
+    /// Its terminal status, or `unknown` when the op is gone.
     pub status: String,
+    /// Its exit code, when it has one.
     pub exit_code: Option<i32>,
+    /// Ended by a kill or timeout signal.
     pub killed: bool,
+    /// `uncertain` for a lost or timed-out op.
     pub effect: Option<String>,
+    /// Why it was lost, failed or denied.
     pub message: Option<String>,
 }
