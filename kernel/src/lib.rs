@@ -3,6 +3,8 @@
 //! The kernel owns every op's lifecycle (the control plane in SQLite is its
 //! single authority); all Docker access goes through the `sandbox` crate.
 
+#![deny(missing_docs)]
+
 pub mod api;
 /// The pure rules (`opkernel-domain`), under the names the kernel uses.
 pub use opkernel_domain::{approval, envelope, event_kind, lifecycle, report_text, runs, timing};
