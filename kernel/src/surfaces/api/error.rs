@@ -95,8 +95,29 @@ impl ApiError {
     }
 }
 
+/// Seconds a client is asked to wait before retrying while the control
+/// plane's database is unreachable.
+pub const STORE_RETRY_AFTER_SEC: u64 = 2;
+
+impl ApiError {
+    /// 503 `store_unavailable` (with `Retry-After`): the control plane's
+    /// database cannot be reached; nothing was changed, running commands go
+    /// on, and the same request may be retried (SPEC §19).
+    pub fn store_unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            message,
+        )
+    }
+}
+
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
+        if let crate::store::StoreError::Unavailable(m) = &e {
+            tracing::warn!(%m, "control plane unreachable");
+            return ApiError::store_unavailable(format!("the control plane is unreachable: {m}"));
+        }
         tracing::error!(%e, "control plane error");
         ApiError::internal(format!("control plane error: {e}"))
     }
@@ -117,9 +138,39 @@ impl From<sandbox::SandboxError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.code == "store_unavailable" {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(STORE_RETRY_AFTER_SEC),
+            );
+        }
+        response
     }
 }
 
 /// What a handler returns: its answer or an [`ApiError`].
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_store_is_503_store_unavailable_with_retry_after() {
+        let e = ApiError::from(crate::store::StoreError::Unavailable("refused".into()));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+        );
+        let r = e.into_response();
+        assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "2");
+        let other = ApiError::from(crate::store::StoreError::Postgres("23505: dup".into()));
+        assert_eq!(other.code, "internal");
+        assert!(other
+            .into_response()
+            .headers()
+            .get(axum::http::header::RETRY_AFTER)
+            .is_none());
+    }
+}
