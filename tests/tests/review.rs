@@ -495,3 +495,53 @@ async fn the_wrapper_leaves_nothing_behind_and_its_log_is_final() {
         Some(hex::encode(Sha256::digest(&log)).as_str())
     );
 }
+
+/// SIGTERM stops the kernel promptly even while a reaper pass is stuck at
+/// the Docker daemon (its `docker top` held): the scheduler's batch is the
+/// only work a stop waits for, and the home's lock is free for the next
+/// kernel at once.
+#[tokio::test]
+async fn sigterm_does_not_wait_for_a_stuck_reaper_pass() {
+    let (proxy, requests, sock) = docker_proxy();
+    let mut k = kernel(
+        "sigterm",
+        &[
+            ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap()),
+            ("OPKERNEL_REAP_INTERVAL_SECONDS", "1"),
+        ],
+    )
+    .await;
+    let run = unique_run("sigterm");
+    let op = k.start_bg(&run, &["true"], 60).await.unwrap();
+    let c = k.wait_terminal(&op, T).await.unwrap()["container_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let top = format!("/containers/{c}/top");
+    proxy.hold(&[top.as_str()]);
+    // the periodic reaper reaches the held request and waits there
+    requests.wait_for(&["GET ", &top], 1, T).await;
+    let pid = k.pid().unwrap();
+    let sent = std::time::Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let gone = |pid: u32| {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true)
+    };
+    while !gone(pid) && sent.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = sent.elapsed();
+    proxy.end_hold(Hold::Release);
+    assert!(gone(pid), "the kernel still runs {took:?} after SIGTERM");
+    // the next kernel takes the home (the lock went with the process)
+    k.restart().await.unwrap();
+    let s = k.state(&op).await.unwrap();
+    assert_eq!(s["status"], "completed", "{s}");
+}

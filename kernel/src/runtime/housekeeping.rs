@@ -1,9 +1,12 @@
 //! The kernel's background loops, owned by one set with one stop: the
 //! heartbeat, approval timeouts, the reaper, the retention pass, the
 //! observers' watchdog and the scheduler. Each loop naps through a
-//! [`Stop`]; stopping the set ends every loop at its next nap, after what
-//! it is doing (the scheduler's batch under way is recorded whole).
-//! Dropping the set aborts the loops.
+//! [`Stop`]. Stopping the set lets the scheduler record the batch under way
+//! (each fire is one transaction; bounded by [`SCHEDULER_GRACE`]) and
+//! aborts the other loops at once: a reap or retention pass is safe to
+//! abandon (every removal decides again under its gate; a purge is one
+//! transaction), and waiting for one that Docker slows down would keep the
+//! home locked. Dropping the set aborts every loop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +21,15 @@ pub use crate::sync::Stop;
 /// restart only delays them).
 const APPROVAL_EVERY: Duration = Duration::from_secs(1);
 
+/// The longest a stop waits for the scheduler's batch under way.
+pub const SCHEDULER_GRACE: Duration = Duration::from_secs(10);
+
 /// The running loops.
 pub struct Housekeeping {
     stop: tokio::sync::watch::Sender<bool>,
+    /// The scheduler: a stop lets its batch under way be recorded.
+    scheduler: JoinSet<()>,
+    /// The others: a stop aborts them.
     loops: JoinSet<()>,
 }
 
@@ -42,14 +51,25 @@ impl Housekeeping {
             k.clone(),
             stopped.clone(),
         ));
-        loops.spawn(crate::runtime::scheduler::run(k.clone(), stopped));
-        Ok(Housekeeping { stop, loops })
+        let mut scheduler = JoinSet::new();
+        scheduler.spawn(crate::runtime::scheduler::run(k.clone(), stopped));
+        Ok(Housekeeping {
+            stop,
+            scheduler,
+            loops,
+        })
     }
 
-    /// Stops every loop and waits until each has finished what it was doing.
+    /// Stops the set: the other loops at once, the scheduler after its
+    /// batch under way (at most [`SCHEDULER_GRACE`]).
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
+        self.loops.abort_all();
         while self.loops.join_next().await.is_some() {}
+        let batch = async { while self.scheduler.join_next().await.is_some() {} };
+        if tokio::time::timeout(SCHEDULER_GRACE, batch).await.is_err() {
+            tracing::warn!("the scheduler's batch did not finish in time; each fire is one transaction, nothing is half done");
+        }
     }
 }
 

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::runtime::kernel::Kernel;
 use crate::store::{now_ms, StoreError};
 
+/// How long the reaper waits for one container's probe or process table.
+const LOOK_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// What the reaper does with a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -250,19 +253,27 @@ async fn facts(
     // a container made before the shim cannot be probed: its process
     // table alone (below) must show nothing but its idle processes
     if c.running && c.has_shim {
-        f.marked_process = match k.backend.probe(&c.id).await {
-            Ok(procs) => Ok(procs
+        // a look that does not answer in time decides nothing (the
+        // container is kept), and never holds the run's gate for long
+        f.marked_process = match tokio::time::timeout(LOOK_TIMEOUT, k.backend.probe(&c.id)).await {
+            Ok(Ok(procs)) => Ok(procs
                 .first()
                 .map(|p| format!("op {} still has processes (pid {})", p.op_id, p.pid))),
-            Err(e) => Err(e.to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("probe timed out after {}s", LOOK_TIMEOUT.as_secs())),
         };
         if matches!(f.marked_process, Ok(None)) {
-            f.unknown_process = match k.backend.top(&c.id).await {
-                Ok(top) => Ok(top
+            f.unknown_process = match tokio::time::timeout(LOOK_TIMEOUT, k.backend.top(&c.id)).await
+            {
+                Ok(Ok(top)) => Ok(top
                     .into_iter()
                     .find(|p| !is_idle_process(&p.command))
                     .map(|p| p.command)),
-                Err(e) => Err(e.to_string()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!(
+                    "process table timed out after {}s",
+                    LOOK_TIMEOUT.as_secs()
+                )),
             };
         }
     }

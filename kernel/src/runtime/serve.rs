@@ -20,11 +20,15 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     tokio::select! {
         served = axum::serve(listener, app(kernel)) => served?,
         signal = stop_signal() => {
-            tracing::info!(signal, "stopping: each housekeeping loop finishes what it does (the scheduler its batch)");
+            tracing::info!(signal, "stopping: the scheduler records its batch under way, the other loops stop at once");
         }
     }
-    // commands keep running in their containers; the next start re-attaches
-    housekeeping.stop().await;
+    // commands keep running in their containers; the next start re-attaches.
+    // A second signal ends the wait for the scheduler's batch at once.
+    tokio::select! {
+        () = housekeeping.stop() => {}
+        signal = stop_signal() => tracing::warn!(signal, "second signal: stopping now"),
+    }
     Ok(())
 }
 
