@@ -186,7 +186,7 @@ impl OpkernelMcp {
             let Some(id) = op_of_uri(uri) else { continue };
             let path = format!("/v1/operations/{id}");
             let op: Option<OpView> = self.get_view(&auth, &path).await;
-            if op.is_some_and(|op| !op.live) {
+            if op.is_some_and(|op| !op.is_live()) {
                 let _ = context.sink().notify_resource_updated(uri.clone()).await;
             }
         }

@@ -93,6 +93,14 @@ fn op_view() {
     assert_eq!(wire["output"], "hi\n");
     assert_eq!(wire["live"], false);
     assert!(wire.get("approval").is_none() && wire.get("schedule_id").is_none());
+    // an answer from a kernel older than `live` still reads (a client
+    // upgraded before its daemon must not fail a start that happened)
+    let mut old: serde_json::Value = serde_json::from_str(OP).unwrap();
+    old.as_object_mut().unwrap().remove("live");
+    let read: OpView = serde_json::from_value(old).unwrap();
+    assert!(!read.live);
+    assert_eq!(read.is_live(), op().is_live());
+    assert!(op().is_live() && !done.is_live());
 }
 
 #[test]

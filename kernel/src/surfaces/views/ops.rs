@@ -26,7 +26,9 @@ pub struct OpView {
     /// `completed`, `timed_out`, `lost`, `failed`, `denied`.
     pub status: String,
     /// Not terminal (starting, running or awaiting approval): derived by
-    /// the server so clients only display it.
+    /// the server so clients only display it. Absent from a kernel older
+    /// than the field (read as false; [`OpView::is_live`] goes by status).
+    #[serde(default)]
     pub live: bool,
     /// The command's exit code; null when it has none (never made up).
     pub exit_code: Option<i32>,
@@ -111,6 +113,12 @@ pub struct ApprovalView {
 }
 
 impl OpView {
+    /// Whether the op is not terminal, by its status (what `live` says,
+    /// also for an answer from a kernel that did not send `live`).
+    pub fn is_live(&self) -> bool {
+        crate::lifecycle::Status::parse(&self.status).is_some_and(|s| !s.is_terminal())
+    }
+
     /// The view of a stored op (`live`, `duration_sec` and `delivered`
     /// derived now).
     pub fn of(op: &Op) -> OpView {
