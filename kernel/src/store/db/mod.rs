@@ -7,6 +7,7 @@
 
 pub mod pgpool;
 pub mod postgres;
+pub mod sqlite;
 mod value;
 
 #[cfg(test)]
