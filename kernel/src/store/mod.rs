@@ -16,6 +16,7 @@ mod retention;
 mod runs;
 mod schedules;
 mod settle;
+mod tree;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,6 +24,8 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use crate::sync::Lock;
+use db::sqlite::SqliteTx;
+use db::Tx;
 
 pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
@@ -113,7 +116,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // every hot statement stays parsed
-        conn.set_prepared_statement_cache_capacity(64);
+        conn.set_prepared_statement_cache_capacity(256);
         migrate(&mut conn)?;
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
         let hook = journal.clone();
@@ -135,8 +138,42 @@ impl Store {
         self.journal.subscribe()
     }
 
+    /// Runs `f` in one write transaction on the blocking pool: SQLite's
+    /// `BEGIN IMMEDIATE` (the file's one writer, every run tree serialized);
+    /// commits when `f` returns `Ok`, rolls back on `Err`.
+    async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+    {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            // dropped uncommitted on `Err`: rolled back
+            let value = f(&mut SqliteTx::new(&tx))?;
+            tx.commit()?;
+            Ok(value)
+        })
+        .await
+    }
+
+    /// Runs `f` in one read transaction on the blocking pool (a deferred
+    /// one: every statement of `f` reads the same snapshot).
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+    {
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            let value = f(&mut SqliteTx::new(&tx))?;
+            tx.commit()?;
+            Ok(value)
+        })
+        .await
+    }
+
     /// Runs `f` with the connection on the blocking pool.
-    pub async fn call<T, F>(&self, f: F) -> StoreResult<T>
+    async fn call<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
