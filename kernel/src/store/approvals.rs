@@ -100,12 +100,11 @@ fn approve_in(tx: &mut dyn Tx, id: &str) -> StoreResult<Result<Option<Op>, super
     let Some(run_id) = run_of(tx, id)? else {
         return Ok(Ok(None));
     };
-    // locks the tree of the op's run: an approval starts the op, so it is
-    // admitted again, serialized with the tree's admissions and cancels
+    // locks the tree of the op's run: an approval starts the op, so its
+    // run (and every ancestor) must still admit it, as at its admission,
+    // serialized with the tree's admissions and cancels; read after the lock
     lock_tree_of(tx, &run_id)?;
     let now = now_ms();
-    // an approval starts the op: its run (and every ancestor) must
-    // still admit it, as at its admission
     if let Some(op) = get(tx, id)?.filter(|op| op.status == Status::AwaitingApproval) {
         if let Some(refusal) = super::admission::run_refusal(tx, &op.run_id)? {
             return Ok(Err(refusal));
