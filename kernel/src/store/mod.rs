@@ -16,6 +16,8 @@ mod retention;
 mod runs;
 mod schedules;
 mod settle;
+#[cfg(test)]
+mod statements_tests;
 mod tree;
 
 use std::path::Path;
@@ -97,6 +99,8 @@ pub struct Store {
     /// back (readers only re-read), and it is set before the writer's
     /// commit, which readers wait for on the connection's lock.
     journal: Arc<tokio::sync::watch::Sender<i64>>,
+    /// Where the statements run are collected: `None` but in tests.
+    seen: db::sqlite::Seen,
 }
 
 impl Store {
@@ -130,6 +134,7 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Lock::new(conn)),
             journal,
+            seen: None,
         })
     }
 
@@ -146,10 +151,11 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
+        let seen = self.seen.clone();
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             // dropped uncommitted on `Err`: rolled back
-            let value = f(&mut SqliteTx::new(&tx))?;
+            let value = f(&mut SqliteTx::new(&tx, seen))?;
             tx.commit()?;
             Ok(value)
         })
@@ -163,9 +169,10 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
+        let seen = self.seen.clone();
         self.call(move |conn| {
             let tx = conn.transaction()?;
-            let value = f(&mut SqliteTx::new(&tx))?;
+            let value = f(&mut SqliteTx::new(&tx, seen))?;
             tx.commit()?;
             Ok(value)
         })
@@ -225,6 +232,17 @@ pub fn step_wall_clock(ms: i64) {
 pub(crate) fn test_store() -> Store {
     let path = std::env::temp_dir().join(format!("opkernel-store-{}.db", uuid::Uuid::new_v4()));
     Store::open(&path).unwrap()
+}
+
+/// A test store that collects the text of every statement it runs.
+#[cfg(test)]
+pub(crate) fn recording_test_store() -> (Store, Arc<Lock<std::collections::BTreeSet<String>>>) {
+    let seen = Arc::new(Lock::new(std::collections::BTreeSet::new()));
+    let store = Store {
+        seen: Some(seen.clone()),
+        ..test_store()
+    };
+    (store, seen)
 }
 
 #[cfg(test)]

@@ -11,27 +11,40 @@ use rusqlite::{params_from_iter, Connection, ToSql};
 use super::{Dialect, Row, Tx, Value};
 use crate::store::{StoreError, StoreResult};
 
+/// Where a test collects the text of every statement a store runs (to
+/// prepare each on PostgreSQL, `pg_tests.rs`); `None` outside tests.
+pub type Seen = Option<Arc<crate::sync::Lock<std::collections::BTreeSet<String>>>>;
+
 /// One open transaction on the store's connection (the caller began it and
 /// commits or rolls it back).
 pub struct SqliteTx<'c> {
     conn: &'c Connection,
+    seen: Seen,
 }
 
 impl<'c> SqliteTx<'c> {
     /// The seam over `conn`, inside a transaction the caller holds open.
-    pub fn new(conn: &'c Connection) -> SqliteTx<'c> {
-        SqliteTx { conn }
+    pub fn new(conn: &'c Connection, seen: Seen) -> SqliteTx<'c> {
+        SqliteTx { conn, seen }
+    }
+
+    fn note(&self, sql: &str) {
+        if let Some(seen) = &self.seen {
+            seen.lock().insert(sql.to_owned());
+        }
     }
 }
 
 impl Tx for SqliteTx<'_> {
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64> {
+        self.note(sql);
         let mut stmt = self.conn.prepare_cached(sql)?;
         let n = stmt.execute(params_from_iter(params))?;
         Ok(n as u64)
     }
 
     fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>> {
+        self.note(sql);
         let mut stmt = self.conn.prepare_cached(sql)?;
         let names: Arc<[String]> = stmt.column_names().into_iter().map(str::to_owned).collect();
         let width = names.len();
@@ -96,7 +109,7 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (n INTEGER, x REAL, s TEXT, z TEXT)")
             .unwrap();
-        let mut tx = SqliteTx::new(&conn);
+        let mut tx = SqliteTx::new(&conn, None);
         let tx: &mut dyn Tx = &mut tx;
         let n = tx
             .execute(
