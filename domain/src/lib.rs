@@ -11,6 +11,7 @@
 pub mod approval;
 pub mod decide;
 pub mod envelope;
+pub mod event_kind;
 pub mod evidence;
 pub mod lifecycle;
 pub mod report_text;

@@ -262,6 +262,57 @@ pub fn after_refusal(why: FireRefusal, recurring: bool) -> AfterRefusal {
     }
 }
 
+/// What a schedule becomes when its current due time's op ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterOp {
+    /// A one-shot that asked for it and succeeded: the schedule goes.
+    Delete,
+    /// A one-shot that ran, or any schedule of a run that is over: it is
+    /// released and disabled (`done`).
+    Disable,
+    /// A series goes on from `next_due`; when the op outlived due times,
+    /// they were skipped (`schedule.skipped`, "previous still running"):
+    /// `skipped` is the first of them and how many.
+    Next {
+        /// The next due time (`None`: the series has no more).
+        next_due: Option<i64>,
+        /// The first due time skipped, and the count.
+        skipped: Option<(i64, u64)>,
+    },
+}
+
+/// How an op's end finalizes its schedule (SPEC §15): `succeeded` is a
+/// completed op with exit code 0 that was not killed; `next_due` is the
+/// schedule's next due time as stored, `now` the settlement's time.
+pub fn after_op(
+    timing: &Timing,
+    delete_after_success: bool,
+    succeeded: bool,
+    run_over: bool,
+    next_due: Option<i64>,
+    now: i64,
+) -> AfterOp {
+    if !timing.is_recurring() && delete_after_success && succeeded {
+        return AfterOp::Delete;
+    }
+    if !timing.is_recurring() || run_over {
+        return AfterOp::Disable;
+    }
+    match next_due.filter(|due| *due <= now) {
+        Some(due) => {
+            let (after, passed) = timing.next_after_now(due, now);
+            AfterOp::Next {
+                next_due: after,
+                skipped: Some((due, passed + 1)),
+            }
+        }
+        None => AfterOp::Next {
+            next_due,
+            skipped: None,
+        },
+    }
+}
+
 /// A schedule's state as operators see it (derived, never stored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -446,5 +497,60 @@ mod tests {
                 missed: 4
             }
         );
+    }
+
+    #[test]
+    fn an_ops_end_finalizes_its_schedule() {
+        let every = Timing::Every { seconds: 60 };
+        let once = Timing::At { at_ms: 1_000 };
+        let min = 60_000;
+        // (timing, delete_after_success, succeeded, run_over, next_due, now) -> after
+        let table = [
+            (&once, true, true, false, None, 5_000, AfterOp::Delete),
+            (&once, true, false, false, None, 5_000, AfterOp::Disable),
+            (&once, false, true, false, None, 5_000, AfterOp::Disable),
+            (
+                &every,
+                true,
+                true,
+                true,
+                Some(10 * min),
+                5_000,
+                AfterOp::Disable,
+            ),
+            (
+                &every,
+                false,
+                true,
+                false,
+                Some(10 * min),
+                5 * min,
+                AfterOp::Next {
+                    next_due: Some(10 * min),
+                    skipped: None,
+                },
+            ),
+            // the op outlived three due times (10, 11, 12 min): skipped,
+            // the series goes on after now
+            (
+                &every,
+                false,
+                false,
+                false,
+                Some(10 * min),
+                12 * min + 30_000,
+                AfterOp::Next {
+                    next_due: Some(13 * min),
+                    skipped: Some((10 * min, 3)),
+                },
+            ),
+        ];
+        for (timing, delete, ok, over, next, now, want) in table {
+            assert_eq!(
+                after_op(timing, delete, ok, over, next, now),
+                want,
+                "{timing:?} delete={delete} ok={ok} over={over} next={next:?} now={now}"
+            );
+        }
     }
 }

@@ -154,11 +154,11 @@ fn the_kernel_crates_files_import_without_a_circle() {
 
 #[test]
 fn the_scanner_resolves_crate_and_super_paths() {
-    let text = "use crate::store::{Op, Store};\nuse super::ApiError;\nlet x = crate::kernel::Kernel::open;\n// crate::api";
+    let text = "use crate::store::{Op, Store};\nuse super::ApiError;\nlet x = crate::runtime::kernel::Kernel::open;\n// crate::surfaces::api";
     let code = code(text);
     assert_eq!(
         paths_after(&code, "crate::"),
-        [vec!["store"], vec!["kernel", "Kernel", "open"]]
+        [vec!["store"], vec!["runtime", "kernel", "Kernel", "open"]]
     );
     assert_eq!(paths_after(&code, "super::"), [vec!["ApiError"]]);
     let known: BTreeMap<Vec<String>, String> = [(vec!["api".to_owned()], String::new())].into();

@@ -57,7 +57,7 @@ proptest! {
 
     #[test]
     fn fuzz_run_command_bodies(body in proptest::collection::vec(any::<u8>(), 0..300)) {
-        let _ = crate::api::parse_run_command(&body);
+        let _ = crate::surfaces::api::parse_run_command(&body);
     }
 
     #[test]
@@ -70,7 +70,7 @@ proptest! {
         let mut v = serde_json::json!({"command": cmd, "background": background});
         if let Some(t) = timeout { v["timeout_sec"] = serde_json::json!(t); }
         if let Some(k) = &extra { v[k.as_str()] = serde_json::json!(1); }
-        let parsed = crate::api::parse_run_command(v.to_string().as_bytes());
+        let parsed = crate::surfaces::api::parse_run_command(v.to_string().as_bytes());
         if extra.as_deref().is_some_and(|k| !matches!(k, "command" | "background")) {
             prop_assert!(parsed.is_err(), "unknown fields are refused");
         }

@@ -1,42 +1,32 @@
 //! opkernel: the container sandbox operation kernel for AI agents.
 //!
-//! The kernel owns every op's lifecycle (the control plane in SQLite is its
-//! single authority); all Docker access goes through the `sandbox` crate.
+//! The kernel owns every op's lifecycle (the control plane is its single
+//! authority); all Docker access goes through the `sandbox` crate. Its code
+//! by role: the pure rules live in the `opkernel-domain` crate; [`store`] is
+//! the control plane; [`runtime`] the kernel's state, observers and
+//! background loops; [`surfaces`] what agents and operators reach (HTTP API,
+//! MCP, CLI, panel); [`drills`] the recovery drills.
 
-pub mod api;
+#![deny(missing_docs)]
+
 /// The pure rules (`opkernel-domain`), under the names the kernel uses.
-pub use opkernel_domain::{approval, envelope, lifecycle, report_text, runs, timing};
-pub mod auth;
+pub use opkernel_domain::{approval, envelope, event_kind, lifecycle, report_text, runs, timing};
+
+pub mod config;
+pub mod drills;
+pub mod runtime;
+pub mod store;
+pub mod surfaces;
+pub mod sync;
+
 #[cfg(test)]
 mod circle_tests;
-pub mod cli;
-pub mod config;
-pub mod control;
-pub mod drills;
-pub mod event_kind;
 #[cfg(test)]
 mod fuzz_tests;
-pub mod home;
-pub mod housekeeping;
-pub mod inbox;
-pub mod kernel;
 #[cfg(test)]
 mod limits_tests;
-pub mod mcp;
-pub mod observer;
-pub mod probes;
-pub mod reaper;
-pub mod retention;
-pub mod runmeta;
-pub mod scheduler;
-pub mod serve;
-pub mod store;
-pub mod sync;
-pub mod tools;
-pub mod views;
 #[cfg(test)]
 mod wall_clock_tests;
-pub mod watcher;
 
 #[cfg(test)]
 mod layering_tests {
@@ -46,78 +36,85 @@ mod layering_tests {
     #[test]
     fn lower_layers_never_name_upper_ones() {
         let upper_than_kernel: &[&str] = &[
-            "crate::observer",
-            "crate::reaper",
-            "crate::api",
-            "crate::serve",
-            "crate::housekeeping",
+            "crate::runtime::observer",
+            "crate::runtime::reaper",
+            "crate::surfaces::api",
+            "crate::runtime::serve",
+            "crate::runtime::housekeeping",
         ];
         let upper_than_probes: &[&str] = &[
-            "crate::kernel",
-            "crate::observer",
-            "crate::reaper",
-            "crate::api",
+            "crate::runtime::kernel",
+            "crate::runtime::observer",
+            "crate::runtime::reaper",
+            "crate::surfaces::api",
         ];
         let rules: &[(&str, &str, &[&str])] = &[
             (
                 "kernel/mod.rs",
-                include_str!("kernel/mod.rs"),
+                include_str!("runtime/kernel/mod.rs"),
                 upper_than_kernel,
             ),
             (
                 "kernel/settle.rs",
-                include_str!("kernel/settle.rs"),
+                include_str!("runtime/kernel/settle.rs"),
                 upper_than_kernel,
             ),
             (
                 "kernel/containers.rs",
-                include_str!("kernel/containers.rs"),
+                include_str!("runtime/kernel/containers.rs"),
                 upper_than_kernel,
             ),
             (
                 "kernel/handles.rs",
-                include_str!("kernel/handles.rs"),
+                include_str!("runtime/kernel/handles.rs"),
                 upper_than_probes,
             ),
             (
                 "kernel/registry.rs",
-                include_str!("kernel/registry.rs"),
+                include_str!("runtime/kernel/registry.rs"),
                 upper_than_probes,
             ),
             (
                 "kernel/gates.rs",
-                include_str!("kernel/gates.rs"),
+                include_str!("runtime/kernel/gates.rs"),
                 upper_than_probes,
             ),
             (
                 "kernel/runcache.rs",
-                include_str!("kernel/runcache.rs"),
+                include_str!("runtime/kernel/runcache.rs"),
                 upper_than_probes,
             ),
-            ("probes.rs", include_str!("probes.rs"), upper_than_probes),
-            ("watcher.rs", include_str!("watcher.rs"), upper_than_probes),
-            ("inbox.rs", include_str!("inbox.rs"), upper_than_probes),
-            ("sync.rs", include_str!("sync.rs"), upper_than_probes),
-            // the kinds of events and their payloads are pure (bound for the
-            // domain crate)
             (
-                "event_kind.rs",
-                include_str!("event_kind.rs"),
-                &[
-                    "crate::kernel",
-                    "crate::store",
-                    "crate::api",
-                    "tokio",
-                    "rusqlite",
-                ],
+                "probes.rs",
+                include_str!("runtime/probes.rs"),
+                upper_than_probes,
             ),
+            (
+                "watcher.rs",
+                include_str!("runtime/watcher.rs"),
+                upper_than_probes,
+            ),
+            (
+                "inbox.rs",
+                include_str!("runtime/inbox.rs"),
+                upper_than_probes,
+            ),
+            ("sync.rs", include_str!("sync.rs"), upper_than_probes),
             // a run's cached facts and the home sit below the kernel
-            ("runmeta.rs", include_str!("runmeta.rs"), upper_than_kernel),
-            ("home.rs", include_str!("home.rs"), upper_than_kernel),
+            (
+                "runmeta.rs",
+                include_str!("runtime/runmeta.rs"),
+                upper_than_kernel,
+            ),
+            (
+                "home.rs",
+                include_str!("runtime/home.rs"),
+                upper_than_kernel,
+            ),
             (
                 "retention.rs",
-                include_str!("retention.rs"),
-                &["crate::api", "crate::serve"],
+                include_str!("runtime/retention.rs"),
+                &["crate::surfaces::api", "crate::runtime::serve"],
             ),
         ];
         let mut found = Vec::new();

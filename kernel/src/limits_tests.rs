@@ -125,8 +125,9 @@ fn observers_are_spawned_only_by_the_control_layer() {
             .unwrap_or(file)
             .display()
             .to_string();
-        let allowed =
-            shown == "control.rs" || shown == "serve.rs" || shown.starts_with("observer/");
+        let allowed = shown == "runtime/control.rs"
+            || shown == "runtime/serve.rs"
+            || shown.starts_with("runtime/observer/");
         let text = std::fs::read_to_string(file).unwrap_or_default();
         for (n, line) in production_lines(&text).iter().enumerate() {
             let code = line.trim_start();
@@ -194,7 +195,7 @@ fn panel_findings(name: &str, text: &str) -> Vec<String> {
 
 #[test]
 fn panel_files_have_short_lines_and_show_errors() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/panel");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/surfaces/panel");
     let mut names = Vec::new();
     let mut found = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -303,11 +304,11 @@ fn the_json_scanner_sees_code_only() {
     assert_eq!(json_macro_lines(text), [5]);
 }
 
-/// API handlers answer with typed views (`crate::views`): `json!` builds
+/// API handlers answer with typed views (`crate::surfaces::views`): `json!` builds
 /// the error body alone (`api/error.rs`), never an answer by hand.
 #[test]
 fn api_handlers_build_no_json_by_hand() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/surfaces/api");
     let mut files = Vec::new();
     production_files(&dir, &mut files);
     assert!(files.len() > 5, "the scan found {} api files", files.len());
@@ -323,7 +324,7 @@ fn api_handlers_build_no_json_by_hand() {
     }
     assert!(
         found.is_empty(),
-        "json! in API handlers (answer with a view of crate::views): {found:?}"
+        "json! in API handlers (answer with a view of crate::surfaces::views): {found:?}"
     );
 }
 

@@ -1,7 +1,7 @@
 //! `opkernel` binary entry point.
 
 use clap::Parser;
-use opkernel::cli::{run_client, run_serve, Cli, Command};
+use opkernel::surfaces::cli::{run_client, run_serve, Cli, Command};
 
 fn main() {
     tracing_subscriber::fmt()

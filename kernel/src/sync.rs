@@ -36,6 +36,11 @@ impl Stop {
         (tx, Stop(rx))
     }
 
+    /// Resolves once the set is stopped.
+    pub async fn stopped(&mut self) {
+        let _ = self.0.wait_for(|stopped| *stopped).await;
+    }
+
     /// Sleeps `d`, or less when the set stops; false once it is stopped.
     pub async fn nap(&mut self, d: Duration) -> bool {
         if !*self.0.borrow() {

@@ -354,7 +354,7 @@ async fn a_note_wakes_a_waiting_report() {
     k.start_bg(&run, &["sleep", "300"], 600).await.unwrap();
     let client = k.client.base().to_owned();
     let waiter = {
-        let c = opkernel::cli::client::Client::new(
+        let c = opkernel::surfaces::cli::client::Client::new(
             client,
             std::fs::read_to_string(k.home.join("operator.token"))
                 .unwrap()

@@ -6,8 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use opkernel::cli::client::Client;
 use opkernel::drills::harness::{docker_exec, kernel_binary, KernelProcess};
+use opkernel::surfaces::cli::client::Client;
 use opkernel_tests::unique_run;
 use reqwest::Method;
 use serde_json::{json, Value};

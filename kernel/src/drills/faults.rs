@@ -294,8 +294,8 @@ async fn start_during_outage(
 /// one it was too slow for (a loaded machine) went on by exec and is
 /// tolerated. Returns (answered by the launcher, not in time).
 fn probes_went_to_launcher(
-    before: &crate::probes::ProbeCounts,
-    during: &crate::probes::ProbeCounts,
+    before: &crate::runtime::probes::ProbeCounts,
+    during: &crate::runtime::probes::ProbeCounts,
 ) -> anyhow::Result<(u64, u64)> {
     let by_launcher = during.by_launcher - before.by_launcher;
     let silent = during.launcher_silent - before.launcher_silent;
@@ -310,7 +310,7 @@ fn probes_went_to_launcher(
 }
 
 /// The kernel's probe counts (a drill hook).
-async fn probe_counts(k: &KernelProcess) -> anyhow::Result<crate::probes::ProbeCounts> {
+async fn probe_counts(k: &KernelProcess) -> anyhow::Result<crate::runtime::probes::ProbeCounts> {
     k.client.get_as("/v1/drill/probes").await
 }
 

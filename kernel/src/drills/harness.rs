@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::cli::client::Client;
+use crate::surfaces::cli::client::Client;
 
 /// An op's durable kill flags (`ops.kill_intent`, `ops.kill_signalled`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

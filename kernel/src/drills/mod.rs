@@ -9,7 +9,7 @@ pub mod harness;
 mod launcher;
 pub mod proxy;
 mod review;
-mod tasks;
+mod runs;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -99,9 +99,9 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
             Box::pin(async move { launcher::container_restarted_pending(&kit).await })
         }
         "request-flood" => Box::pin(async move { launcher::request_flood(&kit).await }),
-        "cancel-interrupted" => Box::pin(async move { tasks::cancel_interrupted(&kit).await }),
-        "scheduler-crash" => Box::pin(async move { tasks::scheduler_crash(&kit).await }),
-        "approval-restart" => Box::pin(async move { tasks::approval_restart(&kit).await }),
+        "cancel-interrupted" => Box::pin(async move { runs::cancel_interrupted(&kit).await }),
+        "scheduler-crash" => Box::pin(async move { runs::scheduler_crash(&kit).await }),
+        "approval-restart" => Box::pin(async move { runs::approval_restart(&kit).await }),
         _ => return None,
     })
 }

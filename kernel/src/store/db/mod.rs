@@ -5,6 +5,7 @@
 //! each dialect (SQLite today, PostgreSQL per SPEC §19) implements `Tx`
 //! and differs only where ARCHITECTURE.md's seam table says.
 
+pub mod pglisten;
 pub mod pgpool;
 pub mod postgres;
 pub mod sqlite;

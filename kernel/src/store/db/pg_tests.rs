@@ -185,6 +185,87 @@ async fn a_run_trees_transactions_serialize_on_its_roots_row() {
     );
 }
 
+/// A committed event wakes a listener with its run id; an event rolled
+/// back wakes nobody; a listener whose connection drops comes back and
+/// wakes everyone once.
+#[tokio::test(flavor = "multi_thread")]
+async fn committed_events_notify_listeners_with_their_run() {
+    let Some(pool) = fresh_db().await else { return };
+    let c = connection(&pool).await.unwrap();
+    migrate(&c).await.unwrap();
+    let url = std::env::var("OPKERNEL_TEST_PG").unwrap();
+    let db: String = c
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let url = format!("{}/{db}", url.rsplit_once('/').unwrap().0);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let on_event: super::pglisten::OnEvent = std::sync::Arc::new(move |run: &str| {
+        let _ = tx.send(run.to_owned());
+    });
+    let (stop, stopped) = crate::sync::Stop::new();
+    let listener = tokio::spawn(super::pglisten::listen(url, on_event, stopped));
+    assert_eq!(
+        next(&mut rx).await.as_deref(),
+        Some(""),
+        "connected: everyone re-reads"
+    );
+    let add = |run: &'static str, commit: bool| {
+        let pool = pool.clone();
+        async move {
+            in_tx(&pool, move |tx| {
+                tx.execute(
+                    "INSERT INTO events (run_id, at, kind) VALUES (?1, 1, 'note.received')",
+                    vals![run],
+                )?;
+                if commit {
+                    Ok(())
+                } else {
+                    Err(StoreError::Corrupt("roll back".into()))
+                }
+            })
+            .await
+        }
+    };
+    assert!(add("gone", false).await.is_err());
+    add("r1", true).await.unwrap();
+    assert_eq!(
+        next(&mut rx).await.as_deref(),
+        Some("r1"),
+        "the rolled-back one woke nobody"
+    );
+    // the server drops the listener's connection: it comes back
+    c.batch_execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next(&mut rx).await.as_deref(),
+        Some(""),
+        "dropped: everyone re-reads"
+    );
+    assert_eq!(
+        next(&mut rx).await.as_deref(),
+        Some(""),
+        "back: everyone re-reads"
+    );
+    add("r2", true).await.unwrap();
+    assert_eq!(next(&mut rx).await.as_deref(), Some("r2"));
+    let _ = stop.send(true);
+    listener.await.unwrap();
+}
+
+/// The next run id a listener was woken with (`None` after 10 s).
+async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
 /// Every statement the store runs prepares on the PostgreSQL schema: the
 /// tour of the store (`store/statements_tests.rs`) runs on a recording
 /// SQLite store, then each statement it ran is prepared here (`?N` as

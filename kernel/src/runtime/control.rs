@@ -1,0 +1,118 @@
+//! The control layer: every change by the API or the scheduler that an
+//! op's observer must act on goes through here. Each function does the
+//! store transaction, then starts (or wakes) the op's supervised observer
+//! and wakes the run's report waiters, so no caller can leave an op in
+//! `starting` without an observer. The API, the scheduler and (through the
+//! API) MCP call only this; observers are spawned from nowhere else but
+//! recovery and the watchdog (`limits_tests`' check names the allowed
+//! places). Results that need no observer (settlements, notes, acks, an
+//! approval's timeout) wake their waiters where they are written.
+
+use std::sync::Arc;
+
+use crate::lifecycle::KillReason;
+use crate::runs::RunAction;
+use crate::runtime::kernel::Kernel;
+use crate::store::{
+    Admission, ApprovalHold, Fire, NewOp, Op, Refusal, RunChange, StartRequest, StoreResult,
+};
+
+/// Admits a start (one transaction: idempotency, run state, budgets,
+/// limits, the row and its events) and hands an observed op to its
+/// supervised observer: a fresh one launches it, a retry's finds the one
+/// already running (or attaches). A held op waits for an approval.
+pub async fn start_op(k: &Arc<Kernel>, req: StartRequest, limits: Admission) -> StoreResult<NewOp> {
+    let new = k.store.insert_op(req, limits).await?;
+    match &new {
+        NewOp::Created(op) if op.status.is_observed() => {
+            crate::runtime::observer::spawn_fresh(k, op.clone())
+        }
+        NewOp::Existing(op) if op.status.is_observed() => {
+            crate::runtime::observer::spawn(k, op.id.clone())
+        }
+        _ => {}
+    }
+    Ok(new)
+}
+
+/// Records a durable kill request and wakes the op's observer (starting
+/// one if this kernel has none): TERM, grace, KILL, identity-checked.
+/// `None` when the op is unknown.
+pub async fn kill(k: &Arc<Kernel>, op_id: &str, reason: KillReason) -> StoreResult<Option<Op>> {
+    let op = k.store.request_kill(op_id, reason).await?;
+    crate::runtime::observer::spawn(k, op_id.to_owned());
+    k.poke_kill(op_id);
+    Ok(op)
+}
+
+/// A run's state change (compare-and-set with its events; a cancel's
+/// cascade included), then the kills it requested are carried out by the
+/// ops' observers and the changed runs' waiters are woken.
+pub async fn change_run(
+    k: &Arc<Kernel>,
+    run_id: &str,
+    action: RunAction,
+    by: &str,
+    summary: Option<String>,
+) -> StoreResult<RunChange> {
+    let change = k.store.change_run(run_id, action, by, summary).await?;
+    if let RunChange::Done { changed, kills, .. } = &change {
+        for id in kills {
+            crate::runtime::observer::spawn(k, id.clone());
+            k.poke_kill(id);
+        }
+        // a denied op is a result for its run's next report: its run is
+        // among those changed (a waiting op is denied when its run is
+        // cancelled)
+        for id in changed {
+            k.bump_run(id);
+        }
+    }
+    Ok(change)
+}
+
+/// Approves a waiting op (compare-and-set, the run re-checked): it starts
+/// like a new one, through its own observer.
+pub async fn approve(k: &Arc<Kernel>, op_id: &str) -> StoreResult<Result<Option<Op>, Refusal>> {
+    let approved = k.store.approve_op(op_id).await?;
+    if let Ok(Some(op)) = &approved {
+        tracing::info!(op = %op.id, run = %op.run_id, "approved");
+        crate::runtime::observer::spawn_fresh(k, op.clone());
+    }
+    Ok(approved)
+}
+
+/// Denies a waiting op (compare-and-set): it ends `denied`, a result for
+/// its run's next report. False when it was not waiting.
+pub async fn deny(k: &Arc<Kernel>, op: &Op, reason: &str, by: &str) -> StoreResult<bool> {
+    let denied = k.store.deny_op(&op.id, reason, by).await?;
+    if denied {
+        k.bump_run(&op.run_id);
+    }
+    Ok(denied)
+}
+
+/// Fires one due time of a schedule (claim and admission in one
+/// transaction) and hands its op to an observer.
+pub async fn fire_schedule(
+    k: &Arc<Kernel>,
+    schedule_id: &str,
+    due: i64,
+    hold: Option<ApprovalHold>,
+    limits: Admission,
+) -> StoreResult<Fire> {
+    let fire = k
+        .store
+        .fire_schedule(schedule_id, due, &k.id, hold, limits)
+        .await?;
+    match &fire {
+        Fire::Fired(op) if op.status.is_observed() => {
+            crate::runtime::observer::spawn_fresh(k, op.clone())
+        }
+        Fire::Adopted(op) if op.status.is_observed() => {
+            crate::runtime::observer::spawn(k, op.id.clone())
+        }
+        _ => {}
+    }
+    Ok(fire)
+}

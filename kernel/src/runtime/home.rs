@@ -1,0 +1,137 @@
+//! A kernel's home and identity: the checks before serving (settings,
+//! the run image's user), the home's lock, operator token, control plane
+//! file and scratch root with their modes, and the kernel's identity.
+
+use std::fs::File;
+
+use sandbox::OpBackend;
+
+use crate::config::Config;
+use crate::store::Store;
+
+/// Why the kernel refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Another `opkernel serve` holds the home's lock; the home's path.
+    #[error("another opkernel serve owns {0} (its lock is held); stop it first")]
+    HomeLocked(String),
+    /// The home, a file in it or its modes could not be set up.
+    #[error("cannot prepare home {path}: {source}")]
+    Home {
+        /// The path that failed.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A setting could not be read (a typo never silently means a default).
+    #[error("invalid setting: {0}")]
+    Config(String),
+    /// The control plane could not be opened, migrated or recovered.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The sandbox refused a start-up check (the run image lacks the run
+    /// user) or could not be set up.
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
+}
+
+pub(crate) fn kernel_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let start = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split(' ').nth(19))
+        .unwrap_or("0")
+        .to_owned();
+    format!("{}:{}:{}", boot.trim(), std::process::id(), start)
+}
+
+/// Creates `path` as an empty 0600 file unless it exists, and makes it 0600.
+fn private_file(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Refuses to start when the run image lacks the user commands are dropped
+/// to (the drop is never turned off silently). An engine that cannot answer
+/// now defers the check to the first container, which makes it again.
+pub(crate) async fn check_run_user(
+    backend: &dyn OpBackend,
+    config: &Config,
+) -> Result<(), StartError> {
+    match backend.check_run_user(&config.profile).await {
+        Ok(user) => {
+            tracing::info!(image = %config.profile.image, uid = user.uid, gid = user.gid, "run user checked");
+            Ok(())
+        }
+        Err(e @ sandbox::SandboxError::Invalid(_)) => Err(StartError::Sandbox(e)),
+        Err(e) => {
+            tracing::warn!(%e, image = %config.profile.image, "cannot check the run user now; each run container checks it");
+            Ok(())
+        }
+    }
+}
+
+fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+    move |source| StartError::Home {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Makes the home (0700), takes its lock, and prepares the control plane
+/// file (0600) and the scratch root (0711).
+pub(crate) fn prepare_home(config: &Config) -> Result<(File, String, Store), StartError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !config.invalid.is_empty() {
+        return Err(StartError::Config(config.invalid.join("; ")));
+    }
+    let home = &config.home;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)
+        .map_err(home_error(home))?;
+    // the home holds the control plane, tokens and every run's files
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
+        .map_err(home_error(home))?;
+    let lock_path = home.join("kernel.lock");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(home_error(&lock_path))?;
+    if lock.try_lock().is_err() {
+        return Err(StartError::HomeLocked(home.display().to_string()));
+    }
+    let operator_token =
+        crate::surfaces::auth::load_or_create_operator_token(home).map_err(home_error(home))?;
+    let db = home.join("kernel.db");
+    // SQLite gives its -wal and -shm files the database file's mode
+    private_file(&db).map_err(home_error(&db))?;
+    for file in [home.join("kernel.db-wal"), home.join("kernel.db-shm")] {
+        if file.exists() {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .map_err(home_error(&file))?;
+        }
+    }
+    let store = Store::open(&db)?;
+    let scratch = config.scratch_root();
+    std::fs::create_dir_all(&scratch).map_err(home_error(&scratch))?;
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
+        .map_err(home_error(&scratch))?;
+    Ok((lock, operator_token, store))
+}

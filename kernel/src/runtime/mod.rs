@@ -1,0 +1,22 @@
+//! The kernel at run time: its shared state by job ([`kernel`]), one
+//! supervised observer per live op ([`observer`]), the control layer every
+//! start, kill and change goes through ([`control`]), the background loops
+//! ([`housekeeping`]: heartbeat, approval timeouts, [`reaper`],
+//! [`retention`], the observers' watchdog, [`scheduler`]), the evidence
+//! sources ([`probes`], [`watcher`], [`inbox`]), and `opkernel serve`
+//! ([`serve`]). Everything here carries out the domain crate's rules
+//! against the store and Docker.
+
+pub mod control;
+pub mod home;
+pub mod housekeeping;
+pub mod inbox;
+pub mod kernel;
+pub mod observer;
+pub mod probes;
+pub mod reaper;
+pub mod retention;
+pub mod runmeta;
+pub mod scheduler;
+pub mod serve;
+pub mod watcher;

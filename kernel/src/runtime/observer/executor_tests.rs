@@ -1,0 +1,627 @@
+//! The executor on a fake backend: the real control plane (SQLite in a
+//! temporary home), real `.ops` files, real inotify; only the backend is
+//! scripted. These pin what the executor does with the decision core's
+//! actions: one launch per op at most, nothing run after a kill before the
+//! claim, evidence (never a re-run) for an unknown start, signals only to
+//! the recorded wrapper.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use sandbox::{
+    ContainerInfo, MarkedProcess, OpBackend, OpsDir, PidRecord, Profile, RunIdentity, RunUser,
+    SandboxError, Signal, TopProcess, WrapperSpec,
+};
+
+use crate::config::Config;
+use crate::lifecycle::{KillReason, Status};
+use crate::runtime::kernel::Kernel;
+use crate::store::{Admission, NewOp, Op, StartRequest};
+use crate::sync::Lock;
+
+/// What the fake does when a launch is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnStart {
+    /// The wrapper records its pid and the command exits with this code.
+    Exit(i32),
+    /// The wrapper records its pid; the command runs until signalled (then 143).
+    RunUntilSignalled,
+    /// The engine answers 400: nothing ran.
+    Refuse,
+    /// The request times out and nothing ever runs.
+    Vanish,
+}
+
+const WRAPPER_PID: u32 = 4242;
+
+/// The fake container's resident launcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launcher {
+    /// Containers have none: every op goes by exec.
+    None,
+    /// It claims each request and starts it as `on_start` says.
+    Claims,
+    /// It exists but never claims anything (hung, or gone).
+    Silent,
+}
+
+struct Fake {
+    root: PathBuf,
+    on_start: OnStart,
+    launcher: Launcher,
+    /// Container ids by name.
+    containers: Lock<HashMap<String, ContainerInfo>>,
+    /// (launch id, op id) in creation order.
+    launches: Lock<Vec<(String, String)>>,
+    starts: Lock<Vec<String>>,
+    /// Ops whose wrapper is alive, with its identity.
+    alive: Lock<HashMap<String, PidRecord>>,
+    signals: Lock<Vec<(String, u32, Signal)>>,
+    /// Ops the fake launcher claimed.
+    claims: Lock<Vec<String>>,
+}
+
+impl Fake {
+    fn new(root: PathBuf, on_start: OnStart, launcher: Launcher) -> Fake {
+        Fake {
+            root,
+            on_start,
+            launcher,
+            containers: Lock::default(),
+            launches: Lock::default(),
+            starts: Lock::default(),
+            alive: Lock::default(),
+            signals: Lock::default(),
+            claims: Lock::default(),
+        }
+    }
+
+    fn op_of(&self, launch_id: &str) -> Option<String> {
+        self.launches
+            .lock()
+            .iter()
+            .find(|(id, _)| id == launch_id)
+            .map(|(_, op)| op.clone())
+    }
+
+    /// The `.ops` dir of the test's run (every fake container of a test
+    /// belongs to one run).
+    fn run_ops(&self) -> OpsDir {
+        let key = self
+            .containers
+            .lock()
+            .values()
+            .next()
+            .and_then(|c| c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY).cloned())
+            .unwrap_or_default();
+        self.ops_dir(&key)
+    }
+
+    /// What the command does once started (by exec or by the launcher).
+    fn run(&self, op: &str) {
+        let pid_line = format!("{WRAPPER_PID} 7 box\n");
+        match self.on_start {
+            OnStart::Exit(code) => {
+                self.write(op, "pid", &pid_line);
+                self.write(op, "code", &format!("{code}\n"));
+            }
+            OnStart::RunUntilSignalled => {
+                self.write(op, "pid", &pid_line);
+                self.alive.lock().insert(
+                    op.to_owned(),
+                    PidRecord {
+                        pid: WRAPPER_PID,
+                        start_ticks: 7,
+                        hostname: "box".into(),
+                    },
+                );
+            }
+            OnStart::Refuse | OnStart::Vanish => {}
+        }
+    }
+
+    /// One pass of the fake launcher over the inbox: claims by rename, as
+    /// the real one does, and runs what it claimed.
+    fn claim_pending(&self) -> usize {
+        let inbox = self.run_ops().path().join("inbox");
+        let Ok(entries) = std::fs::read_dir(&inbox) else {
+            return 0;
+        };
+        let mut claimed = 0;
+        for name in entries.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+            let Some(op) = name.strip_suffix(".req") else {
+                continue;
+            };
+            if std::fs::rename(inbox.join(&name), inbox.join(format!("{op}.claimed"))).is_ok() {
+                self.claims.lock().push(op.to_owned());
+                self.run(op);
+                claimed += 1;
+            }
+        }
+        claimed
+    }
+
+    fn write(&self, op_id: &str, ext: &str, text: &str) {
+        let dir = self.run_ops();
+        let tmp = dir.path().join(format!("{op_id}.{ext}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, dir.path().join(format!("{op_id}.{ext}"))).unwrap();
+    }
+}
+
+fn ready<'a, T: Send + 'a>(v: sandbox::Result<T>) -> BoxFuture<'a, sandbox::Result<T>> {
+    Box::pin(async move { v })
+}
+
+impl OpBackend for Fake {
+    fn ops_dir(&self, scratch_key: &str) -> OpsDir {
+        OpsDir::new(self.root.join(scratch_key).join(".ops"))
+    }
+    fn owns(&self, _info: &ContainerInfo) -> bool {
+        true
+    }
+    fn remove_scratch(&self, scratch_key: &str) -> sandbox::Result<()> {
+        let _ = std::fs::remove_dir_all(self.root.join(scratch_key));
+        Ok(())
+    }
+    fn check_run_user<'a>(&'a self, _: &'a Profile) -> BoxFuture<'a, sandbox::Result<RunUser>> {
+        ready(Ok(RunUser {
+            uid: 1000,
+            gid: 1000,
+        }))
+    }
+    fn ensure_container<'a>(
+        &'a self,
+        identity: &'a RunIdentity,
+        _: &'a Profile,
+    ) -> BoxFuture<'a, sandbox::Result<ContainerInfo>> {
+        std::fs::create_dir_all(self.ops_dir(&identity.scratch_key).path().join("inbox")).unwrap();
+        let info = self
+            .containers
+            .lock()
+            .entry(identity.name.clone())
+            .or_insert_with(|| ContainerInfo {
+                id: format!("c-{}", identity.run_id),
+                name: identity.name.clone(),
+                labels: identity.labels(0),
+                running: true,
+                hostname: "box".into(),
+                state: "running".into(),
+                scratch_source: None,
+                has_shim: true,
+                has_launcher: self.launcher != Launcher::None,
+            })
+            .clone();
+        ready(Ok(info))
+    }
+    fn inspect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, sandbox::Result<ContainerInfo>> {
+        let found = self
+            .containers
+            .lock()
+            .values()
+            .find(|c| c.id == id)
+            .cloned();
+        ready(found.ok_or_else(|| SandboxError::NotFound(id.into())))
+    }
+    fn list_managed(&self) -> BoxFuture<'_, sandbox::Result<Vec<ContainerInfo>>> {
+        ready(Ok(self.containers.lock().values().cloned().collect()))
+    }
+    fn create_launch<'a>(
+        &'a self,
+        _container_id: &'a str,
+        spec: &'a WrapperSpec<'a>,
+        _command: &'a [String],
+    ) -> BoxFuture<'a, sandbox::Result<String>> {
+        let mut launches = self.launches.lock();
+        let id = format!("launch-{}", launches.len());
+        launches.push((id.clone(), spec.op_id.to_owned()));
+        ready(Ok(id))
+    }
+    fn start_launch<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, sandbox::Result<()>> {
+        self.starts.lock().push(launch_id.to_owned());
+        let op = self.op_of(launch_id).unwrap_or_default();
+        match self.on_start {
+            OnStart::Exit(_) | OnStart::RunUntilSignalled => {
+                self.run(&op);
+                ready(Ok(()))
+            }
+            OnStart::Refuse => ready(Err(SandboxError::Refused {
+                status: 400,
+                message: "no such user".into(),
+            })),
+            OnStart::Vanish => ready(Err(SandboxError::Unreachable("timed out".into()))),
+        }
+    }
+    fn launch_status<'a>(&'a self, _: &'a str) -> BoxFuture<'a, sandbox::Result<Option<i64>>> {
+        ready(Ok(None))
+    }
+    fn probe<'a>(&'a self, _: &'a str) -> BoxFuture<'a, sandbox::Result<Vec<MarkedProcess>>> {
+        let procs = self
+            .alive
+            .lock()
+            .iter()
+            .map(|(op, rec)| MarkedProcess {
+                pid: rec.pid,
+                start_ticks: rec.start_ticks,
+                op_id: op.clone(),
+            })
+            .collect();
+        ready(Ok(procs))
+    }
+    fn signal_op<'a>(
+        &'a self,
+        _container_id: &'a str,
+        op_id: &'a str,
+        record: &'a PidRecord,
+        signal: Signal,
+    ) -> BoxFuture<'a, sandbox::Result<Vec<u32>>> {
+        self.signals
+            .lock()
+            .push((op_id.to_owned(), record.pid, signal));
+        // the command dies of TERM; its wrapper records 143 and exits
+        let was_alive = self.alive.lock().remove(op_id).is_some();
+        if was_alive {
+            self.write(op_id, "code", "143\n");
+        }
+        ready(Ok(if was_alive {
+            vec![record.pid + 1]
+        } else {
+            vec![]
+        }))
+    }
+    fn top<'a>(&'a self, _: &'a str) -> BoxFuture<'a, sandbox::Result<Vec<TopProcess>>> {
+        ready(Ok(Vec::new()))
+    }
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, sandbox::Result<bool>> {
+        let mut containers = self.containers.lock();
+        let before = containers.len();
+        containers.retain(|_, c| c.id != id);
+        ready(Ok(containers.len() < before))
+    }
+}
+
+struct Harness {
+    kernel: Arc<Kernel>,
+    fake: Arc<Fake>,
+    home: PathBuf,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+async fn harness(on_start: OnStart) -> Harness {
+    harness_with(on_start, Launcher::None).await
+}
+
+async fn harness_with(on_start: OnStart, launcher: Launcher) -> Harness {
+    let home = std::env::temp_dir().join(format!("opk-exec-{}", uuid::Uuid::new_v4().simple()));
+    let mut config = Config::from_env(home.clone(), "127.0.0.1:0".parse().unwrap());
+    config.profile.run_as = Some("1000:1000".into());
+    config.grace = Duration::from_millis(600);
+    config.start_evidence_window = Duration::from_millis(300);
+    config.kill_grace = Duration::from_millis(300);
+    config.probe_interval = Duration::from_millis(100);
+    config.launcher_claim = Duration::from_millis(300);
+    config.drills = true;
+    let fake = Arc::new(Fake::new(config.scratch_root(), on_start, launcher));
+    let kernel = Kernel::open_with(config, fake.clone()).await.unwrap();
+    if launcher == Launcher::Claims {
+        let fake = fake.clone();
+        tokio::spawn(async move {
+            loop {
+                fake.claim_pending();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    }
+    Harness { kernel, fake, home }
+}
+
+impl Harness {
+    async fn insert(&self, command: &str) -> Op {
+        let req = StartRequest {
+            run_id: "r1".into(),
+            scratch_key: sandbox::profile::scratch_key("r1"),
+            command: vec!["sh".into(), "-c".into(), command.into()],
+            background: true,
+            timeout_sec: 60,
+            idempotency_key: None,
+            approval: None,
+            schedule_id: None,
+        };
+        match self
+            .kernel
+            .store
+            .insert_op(req, Admission::UNLIMITED)
+            .await
+            .unwrap()
+        {
+            NewOp::Created(op) => op,
+            other => panic!("not inserted: {other:?}"),
+        }
+    }
+
+    async fn terminal(&self, id: &str) -> Op {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let op = self.kernel.store.get_op(id).await.unwrap().unwrap();
+            if op.status.is_terminal() {
+                self.kernel.wait_observer_done(id).await;
+                return op;
+            }
+            assert!(std::time::Instant::now() < deadline, "not terminal: {op:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn starts(&self) -> usize {
+        self.fake.starts.lock().len()
+    }
+}
+
+#[tokio::test]
+async fn a_command_is_launched_once_and_its_code_settles_it() {
+    let h = harness(OnStart::Exit(3)).await;
+    let op = h.insert("exit 3").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!((done.status, done.exit_code), (Status::Completed, Some(3)));
+    assert_eq!(
+        done.pid.map(|p| p.pid),
+        None,
+        "settled by its code before any pid step"
+    );
+    assert_eq!(h.starts(), 1);
+}
+
+#[tokio::test]
+async fn a_kill_before_the_claim_means_nothing_runs() {
+    let h = harness(OnStart::Exit(0)).await;
+    let op = h.insert("true").await;
+    h.kernel
+        .store
+        .request_kill(&op.id, KillReason::Kill)
+        .await
+        .unwrap();
+    super::spawn(&h.kernel, op.id.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!(done.status, Status::Failed);
+    assert!(done.killed);
+    assert_eq!(h.starts(), 0, "a cancelled op never reaches the backend");
+    assert!(h.fake.launches.lock().is_empty());
+}
+
+#[tokio::test]
+async fn an_unknown_start_is_settled_by_evidence_never_by_a_second_launch() {
+    let h = harness(OnStart::Vanish).await;
+    let op = h.insert("echo once").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!(done.status, Status::Lost);
+    assert_eq!(done.effect.as_deref(), Some("uncertain"));
+    assert_eq!(done.exit_code, None, "lost is never 0");
+    assert_eq!(h.starts(), 1, "the claim launches once, and only once");
+}
+
+#[tokio::test]
+async fn a_refused_start_fails_without_a_retry() {
+    let h = harness(OnStart::Refuse).await;
+    let op = h.insert("true").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!(done.status, Status::Failed);
+    assert!(done.error.unwrap_or_default().contains("refused"));
+    assert_eq!(h.starts(), 1);
+}
+
+#[tokio::test]
+async fn a_kill_signals_the_recorded_wrapper_identity_and_ends_killed() {
+    let h = harness(OnStart::RunUntilSignalled).await;
+    let op = h.insert("sleep 600").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    // wait for the pid record
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while h
+        .kernel
+        .store
+        .get_op(&op.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .pid
+        .is_none()
+    {
+        assert!(std::time::Instant::now() < deadline, "pid never recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.kernel
+        .store
+        .request_kill(&op.id, KillReason::Kill)
+        .await
+        .unwrap();
+    h.kernel.poke_kill(&op.id);
+    let done = h.terminal(&op.id).await;
+    assert_eq!(
+        (done.status, done.exit_code),
+        (Status::Completed, Some(143))
+    );
+    assert!(done.killed, "the signal reached the command");
+    assert_eq!(
+        *h.fake.signals.lock(),
+        vec![(op.id.clone(), WRAPPER_PID, Signal::Term)],
+        "one TERM, to the recorded wrapper's identity"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_attempt_reattaches_and_never_relaunches() {
+    let h = harness(OnStart::RunUntilSignalled).await;
+    let op = h.insert("sleep 600").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(h.kernel.inject_observer_fault(&op.id));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the command ends on its own now
+    h.fake.alive.lock().remove(&op.id);
+    h.fake.write(&op.id, "code", "0\n");
+    let done = h.terminal(&op.id).await;
+    assert_eq!((done.status, done.exit_code), (Status::Completed, Some(0)));
+    assert!(
+        done.attempt >= 2,
+        "the fault failed attempt 1: {}",
+        done.attempt
+    );
+    assert_eq!(h.starts(), 1);
+}
+
+#[tokio::test]
+async fn a_wrapper_that_vanishes_without_a_code_is_lost() {
+    let h = harness(OnStart::RunUntilSignalled).await;
+    let op = h.insert("sleep 600").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.fake.alive.lock().remove(&op.id);
+    let done = h.terminal(&op.id).await;
+    assert_eq!(done.status, Status::Lost);
+    assert_eq!(done.exit_code, None);
+    assert!(h.fake.signals.lock().is_empty(), "nothing is signalled");
+}
+
+fn inbox_file(h: &Harness, op: &str, state: &str) -> PathBuf {
+    h.fake
+        .run_ops()
+        .path()
+        .join("inbox")
+        .join(format!("{op}.{state}"))
+}
+
+fn assert_no_handover(h: &Harness, op: &str) {
+    for state in ["req", "claimed", "withdrawn"] {
+        assert!(
+            !inbox_file(h, op, state).exists(),
+            "{op}.{state} left in the inbox"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_claimed_request_runs_without_any_exec() {
+    let h = harness_with(OnStart::Exit(5), Launcher::Claims).await;
+    let op = h.insert("exit 5").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!((done.status, done.exit_code), (Status::Completed, Some(5)));
+    assert_eq!(*h.fake.claims.lock(), vec![op.id.clone()]);
+    assert_eq!(h.starts(), 0, "the launcher ran it; no docker exec");
+    assert!(h.fake.launches.lock().is_empty());
+    // settled: its handover files left the inbox (SPEC §21)
+    assert_no_handover(&h, &op.id);
+}
+
+#[tokio::test]
+async fn an_unclaimed_request_is_taken_back_and_started_once_by_exec() {
+    let h = harness_with(OnStart::Exit(0), Launcher::Silent).await;
+    let op = h.insert("true").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    let done = h.terminal(&op.id).await;
+    assert_eq!((done.status, done.exit_code), (Status::Completed, Some(0)));
+    assert_eq!(h.starts(), 1, "exactly one path ran it");
+    assert_no_handover(&h, &op.id);
+    // a launcher that wakes up now finds nothing to claim
+    assert_eq!(h.fake.claim_pending(), 0);
+}
+
+#[tokio::test]
+async fn a_kill_while_the_request_waits_takes_it_back_and_nothing_runs() {
+    let h = harness_with(OnStart::Exit(0), Launcher::Silent).await;
+    let op = h.insert("true").await;
+    super::spawn_fresh(&h.kernel, op.clone());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.kernel
+        .store
+        .request_kill(&op.id, KillReason::Kill)
+        .await
+        .unwrap();
+    h.kernel.poke_kill(&op.id);
+    let done = h.terminal(&op.id).await;
+    assert_eq!(done.status, Status::Failed);
+    assert!(done.killed);
+    assert_eq!(h.starts(), 0);
+    assert_eq!(h.fake.claim_pending(), 0, "withdrawn: never claimable");
+}
+
+/// A kernel that died after filing a request: the next attempt takes it
+/// back (then starts it once by exec) or, when the launcher claimed it,
+/// leaves it to the launcher's evidence and never execs.
+#[tokio::test]
+async fn a_request_left_by_a_dead_kernel_runs_exactly_once() {
+    for claimed_before in [false, true] {
+        let h = harness_with(OnStart::Exit(0), Launcher::Silent).await;
+        let op = h.insert("true").await;
+        let identity = RunIdentity::new("r1", &h.kernel.config.profile).unwrap();
+        let container = h
+            .fake
+            .ensure_container(&identity, &h.kernel.config.profile)
+            .await
+            .unwrap();
+        assert!(h
+            .kernel
+            .store
+            .claim_exec(&op.id, "dead-kernel", &container.id, true)
+            .await
+            .unwrap());
+        let request = sandbox::Request {
+            host: "box".into(),
+            op_id: op.id.clone(),
+            run_as: "1000:1000".into(),
+            log_cap: 1024,
+            argv: vec!["true".into()],
+        };
+        h.fake.run_ops().submit(&request).unwrap();
+        if claimed_before {
+            // claimed, then the launcher died before the pid file
+            std::fs::rename(
+                inbox_file(&h, &op.id, "req"),
+                inbox_file(&h, &op.id, "claimed"),
+            )
+            .unwrap();
+        }
+        super::spawn(&h.kernel, op.id.clone());
+        let done = h.terminal(&op.id).await;
+        if claimed_before {
+            assert_eq!(done.status, Status::Lost, "{done:?}");
+            assert_eq!(h.starts(), 0, "a claimed request is never run elsewhere");
+        } else {
+            assert_eq!((done.status, done.exit_code), (Status::Completed, Some(0)));
+            assert_eq!(h.starts(), 1);
+            assert_no_handover(&h, &op.id);
+        }
+    }
+}
+
+#[tokio::test]
+async fn per_run_maps_shrink_to_live_work() {
+    use std::collections::HashSet;
+    let h = harness(OnStart::Exit(0)).await;
+    let k = &h.kernel;
+    for run in ["a", "b", "c"] {
+        k.bump_run(run);
+        drop(k.launch_gate(run).await);
+    }
+    let held = k.launch_gate("b").await;
+    let listener = k.run_events("c");
+    let live: HashSet<String> = HashSet::from(["a".to_owned()]);
+    k.trim_idle(&live, &HashSet::new());
+    let [_, gates, events, _] = k.run_map_sizes();
+    // a: live; b: its gate is held; c: someone listens for its events
+    assert_eq!((gates, events), (2, 2));
+    drop((held, listener));
+    k.trim_idle(&HashSet::new(), &HashSet::new());
+    assert_eq!(k.run_map_sizes(), [0, 0, 0, 0]);
+}

@@ -1,0 +1,537 @@
+//! The orphan reaper. A container missing from the registry is not an
+//! orphan by that fact alone: age only makes it a candidate; the decision
+//! comes from the control plane, the `.ops` files and the process table.
+//! Anything live or undecidable keeps the container, with the reason.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::kernel::Kernel;
+use crate::store::{now_ms, StoreError};
+
+/// What the reaper does with a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReapAction {
+    /// Leave it: something is live, undecidable or too recent.
+    Keep,
+    /// Remove it: nothing in it is live, and its run finished or it idled
+    /// past the ttl.
+    Remove,
+}
+
+/// The reaper's verdict on one managed container, with its reason (shown by
+/// `opkernel reap` and the panel).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReapDecision {
+    /// Docker's container id.
+    pub container_id: String,
+    /// The container's name.
+    pub name: String,
+    /// Its run label as found, valid or not (`None`: no label).
+    pub run_id: Option<String>,
+    /// Keep or remove.
+    pub action: ReapAction,
+    /// Why, in words: what keeps it, or what makes it abandoned.
+    pub reason: String,
+    /// True when the container was actually removed (never in a dry run).
+    pub removed: bool,
+}
+
+/// Commands of a run container's own idle processes: Docker's init and the
+/// shim's main process (`serve`, the resident launcher, or `idle`; the
+/// shell loop of containers made before the shim).
+fn is_idle_process(command: &str) -> bool {
+    let shim_idle = command
+        .strip_prefix(sandbox::shim::SHIM_PATH)
+        .is_some_and(|rest| rest == " idle" || rest == " serve");
+    shim_idle
+        || command.contains("docker-init")
+        || command.contains("while :; do sleep 3600; done")
+        || command == "sleep 3600"
+}
+
+/// What the reaper knows about one managed container when it decides.
+#[derive(Debug, Clone)]
+pub struct ReapFacts {
+    /// Docker's container id.
+    pub container_id: String,
+    /// The container's name.
+    pub name: String,
+    /// Its run label as found (for the report), valid or not.
+    pub run_label: Option<String>,
+    /// The run id from its label, when it is a valid run id.
+    pub run_id: Option<String>,
+    /// Its scratch key label matches its run.
+    pub scratch_key_matches: bool,
+    /// Its `/scratch` is this kernel home's (else: where it points).
+    pub owned: Result<(), String>,
+    /// A live op of the run (id, status) in the control plane.
+    pub live_op: Option<(String, String)>,
+    /// Whether the container runs; then what its processes show.
+    pub running: bool,
+    /// A marked process found by the probe, or why it could not probe.
+    pub marked_process: Result<Option<String>, String>,
+    /// A process that is neither init nor the idle loop, or why `top` failed.
+    pub unknown_process: Result<Option<String>, String>,
+    /// Its run was finished (`POST /v1/runs/{run}/finish`): no idle wait
+    /// applies.
+    pub run_finished: bool,
+    /// Milliseconds since the run's last activity (control plane, `.ops` files,
+    /// creation label).
+    pub idle_ms: i64,
+    /// Idle time after which a container without live ops may go
+    /// (`OPKERNEL_REAP_TTL_SECONDS`), in milliseconds.
+    pub ttl_ms: i64,
+    /// Ops in the `.ops` dir with a pid file and no code file.
+    pub open_op_files: usize,
+}
+
+impl Default for ReapFacts {
+    /// Nothing known yet: no run, nothing found.
+    fn default() -> Self {
+        ReapFacts {
+            container_id: String::new(),
+            name: String::new(),
+            run_label: None,
+            run_id: None,
+            scratch_key_matches: false,
+            owned: Ok(()),
+            live_op: None,
+            running: false,
+            marked_process: Ok(None),
+            unknown_process: Ok(None),
+            run_finished: false,
+            idle_ms: 0,
+            ttl_ms: 0,
+            open_op_files: 0,
+        }
+    }
+}
+
+/// The reaper's decisions on every managed container, from facts gathered
+/// beforehand. Pure: the removal loop carries them out.
+pub fn decide_reap(facts: &[ReapFacts]) -> Vec<ReapDecision> {
+    facts
+        .iter()
+        .map(|f| {
+            let (action, reason) = match verdict(f) {
+                Ok(reason) => (ReapAction::Remove, reason),
+                Err(reason) => (ReapAction::Keep, reason),
+            };
+            ReapDecision {
+                container_id: f.container_id.clone(),
+                name: f.name.clone(),
+                run_id: f.run_label.clone(),
+                action,
+                reason,
+                removed: false,
+            }
+        })
+        .collect()
+}
+
+/// What becomes of a run's scratch dir once one of its containers is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScratchFate {
+    /// Remove the scratch dir with the container.
+    Remove,
+    /// Keep it, for this reason.
+    Keep(&'static str),
+}
+
+/// The scratch dir is shared by every container of the run (a profile
+/// change makes a second one): it goes with the last of them, and only
+/// once every result of the run was delivered. Undecidable keeps it.
+pub fn scratch_fate(other_containers: Option<bool>, delivered: bool) -> ScratchFate {
+    match (other_containers, delivered) {
+        (Some(false), true) => ScratchFate::Remove,
+        (Some(false), false) => ScratchFate::Keep("until its results are delivered"),
+        _ => ScratchFate::Keep("for the run's other container"),
+    }
+}
+
+/// The verdict on one container: `Ok(reason)` to remove it, `Err(reason)`
+/// to keep it.
+pub fn verdict(f: &ReapFacts) -> Result<String, String> {
+    if f.run_id.is_none() {
+        return Err("its run label cannot be confirmed".into());
+    }
+    if !f.scratch_key_matches {
+        return Err("its scratch key label does not match its run".into());
+    }
+    if let Err(source) = &f.owned {
+        return Err(format!("it belongs to another kernel home ({source})"));
+    }
+    if let Some((id, status)) = &f.live_op {
+        return Err(format!("op {id} is {status}"));
+    }
+    if f.running {
+        match &f.marked_process {
+            Ok(Some(p)) => return Err(p.clone()),
+            Err(e) => return Err(format!("cannot probe its processes: {e}")),
+            Ok(None) => {}
+        }
+        match &f.unknown_process {
+            Ok(Some(cmd)) => return Err(format!("unknown process running: {cmd}")),
+            Err(e) => return Err(format!("cannot read its process table: {e}")),
+            Ok(None) => {}
+        }
+    }
+    if f.run_finished {
+        return Ok("run finished and no op is live".into());
+    }
+    if f.idle_ms < f.ttl_ms {
+        let open = if f.open_op_files > 0 {
+            format!(", {} op(s) without an exit code", f.open_op_files)
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "idle {}s, below the {}s ttl{open}",
+            f.idle_ms / 1000,
+            f.ttl_ms / 1000
+        ));
+    }
+    Ok(format!(
+        "no live op and idle {}s (ttl {}s)",
+        f.idle_ms / 1000,
+        f.ttl_ms / 1000
+    ))
+}
+
+/// Gathers the facts about one container (control plane, `.ops` files,
+/// probe and `docker top`).
+async fn facts(
+    k: &Kernel,
+    c: &sandbox::ContainerInfo,
+    live_ops: &[crate::store::Op],
+) -> Result<ReapFacts, StoreError> {
+    let mut f = ReapFacts {
+        container_id: c.id.clone(),
+        name: c.name.clone(),
+        run_label: c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned(),
+        run_id: c
+            .labels
+            .get(sandbox::profile::LABEL_RUN_ID)
+            .filter(|r| sandbox::profile::validate_run_id(r).is_ok())
+            .cloned(),
+        ttl_ms: k.config.reap_ttl.as_millis() as i64,
+        ..ReapFacts::default()
+    };
+    let Some(run) = f.run_id.clone() else {
+        return Ok(f);
+    };
+    let key = sandbox::profile::scratch_key(&run);
+    f.scratch_key_matches = c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) == Some(&key);
+    if !k.backend.owns(c) {
+        f.owned = Err(c
+            .scratch_source
+            .clone()
+            .unwrap_or_else(|| "no /scratch mount".into()));
+    }
+    if !f.scratch_key_matches || f.owned.is_err() {
+        return Ok(f);
+    }
+    f.live_op = live_ops
+        .iter()
+        .find(|op| {
+            op.container_id.as_deref() == Some(&c.id)
+                || (op.run_id == run && op.container_id.is_none())
+        })
+        .map(|op| (op.id.clone(), op.status.as_str().to_owned()));
+    if f.live_op.is_some() {
+        return Ok(f);
+    }
+    let ops_dir = k.backend.ops_dir(&key);
+    f.open_op_files = open_op_files(ops_dir.path());
+    f.running = c.running;
+    // a container made before the shim cannot be probed: its process
+    // table alone (below) must show nothing but its idle processes
+    if c.running && c.has_shim {
+        f.marked_process = match k.backend.probe(&c.id).await {
+            Ok(procs) => Ok(procs
+                .first()
+                .map(|p| format!("op {} still has processes (pid {})", p.op_id, p.pid))),
+            Err(e) => Err(e.to_string()),
+        };
+        if matches!(f.marked_process, Ok(None)) {
+            f.unknown_process = match k.backend.top(&c.id).await {
+                Ok(top) => Ok(top
+                    .into_iter()
+                    .find(|p| !is_idle_process(&p.command))
+                    .map(|p| p.command)),
+                Err(e) => Err(e.to_string()),
+            };
+        }
+    }
+    f.run_finished = k.store.run_finished(&run).await?.unwrap_or(false);
+    let created_ms = c
+        .labels
+        .get(sandbox::profile::LABEL_CREATED_AT)
+        .and_then(|v| v.parse::<i64>().ok())
+        .map(|s| s * 1000)
+        .unwrap_or(0);
+    let last_activity = k
+        .store
+        .run_last_activity(&run)
+        .await?
+        .unwrap_or(0)
+        .max(newest_mtime_ms(ops_dir.path()))
+        .max(created_ms);
+    f.idle_ms = now_ms() - last_activity;
+    Ok(f)
+}
+
+/// One pass of the reaper: facts about every managed container, the pure
+/// decisions, then (unless a dry run) the removals.
+pub async fn reap(k: &Kernel, dry_run: bool) -> Result<Vec<ReapDecision>, StoreError> {
+    let containers = match k.backend.list_managed().await {
+        Ok(list) => list,
+        Err(e) => {
+            tracing::warn!(%e, "reaper: cannot list containers");
+            return Ok(Vec::new());
+        }
+    };
+    let live_ops = k.store.live_ops().await?;
+    let mut all = Vec::with_capacity(containers.len());
+    for c in &containers {
+        all.push(facts(k, c, &live_ops).await?);
+    }
+    let mut decisions = decide_reap(&all);
+    if dry_run {
+        return Ok(decisions);
+    }
+    for ((decision, f), c) in decisions.iter_mut().zip(&all).zip(&containers) {
+        if let (true, Some(run)) = (decision.action == ReapAction::Remove, f.run_id.as_deref()) {
+            remove_under_gate(k, c, run, decision).await?;
+        }
+    }
+    Ok(decisions)
+}
+
+/// Removes a container the reaper decided on, holding the run's gate (no
+/// launch of the run is between container and exec) and deciding again
+/// from fresh facts under it: an op admitted since the first look (and
+/// perhaps already ended, reopening a finished run) keeps the container.
+async fn remove_under_gate(
+    k: &Kernel,
+    c: &sandbox::ContainerInfo,
+    run: &str,
+    decision: &mut ReapDecision,
+) -> Result<(), StoreError> {
+    let _gate = k.reap_gate(run).await;
+    let live = k.store.run_ops_live(run).await?;
+    if let Err(reason) = verdict(&facts(k, c, &live).await?) {
+        decision.action = ReapAction::Keep;
+        decision.reason = format!("kept on a second look under the run's gate: {reason}");
+        return Ok(());
+    }
+    let removed = tokio::time::timeout(Duration::from_secs(30), k.backend.remove(&c.id)).await;
+    // removed or half gone: the next launch must look it up afresh
+    k.forget_container(&c.id);
+    match removed {
+        Ok(Ok(_)) => {
+            decision.removed = true;
+            k.probes.forget(&c.id);
+            tracing::info!(container = %c.name, reason = %decision.reason, "reaped container");
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(container = %c.name, %e, "reaper could not remove container");
+            return Ok(());
+        }
+        Err(_) => {
+            tracing::warn!(container = %c.name, "reaper: remove timed out");
+            return Ok(());
+        }
+    }
+    let others = k.backend.list_managed().await.ok().map(|list| {
+        list.iter().any(|o| {
+            o.id != c.id
+                && o.labels
+                    .get(sandbox::profile::LABEL_RUN_ID)
+                    .map(String::as_str)
+                    == Some(run)
+        })
+    });
+    match scratch_fate(others, k.store.run_delivered(run).await?) {
+        ScratchFate::Keep(why) => decision
+            .reason
+            .push_str(&format!("; scratch dir kept {why}")),
+        ScratchFate::Remove => {
+            let key = sandbox::profile::scratch_key(run);
+            k.watcher.unwatch(k.backend.ops_dir(&key).path());
+            match k.backend.remove_scratch(&key) {
+                Ok(()) => decision
+                    .reason
+                    .push_str("; scratch dir removed (every result delivered)"),
+                Err(e) => tracing::warn!(%e, "reaper could not remove a scratch dir"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Ops in a `.ops` dir with a pid file and no code file.
+fn open_op_files(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".pid"))
+                .map(str::to_owned)
+        })
+        .filter(|id| !dir.join(format!("{id}.code")).exists())
+        .count()
+}
+
+fn newest_mtime_ms(dir: &std::path::Path) -> i64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+        .filter_map(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Runs the reaper every `reap_interval` until the housekeeping stops.
+pub async fn periodic(k: std::sync::Arc<Kernel>, mut stop: crate::sync::Stop) {
+    while stop.nap(k.config.reap_interval).await {
+        if let Err(e) = reap(&k, false).await {
+            tracing::warn!(%e, "periodic reap failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn removable() -> ReapFacts {
+        ReapFacts {
+            run_id: Some("r".into()),
+            scratch_key_matches: true,
+            running: true,
+            idle_ms: 7_200_000,
+            ttl_ms: 3_600_000,
+            ..ReapFacts::default()
+        }
+    }
+
+    #[test]
+    fn decide_reap_keeps_anything_live_or_undecidable() {
+        assert!(verdict(&removable()).is_ok());
+        let keep = |change: &dyn Fn(&mut ReapFacts), why: &str| {
+            let mut f = removable();
+            change(&mut f);
+            let reason = verdict(&f).expect_err(why);
+            assert!(reason.contains(why), "{reason} lacks {why}");
+        };
+        keep(&|f| f.run_id = None, "run label");
+        keep(&|f| f.scratch_key_matches = false, "scratch key");
+        keep(
+            &|f| f.owned = Err("/other/home".into()),
+            "another kernel home",
+        );
+        keep(
+            &|f| f.live_op = Some(("o1".into(), "starting".into())),
+            "op o1 is starting",
+        );
+        keep(
+            &|f| f.marked_process = Ok(Some("op x still has processes".into())),
+            "still has processes",
+        );
+        keep(
+            &|f| f.marked_process = Err("timeout".into()),
+            "cannot probe",
+        );
+        keep(
+            &|f| f.unknown_process = Ok(Some("python x.py".into())),
+            "unknown process",
+        );
+        keep(&|f| f.unknown_process = Err("gone".into()), "process table");
+        keep(&|f| f.idle_ms = 10_000, "below the 3600s ttl");
+        // a finished run goes at once; a stopped container is not probed
+        let mut f = removable();
+        f.run_finished = true;
+        f.idle_ms = 0;
+        assert_eq!(verdict(&f).unwrap(), "run finished and no op is live");
+        let mut f = removable();
+        f.running = false;
+        f.marked_process = Err("not running".into());
+        assert!(verdict(&f).is_ok());
+    }
+
+    #[test]
+    fn decide_reap_decides_each_container_on_its_own_facts() {
+        let named = |id: &str, change: &dyn Fn(&mut ReapFacts)| {
+            let mut f = removable();
+            f.container_id = id.into();
+            f.name = format!("opk-{id}");
+            f.run_label = Some("r".into());
+            change(&mut f);
+            f
+        };
+        let facts = [
+            named("a", &|_| {}),
+            named("b", &|f| f.live_op = Some(("o".into(), "running".into()))),
+            named("c", &|f| {
+                f.run_id = None;
+                f.run_label = Some("../bad".into());
+            }),
+        ];
+        let got: Vec<(String, ReapAction, Option<String>)> = decide_reap(&facts)
+            .into_iter()
+            .map(|d| (d.container_id, d.action, d.run_id))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), ReapAction::Remove, Some("r".into())),
+                ("b".into(), ReapAction::Keep, Some("r".into())),
+                ("c".into(), ReapAction::Keep, Some("../bad".into())),
+            ]
+        );
+        assert!(
+            decide_reap(&facts).iter().all(|d| !d.removed),
+            "deciding removes nothing"
+        );
+        assert!(decide_reap(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_scratch_dir_goes_with_the_last_container_once_delivered() {
+        assert_eq!(scratch_fate(Some(false), true), ScratchFate::Remove);
+        assert!(
+            matches!(scratch_fate(Some(false), false), ScratchFate::Keep(w) if w.contains("delivered"))
+        );
+        assert!(
+            matches!(scratch_fate(Some(true), true), ScratchFate::Keep(w) if w.contains("other container"))
+        );
+        // the container list could not be had: keep
+        assert!(matches!(scratch_fate(None, true), ScratchFate::Keep(_)));
+    }
+
+    #[test]
+    fn idle_processes_are_recognised() {
+        assert!(super::is_idle_process(
+            "/sbin/docker-init -- /bin/sh -c while :; do sleep 3600; done"
+        ));
+        assert!(super::is_idle_process("sleep 3600"));
+        assert!(super::is_idle_process("/.opkernel/shim idle"));
+        assert!(super::is_idle_process("/.opkernel/shim serve"));
+        assert!(super::is_idle_process(
+            "/sbin/docker-init -- /.opkernel/shim idle"
+        ));
+        assert!(!super::is_idle_process("/.opkernel/shim launch x"));
+        assert!(!super::is_idle_process("python server.py"));
+    }
+}

@@ -1,0 +1,53 @@
+//! `opkernel serve`: take the home, recover, then serve HTTP.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::runtime::kernel::Kernel;
+
+/// Opens the kernel, re-attaches every live op, and serves until the
+/// process ends. `on_ready` gets the bound address.
+pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+    let listen = config.listen;
+    let kernel = Kernel::open(config).await?;
+    let started = std::time::Instant::now();
+    let attached = crate::runtime::observer::recover(&kernel).await?;
+    tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
+    let housekeeping = crate::runtime::housekeeping::Housekeeping::start(&kernel).await?;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    on_ready(listener.local_addr()?);
+    tokio::select! {
+        served = axum::serve(listener, app(kernel)) => served?,
+        signal = stop_signal() => {
+            tracing::info!(signal, "stopping: each housekeeping loop finishes what it does (the scheduler its batch)");
+        }
+    }
+    // commands keep running in their containers; the next start re-attaches
+    housekeeping.stop().await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT, naming it.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // no handler: the default action (exit) stays in force
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+/// Everything served over HTTP: the API, and MCP beside it. MCP calls the
+/// API router itself: one definition of every tool.
+pub fn app(kernel: Arc<Kernel>) -> axum::Router {
+    let api = crate::surfaces::api::router(kernel.clone());
+    let mcp = crate::surfaces::mcp::http::routes(kernel, api.clone());
+    api.merge(mcp)
+}

@@ -1,0 +1,68 @@
+//! Wake-ups from a PostgreSQL control plane (SPEC §19): one connection
+//! that `LISTEN`s on `opkernel_events` (each new event row notifies its run
+//! id, migration 0005) and hands each run id to the kernel. A hint only:
+//! waiters also re-read on their own timer, and after every (re)connect
+//! everyone is woken once (`""`), so a notification lost while the
+//! connection was down delays a reader and never loses an event.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::{AsyncMessage, NoTls};
+
+/// Called with the run id of each event notified; `""` wakes everyone.
+pub type OnEvent = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The channel the events' trigger notifies.
+pub const CHANNEL: &str = "opkernel_events";
+
+/// Longest wait between two connection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Listens until `stop` is pulled, reconnecting with backoff.
+pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::sync::Stop) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let ended = tokio::select! {
+            ended = session(&url, &on_event) => ended,
+            () = stop.stopped() => return,
+        };
+        match ended {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(e) => tracing::warn!(%e, "store notifications unavailable; readers poll meanwhile"),
+        }
+        // whatever was missed while down: everyone re-reads
+        on_event("");
+        if !stop.nap(backoff).await {
+            return;
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One connection's life: LISTEN, then every notification until it drops.
+async fn session(url: &str, on_event: &OnEvent) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    if tx.send(n.payload().to_owned()).is_err() {
+                        return Ok(());
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    });
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    on_event("");
+    while let Some(run) = rx.recv().await {
+        on_event(&run);
+    }
+    drop(client);
+    driver.await.unwrap_or(Ok(()))
+}

@@ -1,0 +1,177 @@
+//! A run's trace (SPEC §14 events: long poll, SSE) and the reports it was
+//! served (read-only: listing them acknowledges nothing).
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::Json;
+use futures::Stream;
+use serde::Deserialize;
+
+use super::runs::load_run;
+use super::{authorize_run, ApiError, ApiResult, AppState, Params, Scope, Seg};
+use crate::surfaces::auth::Principal;
+use crate::surfaces::views::{Event, EventsPage, ReportList, ReportSummary};
+
+/// Longest an events call may wait.
+pub const MAX_EVENTS_WAIT_SEC: u64 = 300;
+/// Events in one answer (and one SSE batch).
+const EVENTS_PAGE: u32 = 500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(default)]
+    after: i64,
+    #[serde(default)]
+    wait: u64,
+    limit: Option<u32>,
+    /// The last `tail` events instead (no wait).
+    tail: Option<u32>,
+}
+
+/// `GET /v1/runs/{run}/events?after=SEQ&wait=SEC`: the run's events after
+/// `after`, waiting up to `wait` seconds for the first one.
+pub async fn events(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Params(q): Params<EventsQuery>,
+) -> ApiResult<Json<EventsPage>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    load_run(&k, &run).await?;
+    if q.wait > MAX_EVENTS_WAIT_SEC {
+        return Err(ApiError::bad_request(format!(
+            "wait must be at most {MAX_EVENTS_WAIT_SEC} s"
+        )));
+    }
+    let limit = q.limit.unwrap_or(EVENTS_PAGE).clamp(1, EVENTS_PAGE);
+    if let Some(n) = q.tail {
+        // the cursor first, then the tail up to it: a stream opened after
+        // it misses nothing and repeats nothing
+        let last_seq = k.store.last_event_seq(&run).await?;
+        let events = k
+            .store
+            .events_tail(&run, n.clamp(1, EVENTS_PAGE), last_seq)
+            .await?;
+        return Ok(Json(EventsPage {
+            run_id: run,
+            events,
+            next_after: last_seq,
+            last_seq,
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(q.wait);
+    let mut journal = k.store.journal();
+    let events = loop {
+        journal.borrow_and_update();
+        let events = k.store.events_after(&run, q.after, limit).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !events.is_empty() || left.is_zero() {
+            break events;
+        }
+        // the safety-net period bounds a missed wake-up
+        let _ = tokio::time::timeout(left.min(Duration::from_secs(5)), journal.changed()).await;
+    };
+    let next_after = events.last().map_or(q.after, |e| e.seq);
+    let last_seq = k.store.last_event_seq(&run).await?;
+    Ok(Json(EventsPage {
+        run_id: run,
+        events,
+        next_after,
+        // where a reader that wants only what comes next starts
+        last_seq,
+    }))
+}
+
+/// `GET /v1/runs/{run}/events/stream`: the run's events over SSE from
+/// `after` (or `Last-Event-ID`), live; each SSE event's id is its `seq`.
+pub async fn events_stream(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Params(q): Params<EventsQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    load_run(&k, &run).await?;
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(q.after);
+    let journal = k.store.journal();
+    let state = (
+        k,
+        run,
+        after,
+        journal,
+        std::collections::VecDeque::<Event>::new(),
+    );
+    let stream = futures::stream::unfold(
+        state,
+        |(k, run, mut after, mut journal, mut queue)| async move {
+            loop {
+                if let Some(event) = queue.pop_front() {
+                    after = event.seq;
+                    let data = serde_json::to_string(&event).unwrap_or_default();
+                    let sse = SseEvent::default().id(event.seq.to_string()).data(data);
+                    return Some((Ok(sse), (k, run, after, journal, queue)));
+                }
+                journal.borrow_and_update();
+                match k.store.events_after(&run, after, EVENTS_PAGE).await {
+                    Ok(events) if !events.is_empty() => queue.extend(events),
+                    Ok(_) => {
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(5), journal.changed()).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%e, %run, "events stream ends: control plane error");
+                        return None;
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportsQuery {
+    limit: Option<u32>,
+}
+
+/// `GET /v1/runs/{run}/reports`: the run's reports as they were served,
+/// newest first, with whether each was acknowledged. Read-only: reading
+/// drains and acks nothing, so an ancestor (and the panel) may look.
+pub async fn reports(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Params(q): Params<ReportsQuery>,
+) -> ApiResult<Json<ReportList>> {
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    load_run(&k, &run).await?;
+    let list = k
+        .store
+        .recent_reports(&run, q.limit.unwrap_or(20).clamp(1, 200))
+        .await?;
+    let reports = list
+        .into_iter()
+        .map(|(r, created, acked)| ReportSummary {
+            report_id: r.report_id,
+            created_at: crate::report_text::rfc3339(created),
+            acked_at: acked.map(crate::report_text::rfc3339),
+            resolved: r.resolved.len(),
+            text: r.text,
+        })
+        .collect();
+    Ok(Json(ReportList {
+        run_id: run,
+        reports,
+    }))
+}

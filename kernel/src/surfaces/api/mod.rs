@@ -1,0 +1,272 @@
+//! The HTTP JSON API (axum): bearer auth, strict request parsing into
+//! closed types, and one error shape. Handlers live in submodules by concern.
+
+mod console;
+pub mod error;
+mod events;
+mod ops;
+pub mod panel;
+pub mod reports;
+mod runs;
+pub mod schedules;
+mod views;
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+
+use crate::runtime::kernel::Kernel;
+use crate::surfaces::auth::{constant_time_eq, token_sha256, Principal};
+pub use error::{ApiError, ApiResult};
+
+/// Request bodies above this size are refused (413).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The state every handler shares: the one kernel.
+pub type AppState = Arc<Kernel>;
+
+/// The API's routes (the panel's assets among them); MCP is mounted
+/// beside them by [`crate::runtime::serve::app`].
+pub fn router(kernel: Arc<Kernel>) -> Router {
+    let mut app = Router::new()
+        .route("/", get(panel::index))
+        .route("/ui/{file}", get(panel::file))
+        .route("/v1/health", get(views::health))
+        .route("/v1/whoami", get(views::whoami))
+        .route("/v1/tools", get(views::tools))
+        .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
+        .route("/v1/runs/{run}", get(runs::get_run))
+        .route("/v1/runs/{run}/pause", post(runs::pause))
+        .route("/v1/runs/{run}/resume", post(runs::resume))
+        .route("/v1/runs/{run}/cancel", post(runs::cancel))
+        .route("/v1/runs/{run}/complete", post(runs::complete))
+        .route("/v1/runs/{run}/usage", post(runs::usage))
+        .route("/v1/runs/{run}/events", get(events::events))
+        .route("/v1/runs/{run}/events/stream", get(events::events_stream))
+        .route("/v1/runs/{run}/reports", get(events::reports))
+        .route(
+            "/v1/runs/{run}/schedules",
+            post(schedules::create).get(schedules::list),
+        )
+        .route(
+            "/v1/runs/{run}/schedules/{id}",
+            get(schedules::get_one).delete(schedules::delete),
+        )
+        .route(
+            "/v1/runs/{run}/schedules/{id}/pause",
+            post(schedules::pause),
+        )
+        .route(
+            "/v1/runs/{run}/schedules/{id}/resume",
+            post(schedules::resume),
+        )
+        .route("/v1/schedules", get(schedules::list_all))
+        .route("/v1/tools/run_command", post(ops::run_oneshot))
+        .route("/v1/runs/{run}/tools/run_command", post(ops::run_command))
+        .route(
+            "/v1/runs/{run}/tools/kill_operation",
+            post(ops::kill_operation),
+        )
+        .route("/v1/operations/{id}", get(ops::get_operation))
+        .route("/v1/operations/{id}/approve", post(ops::approve))
+        .route("/v1/operations/{id}/deny", post(ops::deny))
+        .route("/v1/approvals", get(ops::approvals))
+        .route("/v1/operations/{id}/log", get(console::raw_log))
+        .route("/v1/operations/{id}/console", get(console::console))
+        .route("/v1/runs/{run}/report", get(reports::report))
+        .route("/v1/runs/{run}/report/{report_id}/ack", post(reports::ack))
+        .route("/v1/runs/{run}/notes", post(reports::note))
+        .route("/v1/runs/{run}/finish", post(reports::finish))
+        .route("/v1/ops", get(views::list_ops))
+        .route("/v1/containers", get(views::containers))
+        .route("/v1/reap", post(views::reap));
+    if kernel.config.drills {
+        app = app
+            .route("/v1/drill/observer-fault/{id}", post(views::observer_fault))
+            .route("/v1/drill/observer-wake/{id}", post(views::observer_wake))
+            .route("/v1/drill/supervisor-end/{id}", post(views::supervisor_end))
+            .route("/v1/drill/clock-step", post(views::clock_step))
+            .route("/v1/drill/probes", get(views::probe_counts));
+    }
+    app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .with_state(kernel)
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        kernel: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(ApiError::unauthorized)?;
+        let token = header
+            .strip_prefix("Bearer ")
+            .ok_or_else(ApiError::unauthorized)?
+            .trim();
+        if token.is_empty() || token.len() > 256 {
+            return Err(ApiError::unauthorized());
+        }
+        let presented = token_sha256(token);
+        if constant_time_eq(
+            presented.as_bytes(),
+            token_sha256(&kernel.operator_token).as_bytes(),
+        ) {
+            return Ok(Principal::Operator);
+        }
+        match kernel.store.run_for_token(&presented).await? {
+            Some(run) => Ok(Principal::Run(run)),
+            None => Err(ApiError::unauthorized()),
+        }
+    }
+}
+
+/// JSON body extractor whose rejections use the API's error shape.
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Body(v)),
+            Err(JsonRejection::BytesRejection(e)) => Err(ApiError::new(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request body refused: {e} (limit {MAX_BODY_BYTES} bytes)"),
+            )),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "invalid JSON body: {}",
+                e.body_text()
+            ))),
+        }
+    }
+}
+
+/// Parses a `run_command` body exactly as the endpoint does (for tests and
+/// fuzzing of the request parser).
+pub fn parse_run_command(body: &[u8]) -> Result<ops::RunCommand, String> {
+    serde_json::from_slice(body).map_err(|e| e.to_string())
+}
+
+/// How far a run token reaches for an action (SPEC §14): its own run
+/// alone (run commands, drain and ack reports, notes, finish, complete,
+/// usage, children), or also its descendants (list, state, console,
+/// events, kill, pause, resume, cancel). The operator reaches every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The token's own run only.
+    Own,
+    /// The token's run and every run whose chain contains it.
+    Subtree,
+}
+
+/// Whether `principal` may act on `run_id` within `scope`.
+pub async fn may_act(
+    kernel: &Kernel,
+    principal: &Principal,
+    run_id: &str,
+    scope: Scope,
+) -> ApiResult<bool> {
+    if principal.may_act_on(run_id) {
+        return Ok(true);
+    }
+    let Principal::Run(own) = principal else {
+        return Ok(false);
+    };
+    if scope == Scope::Own {
+        return Ok(false);
+    }
+    Ok(kernel
+        .run_meta(run_id)
+        .await?
+        .is_some_and(|meta| meta.chain.iter().any(|a| a == own)))
+}
+
+/// Checks a run id from a path and that the caller may act on it.
+pub async fn authorize_run(
+    kernel: &Kernel,
+    principal: &Principal,
+    run_id: &str,
+    scope: Scope,
+) -> ApiResult<()> {
+    sandbox::profile::validate_run_id(run_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if may_act(kernel, principal, run_id, scope).await? {
+        return Ok(());
+    }
+    let own_descendant = match principal {
+        Principal::Run(own) => kernel
+            .run_meta(run_id)
+            .await?
+            .is_some_and(|meta| meta.chain.contains(own)),
+        Principal::Operator => false,
+    };
+    Err(ApiError::forbidden(if own_descendant {
+        "a run token acts on its descendants' state, never on their reports, notes, commands or completion"
+    } else {
+        "this token acts on another run"
+    }))
+}
+
+/// Refuses (403) anything but the operator token: approve and deny,
+/// one-shot commands, containers, reaping and the drill hooks.
+pub fn require_operator(principal: &Principal) -> ApiResult<()> {
+    match principal {
+        Principal::Operator => Ok(()),
+        Principal::Run(_) => Err(ApiError::forbidden(
+            "this endpoint needs the operator token",
+        )),
+    }
+}
+
+/// Loads an op the caller may see (its run's or a descendant's); any
+/// other run's op is "not found".
+pub async fn visible_op(
+    kernel: &Kernel,
+    principal: &Principal,
+    id: &str,
+) -> ApiResult<crate::store::Op> {
+    sandbox::shim::validate_op_id(id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    match kernel.store.get_op(id).await? {
+        Some(op) if may_act(kernel, principal, &op.run_id, Scope::Subtree).await? => Ok(op),
+        _ => Err(ApiError::not_found(format!("no operation {id}"))),
+    }
+}
+
+/// Query-string extractor whose rejections use the API's error shape.
+pub struct Params<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Params(q.0))
+            .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))
+    }
+}
+
+/// Path-segment extractor whose rejections use the API's error shape.
+pub struct Seg<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Seg<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Seg(p.0))
+            .map_err(|e| ApiError::bad_request(format!("invalid path: {}", e.body_text())))
+    }
+}

@@ -1,0 +1,391 @@
+//! Starting, killing and inspecting operations; registering runs.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+
+use super::{
+    authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body, Scope, Seg,
+};
+use crate::lifecycle::{KillReason, Status};
+use crate::store::{NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
+use crate::surfaces::auth::Principal;
+use crate::surfaces::views::{OpList, OpView};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommand {
+    command: Vec<String>,
+    #[serde(default)]
+    background: bool,
+    timeout_sec: Option<u64>,
+}
+
+/// The reply of a start held for approval.
+pub fn awaiting_message(id: &str) -> String {
+    format!(
+        "Awaiting operator approval as operation {id}. Nothing runs until an operator approves it; it may \
+         also be denied. Do not wait idle: continue with other work, and the outcome (the result, or the \
+         denial with its reason) will arrive automatically as a follow-up message. Use kill_operation to \
+         withdraw it."
+    )
+}
+
+/// The exact reply of a background start.
+pub fn started_message(id: &str, timeout_sec: u64) -> String {
+    format!(
+        "Started in background as operation {id}. Do not wait idle: continue with other work, and the result \
+         (exit code + output tail) will arrive automatically as a follow-up message. The operation times out \
+         after {timeout_sec} s. Use kill_operation to cancel it."
+    )
+}
+
+pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 128 && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::bad_request("Idempotency-Key must be 1-128 printable ASCII characters")
+        })?;
+    // the kernel's own keys (a schedule's due times) are not the caller's
+    if key.starts_with("schedule:") {
+        return Err(ApiError::bad_request(
+            "Idempotency-Key may not start with \"schedule:\" (reserved for schedules)",
+        ));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// The command's timeout: the one asked for, or the default (never above
+/// the kernel's ceiling nor the run's envelope). A timeout above the
+/// kernel's ceiling is bad input; one above the envelope is refused.
+fn validate(k: &AppState, req: &RunCommand, envelope: &crate::runs::Envelope) -> ApiResult<u64> {
+    sandbox::shim::validate_command(&req.command)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (default, max, var) = if req.background {
+        (
+            k.config.bg_default_sec,
+            k.config.bg_max_sec,
+            "OPKERNEL_BG_MAX_SECONDS",
+        )
+    } else {
+        (
+            k.config.fg_default_sec,
+            k.config.fg_max_sec,
+            "OPKERNEL_FG_MAX_SECONDS",
+        )
+    };
+    let ceiling = envelope.max_timeout_sec.unwrap_or(u64::MAX);
+    let timeout = req.timeout_sec.unwrap_or(default.min(max).min(ceiling));
+    if timeout == 0 || timeout > max {
+        let kind = if req.background {
+            "background"
+        } else {
+            "foreground"
+        };
+        return Err(ApiError::bad_request(format!(
+            "timeout_sec must be between 1 and {max} for a {kind} command (limit set by {var}), got {timeout}"
+        )));
+    }
+    if timeout > ceiling {
+        return Err(ApiError::envelope_exceeded(format!(
+            "timeout_sec {timeout} is over this run's envelope (max_timeout_sec {ceiling})"
+        )));
+    }
+    Ok(timeout)
+}
+
+pub async fn run_command(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    headers: HeaderMap,
+    Body(req): Body<RunCommand>,
+) -> ApiResult<Json<OpView>> {
+    authorize_run(&k, &principal, &run, Scope::Own).await?;
+    let meta = run_meta_for(&k, &principal, &run).await?;
+    let timeout = validate(&k, &req, &meta.envelope)?;
+    let key = idempotency_key(&headers)?;
+    // a command an approval rule holds waits for an operator: its result
+    // comes in a report, as a background op's does (a caller cannot be
+    // kept waiting for a human)
+    let approval = k.approval_hold(&meta, &req.command);
+    let start = StartRequest {
+        scratch_key: sandbox::profile::scratch_key(&run),
+        run_id: run,
+        command: req.command,
+        background: req.background || approval.is_some(),
+        timeout_sec: timeout,
+        idempotency_key: key,
+        approval,
+        schedule_id: None,
+    };
+    let limits = crate::store::Admission {
+        implicit_run: principal == Principal::Operator,
+        ..k.config.admission()
+    };
+    start_and_answer(&k, start, limits).await
+}
+
+/// The run's facts for a start: the operator's run is created when it is
+/// not recorded yet; a run token's run must exist (it may have been
+/// purged since the token was checked).
+pub async fn run_meta_for(
+    k: &AppState,
+    principal: &Principal,
+    run: &str,
+) -> ApiResult<std::sync::Arc<crate::runtime::kernel::RunMeta>> {
+    match principal {
+        Principal::Operator => Ok(k.run_meta_or_create(run).await?),
+        Principal::Run(_) => k.run_meta(run).await?.ok_or_else(|| {
+            ApiError::not_found(format!(
+                "run {run} does not exist (a finished run tree is purged after OPKERNEL_RETENTION)"
+            ))
+        }),
+    }
+}
+
+/// Inserts the op durably, hands it to its observer and answers: at once
+/// for a background op, at its end for a foreground one.
+async fn start_and_answer(
+    k: &AppState,
+    start: StartRequest,
+    limits: crate::store::Admission,
+) -> ApiResult<Json<OpView>> {
+    let background = start.background;
+    // the limits, the run's state and its budgets are checked in the
+    // insert's transaction: an idempotent retry finds its op first, and
+    // concurrent starts (or a start and a cancel) cannot pass together
+    let op = match crate::runtime::control::start_op(k, start, limits).await? {
+        NewOp::Created(op) | NewOp::Existing(op) => op,
+        NewOp::KeyConflict(id) => {
+            return Err(ApiError::conflict(format!(
+                "Idempotency-Key was already used for operation {id} with a different request"
+            )))
+        }
+        NewOp::Refused(why) => return Err(ApiError::refused(&why)),
+    };
+    // a waiting op has no observer until it is approved
+    if op.status == Status::AwaitingApproval {
+        return Ok(Json(OpView::of(&op).saying(awaiting_message(&op.id))));
+    }
+    if background {
+        return Ok(Json(
+            OpView::of(&op).saying(started_message(&op.id, op.timeout_sec)),
+        ));
+    }
+    Ok(Json(wait_foreground(k, &op).await?))
+}
+
+async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
+    let budget =
+        Duration::from_secs(op.timeout_sec) + k.config.kill_grace * 3 + Duration::from_secs(30);
+    let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
+    let op = k
+        .store
+        .get_op(&op.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    if op.status.is_terminal() {
+        k.store.mark_delivered_inline(&op.id).await?;
+    }
+    let output = k
+        .backend
+        .ops_dir(&op.scratch_key)
+        .log_tail(&op.id, 64 * 1024)
+        .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    Ok(OpView {
+        output: Some(output),
+        ..OpView::of(&op)
+    })
+}
+
+/// A foreground command in a throwaway container, removed afterwards.
+pub async fn run_oneshot(
+    State(k): State<AppState>,
+    principal: Principal,
+    Body(req): Body<RunCommand>,
+) -> ApiResult<Json<OpView>> {
+    require_operator(&principal)?;
+    if req.background {
+        return Err(ApiError::bad_request(
+            "background commands need a run: use /v1/runs/{run}/tools/run_command",
+        ));
+    }
+    let timeout = validate(&k, &req, &k.config.default_envelope())?;
+    let run = format!("oneshot-{}", uuid::Uuid::new_v4().simple());
+    let start = StartRequest {
+        scratch_key: sandbox::profile::scratch_key(&run),
+        run_id: run.clone(),
+        command: req.command,
+        background: false,
+        timeout_sec: timeout,
+        idempotency_key: None,
+        approval: None,
+        schedule_id: None,
+    };
+    let answer = start_and_answer(&k, start, k.config.admission()).await;
+    k.remove_run_container(&run).await;
+    k.forget_run(&run);
+    answer
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillOperation {
+    operation_id: String,
+}
+
+pub async fn kill_operation(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(run): Seg<String>,
+    Body(req): Body<KillOperation>,
+) -> ApiResult<Json<OpView>> {
+    // an ancestor may kill a descendant's op (through the descendant's path)
+    authorize_run(&k, &principal, &run, Scope::Subtree).await?;
+    let op = visible_op(&k, &principal, &req.operation_id).await?;
+    if op.run_id != run {
+        return Err(ApiError::not_found(format!(
+            "no operation {} in run {run}",
+            op.id
+        )));
+    }
+    if op.status.is_terminal() {
+        let ended = format!("operation already ended: {}", op.status.as_str());
+        return Ok(Json(OpView::of(&op).saying(ended)));
+    }
+    if op.status == Status::AwaitingApproval {
+        let reason = "cancelled before approval";
+        crate::runtime::control::deny(&k, &op, reason, BY_KILL).await?;
+        let op = k
+            .store
+            .get_op(&op.id)
+            .await?
+            .ok_or_else(|| ApiError::internal("operation vanished"))?;
+        if op.status == Status::Denied {
+            // it may have been denied just before, for another reason
+            let why = op.error.clone().unwrap_or_else(|| reason.to_owned());
+            return Ok(Json(
+                OpView::of(&op).saying(format!("operation denied: {why}")),
+            ));
+        }
+        // approved meanwhile: it is an ordinary op now, killed as one
+    }
+    crate::runtime::control::kill(&k, &op.id, KillReason::Kill).await?;
+    // give the TERM → grace → KILL sequence time to finish, then answer with the state
+    let budget = k.config.kill_grace * 2 + Duration::from_secs(5);
+    let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
+    let op = k
+        .store
+        .get_op(&op.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    let message = if op.status.is_terminal() {
+        format!("operation killed: {}", op.status.as_str())
+    } else {
+        "kill under way: SIGTERM sent, SIGKILL follows after the grace period; the outcome arrives as a normal resolution".to_owned()
+    };
+    Ok(Json(OpView::of(&op).saying(message)))
+}
+
+pub async fn get_operation(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+) -> ApiResult<Json<OpView>> {
+    let op = visible_op(&k, &principal, &id).await?;
+    Ok(Json(OpView::of(&op)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deny {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /v1/operations/{id}/approve`: operator only (a run token, even the
+/// op's own, is refused: an agent cannot approve itself). The op starts
+/// like a new one; its timeout counts from its start.
+pub async fn approve(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+) -> ApiResult<Json<OpView>> {
+    require_operator(&principal)?;
+    let op = visible_op(&k, &principal, &id).await?;
+    match crate::runtime::control::approve(&k, &op.id).await? {
+        Err(refusal) => Err(ApiError::refused(&refusal)),
+        Ok(Some(op)) => Ok(Json(
+            OpView::of(&op).saying("approved: the operation starts now"),
+        )),
+        Ok(None) => Err(ApiError::conflict(format!(
+            "operation {id} is not awaiting approval (it is {})",
+            op.status.as_str()
+        ))),
+    }
+}
+
+/// Bytes of a denial reason.
+const MAX_REASON_BYTES: usize = 4096;
+
+/// `POST /v1/operations/{id}/deny {"reason"}`: operator only. The op ends
+/// `denied` with the reason, delivered in the run's next report.
+pub async fn deny(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+    Body(req): Body<Deny>,
+) -> ApiResult<Json<OpView>> {
+    require_operator(&principal)?;
+    let op = visible_op(&k, &principal, &id).await?;
+    let reason = req.reason.unwrap_or_default();
+    if reason.len() > MAX_REASON_BYTES || reason.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "reason must be at most {MAX_REASON_BYTES} bytes, without NUL bytes"
+        )));
+    }
+    // one line in the report: control characters become spaces
+    let reason: String = reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let reason = match reason.trim() {
+        "" => "no reason given".to_owned(),
+        r => r.to_owned(),
+    };
+    if !crate::runtime::control::deny(&k, &op, &reason, BY_OPERATOR).await? {
+        return Err(ApiError::conflict(format!(
+            "operation {id} is not awaiting approval (it is {})",
+            op.status.as_str()
+        )));
+    }
+    let op = k
+        .store
+        .get_op(&op.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    Ok(Json(OpView::of(&op).saying(format!("denied: {reason}"))))
+}
+
+/// `GET /v1/approvals`: ops waiting for approval (the operator sees all; a
+/// run token its own run's and its descendants').
+pub async fn approvals(State(k): State<AppState>, principal: Principal) -> ApiResult<Json<OpList>> {
+    let root = match &principal {
+        Principal::Operator => None,
+        Principal::Run(own) => Some(own.clone()),
+    };
+    let ops = k.store.waiting_ops(root).await?;
+    Ok(Json(OpList {
+        operations: ops.iter().map(OpView::of).collect(),
+    }))
+}

@@ -1,0 +1,569 @@
+//! The `opkernel` command line: `serve` runs the daemon; every other verb is
+//! a client of its HTTP API.
+
+pub mod client;
+mod runs;
+mod verbs;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use client::{default_home, Client};
+
+use crate::surfaces::views::OpView;
+
+/// The parsed command line: one verb and its arguments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "opkernel",
+    version,
+    about = "Container sandbox operation kernel for AI agents"
+)]
+pub struct Cli {
+    /// The verb to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every verb of the `opkernel` binary.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the kernel daemon
+    Serve {
+        /// Address to listen on (loopback unless --allow-remote)
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: SocketAddr,
+        /// Kernel home (control plane, tokens, scratch dirs) [default: $OPKERNEL_HOME or ~/.opkernel]
+        #[arg(long)]
+        home: Option<PathBuf>,
+        /// Allow listening on a non-loopback address
+        #[arg(long)]
+        allow_remote: bool,
+        /// Enable the fault hooks used by recovery drills
+        #[arg(long, hide = true)]
+        drills: bool,
+    },
+    /// Run a command in a run's sandbox (without --run: in a throwaway container)
+    Run {
+        /// Run to use [default: a throwaway container, foreground only]
+        #[arg(long)]
+        run: Option<String>,
+        /// Answer at once; the result arrives in a later report
+        #[arg(long)]
+        background: bool,
+        /// Seconds from the start [default: 900 background, 300 foreground]
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+        /// A retry with the same key returns the same operation
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// The command and its arguments, after --
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Kill an operation (SIGTERM, grace, SIGKILL)
+    Kill {
+        /// Operation to kill
+        operation_id: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show an operation's state
+    State {
+        /// Operation to show
+        operation_id: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print an operation's output
+    Logs {
+        /// Operation whose output to print
+        operation_id: String,
+        /// Keep streaming the output until the operation ends
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Wait for and print the next background operations report, then ack it
+    Report {
+        /// Run whose report to drain
+        #[arg(long)]
+        run: String,
+        /// Seconds to wait for a result or a note
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a note (steer) for a run; it wakes a waiting report
+    Note {
+        /// Run to steer
+        #[arg(long)]
+        run: String,
+        /// The note, delivered with the run's next report
+        text: String,
+    },
+    /// Wait until every op of a run is terminal and print the outcomes
+    Finish {
+        /// Run to finish
+        #[arg(long)]
+        run: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register a run and print its run token (with a run token: create a
+    /// child of that run, which may only narrow its envelope and budget)
+    Token {
+        /// Run id to register (with a run token: the child's id)
+        #[arg(long)]
+        run: String,
+        /// Envelope as JSON, e.g. '{"memory_bytes": 536870912, "max_timeout_sec": 600}'
+        #[arg(long)]
+        envelope: Option<String>,
+        /// Budget as JSON, e.g. '{"tokens": 200000, "op_seconds": 3600}'
+        #[arg(long)]
+        budget: Option<String>,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// List runs as a parent/child tree
+    Runs {
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run: state, parent, chain, children, envelope, budget, usage
+    RunState {
+        /// Run to show
+        run: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a run (and what it delegated): nothing new is admitted
+    Pause {
+        /// Run to pause
+        run: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume a paused run
+    Resume {
+        /// Run to resume
+        run: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run and its descendants: every live op is killed
+    Cancel {
+        /// Run to cancel
+        run: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Complete a run with a summary (refused while its ops are live)
+    Complete {
+        /// Run to complete
+        run: String,
+        /// What the run achieved, recorded with its completion
+        #[arg(long)]
+        summary: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run's usage and budget, or (with --model) record model usage
+    Usage {
+        /// Run whose usage to show or record
+        run: String,
+        /// Model name: record this usage instead of showing it
+        #[arg(long)]
+        model: Option<String>,
+        /// Input tokens to record (with --model)
+        #[arg(long, default_value_t = 0)]
+        input_tokens: u64,
+        /// Output tokens to record (with --model)
+        #[arg(long, default_value_t = 0)]
+        output_tokens: u64,
+        /// Cost to record, in millionths of a currency unit (with --model)
+        #[arg(long, default_value_t = 0)]
+        cost_micros: u64,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's events (its trace); --follow streams new ones
+    Events {
+        /// Run whose events to print
+        run: String,
+        /// Print only events with a sequence number above this one
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Keep streaming new events
+        #[arg(long, short)]
+        follow: bool,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// List operations
+    Ps {
+        /// Only this run's operations [default: every run the token reaches]
+        #[arg(long)]
+        run: Option<String>,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+        /// Most operations to list, newest first
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// List managed containers
+    Containers {
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove abandoned run containers
+    Reap {
+        /// Show the decisions without removing anything
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Schedules: commands a run runs later or repeatedly
+    Schedule {
+        /// What to do with schedules
+        #[command(subcommand)]
+        action: ScheduleCmd,
+    },
+    /// List operations waiting for approval
+    Approvals {
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a waiting operation (operator token only): it starts now
+    Approve {
+        /// Operation awaiting approval
+        operation_id: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny a waiting operation (operator token only): it ends denied
+    Deny {
+        /// Operation awaiting approval
+        operation_id: String,
+        /// Why, delivered to the agent in the run's next report
+        #[arg(long)]
+        reason: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve MCP over stdio as one run (agent hosts launch it); talks to the
+    /// daemon at OPKERNEL_URL with the run token in OPKERNEL_TOKEN
+    Mcp {
+        /// Run the server acts as; OPKERNEL_TOKEN must be its token
+        #[arg(long)]
+        run: String,
+    },
+    /// Run recovery drills against the local Docker engine
+    Drill {
+        /// Drill to run, or all
+        #[arg(default_value = "all")]
+        name: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The `opkernel schedule` verbs.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCmd {
+    /// Add a schedule to a run: exactly one of --cron, --every, --at
+    Add {
+        /// Run the schedule belongs to and fires as
+        #[arg(long)]
+        run: String,
+        /// 5-field cron expression, UTC
+        #[arg(long)]
+        cron: Option<String>,
+        /// Every SEC seconds
+        #[arg(long)]
+        every: Option<u64>,
+        /// Once, at an RFC 3339 time
+        #[arg(long)]
+        at: Option<String>,
+        /// Timeout of each fired operation, in seconds [default: the background default]
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// After a kernel outage, fire once for the missed time(s)
+        #[arg(long)]
+        catch_up: bool,
+        /// A one-shot that succeeded is deleted
+        #[arg(long)]
+        delete_after_success: bool,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments, after --
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// List schedules (of a run and its descendants, or all the token reaches)
+    Ls {
+        /// Only this run's and its descendants' schedules [default: all the token reaches]
+        #[arg(long)]
+        run: Option<String>,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a schedule
+    Rm {
+        /// Run the schedule belongs to
+        #[arg(long)]
+        run: String,
+        /// Schedule to delete
+        schedule_id: String,
+    },
+    /// Pause a schedule
+    Pause {
+        /// Run the schedule belongs to
+        #[arg(long)]
+        run: String,
+        /// Schedule to pause
+        schedule_id: String,
+    },
+    /// Resume a paused schedule
+    Resume {
+        /// Run the schedule belongs to
+        #[arg(long)]
+        run: String,
+        /// Schedule to resume
+        schedule_id: String,
+    },
+}
+
+fn print_json(v: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// A view as JSON with its keys in order, as the API's answer itself
+/// prints (`--json` of the verbs that print an answer whole).
+fn print_answer(v: &impl serde::Serialize) {
+    print_json(&serde_json::to_value(v).unwrap_or_default());
+}
+
+/// A view as one line of JSON, keys in order.
+fn compact(v: &impl serde::Serialize) -> String {
+    serde_json::to_value(v).unwrap_or_default().to_string()
+}
+
+fn or_dash<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".to_owned(), T::to_string)
+}
+
+/// Exit status for a foreground op that did not complete with a code.
+pub fn exit_status(status: &str, exit_code: Option<i32>) -> i32 {
+    match status {
+        "completed" => exit_code.unwrap_or(1),
+        "timed_out" => 124,
+        "lost" => 125,
+        _ => 126,
+    }
+}
+
+/// An op as JSON, or as its one-line description.
+fn print_op(op: &OpView, json: bool) {
+    if json {
+        print_json(op)
+    } else {
+        println!("{}", describe(op))
+    }
+}
+
+fn describe(op: &OpView) -> String {
+    let mut line = format!(
+        "{} {} attempt={} exit_code={} killed={}",
+        op.operation_id,
+        op.status,
+        op.attempt,
+        or_dash(&op.exit_code),
+        op.killed
+    );
+    if let Some(m) = &op.message {
+        line.push_str(&format!(" ({m})"));
+    }
+    if let Some(e) = &op.effect {
+        line.push_str(&format!(" effect={e}"));
+    }
+    line
+}
+
+/// Runs a client verb against the daemon; returns the process exit status.
+pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
+    let client = Client::from_env()?;
+    match cmd {
+        Command::Run {
+            run,
+            background,
+            timeout,
+            json,
+            idempotency_key,
+            command,
+        } => {
+            let req = RunRequest {
+                run,
+                background,
+                timeout,
+                idempotency_key,
+                command,
+            };
+            verbs::run(&client, req, json).await
+        }
+        Command::Kill { operation_id, json } => verbs::kill(&client, &operation_id, json).await,
+        Command::State { operation_id, json } => verbs::state(&client, &operation_id, json).await,
+        Command::Logs {
+            operation_id,
+            follow,
+        } => verbs::logs(&client, &operation_id, follow).await,
+        Command::Report { run, wait, json } => verbs::report(&client, &run, wait, json).await,
+        Command::Note { run, text } => verbs::note(&client, &run, &text).await,
+        Command::Finish { run, json } => verbs::finish(&client, &run, json).await,
+        Command::Token {
+            run,
+            envelope,
+            budget,
+            json,
+        } => {
+            let parse = |what: &str,
+                         v: Option<String>|
+             -> anyhow::Result<Option<serde_json::Value>> {
+                v.map(|v| serde_json::from_str(&v).with_context(|| format!("--{what} is not JSON")))
+                    .transpose()
+            };
+            let envelope = parse("envelope", envelope)?;
+            let budget = parse("budget", budget)?;
+            verbs::token(&client, &run, envelope, budget, json).await
+        }
+        Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
+        Command::Containers { json } => verbs::containers(&client, json).await,
+        Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,
+        Command::Mcp { run } => {
+            sandbox::profile::validate_run_id(&run)?;
+            crate::surfaces::mcp::http::serve_stdio(
+                client.base().to_owned(),
+                client.token().to_owned(),
+                run,
+            )
+            .await
+        }
+        Command::Serve { .. } | Command::Drill { .. } => {
+            bail!("this verb is not a client verb")
+        }
+        task => run_task_verb(&client, task).await,
+    }
+}
+
+/// The verbs of runs as tasks, schedules and approvals.
+async fn run_task_verb(client: &Client, cmd: Command) -> anyhow::Result<i32> {
+    match cmd {
+        Command::Runs { json } => runs::runs(client, json).await,
+        Command::RunState { run, json } => runs::run_state(client, &run, json).await,
+        Command::Pause { run, json } => runs::change(client, &run, "pause", None, json).await,
+        Command::Resume { run, json } => runs::change(client, &run, "resume", None, json).await,
+        Command::Cancel { run, json } => runs::change(client, &run, "cancel", None, json).await,
+        Command::Complete { run, summary, json } => {
+            runs::change(client, &run, "complete", Some(summary), json).await
+        }
+        Command::Usage {
+            run,
+            model,
+            input_tokens,
+            output_tokens,
+            cost_micros,
+            json,
+        } => {
+            let record = model.map(|model| {
+                serde_json::json!({
+                    "model": model,
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "cost_micros": cost_micros,
+                })
+            });
+            runs::usage(client, &run, record, json).await
+        }
+        Command::Events {
+            run,
+            after,
+            follow,
+            json,
+        } => runs::events(client, &run, after, follow, json).await,
+        Command::Schedule { action } => runs::schedule(client, action).await,
+        Command::Approvals { json } => runs::approvals(client, json).await,
+        Command::Approve { operation_id, json } => {
+            runs::decide(client, &operation_id, None, json).await
+        }
+        Command::Deny {
+            operation_id,
+            reason,
+            json,
+        } => runs::decide(client, &operation_id, Some(reason), json).await,
+        _ => bail!("this verb is not a task verb"),
+    }
+}
+
+/// `opkernel run`'s arguments.
+struct RunRequest {
+    run: Option<String>,
+    background: bool,
+    timeout: Option<u64>,
+    idempotency_key: Option<String>,
+    command: Vec<String>,
+}
+
+/// `opkernel serve`.
+pub async fn run_serve(
+    listen: SocketAddr,
+    home: Option<PathBuf>,
+    allow_remote: bool,
+    drills: bool,
+) -> anyhow::Result<i32> {
+    if !listen.ip().is_loopback() {
+        if !allow_remote {
+            bail!("refusing to listen on non-loopback address {listen}: pass --allow-remote to expose the kernel");
+        }
+        tracing::warn!(%listen, "listening on a non-loopback address: anyone who can reach it and holds a token can run commands");
+    }
+    let home = home.unwrap_or_else(default_home);
+    let mut config = crate::config::Config::from_env(home.clone(), listen);
+    config.drills |= drills;
+    crate::runtime::serve::serve(config, |addr| {
+        eprintln!(
+            "opkernel listening on http://{addr} (home {})",
+            home.display()
+        );
+    })
+    .await
+    .context("kernel stopped")?;
+    Ok(0)
+}

@@ -1,0 +1,305 @@
+//! One function per client verb: each calls the daemon's HTTP API, reads
+//! the typed view back and prints it (as text, or as JSON with `--json`).
+
+use std::io::Write;
+
+use anyhow::bail;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::client::Client;
+use super::{describe, exit_status, or_dash, print_answer, print_json, print_op, RunRequest};
+use crate::surfaces::views::{
+    ConsoleDone, ConsoleOutput, ContainerList, FinishView, NoteAdded, OpList, OpView, ReapList,
+    Report, ReportAck, RunCreated,
+};
+
+/// The body of a `run_command` call.
+#[derive(Debug, Serialize)]
+struct RunCommandBody<'a> {
+    command: &'a [String],
+    background: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_sec: Option<u64>,
+}
+
+/// `opkernel run`: a background op prints its start message; a foreground
+/// one prints its output and exits with its code.
+pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow::Result<i32> {
+    let body = serde_json::to_value(RunCommandBody {
+        command: &req.command,
+        background: req.background,
+        timeout_sec: req.timeout,
+    })?;
+    let path = match &req.run {
+        Some(run) => format!("/v1/runs/{run}/tools/run_command"),
+        None if req.background => {
+            bail!("--background needs --run: a throwaway container supports foreground only")
+        }
+        None => "/v1/tools/run_command".into(),
+    };
+    let op: OpView = client
+        .post_as(&path, &body, req.idempotency_key.as_deref())
+        .await?;
+    if json {
+        print_json(&op);
+        return Ok(0);
+    }
+    if req.background || op.status == "awaiting_approval" {
+        println!("{}", or_dash(&op.message));
+        return Ok(0);
+    }
+    if req.run.is_some() {
+        let path = format!("/v1/operations/{}/log", op.operation_id);
+        std::io::stdout().write_all(&client.get_bytes(&path).await?)?;
+    } else {
+        // the throwaway container's files are gone: the reply carries the output
+        print!("{}", op.output.as_deref().unwrap_or(""));
+    }
+    std::io::stdout().flush()?;
+    if op.status != "completed" {
+        eprintln!("opkernel: {}", describe(&op));
+    }
+    Ok(exit_status(&op.status, op.exit_code))
+}
+
+pub(super) async fn kill(client: &Client, operation_id: &str, json: bool) -> anyhow::Result<i32> {
+    let state: OpView = client
+        .get_as(&format!("/v1/operations/{operation_id}"))
+        .await?;
+    let op: OpView = client
+        .post_as(
+            &format!("/v1/runs/{}/tools/kill_operation", state.run_id),
+            &json!({"operation_id": operation_id}),
+            None,
+        )
+        .await?;
+    print_op(&op, json);
+    Ok(0)
+}
+
+pub(super) async fn state(client: &Client, operation_id: &str, json: bool) -> anyhow::Result<i32> {
+    let op: OpView = client
+        .get_as(&format!("/v1/operations/{operation_id}"))
+        .await?;
+    print_op(&op, json);
+    Ok(0)
+}
+
+/// `opkernel logs`: the log so far, or (`--follow`) the live console until
+/// the op ends, exiting with its status.
+pub(super) async fn logs(client: &Client, operation_id: &str, follow: bool) -> anyhow::Result<i32> {
+    if !follow {
+        let bytes = client
+            .get_bytes(&format!("/v1/operations/{operation_id}/log"))
+            .await?;
+        std::io::stdout().write_all(&bytes)?;
+        return Ok(0);
+    }
+    let mut out = std::io::stdout();
+    let mut status = 0;
+    let path = format!("/v1/operations/{operation_id}/console");
+    client
+        .sse(&path, |event, data| match event {
+            "output" => {
+                if let Ok(output) = serde_json::from_str::<ConsoleOutput>(data) {
+                    let _ = out.write_all(output.text.as_bytes());
+                    let _ = out.flush();
+                }
+                true
+            }
+            "done" => {
+                let done: ConsoleDone = serde_json::from_str(data).unwrap_or_default();
+                let state = match done.status.as_str() {
+                    "" => "-",
+                    status => status,
+                };
+                eprintln!("[opkernel: {state} exit_code={}]", or_dash(&done.exit_code));
+                status = exit_status(state, done.exit_code);
+                false
+            }
+            _ => true,
+        })
+        .await?;
+    Ok(status)
+}
+
+async fn ack(client: &Client, run: &str, report_id: &str) -> anyhow::Result<()> {
+    let path = format!("/v1/runs/{run}/report/{report_id}/ack");
+    let _: ReportAck = client.post_as(&path, &json!({}), None).await?;
+    Ok(())
+}
+
+/// `opkernel report`: waits for the next report, prints it, then acks it.
+pub(super) async fn report(
+    client: &Client,
+    run: &str,
+    wait: u64,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let report: Report = client
+        .get_as(&format!("/v1/runs/{run}/report?wait={wait}"))
+        .await?;
+    if json {
+        print_json(&report)
+    } else {
+        print!("{}", report.text)
+    }
+    if let Some(id) = &report.report_id {
+        ack(client, run, id).await?;
+    }
+    Ok(0)
+}
+
+pub(super) async fn note(client: &Client, run: &str, text: &str) -> anyhow::Result<i32> {
+    let path = format!("/v1/runs/{run}/notes");
+    let _: NoteAdded = client.post_as(&path, &json!({"text": text}), None).await?;
+    Ok(0)
+}
+
+/// `opkernel finish --json`: the answer, and the text of every report it
+/// printed.
+#[derive(Debug, Serialize)]
+struct FinishOutput<'a> {
+    #[serde(flatten)]
+    done: &'a FinishView,
+    report_texts: &'a [String],
+}
+
+/// `opkernel finish`: waits for every op of the run, prints the outcomes
+/// and every pending report (acking each: this is its one showing).
+pub(super) async fn finish(client: &Client, run: &str, json: bool) -> anyhow::Result<i32> {
+    let done: FinishView = client
+        .post_as(&format!("/v1/runs/{run}/finish"), &json!({}), None)
+        .await?;
+    // a report holds at most so much: ack and fetch until nothing is pending
+    let mut texts = Vec::new();
+    let mut report = done.report.clone();
+    while let Some(r) = report.filter(|r| r.report_id.is_some()) {
+        texts.push(r.text.clone());
+        ack(client, run, r.report_id.as_deref().unwrap_or_default()).await?;
+        report = Some(client.get_as(&format!("/v1/runs/{run}/report")).await?);
+    }
+    if json {
+        print_answer(&FinishOutput {
+            done: &done,
+            report_texts: &texts,
+        });
+    } else {
+        for op in &done.operations {
+            println!("{}", describe(op));
+        }
+        for text in &texts {
+            print!("{text}");
+        }
+    }
+    Ok(0)
+}
+
+/// The body of `POST /v1/runs`.
+#[derive(Debug, Serialize)]
+struct CreateRunBody<'a> {
+    run_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    envelope: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<Value>,
+}
+
+/// `opkernel token`: registers a run (operator) or creates a child run (run
+/// token) and prints the new run's token.
+pub(super) async fn token(
+    client: &Client,
+    run: &str,
+    envelope: Option<Value>,
+    budget: Option<Value>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let body = serde_json::to_value(CreateRunBody {
+        run_id: run,
+        envelope,
+        budget,
+    })?;
+    let v: RunCreated = client.post_as("/v1/runs", &body, None).await?;
+    if json {
+        print_answer(&v);
+    } else {
+        println!("{}", v.token);
+    }
+    Ok(0)
+}
+
+pub(super) async fn ps(
+    client: &Client,
+    run: Option<&str>,
+    json: bool,
+    limit: u32,
+) -> anyhow::Result<i32> {
+    let mut path = format!("/v1/ops?limit={limit}");
+    if let Some(run) = run {
+        path.push_str(&format!("&run={run}"));
+    }
+    let list: OpList = client.get_as(&path).await?;
+    if json {
+        print_json(&list);
+        return Ok(0);
+    }
+    println!(
+        "{:<24} {:<36} {:<10} {:>8}  {:<12} COMMAND",
+        "RUN", "OPERATION", "STATUS", "AGE", "CONTAINER"
+    );
+    for op in &list.operations {
+        let container = op.container_id.as_deref().unwrap_or("-");
+        println!(
+            "{:<24} {:<36} {:<10} {:>8}  {:<12} {}",
+            op.run_id,
+            op.operation_id,
+            op.status,
+            crate::report_text::human_duration(op.duration_sec as u64),
+            &container[..container.len().min(12)],
+            crate::report_text::command_line(&op.command)
+        );
+    }
+    Ok(0)
+}
+
+pub(super) async fn containers(client: &Client, json: bool) -> anyhow::Result<i32> {
+    let list: ContainerList = client.get_as("/v1/containers").await?;
+    if json {
+        print_json(&list);
+        return Ok(0);
+    }
+    for c in &list.containers {
+        println!(
+            "{} {} run={} state={} registered={}",
+            &c.container_id[..c.container_id.len().min(12)],
+            c.name,
+            or_dash(&c.run_id),
+            c.state,
+            c.registered
+        );
+    }
+    Ok(0)
+}
+
+pub(super) async fn reap(client: &Client, dry_run: bool, json: bool) -> anyhow::Result<i32> {
+    let list: ReapList = client
+        .post_as(&format!("/v1/reap?dry_run={dry_run}"), &json!({}), None)
+        .await?;
+    if json {
+        print_json(&list);
+        return Ok(0);
+    }
+    for d in &list.decisions {
+        let action = serde_json::to_value(d.action)?;
+        println!(
+            "{:<7} {} run={} {}{}",
+            action.as_str().unwrap_or("-"),
+            d.name,
+            or_dash(&d.run_id),
+            d.reason,
+            if dry_run { " (dry run)" } else { "" }
+        );
+    }
+    Ok(0)
+}

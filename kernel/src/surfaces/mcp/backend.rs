@@ -1,0 +1,113 @@
+//! How the MCP server reaches the kernel: through the kernel's own HTTP
+//! API, so every limit, check and message is the API's (one definition).
+//! `opkernel mcp` (stdio) sends real HTTP requests to the daemon; the
+//! daemon's `/mcp` sends the same requests to its own router in-process.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+
+/// An API answer: HTTP status and JSON body (`Null` when it had none).
+pub type Answer = (u16, Value);
+
+type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 'a>>;
+
+/// One API request with a bearer token.
+pub trait Backend: Send + Sync + 'static {
+    /// Sends `method path` with `token` and the JSON `body`; an error only
+    /// when no answer came (an error status is an [`Answer`]).
+    fn call<'a>(
+        &'a self,
+        token: &'a str,
+        method: reqwest::Method,
+        path: &'a str,
+        body: Option<Value>,
+    ) -> Pending<'a>;
+}
+
+/// The daemon over HTTP (`opkernel mcp`, stdio).
+pub struct HttpBackend {
+    /// The daemon's base URL (`OPKERNEL_URL`), without a trailing `/`.
+    pub base: String,
+    /// The HTTP client the requests go through.
+    pub http: reqwest::Client,
+}
+
+impl Backend for HttpBackend {
+    fn call<'a>(
+        &'a self,
+        token: &'a str,
+        method: reqwest::Method,
+        path: &'a str,
+        body: Option<Value>,
+    ) -> Pending<'a> {
+        Box::pin(async move {
+            let mut req = self
+                .http
+                .request(method, format!("{}{path}", self.base))
+                .bearer_auth(token);
+            if let Some(body) = body {
+                req = req.json(&body);
+            }
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| format!("cannot reach the opkernel daemon at {}: {e}", self.base))?;
+            let status = resp.status().as_u16();
+            let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+            Ok((
+                status,
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            ))
+        })
+    }
+}
+
+/// The daemon's own API router, called in-process (`/mcp`).
+pub struct RouterBackend {
+    /// The API's router, with its state, called without a socket.
+    pub router: axum::Router,
+}
+
+impl Backend for RouterBackend {
+    fn call<'a>(
+        &'a self,
+        token: &'a str,
+        method: reqwest::Method,
+        path: &'a str,
+        body: Option<Value>,
+    ) -> Pending<'a> {
+        Box::pin(async move {
+            use tower::ServiceExt;
+            let method = axum::http::Method::from_bytes(method.as_str().as_bytes())
+                .map_err(|e| e.to_string())?;
+            let mut req = axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"));
+            let body = match body {
+                Some(v) => {
+                    req = req.header(axum::http::header::CONTENT_TYPE, "application/json");
+                    axum::body::Body::from(v.to_string())
+                }
+                None => axum::body::Body::empty(),
+            };
+            let req = req.body(body).map_err(|e| e.to_string())?;
+            let resp = self
+                .router
+                .clone()
+                .oneshot(req)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = resp.status().as_u16();
+            let bytes = axum::body::to_bytes(resp.into_body(), 64 << 20)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((
+                status,
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            ))
+        })
+    }
+}

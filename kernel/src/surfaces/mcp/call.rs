@@ -1,0 +1,220 @@
+//! A tool call, parsed once into a closed [`ToolCall`] from its name and
+//! arguments (pure: no transport, no I/O). `run_command` and
+//! `kill_operation` take the API's own request bodies, which the API
+//! checks (one definition of their limits and messages); the two MCP-only
+//! tools are checked here.
+
+use serde_json::{Map, Value};
+
+/// What a client asked, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolCall {
+    /// `run_command`: its arguments are the API's request body.
+    RunCommand(Map<String, Value>),
+    /// `kill_operation`: its arguments are the API's request body.
+    KillOperation(Map<String, Value>),
+    /// `operation_state`: one op of the run (or of a delegated run).
+    OperationState {
+        /// The op asked about.
+        operation_id: String,
+    },
+    /// `wait_background_report`: the client's acknowledgement of the
+    /// previous report (if any), then a wait of up to `wait_sec` seconds.
+    WaitBackgroundReport {
+        /// Longest wait for a result or a note, seconds (absent: 0).
+        wait_sec: u64,
+        /// The previous report's `report_id`, acknowledged by this call
+        /// (how a stateless HTTP client acks); `None`: nothing acked here.
+        ack: Option<String>,
+    },
+}
+
+/// Why a call is refused before anything is asked of the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadCall {
+    /// No such tool: a protocol error (invalid params).
+    UnknownTool(String),
+    /// The tool's arguments are wrong: a tool error the model reads.
+    Arguments(String),
+}
+
+impl ToolCall {
+    /// The call of tool `name` with `args`.
+    pub fn parse(name: &str, args: Map<String, Value>) -> Result<ToolCall, BadCall> {
+        match name {
+            "run_command" => Ok(ToolCall::RunCommand(args)),
+            "kill_operation" => Ok(ToolCall::KillOperation(args)),
+            "operation_state" => operation_state(&args),
+            "wait_background_report" => wait_background_report(&args),
+            other => Err(BadCall::UnknownTool(format!(
+                "unknown tool {other:?}: the tools are run_command, kill_operation, \
+                 operation_state, wait_background_report"
+            ))),
+        }
+    }
+}
+
+fn is_uuid(v: &Value) -> Option<&str> {
+    v.as_str().filter(|id| uuid::Uuid::parse_str(id).is_ok())
+}
+
+/// `operation_state`'s one argument, the op's id.
+fn operation_state(args: &Map<String, Value>) -> Result<ToolCall, BadCall> {
+    let Some(id) = args.get("operation_id").and_then(is_uuid) else {
+        return Err(BadCall::Arguments(
+            "operation_id is required: the operation's id (a uuid)".to_owned(),
+        ));
+    };
+    if args.len() > 1 {
+        return Err(BadCall::Arguments(
+            "operation_state takes only operation_id".to_owned(),
+        ));
+    }
+    Ok(ToolCall::OperationState {
+        operation_id: id.to_owned(),
+    })
+}
+
+/// `wait_background_report`'s `wait_sec` (default 0) and `ack` (null or
+/// absent: none), nothing else.
+fn wait_background_report(args: &Map<String, Value>) -> Result<ToolCall, BadCall> {
+    let wait_sec = match args.get("wait_sec") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v.as_u64().ok_or_else(|| {
+            BadCall::Arguments("wait_sec must be a whole number of seconds".to_owned())
+        })?,
+    };
+    if let Some(key) = args.keys().find(|k| *k != "wait_sec" && *k != "ack") {
+        return Err(BadCall::Arguments(format!("unknown argument {key:?}")));
+    }
+    let ack = match args.get("ack").filter(|v| !v.is_null()) {
+        None => None,
+        Some(v) => Some(is_uuid(v).map(str::to_owned).ok_or_else(|| {
+            BadCall::Arguments(
+                "ack must be the report_id (a uuid) of the previous report".to_owned(),
+            )
+        })?),
+    };
+    Ok(ToolCall::WaitBackgroundReport { wait_sec, ack })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parse(name: &str, args: Value) -> Result<ToolCall, BadCall> {
+        let Value::Object(args) = args else {
+            panic!("arguments must be an object")
+        };
+        ToolCall::parse(name, args)
+    }
+
+    fn bad(message: &str) -> Result<ToolCall, BadCall> {
+        Err(BadCall::Arguments(message.to_owned()))
+    }
+
+    #[test]
+    fn each_tool_call_parses_into_its_variant_or_its_refusal() {
+        let op = "0b7e6a34-64d1-4c8e-9a51-1b1e6c8f3a10";
+        let body = json!({"command": ["true"], "nonsense": 1});
+        let Value::Object(map) = body.clone() else {
+            unreachable!()
+        };
+        let table: Vec<(&str, Value, Result<ToolCall, BadCall>)> = vec![
+            // the API's own bodies go through unchecked: the API checks them
+            (
+                "run_command",
+                body.clone(),
+                Ok(ToolCall::RunCommand(map.clone())),
+            ),
+            ("kill_operation", body, Ok(ToolCall::KillOperation(map))),
+            (
+                "operation_state",
+                json!({ "operation_id": op }),
+                Ok(ToolCall::OperationState {
+                    operation_id: op.to_owned(),
+                }),
+            ),
+            (
+                "operation_state",
+                json!({}),
+                bad("operation_id is required: the operation's id (a uuid)"),
+            ),
+            (
+                "operation_state",
+                json!({"operation_id": "nope"}),
+                bad("operation_id is required: the operation's id (a uuid)"),
+            ),
+            (
+                "operation_state",
+                json!({"operation_id": op, "x": 1}),
+                bad("operation_state takes only operation_id"),
+            ),
+            (
+                "wait_background_report",
+                json!({}),
+                Ok(ToolCall::WaitBackgroundReport {
+                    wait_sec: 0,
+                    ack: None,
+                }),
+            ),
+            (
+                "wait_background_report",
+                json!({"wait_sec": null, "ack": null}),
+                Ok(ToolCall::WaitBackgroundReport {
+                    wait_sec: 0,
+                    ack: None,
+                }),
+            ),
+            (
+                "wait_background_report",
+                json!({"wait_sec": 30, "ack": op}),
+                Ok(ToolCall::WaitBackgroundReport {
+                    wait_sec: 30,
+                    ack: Some(op.to_owned()),
+                }),
+            ),
+            (
+                "wait_background_report",
+                json!({"wait_sec": -1}),
+                bad("wait_sec must be a whole number of seconds"),
+            ),
+            (
+                "wait_background_report",
+                json!({"wait_sec": 1.5, "other": 1}),
+                bad("wait_sec must be a whole number of seconds"),
+            ),
+            (
+                "wait_background_report",
+                json!({"wait_sec": 1, "other": 1}),
+                bad("unknown argument \"other\""),
+            ),
+            (
+                "wait_background_report",
+                json!({"ack": "not-a-uuid"}),
+                bad("ack must be the report_id (a uuid) of the previous report"),
+            ),
+            (
+                "wait_background_report",
+                json!({"ack": 7}),
+                bad("ack must be the report_id (a uuid) of the previous report"),
+            ),
+            (
+                "run_shell",
+                json!({}),
+                Err(BadCall::UnknownTool(
+                    concat!(
+                        "unknown tool \"run_shell\": the tools are run_command, kill_operation, ",
+                        "operation_state, wait_background_report"
+                    )
+                    .to_owned(),
+                )),
+            ),
+        ];
+        for (name, args, want) in table {
+            assert_eq!(parse(name, args.clone()), want, "{name} {args}");
+        }
+    }
+}
