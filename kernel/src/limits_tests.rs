@@ -327,3 +327,75 @@ fn api_handlers_build_no_json_by_hand() {
         "json! in API handlers (answer with a view of crate::surfaces::views): {found:?}"
     );
 }
+
+/// A file's code before its inline test module (`#[cfg(test)]` followed by
+/// `mod … {`), comment lines aside: other `#[cfg(test)]` items count.
+fn code_before_inline_tests(text: &str) -> Vec<(usize, &str)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = (0..lines.len())
+        .find(|&i| {
+            lines[i].trim() == "#[cfg(test)]"
+                && lines.get(i + 1).is_some_and(|next| {
+                    let next = next.trim();
+                    next.starts_with("mod ") && next.ends_with('{')
+                })
+        })
+        .unwrap_or(lines.len());
+    lines[..end]
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(n, l)| (n + 1, *l))
+        .collect()
+}
+
+#[test]
+fn the_inline_test_scanner_stops_at_the_test_module_only() {
+    let text = "use a;\n// rusqlite in a comment\n#[cfg(test)]\nmod pg_tests;\nuse rusqlite;\n\
+                #[cfg(test)]\nmod tests {\n    use rusqlite;\n}\n";
+    let lines: Vec<usize> = code_before_inline_tests(text)
+        .into_iter()
+        .filter(|(_, l)| l.contains("rusqlite"))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(lines, [5]);
+}
+
+/// The store's transaction scripts talk to the database through the seam
+/// (`store::db::Tx`), so PostgreSQL reuses every one: rusqlite is named
+/// only where the SQLite file is opened and migrated (`store/mod.rs`), by
+/// the SQLite side of the seam (`store/db/sqlite.rs`), and by the drills'
+/// harness, which reads and edits the file of a kernel it has stopped.
+#[test]
+fn only_the_sqlite_edge_names_rusqlite() {
+    const ALLOWED: [&str; 3] = ["store/mod.rs", "store/db/sqlite.rs", "drills/harness.rs"];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    production_files(&src, &mut files);
+    assert!(
+        files.iter().any(|f| f.ends_with("store/ops.rs")),
+        "the scan missed the store"
+    );
+    let mut found = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(&src)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        if ALLOWED.contains(&shown.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for (n, line) in code_before_inline_tests(&text) {
+            if line.contains("rusqlite") {
+                found.push(format!("{shown}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "rusqlite outside the SQLite edge (talk through store::db::Tx):\n{}",
+        found.join("\n")
+    );
+}

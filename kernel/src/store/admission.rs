@@ -4,12 +4,12 @@
 //! owner's whole subtree, from the ledger); no envelope limit on the chain
 //! may be passed (live ops, unfinished children, each over the subtree).
 
-use rusqlite::Connection;
-
+use super::db::Tx;
 use super::journal::usage_over_subtree;
 use super::{StoreError, StoreResult};
 use crate::lifecycle::live_sql;
 use crate::runs::{Budget, Envelope, LimitUse, RunState};
+use crate::vals;
 
 /// Live-op limits checked in the insert's own transaction, so concurrent
 /// starts cannot pass them together.
@@ -82,35 +82,32 @@ impl std::fmt::Display for Refusal {
 }
 
 /// The run and its ancestors (nearest first), as admission reads them.
-fn lineage(conn: &Connection, run_id: &str) -> StoreResult<Vec<(String, RunState, Budget)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT r.run_id, r.state, r.budget FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
+fn lineage(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<(String, RunState, Budget)>> {
+    let rows = tx.query(
+        "SELECT r.run_id AS run_id, r.state AS state, r.budget AS budget \
+         FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
          WHERE a.run_id = ?1 ORDER BY a.distance",
+        vals![run_id],
     )?;
-    let rows = stmt.query_map([run_id], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (id, state, budget) = row?;
-        let state = RunState::parse(&state)
-            .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
-        let budget: Budget = serde_json::from_str(&budget)
-            .map_err(|e| StoreError::Corrupt(format!("run {id} budget: {e}")))?;
-        out.push((id, state, budget));
-    }
-    Ok(out)
+    rows.iter()
+        .map(|row| {
+            let id: String = row.get("run_id")?;
+            let state: String = row.get("state")?;
+            let budget: String = row.get("budget")?;
+            let state = RunState::parse(&state)
+                .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
+            let budget: Budget = serde_json::from_str(&budget)
+                .map_err(|e| StoreError::Corrupt(format!("run {id} budget: {e}")))?;
+            Ok((id, state, budget))
+        })
+        .collect()
 }
 
 /// Whether the run may admit something new: it and every ancestor are
 /// active, and no budget on the way up is reached (each budget counts the
 /// ledger over its run's whole subtree, derived now).
-pub(super) fn run_refusal(conn: &Connection, run_id: &str) -> StoreResult<Option<Refusal>> {
-    let lineage = lineage(conn, run_id)?;
+pub(super) fn run_refusal(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<Refusal>> {
+    let lineage = lineage(tx, run_id)?;
     for (id, state, _) in &lineage {
         if *state != RunState::Active {
             return Ok(Some(Refusal::State {
@@ -123,7 +120,7 @@ pub(super) fn run_refusal(conn: &Connection, run_id: &str) -> StoreResult<Option
         if budget.is_empty() {
             continue;
         }
-        if let Some(mut e) = usage_over_subtree(conn, id)?.exhausted(budget) {
+        if let Some(mut e) = usage_over_subtree(tx, id)?.exhausted(budget) {
             e.run_id = id.clone();
             return Ok(Some(Refusal::Budget(e)));
         }
@@ -143,40 +140,40 @@ pub enum Counted {
 /// The envelopes of a run and its ancestors (nearest first); `None` is
 /// the kernel's default envelope.
 fn lineage_envelopes(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     run_id: &str,
 ) -> StoreResult<Vec<(String, Option<Envelope>)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT r.run_id, r.envelope FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
+    let rows = tx.query(
+        "SELECT r.run_id AS run_id, r.envelope AS envelope \
+         FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
          WHERE a.run_id = ?1 ORDER BY a.distance",
+        vals![run_id],
     )?;
-    let rows = stmt.query_map([run_id], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-    })?;
-    rows.map(|row| {
-        let (id, envelope) = row?;
-        if envelope == "{}" {
-            return Ok((id, None));
-        }
-        let envelope = serde_json::from_str(&envelope)
-            .map_err(|e| StoreError::Corrupt(format!("run {id} envelope: {e}")))?;
-        Ok((id, Some(envelope)))
-    })
-    .collect()
+    rows.iter()
+        .map(|row| {
+            let id: String = row.get("run_id")?;
+            let envelope: String = row.get("envelope")?;
+            if envelope == "{}" {
+                return Ok((id, None));
+            }
+            let envelope = serde_json::from_str(&envelope)
+                .map_err(|e| StoreError::Corrupt(format!("run {id} envelope: {e}")))?;
+            Ok((id, Some(envelope)))
+        })
+        .collect()
 }
 
 /// How many of `counted` the subtree of `run_id` holds now.
-fn count_in_subtree(conn: &Connection, run_id: &str, counted: Counted) -> StoreResult<u64> {
+fn count_in_subtree(tx: &mut dyn Tx, run_id: &str, counted: Counted) -> StoreResult<u64> {
     match counted {
-        Counted::Ops => live_in_subtree(conn, run_id),
+        Counted::Ops => live_in_subtree(tx, run_id),
         Counted::Children => {
-            let n: i64 = conn
-                .prepare_cached(
-                    "SELECT COUNT(*) FROM run_ancestry a JOIN runs r ON r.run_id = a.run_id \
-                     WHERE a.ancestor_id = ?1 AND a.distance > 0 \
-                     AND r.state IN ('active', 'paused')",
-                )?
-                .query_row([run_id], |r| r.get(0))?;
+            let n: i64 = tx.scalar(
+                "SELECT COUNT(*) FROM run_ancestry a JOIN runs r ON r.run_id = a.run_id \
+                 WHERE a.ancestor_id = ?1 AND a.distance > 0 \
+                 AND r.state IN ('active', 'paused')",
+                vals![run_id],
+            )?;
             Ok(n as u64)
         }
     }
@@ -188,12 +185,12 @@ fn count_in_subtree(conn: &Connection, run_id: &str, counted: Counted) -> StoreR
 /// children's ops too). A run not recorded yet counts as a top-level run
 /// with the kernel's defaults.
 pub(super) fn tree_limit_refusal(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     run_id: &str,
     counted: Counted,
     limits: Admission,
 ) -> StoreResult<Option<String>> {
-    let mut lineage = lineage_envelopes(conn, run_id)?;
+    let mut lineage = lineage_envelopes(tx, run_id)?;
     if lineage.is_empty() {
         lineage.push((run_id.to_owned(), None));
     }
@@ -207,7 +204,7 @@ pub(super) fn tree_limit_refusal(
         if limit == u64::MAX {
             continue;
         }
-        let n = count_in_subtree(conn, &id, counted)?;
+        let n = count_in_subtree(tx, &id, counted)?;
         if n >= limit {
             let what = match counted {
                 Counted::Ops => "live operations",
@@ -223,8 +220,8 @@ pub(super) fn tree_limit_refusal(
 
 /// The tightest limit of each kind on the run's chain (its own budget
 /// included): what a child's budget may not exceed.
-pub(super) fn tightest_budget(conn: &Connection, run_id: &str) -> StoreResult<Budget> {
-    Ok(lineage(conn, run_id)?
+pub(super) fn tightest_budget(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Budget> {
+    Ok(lineage(tx, run_id)?
         .iter()
         .fold(Budget::default(), |acc, (_, _, b)| acc.tightest(b)))
 }
@@ -232,13 +229,13 @@ pub(super) fn tightest_budget(conn: &Connection, run_id: &str) -> StoreResult<Bu
 /// Per limit kind set anywhere on the run's chain, the one with the least
 /// left (the run's own or an ancestor's, over that run's subtree): what
 /// the run can still spend. Empty when no budget applies.
-pub(super) fn budget_status(conn: &Connection, run_id: &str) -> StoreResult<Vec<LimitUse>> {
+pub(super) fn budget_status(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<LimitUse>> {
     let mut best: Vec<LimitUse> = Vec::new();
-    for (id, _, budget) in lineage(conn, run_id)? {
+    for (id, _, budget) in lineage(tx, run_id)? {
         if budget.is_empty() {
             continue;
         }
-        let used = usage_over_subtree(conn, &id)?;
+        let used = usage_over_subtree(tx, &id)?;
         for (limit, used, max) in used.amounts(&budget) {
             let left = max as f64 - used;
             match best.iter_mut().find(|b| b.limit == limit) {
@@ -265,13 +262,14 @@ pub(super) fn budget_status(conn: &Connection, run_id: &str) -> StoreResult<Vec<
 }
 
 /// Live ops of a run and its descendants.
-pub(super) fn live_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<u64> {
-    let n: i64 = conn
-        .prepare_cached(&format!(
+pub(super) fn live_in_subtree(tx: &mut dyn Tx, run_id: &str) -> StoreResult<u64> {
+    let n: i64 = tx.scalar(
+        &format!(
             "SELECT COUNT(*) FROM ops WHERE status IN ({}) AND run_id IN \
              (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
             live_sql()
-        ))?
-        .query_row([run_id], |r| r.get(0))?;
+        ),
+        vals![run_id],
+    )?;
     Ok(n as u64)
 }

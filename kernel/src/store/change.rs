@@ -7,15 +7,16 @@
 //! subtree's schedules; a completion ends the run's schedules. It sits
 //! above `runs`, `approvals` and `schedules`, which name none of it.
 
-use rusqlite::{params, Connection, TransactionBehavior};
-
 use super::admission::live_in_subtree;
+use super::db::Tx;
 use super::journal::append_event;
 use super::runs::{get_run, run_states, RunChange, RunRecord};
+use super::tree::lock_tree_of;
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{EventKind, RunChanged};
 use crate::lifecycle::{observed_sql, KillReason};
 use crate::runs::{pause_rank, transition, transition_by, RunAction, RunState, Transition};
+use crate::vals;
 
 impl Store {
     /// Applies `action` to a run by compare-and-set, with its event, in one
@@ -32,68 +33,80 @@ impl Store {
         summary: Option<String>,
     ) -> StoreResult<RunChange> {
         let (run_id, by) = (run_id.to_owned(), by.to_owned());
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let Some(run) = get_run(&tx, &run_id)? else {
-                return Ok(RunChange::NotFound);
-            };
-            let mut changed = Vec::new();
-            let mut kills = Vec::new();
-            let mut denied = Vec::new();
-            let rank = |who: &str| pause_rank(who, &run.chain, &run.run_id);
-            let pauser = run.paused_by.as_deref().map(rank);
-            match transition_by(run.state, action, rank(&by), pauser) {
-                Transition::Refused(state) => return Ok(RunChange::Refused(state)),
-                Transition::PausedAbove => {
-                    let pauser = run.paused_by.clone().unwrap_or_default();
-                    return Ok(RunChange::PausedAbove(pauser));
-                }
-                Transition::Already => {}
-                Transition::TakeOver => {
-                    take_over_pause(&tx, &run, &by)?;
-                    changed.push(run_id.clone());
-                }
-                Transition::Change { from, to } => {
-                    if action == RunAction::Complete {
-                        let live = live_in_subtree(&tx, &run_id)?;
-                        if live > 0 {
-                            return Ok(RunChange::LiveOps(live));
-                        }
-                    }
-                    let data = RunChanged {
-                        summary: summary.clone(),
-                        ..RunChanged::by(&by)
-                    };
-                    set_state(
-                        &tx,
-                        &run_id,
-                        from,
-                        to,
-                        action,
-                        &by,
-                        summary.as_deref(),
-                        data,
-                    )?;
-                    changed.push(run_id.clone());
-                }
-            }
-            if action == RunAction::Cancel {
-                (kills, denied) = cancel_cascade(&tx, &run_id, &by, &mut changed)?;
-            }
-            if action == RunAction::Complete && !changed.is_empty() {
-                super::schedules::end_schedules_of(&tx, &run_id, false)?;
-            }
-            let run = get_run(&tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))?;
-            tx.commit()?;
-            Ok(RunChange::Done {
-                run: Box::new(run),
-                changed,
-                kills,
-                denied,
-            })
-        })
-        .await
+        self.write(move |tx| change_in(tx, &run_id, action, &by, summary))
+            .await
     }
+}
+
+/// The run-change transaction script (see the module comment).
+fn change_in(
+    tx: &mut dyn Tx,
+    run_id: &str,
+    action: RunAction,
+    by: &str,
+    summary: Option<String>,
+) -> StoreResult<RunChange> {
+    // locks the run's tree (its root is the first of the run's chain): a
+    // change, and a cancel's cascade over the subtree, is serialized with
+    // the tree's admissions, settlements and drains
+    lock_tree_of(tx, run_id)?;
+    // read after the lock: the transition depends on the state it finds
+    let Some(run) = get_run(tx, run_id)? else {
+        return Ok(RunChange::NotFound);
+    };
+    let mut changed = Vec::new();
+    let mut kills = Vec::new();
+    let mut denied = Vec::new();
+    let rank = |who: &str| pause_rank(who, &run.chain, &run.run_id);
+    let pauser = run.paused_by.as_deref().map(rank);
+    match transition_by(run.state, action, rank(by), pauser) {
+        Transition::Refused(state) => return Ok(RunChange::Refused(state)),
+        Transition::PausedAbove => {
+            let pauser = run.paused_by.clone().unwrap_or_default();
+            return Ok(RunChange::PausedAbove(pauser));
+        }
+        Transition::Already => {}
+        Transition::TakeOver => {
+            take_over_pause(tx, &run, by)?;
+            changed.push(run_id.to_owned());
+        }
+        Transition::Change { from, to } => {
+            if action == RunAction::Complete {
+                let live = live_in_subtree(tx, run_id)?;
+                if live > 0 {
+                    return Ok(RunChange::LiveOps(live));
+                }
+            }
+            let data = RunChanged {
+                summary: summary.clone(),
+                ..RunChanged::by(by)
+            };
+            let change = StateChange { from, to, action };
+            set_state(tx, run_id, change, by, summary.as_deref(), data)?;
+            changed.push(run_id.to_owned());
+        }
+    }
+    if action == RunAction::Cancel {
+        (kills, denied) = cancel_cascade(tx, run_id, by, &mut changed)?;
+    }
+    if action == RunAction::Complete && !changed.is_empty() {
+        super::schedules::end_schedules_of(tx, run_id, false)?;
+    }
+    let run = get_run(tx, run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.to_owned()))?;
+    Ok(RunChange::Done {
+        run: Box::new(run),
+        changed,
+        kills,
+        denied,
+    })
+}
+
+/// One compare-and-set move of a run's state, by `action`.
+#[derive(Debug, Clone, Copy)]
+struct StateChange {
+    from: RunState,
+    to: RunState,
+    action: RunAction,
 }
 
 /// What a cancel does below and beside the run, in its transaction, in
@@ -103,7 +116,7 @@ impl Store {
 /// every waiting op is denied, and the subtree's schedules end. Returns
 /// the ops to kill and those denied; cancelled runs join `changed`.
 fn cancel_cascade(
-    tx: &Connection,
+    tx: &mut dyn Tx,
     run_id: &str,
     by: &str,
     changed: &mut Vec<String>,
@@ -115,7 +128,7 @@ fn cancel_cascade(
                 cancelled_with: Some(run_id.to_owned()),
                 ..RunChanged::by(by)
             };
-            set_state(tx, &id, from, to, action, by, None, data)?;
+            set_state(tx, &id, StateChange { from, to, action }, by, None, data)?;
             changed.push(id);
         }
     }
@@ -127,13 +140,12 @@ fn cancel_cascade(
 
 /// A pause from above the current pauser becomes the pause of record
 /// (compare-and-set on the pauser it replaces), with its `run.paused` event.
-fn take_over_pause(conn: &Connection, run: &RunRecord, by: &str) -> StoreResult<()> {
-    let n = conn
-        .prepare_cached(
-            "UPDATE runs SET paused_by = ?3 WHERE run_id = ?1 AND state = 'paused' \
-             AND paused_by IS ?2",
-        )?
-        .execute(params![run.run_id, run.paused_by, by])?;
+fn take_over_pause(tx: &mut dyn Tx, run: &RunRecord, by: &str) -> StoreResult<()> {
+    let n = tx.execute(
+        "UPDATE runs SET paused_by = ?3 WHERE run_id = ?1 AND state = 'paused' \
+         AND paused_by IS NOT DISTINCT FROM ?2",
+        vals![&run.run_id, &run.paused_by, by],
+    )?;
     if n != 1 {
         return Err(StoreError::Corrupt(format!(
             "run {} changed pauser inside its own transaction",
@@ -144,41 +156,38 @@ fn take_over_pause(conn: &Connection, run: &RunRecord, by: &str) -> StoreResult<
         over: Some(run.paused_by.clone()),
         ..RunChanged::by(by)
     };
-    append_event(conn, &run.run_id, None, run_event(RunAction::Pause, data))?;
+    append_event(tx, &run.run_id, None, run_event(RunAction::Pause, data))?;
     Ok(())
 }
 
 /// Descendants of a run (not the run itself), nearest first.
-fn descendants(conn: &Connection, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
+fn descendants(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
     run_states(
-        conn,
-        "SELECT r.run_id, r.state FROM run_ancestry a JOIN runs r ON r.run_id = a.run_id \
+        tx,
+        "SELECT r.run_id AS run_id, r.state AS state FROM run_ancestry a \
+         JOIN runs r ON r.run_id = a.run_id \
          WHERE a.ancestor_id = ?1 AND a.distance > 0 ORDER BY a.distance, r.created_at",
         run_id,
     )
 }
 
 /// The compare-and-set write of a run's state, with its event.
-#[allow(clippy::too_many_arguments)]
 fn set_state(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     run_id: &str,
-    from: RunState,
-    to: RunState,
-    action: RunAction,
+    change: StateChange,
     by: &str,
     summary: Option<&str>,
     data: RunChanged,
 ) -> StoreResult<()> {
+    let StateChange { from, to, action } = change;
     let decided = to.is_final();
-    let n = conn
-        .prepare_cached(
-            "UPDATE runs SET state = ?3, state_changed_at = ?4, \
-             summary = COALESCE(?5, summary), decided_by = CASE WHEN ?6 THEN ?7 ELSE decided_by END, \
-             paused_by = CASE WHEN ?3 = 'paused' THEN ?7 ELSE NULL END \
-             WHERE run_id = ?1 AND state = ?2",
-        )?
-        .execute(params![
+    let n = tx.execute(
+        "UPDATE runs SET state = ?3, state_changed_at = ?4, \
+         summary = COALESCE(?5, summary), decided_by = CASE WHEN ?6 = 1 THEN ?7 ELSE decided_by END, \
+         paused_by = CASE WHEN ?3 = 'paused' THEN ?7 ELSE NULL END \
+         WHERE run_id = ?1 AND state = ?2",
+        vals![
             run_id,
             from.as_str(),
             to.as_str(),
@@ -186,14 +195,15 @@ fn set_state(
             summary,
             decided,
             by
-        ])?;
+        ],
+    )?;
     if n != 1 {
         return Err(StoreError::Corrupt(format!(
             "run {run_id} left {} inside its own transaction",
             from.as_str()
         )));
     }
-    append_event(conn, run_id, None, run_event(action, data))?;
+    append_event(tx, run_id, None, run_event(action, data))?;
     Ok(())
 }
 
@@ -210,19 +220,23 @@ fn run_event(action: RunAction, data: RunChanged) -> EventKind {
 /// Records a kill request on every observed op (starting or running) of a
 /// run and its descendants that has none yet; returns every such op (each
 /// needs its observer to act). Waiting ops are denied instead.
-fn request_kills_in_subtree(conn: &Connection, run_id: &str) -> StoreResult<Vec<String>> {
-    conn.prepare_cached(&format!(
-        "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
-         WHERE kill_requested_at IS NULL AND status IN ({observed}) AND run_id IN \
-         (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
-        observed = observed_sql()
-    ))?
-    .execute(params![run_id, now_ms(), KillReason::Cancel.as_str()])?;
-    let mut stmt = conn.prepare_cached(&format!(
+fn request_kills_in_subtree(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<String>> {
+    tx.execute(
+        &format!(
+            "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
+             WHERE kill_requested_at IS NULL AND status IN ({observed}) AND run_id IN \
+             (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
+            observed = observed_sql()
+        ),
+        vals![run_id, now_ms(), KillReason::Cancel.as_str()],
+    )?;
+    let sql = format!(
         "SELECT id FROM ops WHERE status IN ({observed}) AND run_id IN \
          (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) ORDER BY created_at",
         observed = observed_sql()
-    ))?;
-    let rows = stmt.query_map([run_id], |r| r.get(0))?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    );
+    tx.query(&sql, vals![run_id])?
+        .iter()
+        .map(|row| row.get("id"))
+        .collect()
 }

@@ -4,11 +4,10 @@
 //! Each is one statement or one short transaction, compare-and-set where
 //! two writers can meet.
 
-use rusqlite::params;
-
 use super::ops::{get, AttemptStart, Op};
 use super::{now_ms, Store, StoreResult};
 use crate::lifecycle::{observed_sql, KillReason};
+use crate::vals;
 
 impl Store {
     /// The claim that guards the only exec of an op: succeeds once, for a
@@ -24,22 +23,16 @@ impl Store {
     ) -> StoreResult<bool> {
         let (id, kernel_id, container_id) =
             (id.to_owned(), kernel_id.to_owned(), container_id.to_owned());
-        self.call(move |conn| {
+        self.write(move |tx| {
             let now = now_ms();
-            let n = conn
-                .prepare_cached(
-                    "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
-                     attempt = MAX(attempt, 1), heartbeat_at = ?2, handed_over_at = ?5 \
-                     WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL \
-                     AND kill_requested_at IS NULL",
-                )?
-                .execute(params![
-                    id,
-                    now,
-                    kernel_id,
-                    container_id,
-                    handover.then_some(now)
-                ])?;
+            let n = tx.execute(
+                "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
+                 attempt = CASE WHEN attempt > 1 THEN attempt ELSE 1 END, heartbeat_at = ?2, \
+                 handed_over_at = ?5 \
+                 WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL \
+                 AND kill_requested_at IS NULL",
+                vals![id, now, kernel_id, container_id, handover.then_some(now)],
+            )?;
             Ok(n == 1)
         })
         .await
@@ -49,10 +42,10 @@ impl Store {
     /// the registry's container gone and made it afresh.
     pub async fn set_container(&self, id: &str, container_id: &str) -> StoreResult<()> {
         let (id, container_id) = (id.to_owned(), container_id.to_owned());
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE ops SET container_id = ?2 WHERE id = ?1",
-                params![id, container_id],
+                vals![id, container_id],
             )?;
             Ok(())
         })
@@ -74,27 +67,25 @@ impl Store {
         pid: Option<sandbox::PidRecord>,
     ) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.call(move |conn| {
+        self.write(move |tx| {
             let n = match pid {
-                None => conn
-                    .prepare_cached(
-                        "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2) \
-                         WHERE id = ?1 AND status = 'starting'",
-                    )?
-                    .execute(params![id, started_at])?,
-                Some(rec) => conn
-                    .prepare_cached(
-                        "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2), \
-                         pid = ?3, proc_start_ticks = ?4, hostname = ?5 \
-                         WHERE id = ?1 AND status = 'starting'",
-                    )?
-                    .execute(params![
+                None => tx.execute(
+                    "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2) \
+                     WHERE id = ?1 AND status = 'starting'",
+                    vals![id, started_at],
+                )?,
+                Some(rec) => tx.execute(
+                    "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2), \
+                     pid = ?3, proc_start_ticks = ?4, hostname = ?5 \
+                     WHERE id = ?1 AND status = 'starting'",
+                    vals![
                         id,
                         started_at,
                         rec.pid,
                         rec.start_ticks as i64,
                         rec.hostname
-                    ])?,
+                    ],
+                )?,
             };
             Ok(n == 1)
         })
@@ -104,10 +95,10 @@ impl Store {
     /// Clears the count of failed observer attempts (an attempt stayed healthy).
     pub async fn reset_failed_attempts(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE ops SET failed_attempts = 0 WHERE id = ?1 AND failed_attempts > 0",
-                [id],
+                vals![id],
             )?;
             Ok(())
         })
@@ -117,10 +108,10 @@ impl Store {
     /// Records the Docker exec that runs the op's wrapper.
     pub async fn record_exec(&self, id: &str, exec_id: &str) -> StoreResult<()> {
         let (id, exec_id) = (id.to_owned(), exec_id.to_owned());
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE ops SET exec_id = ?2 WHERE id = ?1",
-                params![id, exec_id],
+                vals![id, exec_id],
             )?;
             Ok(())
         })
@@ -130,10 +121,10 @@ impl Store {
     /// Records that a kill or timeout signal is about to be sent.
     pub async fn record_kill_intent(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE ops SET kill_intent = 1 WHERE id = ?1 AND kill_intent = 0",
-                [id],
+                vals![id],
             )?;
             Ok(())
         })
@@ -143,10 +134,10 @@ impl Store {
     /// Records that a kill or timeout signal reached the op's processes.
     pub async fn record_signalled(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE ops SET kill_signalled = 1 WHERE id = ?1 AND kill_signalled = 0",
-                [id],
+                vals![id],
             )?;
             Ok(())
         })
@@ -157,10 +148,10 @@ impl Store {
     /// `.pid` file: what every later probe and signal is checked against.
     pub async fn record_pid(&self, id: &str, rec: &sandbox::PidRecord) -> StoreResult<()> {
         let (id, rec) = (id.to_owned(), rec.clone());
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE ops SET pid = ?2, proc_start_ticks = ?3, hostname = ?4 WHERE id = ?1",
-                params![id, rec.pid, rec.start_ticks as i64, rec.hostname],
+                vals![id, rec.pid, rec.start_ticks as i64, rec.hostname],
             )?;
             Ok(())
         })
@@ -171,16 +162,16 @@ impl Store {
     /// reason is kept. Returns the op as it is now.
     pub async fn request_kill(&self, id: &str, reason: KillReason) -> StoreResult<Option<Op>> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 &format!(
                     "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
                      WHERE id = ?1 AND kill_requested_at IS NULL AND status IN ({})",
                     observed_sql()
                 ),
-                params![id, now_ms(), reason.as_str()],
+                vals![&id, now_ms(), reason.as_str()],
             )?;
-            get(conn, &id)
+            get(tx, &id)
         })
         .await
     }
@@ -201,16 +192,16 @@ impl Store {
             AttemptStart::AfterFailureInARow => "failed_attempts + 1",
             AttemptStart::AfterIsolatedFailure => "1",
         };
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 &format!(
                     "UPDATE ops SET attempt = attempt + 1, failed_attempts = {failed}, \
                      kernel_id = ?2, heartbeat_at = ?3 WHERE id = ?1 AND status IN ({})",
                     observed_sql()
                 ),
-                params![id, kernel_id, now_ms()],
+                vals![&id, kernel_id, now_ms()],
             )?;
-            Ok(get(conn, &id)?.filter(|op| op.status.is_observed()))
+            Ok(get(tx, &id)?.filter(|op| op.status.is_observed()))
         })
         .await
     }

@@ -3,35 +3,36 @@
 //! only inside the transaction of the change they record, so an event never
 //! describes a change that did not commit and no committed change lacks it.
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use sha2::{Digest, Sha256};
 
+use super::db::{Row, Tx};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::EventKind;
 pub use crate::event_kind::{Event, ModelUsage};
 use crate::runs::Used;
+use crate::vals;
 
 /// One event row (`seq, at, kind, operation_id, data`): its data is
 /// checked JSON of the kind's payload.
-fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<Event>> {
-    let seq: i64 = r.get(0)?;
-    let kind: String = r.get(2)?;
-    let data: String = r.get(4)?;
-    let kind = serde_json::from_str(&data).and_then(|data| EventKind::from_parts(&kind, data));
-    Ok(Ok(Event {
+fn event_from_row(r: &Row) -> StoreResult<Event> {
+    let seq: i64 = r.get("seq")?;
+    let kind: String = r.get("kind")?;
+    let data: String = r.get("data")?;
+    let kind = serde_json::from_str(&data)
+        .and_then(|data| EventKind::from_parts(&kind, data))
+        .map_err(|e| StoreError::Corrupt(format!("event {seq}: {e}")))?;
+    Ok(Event {
         seq,
-        at: r.get(1)?,
-        operation_id: r.get(3)?,
-        kind: match kind {
-            Ok(kind) => kind,
-            Err(e) => return Ok(Err(StoreError::Corrupt(format!("event {seq}: {e}")))),
-        },
-    }))
+        at: r.get("at")?,
+        operation_id: r.get("operation_id")?,
+        kind,
+    })
 }
 
-/// Appends an event to a run's journal (inside the caller's transaction).
+/// Appends an event to a run's journal (inside the caller's transaction);
+/// its sequence number.
 pub(super) fn append_event(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     run_id: &str,
     operation_id: Option<&str>,
     event: EventKind,
@@ -39,32 +40,38 @@ pub(super) fn append_event(
     let data = event
         .data()
         .map_err(|e| StoreError::Corrupt(format!("{} event: {e}", event.name())))?;
-    conn.prepare_cached(
-        "INSERT INTO events (run_id, at, kind, operation_id, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
-        run_id,
-        now_ms(),
-        event.name(),
-        operation_id,
-        data.to_string()
-    ])?;
-    Ok(conn.last_insert_rowid())
+    tx.scalar(
+        "INSERT INTO events (run_id, at, kind, operation_id, data) VALUES (?1, ?2, ?3, ?4, ?5) \
+         RETURNING seq",
+        vals![
+            run_id,
+            now_ms(),
+            event.name(),
+            operation_id,
+            data.to_string()
+        ],
+    )
 }
 
 /// The ledger's totals over a run and all its descendants.
-pub(super) fn usage_over_subtree(conn: &Connection, run_id: &str) -> StoreResult<Used> {
-    // TOTAL sums as a float: no input can make it fail with an integer
-    // overflow (SUM would, and then every admission under the run too)
-    let (op, cpu, tokens, cost): (f64, f64, f64, f64) = conn
-        .prepare_cached(
-            "SELECT TOTAL(op_ms), TOTAL(cpu_ms), TOTAL(input_tokens) + TOTAL(output_tokens), \
-             TOTAL(cost_micros) \
-             FROM usage WHERE run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
-        )?
-        .query_row([run_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })?;
+pub(super) fn usage_over_subtree(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Used> {
+    // summed as floats: no input can make it fail with an integer overflow
+    // (an integer SUM would, and then every admission under the run too)
+    let row = tx.query_one(
+        "SELECT COALESCE(SUM(CAST(op_ms AS DOUBLE PRECISION)), 0) AS op, \
+         COALESCE(SUM(CAST(cpu_ms AS DOUBLE PRECISION)), 0) AS cpu, \
+         COALESCE(SUM(CAST(input_tokens AS DOUBLE PRECISION)), 0) \
+         + COALESCE(SUM(CAST(output_tokens AS DOUBLE PRECISION)), 0) AS tokens, \
+         COALESCE(SUM(CAST(cost_micros AS DOUBLE PRECISION)), 0) AS cost \
+         FROM usage WHERE run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
+        vals![run_id],
+    )?;
+    let (op, cpu, tokens, cost): (f64, f64, f64, f64) = (
+        row.get("op")?,
+        row.get("cpu")?,
+        row.get("tokens")?,
+        row.get("cost")?,
+    );
     // `as` saturates: a total past u64 reads as u64::MAX, past any limit
     Ok(Used {
         op_ms: op.max(0.0) as u64,
@@ -78,7 +85,7 @@ pub(super) fn usage_over_subtree(conn: &Connection, run_id: &str) -> StoreResult
 /// to its end, and its CPU time when the shim measured it (never made up).
 /// Nothing for an op that never started. At most one per op.
 pub(super) fn record_op_usage(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     run_id: &str,
     op_id: &str,
     wall_ms: Option<i64>,
@@ -87,11 +94,11 @@ pub(super) fn record_op_usage(
     let Some(wall) = wall_ms else {
         return Ok(());
     };
-    conn.prepare_cached(
+    tx.execute(
         "INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) \
          VALUES (?1, ?2, 'op', ?3, ?4, ?5)",
-    )?
-    .execute(params![run_id, now_ms(), op_id, wall.max(0), cpu_ms])?;
+        vals![run_id, now_ms(), op_id, wall.max(0), cpu_ms],
+    )?;
     Ok(())
 }
 
@@ -106,6 +113,53 @@ pub enum UsageRecorded {
     KeyConflict,
 }
 
+/// The usage transaction script: a retry under the same idempotency key
+/// finds its fact; else the fact and its `usage.recorded` event.
+fn record_model_usage_in(
+    tx: &mut dyn Tx,
+    run_id: &str,
+    usage: ModelUsage,
+    idempotency_key: Option<String>,
+) -> StoreResult<UsageRecorded> {
+    // locks the run's tree: a usage fact and the admissions its budgets
+    // refuse are serialized, and a key's retries with them
+    super::tree::lock_tree_of(tx, run_id)?;
+    let sha = hex::encode(Sha256::digest(
+        serde_json::to_vec(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+    ));
+    if let Some(key) = &idempotency_key {
+        let seen = tx.query_opt(
+            "SELECT seq, request_sha256 FROM usage WHERE run_id = ?1 AND idempotency_key = ?2",
+            vals![run_id, key],
+        )?;
+        if let Some(row) = seen {
+            let seen_sha: Option<String> = row.get("request_sha256")?;
+            return Ok(if seen_sha.as_deref() == Some(sha.as_str()) {
+                UsageRecorded::Existing(row.get("seq")?)
+            } else {
+                UsageRecorded::KeyConflict
+            });
+        }
+    }
+    let seq: i64 = tx.scalar(
+        "INSERT INTO usage (run_id, at, source, model, input_tokens, output_tokens, cost_micros, \
+         idempotency_key, request_sha256) VALUES (?1, ?2, 'model', ?3, ?4, ?5, ?6, ?7, ?8) \
+         RETURNING seq",
+        vals![
+            run_id,
+            now_ms(),
+            &usage.model,
+            usage.input_tokens as i64,
+            usage.output_tokens as i64,
+            usage.cost_micros as i64,
+            idempotency_key,
+            sha
+        ],
+    )?;
+    append_event(tx, run_id, None, EventKind::UsageRecorded(usage))?;
+    Ok(UsageRecorded::Recorded(seq))
+}
+
 impl Store {
     /// Appends a model-usage fact and its `usage.recorded` event.
     pub async fn record_model_usage(
@@ -115,63 +169,24 @@ impl Store {
         idempotency_key: Option<String>,
     ) -> StoreResult<UsageRecorded> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let sha = hex::encode(Sha256::digest(
-                serde_json::to_vec(&usage).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            ));
-            if let Some(key) = &idempotency_key {
-                let seen: Option<(i64, Option<String>)> = tx
-                    .query_row(
-                        "SELECT seq, request_sha256 FROM usage WHERE run_id = ?1 AND idempotency_key = ?2",
-                        params![run_id, key],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()?;
-                if let Some((seq, seen_sha)) = seen {
-                    return Ok(if seen_sha.as_deref() == Some(sha.as_str()) {
-                        UsageRecorded::Existing(seq)
-                    } else {
-                        UsageRecorded::KeyConflict
-                    });
-                }
-            }
-            tx.execute(
-                "INSERT INTO usage (run_id, at, source, model, input_tokens, output_tokens, cost_micros, \
-                 idempotency_key, request_sha256) VALUES (?1, ?2, 'model', ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    run_id,
-                    now_ms(),
-                    usage.model,
-                    usage.input_tokens as i64,
-                    usage.output_tokens as i64,
-                    usage.cost_micros as i64,
-                    idempotency_key,
-                    sha
-                ],
-            )?;
-            let seq = tx.last_insert_rowid();
-            append_event(&tx, &run_id, None, EventKind::UsageRecorded(usage))?;
-            tx.commit()?;
-            Ok(UsageRecorded::Recorded(seq))
-        })
-        .await
+        self.write(move |tx| record_model_usage_in(tx, &run_id, usage, idempotency_key))
+            .await
     }
 
     /// The ledger's totals over a run and its descendants, derived now.
     pub async fn usage_over_subtree(&self, run_id: &str) -> StoreResult<Used> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| usage_over_subtree(conn, &run_id))
-            .await
+        self.read(move |tx| usage_over_subtree(tx, &run_id)).await
     }
 
     /// The run's latest event sequence number (0 without events).
     pub async fn last_event_seq(&self, run_id: &str) -> StoreResult<i64> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")?
-                .query_row([run_id], |r| r.get(0))?)
+        self.read(move |tx| {
+            tx.scalar(
+                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1",
+                vals![run_id],
+            )
         })
         .await
     }
@@ -179,13 +194,16 @@ impl Store {
     /// The run's last `n` events up to `upto`, oldest first.
     pub async fn events_tail(&self, run_id: &str, n: u32, upto: i64) -> StoreResult<Vec<Event>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            let mut stmt = conn.prepare_cached(
+        self.read(move |tx| {
+            tx.query(
                 "SELECT seq, at, kind, operation_id, data FROM (SELECT seq, at, kind, operation_id, data \
-                 FROM events WHERE run_id = ?1 AND seq <= ?3 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
-            )?;
-            let rows = stmt.query_map(params![run_id, n, upto], event_from_row)?;
-            rows.map(|row| row?).collect()
+                 FROM events WHERE run_id = ?1 AND seq <= ?3 ORDER BY seq DESC LIMIT ?2) AS tail \
+                 ORDER BY seq",
+                vals![run_id, n, upto],
+            )?
+            .iter()
+            .map(event_from_row)
+            .collect()
         })
         .await
     }
@@ -198,13 +216,15 @@ impl Store {
         limit: u32,
     ) -> StoreResult<Vec<Event>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            let mut stmt = conn.prepare_cached(
+        self.read(move |tx| {
+            tx.query(
                 "SELECT seq, at, kind, operation_id, data FROM events \
                  WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )?;
-            let rows = stmt.query_map(params![run_id, after, limit], event_from_row)?;
-            rows.map(|row| row?).collect()
+                vals![run_id, after, limit],
+            )?
+            .iter()
+            .map(event_from_row)
+            .collect()
         })
         .await
     }

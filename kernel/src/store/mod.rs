@@ -16,6 +16,9 @@ mod retention;
 mod runs;
 mod schedules;
 mod settle;
+#[cfg(test)]
+mod statements_tests;
+mod tree;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,6 +26,8 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use crate::sync::Lock;
+use db::sqlite::SqliteTx;
+use db::Tx;
 
 pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
@@ -94,6 +99,8 @@ pub struct Store {
     /// back (readers only re-read), and it is set before the writer's
     /// commit, which readers wait for on the connection's lock.
     journal: Arc<tokio::sync::watch::Sender<i64>>,
+    /// Where the statements run are collected: `None` but in tests.
+    seen: db::sqlite::Seen,
 }
 
 impl Store {
@@ -113,7 +120,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // every hot statement stays parsed
-        conn.set_prepared_statement_cache_capacity(64);
+        conn.set_prepared_statement_cache_capacity(256);
         migrate(&mut conn)?;
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
         let hook = journal.clone();
@@ -127,6 +134,7 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Lock::new(conn)),
             journal,
+            seen: None,
         })
     }
 
@@ -135,8 +143,44 @@ impl Store {
         self.journal.subscribe()
     }
 
+    /// Runs `f` in one write transaction on the blocking pool: SQLite's
+    /// `BEGIN IMMEDIATE` (the file's one writer, every run tree serialized);
+    /// commits when `f` returns `Ok`, rolls back on `Err`.
+    async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+    {
+        let seen = self.seen.clone();
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            // dropped uncommitted on `Err`: rolled back
+            let value = f(&mut SqliteTx::new(&tx, seen))?;
+            tx.commit()?;
+            Ok(value)
+        })
+        .await
+    }
+
+    /// Runs `f` in one read transaction on the blocking pool (a deferred
+    /// one: every statement of `f` reads the same snapshot).
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+    {
+        let seen = self.seen.clone();
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            let value = f(&mut SqliteTx::new(&tx, seen))?;
+            tx.commit()?;
+            Ok(value)
+        })
+        .await
+    }
+
     /// Runs `f` with the connection on the blocking pool.
-    pub async fn call<T, F>(&self, f: F) -> StoreResult<T>
+    async fn call<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
@@ -188,6 +232,17 @@ pub fn step_wall_clock(ms: i64) {
 pub(crate) fn test_store() -> Store {
     let path = std::env::temp_dir().join(format!("opkernel-store-{}.db", uuid::Uuid::new_v4()));
     Store::open(&path).unwrap()
+}
+
+/// A test store that collects the text of every statement it runs.
+#[cfg(test)]
+pub(crate) fn recording_test_store() -> (Store, Arc<Lock<std::collections::BTreeSet<String>>>) {
+    let seen = Arc::new(Lock::new(std::collections::BTreeSet::new()));
+    let store = Store {
+        seen: Some(seen.clone()),
+        ..test_store()
+    };
+    (store, seen)
 }
 
 #[cfg(test)]

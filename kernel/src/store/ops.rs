@@ -2,12 +2,13 @@
 //! attempt and a settlement carry, and the reads of ops. The transaction
 //! scripts that write them are `admit`, `claims` and `settle`.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
 use sha2::{Digest, Sha256};
 
 pub use super::admission::Admission;
-use super::{now_ms, Store, StoreResult};
+use super::db::{Row, Tx, Value};
+use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::{live_sql, observed_sql, KillReason, Outcome, Status};
+use crate::vals;
 
 /// An op as the control plane records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,10 +128,7 @@ pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, 
     approval_decided_at, schedule_id";
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
-pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
-    let corrupt = |what: String| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
-    };
+pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
     let command: String = row.get("command")?;
     let status: String = row.get("status")?;
     let pid: Option<i64> = row.get("pid")?;
@@ -139,12 +137,14 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
     Ok(Op {
         id: row.get("id")?,
         run_id: row.get("run_id")?,
-        command: serde_json::from_str(&command).map_err(|e| corrupt(e.to_string()))?,
+        command: serde_json::from_str(&command)
+            .map_err(|e| StoreError::Corrupt(format!("op command: {e}")))?,
         background: row.get("background")?,
-        timeout_sec: row.get::<_, i64>("timeout_sec")? as u64,
-        status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?,
-        attempt: row.get::<_, i64>("attempt")? as u32,
-        failed_attempts: row.get::<_, i64>("failed_attempts")? as u32,
+        timeout_sec: row.get::<i64>("timeout_sec")? as u64,
+        status: Status::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("status {status}")))?,
+        attempt: row.get::<i64>("attempt")? as u32,
+        failed_attempts: row.get::<i64>("failed_attempts")? as u32,
         exec_claimed_at: row.get("exec_claimed_at")?,
         scratch_key: row.get("scratch_key")?,
         container_id: row.get("container_id")?,
@@ -152,9 +152,7 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
             (Some(pid), Some(start)) => Some(sandbox::PidRecord {
                 pid: pid as u32,
                 start_ticks: start as u64,
-                hostname: row
-                    .get::<_, Option<String>>("hostname")?
-                    .unwrap_or_default(),
+                hostname: row.get::<Option<String>>("hostname")?.unwrap_or_default(),
             }),
             _ => None,
         },
@@ -174,10 +172,10 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         error: row.get("error")?,
         output_tail: row.get("output_tail")?,
         log_sha256: row.get("log_sha256")?,
-        log_size: row.get::<_, Option<i64>>("log_size")?.map(|v| v as u64),
+        log_size: row.get::<Option<i64>>("log_size")?.map(|v| v as u64),
         usage: match (
-            row.get::<_, Option<i64>>("cpu_ms")?,
-            row.get::<_, Option<i64>>("max_rss_kb")?,
+            row.get::<Option<i64>>("cpu_ms")?,
+            row.get::<Option<i64>>("max_rss_kb")?,
         ) {
             (Some(cpu), Some(rss)) => Some(sandbox::Usage {
                 cpu_ms: cpu as u64,
@@ -185,16 +183,16 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
             }),
             _ => None,
         },
-        leftovers: row.get::<_, i64>("leftovers")?.clamp(0, u32::MAX as i64) as u32,
+        leftovers: row.get::<i64>("leftovers")?.clamp(0, u32::MAX as i64) as u32,
         kernel_id: row.get("kernel_id")?,
         report_id: row.get("report_id")?,
         delivered_inline: row.get("delivered_inline")?,
         approval_rule: row.get("approval_rule")?,
         approval_timeout_sec: row
-            .get::<_, Option<i64>>("approval_timeout_sec")?
+            .get::<Option<i64>>("approval_timeout_sec")?
             .map(|v| v as u64),
         approval_on_timeout: row
-            .get::<_, Option<String>>("approval_on_timeout")?
+            .get::<Option<String>>("approval_on_timeout")?
             .as_deref()
             .and_then(crate::runs::OnTimeout::parse),
         approval_escalated_at: row.get("approval_escalated_at")?,
@@ -202,6 +200,11 @@ pub(super) fn op_from_row(row: &Row<'_>) -> rusqlite::Result<Op> {
         approval_decided_at: row.get("approval_decided_at")?,
         schedule_id: row.get("schedule_id")?,
     })
+}
+
+/// The ops a query with [`COLUMNS`] reads, in its order.
+pub(super) fn ops_of(tx: &mut dyn Tx, sql: &str, params: &[Value]) -> StoreResult<Vec<Op>> {
+    tx.query(sql, params)?.iter().map(op_from_row).collect()
 }
 
 /// A validated start request.
@@ -284,25 +287,36 @@ pub struct Settlement {
     pub charge_cap_ms: Option<i64>,
 }
 
-pub(super) fn get(conn: &Connection, id: &str) -> StoreResult<Option<Op>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"))?
-        .query_row([id], op_from_row)
-        .optional()?)
+pub(super) fn get(tx: &mut dyn Tx, id: &str) -> StoreResult<Option<Op>> {
+    tx.query_opt(
+        &format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"),
+        vals![id],
+    )?
+    .as_ref()
+    .map(op_from_row)
+    .transpose()
+}
+
+/// The run an op belongs to; `None` for an unknown op.
+pub(super) fn run_of(tx: &mut dyn Tx, id: &str) -> StoreResult<Option<String>> {
+    tx.query_opt("SELECT run_id FROM ops WHERE id = ?1", vals![id])?
+        .map(|row| row.get("run_id"))
+        .transpose()
 }
 
 impl Store {
     /// Every observed (starting or running) op: id and creation time only
     /// (the watchdog's look, every few seconds, reads no command).
     pub async fn observed_op_ids(&self) -> StoreResult<Vec<(String, i64)>> {
-        self.call(|conn| {
+        self.read(|tx| {
             let sql = format!(
                 "SELECT id, created_at FROM ops WHERE status IN ({})",
                 crate::lifecycle::observed_sql()
             );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            tx.query(&sql, &[])?
+                .iter()
+                .map(|r| Ok((r.get("id")?, r.get("created_at")?)))
+                .collect()
         })
         .await
     }
@@ -310,7 +324,7 @@ impl Store {
     /// The op by id; `None` when no such op exists (or it was purged).
     pub async fn get_op(&self, id: &str) -> StoreResult<Option<Op>> {
         let id = id.to_owned();
-        self.call(move |conn| get(conn, &id)).await
+        self.read(move |tx| get(tx, &id)).await
     }
 
     /// Every op that is not terminal (held for approval included), oldest
@@ -326,13 +340,11 @@ impl Store {
     }
 
     async fn ops_in(&self, statuses: String) -> StoreResult<Vec<Op>> {
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
                 "SELECT {COLUMNS} FROM ops WHERE status IN ({statuses}) ORDER BY created_at"
             );
-            let mut stmt = conn.prepare(&sql)?;
-            let rows = stmt.query_map([], op_from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            ops_of(tx, &sql, &[])
         })
         .await
     }
@@ -340,29 +352,26 @@ impl Store {
     /// Live ops (not terminal), newest first, optionally of one run: read
     /// through the index of live statuses, whatever the table's size.
     pub async fn list_live_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE status IN ({}) AND (?1 IS NULL OR run_id = ?1) \
+                "SELECT {COLUMNS} FROM ops WHERE status IN ({}) \
+                 AND (CAST(?1 AS TEXT) IS NULL OR run_id = ?1) \
                  ORDER BY created_at DESC LIMIT ?2",
                 live_sql()
             );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let rows = stmt.query_map(params![run_id, limit], op_from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            ops_of(tx, &sql, vals![run_id, limit])
         })
         .await
     }
 
     /// Ops, newest first, optionally of one run.
     pub async fn list_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE (?1 IS NULL OR run_id = ?1) \
+                "SELECT {COLUMNS} FROM ops WHERE (CAST(?1 AS TEXT) IS NULL OR run_id = ?1) \
                  ORDER BY created_at DESC LIMIT ?2"
             );
-            let mut stmt = conn.prepare(&sql)?;
-            let rows = stmt.query_map(params![run_id, limit], op_from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            ops_of(tx, &sql, vals![run_id, limit])
         })
         .await
     }
@@ -370,14 +379,12 @@ impl Store {
     /// Refreshes `heartbeat_at` of every live op this kernel observes.
     pub async fn heartbeat(&self, kernel_id: &str) -> StoreResult<usize> {
         let kernel_id = kernel_id.to_owned();
-        self.call(move |conn| {
-            Ok(conn.execute(
-                &format!(
-                    "UPDATE ops SET heartbeat_at = ?2 WHERE kernel_id = ?1 AND status IN ({})",
-                    observed_sql()
-                ),
-                params![kernel_id, now_ms()],
-            )?)
+        self.write(move |tx| {
+            let sql = format!(
+                "UPDATE ops SET heartbeat_at = ?2 WHERE kernel_id = ?1 AND status IN ({})",
+                observed_sql()
+            );
+            Ok(tx.execute(&sql, vals![kernel_id, now_ms()])? as usize)
         })
         .await
     }
@@ -385,10 +392,11 @@ impl Store {
     /// Records this kernel process in the `kernels` table at start.
     pub async fn register_kernel(&self, kernel_id: &str) -> StoreResult<()> {
         let kernel_id = kernel_id.to_owned();
-        self.call(move |conn| {
-            conn.execute(
-                "INSERT OR REPLACE INTO kernels (id, started_at) VALUES (?1, ?2)",
-                params![kernel_id, now_ms()],
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO kernels (id, started_at) VALUES (?1, ?2) \
+                 ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at",
+                vals![kernel_id, now_ms()],
             )?;
             Ok(())
         })

@@ -2,10 +2,9 @@
 //! marks its ops and notes delivered in one transaction; until it is acked,
 //! asking again returns the very same report.
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-
+use super::db::Tx;
 use super::journal::append_event;
-use super::ops::{op_from_row, COLUMNS};
+use super::ops::{ops_of, COLUMNS};
 use super::{now_ms, Op, Store, StoreError, StoreResult};
 use crate::event_kind::{EventKind, NoteReceived, ReportDelivered};
 use crate::lifecycle::{live_sql, terminal_sql, Status};
@@ -13,6 +12,7 @@ use crate::report_text::{
     bounded_argv, render, MAX_NOTE_BYTES, MAX_REPORT_ITEMS, MAX_REPORT_NOTE_BYTES,
     MAX_VIEW_ARGV_BYTES,
 };
+use crate::vals;
 
 /// Pending (undelivered) notes a run may hold.
 pub const MAX_PENDING_NOTES: u64 = 64;
@@ -48,10 +48,10 @@ fn report_item(op: &Op) -> ReportItem {
 /// inline and never appears in a report, resolved or running.
 const BACKGROUND: &str = "background = 1";
 
-fn running_items(conn: &Connection, run_id: &str) -> StoreResult<Vec<RunningItem>> {
+fn running_items(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<RunningItem>> {
     let now = now_ms();
     Ok(query_ops(
-        conn,
+        tx,
         &format!(
             "run_id = ?1 AND {BACKGROUND} AND status IN ({}) ORDER BY created_at",
             live_sql()
@@ -69,11 +69,9 @@ fn running_items(conn: &Connection, run_id: &str) -> StoreResult<Vec<RunningItem
     .collect())
 }
 
-fn query_ops(conn: &Connection, filter: &str, run_id: &str) -> StoreResult<Vec<Op>> {
+fn query_ops(tx: &mut dyn Tx, filter: &str, run_id: &str) -> StoreResult<Vec<Op>> {
     let sql = format!("SELECT {COLUMNS} FROM ops WHERE {filter}");
-    let mut stmt = conn.prepare(&sql)?;
-    let rows = stmt.query_map([run_id], op_from_row)?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    ops_of(tx, &sql, vals![run_id])
 }
 
 /// The resolved ops and notes that fit one report (at most
@@ -110,18 +108,136 @@ fn with_budget(text: String, run_id: &str, budget: &[crate::runs::LimitUse]) -> 
     }
 }
 
-fn unacked(conn: &Connection, run_id: &str) -> StoreResult<Option<Report>> {
-    let body: Option<String> = conn
-        .query_row(
+fn unacked(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<Report>> {
+    let body: Option<String> = tx
+        .query_opt(
             "SELECT body FROM reports WHERE run_id = ?1 AND acked_at IS NULL ORDER BY created_at LIMIT 1",
-            [run_id],
-            |r| r.get(0),
-        )
-        .optional()?;
+            vals![run_id],
+        )?
+        .map(|r| r.get("body"))
+        .transpose()?;
     body.map(|b| {
         serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(format!("report body: {e}")))
     })
     .transpose()
+}
+
+/// The drain transaction script (see [`Store::drain_report`]): the tree's
+/// lock, the unacked report if any, else the resolved ops and pending
+/// notes that fit one report, the report, its delivery marks and its
+/// `report.delivered` event.
+fn drain_in(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<Report>> {
+    // locks the run's tree: a drain is serialized with the tree's
+    // settlements (what it resolves) and every other drain of the run
+    super::tree::lock_tree_of(tx, run_id)?;
+    if let Some(report) = unacked(tx, run_id)? {
+        return Ok(Some(report));
+    }
+    let resolved = query_ops(
+        tx,
+        &format!(
+            "run_id = ?1 AND {BACKGROUND} AND status IN ({}) AND report_id IS NULL \
+             AND delivered_inline = 0 ORDER BY finished_at, id LIMIT {}",
+            terminal_sql(),
+            MAX_REPORT_ITEMS + 1
+        ),
+        run_id,
+    )?;
+    let notes = tx
+        .query(
+            "SELECT id, text FROM notes WHERE run_id = ?1 AND report_id IS NULL ORDER BY id",
+            vals![run_id],
+        )?
+        .iter()
+        .map(|r| Ok((r.get("id")?, r.get("text")?)))
+        .collect::<StoreResult<Vec<(i64, String)>>>()?;
+    if resolved.is_empty() && notes.is_empty() {
+        return Ok(None);
+    }
+    let (resolved, notes, more) = within_bounds(resolved, notes);
+    let items: Vec<ReportItem> = resolved.iter().map(report_item).collect();
+    let running = running_items(tx, run_id)?;
+    let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
+    let budget = super::admission::budget_status(tx, run_id)?;
+    let report_id = uuid::Uuid::new_v4().to_string();
+    let report = Report {
+        report_id: Some(report_id.clone()),
+        run_id: run_id.to_owned(),
+        text: with_budget(render(&items, &running, &note_texts, more), run_id, &budget),
+        resolved: items,
+        running,
+        notes: note_texts,
+        more_pending: more,
+    };
+    mark_delivered(tx, &report, &resolved, &notes)?;
+    Ok(Some(report))
+}
+
+/// Stores a report and marks what it delivers, with its `report.delivered`
+/// event.
+fn mark_delivered(
+    tx: &mut dyn Tx,
+    report: &Report,
+    resolved: &[Op],
+    notes: &[(i64, String)],
+) -> StoreResult<()> {
+    let body = serde_json::to_string(report).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let run_id = &report.run_id;
+    tx.execute(
+        "INSERT INTO reports (id, run_id, created_at, body) VALUES (?1, ?2, ?3, ?4)",
+        vals![&report.report_id, run_id, now_ms(), body],
+    )?;
+    for op in resolved {
+        let n = tx.execute(
+            "UPDATE ops SET report_id = ?2 WHERE id = ?1 AND report_id IS NULL",
+            vals![&op.id, &report.report_id],
+        )?;
+        if n != 1 {
+            return Err(StoreError::Corrupt(format!("op {} delivered twice", op.id)));
+        }
+    }
+    for (id, _) in notes {
+        tx.execute(
+            "UPDATE notes SET report_id = ?2 WHERE id = ?1",
+            vals![*id, &report.report_id],
+        )?;
+    }
+    let delivered = ReportDelivered {
+        report_id: report.report_id.clone().unwrap_or_default(),
+        operation_ids: report
+            .resolved
+            .iter()
+            .map(|r| r.operation_id.clone())
+            .collect(),
+        notes: report.notes.len(),
+    };
+    append_event(tx, run_id, None, EventKind::ReportDelivered(delivered))?;
+    Ok(())
+}
+
+/// The add-note transaction script (see [`Store::add_note`]).
+fn add_note_in(tx: &mut dyn Tx, run_id: &str, text: &str) -> StoreResult<Option<i64>> {
+    // locks the run's tree: the bound on pending notes is counted and kept
+    // one note at a time, and a drain takes a note whole or not at all
+    super::tree::lock_tree_of(tx, run_id)?;
+    let pending: i64 = tx.scalar(
+        "SELECT COUNT(*) FROM notes WHERE run_id = ?1 AND report_id IS NULL",
+        vals![run_id],
+    )?;
+    if pending as u64 >= MAX_PENDING_NOTES {
+        return Ok(None);
+    }
+    super::runs::ensure_top_level(tx, run_id, now_ms())?;
+    let id: i64 = tx.scalar(
+        "INSERT INTO notes (run_id, text, created_at) VALUES (?1, ?2, ?3) RETURNING id",
+        vals![run_id, text, now_ms()],
+    )?;
+    let received = NoteReceived {
+        note_id: id,
+        bytes: text.len(),
+    };
+    append_event(tx, run_id, None, EventKind::NoteReceived(received))?;
+    Ok(Some(id))
 }
 
 impl Store {
@@ -129,7 +245,7 @@ impl Store {
     /// a resolved-but-undelivered op or a pending note.
     pub async fn has_pending(&self, run_id: &str) -> StoreResult<bool> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
                 "SELECT EXISTS (SELECT 1 FROM reports WHERE run_id = ?1 AND acked_at IS NULL) \
                  OR EXISTS (SELECT 1 FROM ops WHERE run_id = ?1 AND {BACKGROUND} AND status IN ({}) \
@@ -137,7 +253,7 @@ impl Store {
                  OR EXISTS (SELECT 1 FROM notes WHERE run_id = ?1 AND report_id IS NULL)",
                 terminal_sql()
             );
-            Ok(conn.query_row(&sql, [run_id], |r| r.get(0))?)
+            tx.scalar(&sql, vals![run_id])
         })
         .await
     }
@@ -147,81 +263,15 @@ impl Store {
     /// `None` when there is nothing to deliver.
     pub async fn drain_report(&self, run_id: &str) -> StoreResult<Option<Report>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if let Some(report) = unacked(&tx, &run_id)? {
-                return Ok(Some(report));
-            }
-            let resolved = query_ops(
-                &tx,
-                &format!(
-                    "run_id = ?1 AND {BACKGROUND} AND status IN ({}) AND report_id IS NULL \
-                     AND delivered_inline = 0 ORDER BY finished_at, id LIMIT {}",
-                    terminal_sql(),
-                    MAX_REPORT_ITEMS + 1
-                ),
-                &run_id,
-            )?;
-            let notes: Vec<(i64, String)> = {
-                let mut stmt = tx.prepare(
-                    "SELECT id, text FROM notes WHERE run_id = ?1 AND report_id IS NULL ORDER BY id",
-                )?;
-                let rows = stmt.query_map([&run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                rows.collect::<Result<Vec<_>, _>>()?
-            };
-            if resolved.is_empty() && notes.is_empty() {
-                return Ok(None);
-            }
-            let (resolved, notes, more) = within_bounds(resolved, notes);
-            let items: Vec<ReportItem> = resolved.iter().map(report_item).collect();
-            let running = running_items(&tx, &run_id)?;
-            let note_texts: Vec<String> = notes.iter().map(|(_, t)| t.clone()).collect();
-            let budget = super::admission::budget_status(&tx, &run_id)?;
-            let report_id = uuid::Uuid::new_v4().to_string();
-            let report = Report {
-                report_id: Some(report_id.clone()),
-                run_id: run_id.clone(),
-                text: with_budget(render(&items, &running, &note_texts, more), &run_id, &budget),
-                resolved: items,
-                running,
-                notes: note_texts,
-                more_pending: more,
-            };
-            let body = serde_json::to_string(&report).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            tx.execute(
-                "INSERT INTO reports (id, run_id, created_at, body) VALUES (?1, ?2, ?3, ?4)",
-                params![report.report_id, run_id, now_ms(), body],
-            )?;
-            for op in &resolved {
-                let n = tx.execute(
-                    "UPDATE ops SET report_id = ?2 WHERE id = ?1 AND report_id IS NULL",
-                    params![op.id, report.report_id],
-                )?;
-                if n != 1 {
-                    return Err(StoreError::Corrupt(format!("op {} delivered twice", op.id)));
-                }
-            }
-            for (id, _) in &notes {
-                tx.execute("UPDATE notes SET report_id = ?2 WHERE id = ?1", params![id, report.report_id])?;
-            }
-            let delivered = ReportDelivered {
-                report_id,
-                operation_ids: report.resolved.iter().map(|r| r.operation_id.clone()).collect(),
-                notes: report.notes.len(),
-            };
-            append_event(&tx, &run_id, None, EventKind::ReportDelivered(delivered))?;
-            tx.commit()?;
-            Ok(Some(report))
-        })
-        .await
+        self.write(move |tx| drain_in(tx, &run_id)).await
     }
 
     /// The report a waiting caller gets when nothing resolved in time.
     pub async fn empty_report(&self, run_id: &str) -> StoreResult<Report> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            let running = running_items(conn, &run_id)?;
-            let budget = super::admission::budget_status(conn, &run_id)?;
+        self.read(move |tx| {
+            let running = running_items(tx, &run_id)?;
+            let budget = super::admission::budget_status(tx, &run_id)?;
             Ok(Report {
                 report_id: None,
                 text: with_budget(render(&[], &running, &[], 0), &run_id, &budget),
@@ -243,25 +293,20 @@ impl Store {
         limit: u32,
     ) -> StoreResult<Vec<(Report, i64, Option<i64>)>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            let mut stmt = conn.prepare_cached(
+        self.read(move |tx| {
+            let rows = tx.query(
                 "SELECT body, created_at, acked_at FROM reports WHERE run_id = ?1 \
                  ORDER BY created_at DESC LIMIT ?2",
+                vals![run_id, limit],
             )?;
-            let rows = stmt.query_map(params![run_id, limit], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, Option<i64>>(2)?,
-                ))
-            })?;
-            rows.map(|row| {
-                let (body, created, acked) = row?;
-                let report: Report = serde_json::from_str(&body)
-                    .map_err(|e| StoreError::Corrupt(format!("report body: {e}")))?;
-                Ok((report, created, acked))
-            })
-            .collect()
+            rows.iter()
+                .map(|row| {
+                    let body: String = row.get("body")?;
+                    let report: Report = serde_json::from_str(&body)
+                        .map_err(|e| StoreError::Corrupt(format!("report body: {e}")))?;
+                    Ok((report, row.get("created_at")?, row.get("acked_at")?))
+                })
+                .collect()
         })
         .await
     }
@@ -269,15 +314,14 @@ impl Store {
     /// Acknowledges a report. `Ok(false)` when no such report of this run exists.
     pub async fn ack_report(&self, run_id: &str, report_id: &str) -> StoreResult<bool> {
         let (run_id, report_id) = (run_id.to_owned(), report_id.to_owned());
-        self.call(move |conn| {
-            let exists: bool = conn.query_row(
+        self.write(move |tx| {
+            let exists: bool = tx.scalar(
                 "SELECT EXISTS (SELECT 1 FROM reports WHERE id = ?1 AND run_id = ?2)",
-                params![report_id, run_id],
-                |r| r.get(0),
+                vals![&report_id, &run_id],
             )?;
-            conn.execute(
+            tx.execute(
                 "UPDATE reports SET acked_at = ?3 WHERE id = ?1 AND run_id = ?2 AND acked_at IS NULL",
-                params![report_id, run_id, now_ms()],
+                vals![report_id, run_id, now_ms()],
             )?;
             Ok(exists)
         })
@@ -294,37 +338,13 @@ impl Store {
                 text.len()
             )));
         }
-        self.call(move |conn| {
-            let conn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let pending: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM notes WHERE run_id = ?1 AND report_id IS NULL",
-                [&run_id],
-                |r| r.get(0),
-            )?;
-            if pending as u64 >= MAX_PENDING_NOTES {
-                return Ok(None);
-            }
-            super::runs::ensure_top_level(&conn, &run_id, now_ms())?;
-            conn.execute(
-                "INSERT INTO notes (run_id, text, created_at) VALUES (?1, ?2, ?3)",
-                params![run_id, text, now_ms()],
-            )?;
-            let id = conn.last_insert_rowid();
-            let received = NoteReceived {
-                note_id: id,
-                bytes: text.len(),
-            };
-            append_event(&conn, &run_id, None, EventKind::NoteReceived(received))?;
-            conn.commit()?;
-            Ok(Some(id))
-        })
-        .await
+        self.write(move |tx| add_note_in(tx, &run_id, &text)).await
     }
 
     /// All ops of a run, oldest first.
     pub async fn run_ops(&self, run_id: &str) -> StoreResult<Vec<Op>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| query_ops(conn, "run_id = ?1 ORDER BY created_at", &run_id))
+        self.read(move |tx| query_ops(tx, "run_id = ?1 ORDER BY created_at", &run_id))
             .await
     }
 }

@@ -3,11 +3,12 @@
 //! finished top-level run trees older than the control plane's retention,
 //! whole and in one transaction, recorded in the kernel's own journal.
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde_json::json;
 
+use super::db::Tx;
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::lifecycle::{live_sql, terminal_sql};
+use crate::vals;
 
 /// An op whose files may be removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,14 +41,14 @@ const PURGED_TABLES: [&str; 6] = ["events", "usage", "ops", "reports", "notes", 
 /// an undelivered result, op files not yet pruned, a pending note, an
 /// unacked report or a schedule that may still fire.
 fn purgeable_roots(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     cutoff: i64,
     limit: u32,
     only: Option<&str>,
 ) -> StoreResult<Vec<String>> {
     let sql = format!(
-        "SELECT r.run_id FROM runs r WHERE r.parent_run_id IS NULL AND r.created_at < ?1 \
-         AND (?3 IS NULL OR r.run_id = ?3) \
+        "SELECT r.run_id AS run_id FROM runs r WHERE r.parent_run_id IS NULL AND r.created_at < ?1 \
+         AND (CAST(?3 AS TEXT) IS NULL OR r.run_id = ?3) \
          AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN runs d ON d.run_id = a.run_id \
              WHERE a.ancestor_id = r.run_id AND (d.created_at >= ?1 \
              OR COALESCE(d.state_changed_at, 0) >= ?1)) \
@@ -68,63 +69,67 @@ fn purgeable_roots(
          ORDER BY r.created_at LIMIT ?2",
         terminal = terminal_sql()
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![cutoff, limit, only], |r| r.get(0))?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    tx.query(&sql, vals![cutoff, limit, only])?
+        .iter()
+        .map(|r| r.get("run_id"))
+        .collect()
 }
 
 /// The runs of a tree, the root included.
-fn tree_runs(conn: &Connection, root: &str) -> StoreResult<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
+fn tree_runs(tx: &mut dyn Tx, root: &str) -> StoreResult<Vec<String>> {
+    tx.query(
         "SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1 ORDER BY distance",
-    )?;
-    let rows = stmt.query_map([root], |r| r.get(0))?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        vals![root],
+    )?
+    .iter()
+    .map(|r| r.get("run_id"))
+    .collect()
 }
 
 /// Purges one tree in the caller's transaction: marks its runs as being
 /// purged (the append-only triggers let exactly those rows go), deletes
 /// every row of theirs, unmarks them, and records the purge.
-fn purge_tree(conn: &Connection, root: &str, cutoff: i64) -> StoreResult<Option<PurgedTree>> {
+fn purge_tree(tx: &mut dyn Tx, root: &str, cutoff: i64) -> StoreResult<Option<PurgedTree>> {
+    // locks the tree being purged (`root` is its top-level run): nothing of
+    // it is admitted, settled or drained while it goes
+    tx.lock_tree(root)?;
     // re-checked inside the purge's own transaction: nothing may have
     // arrived since the candidates were listed
-    if purgeable_roots(conn, cutoff, 1, Some(root))?.is_empty() {
+    if purgeable_roots(tx, cutoff, 1, Some(root))?.is_empty() {
         return Ok(None);
     }
-    let runs = tree_runs(conn, root)?;
-    let mut mark = conn.prepare_cached("INSERT INTO purging (run_id) VALUES (?1)")?;
+    let runs = tree_runs(tx, root)?;
     for run in &runs {
-        mark.execute([run])?;
+        tx.execute("INSERT INTO purging (run_id) VALUES (?1)", vals![run])?;
     }
     let mut counts = std::collections::BTreeMap::new();
     for table in PURGED_TABLES {
-        let n = conn.execute(
+        let n = tx.execute(
             &format!("DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM purging)"),
-            [],
+            &[],
         )?;
-        counts.insert(table, n);
+        counts.insert(table, n as usize);
     }
-    conn.execute(
+    tx.execute(
         "DELETE FROM run_ancestry WHERE run_id IN (SELECT run_id FROM purging)",
-        [],
+        &[],
     )?;
-    let n_runs = conn.execute(
+    let n_runs = tx.execute(
         "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM purging)",
-        [],
-    )?;
-    conn.execute("DELETE FROM purging", [])?;
+        &[],
+    )? as usize;
+    tx.execute("DELETE FROM purging", &[])?;
     if n_runs != runs.len() {
         return Err(StoreError::Corrupt(format!(
             "purge of run tree {root} removed {n_runs} of its {} runs",
             runs.len()
         )));
     }
-    conn.prepare_cached("INSERT INTO kernel_journal (at, kind, data) VALUES (?1, ?2, ?3)")?
-        .execute(params![
-            now_ms(),
-            "run_tree.purged",
-            json!({"root": root, "runs": runs, "rows": counts, "quiet_before": cutoff}).to_string()
-        ])?;
+    let data = json!({"root": root, "runs": runs, "rows": counts, "quiet_before": cutoff});
+    tx.execute(
+        "INSERT INTO kernel_journal (at, kind, data) VALUES (?1, ?2, ?3)",
+        vals![now_ms(), "run_tree.purged", data.to_string()],
+    )?;
     Ok(Some(PurgedTree {
         root: root.to_owned(),
         ops: counts["ops"],
@@ -137,7 +142,7 @@ impl Store {
     /// Ops whose files may go: terminal, delivered (in a report, inline, or
     /// a foreground op's), ended before `cutoff`, files still there.
     pub async fn prunable_ops(&self, cutoff: i64, limit: u32) -> StoreResult<Vec<PrunableOp>> {
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
                 "SELECT id, scratch_key FROM ops WHERE files_pruned_at IS NULL \
                  AND finished_at IS NOT NULL AND finished_at < ?1 AND status IN ({}) \
@@ -145,14 +150,15 @@ impl Store {
                  ORDER BY finished_at LIMIT ?2",
                 terminal_sql()
             );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let rows = stmt.query_map(params![cutoff, limit], |r| {
-                Ok(PrunableOp {
-                    id: r.get(0)?,
-                    scratch_key: r.get(1)?,
+            tx.query(&sql, vals![cutoff, limit])?
+                .iter()
+                .map(|r| {
+                    Ok(PrunableOp {
+                        id: r.get("id")?,
+                        scratch_key: r.get("scratch_key")?,
+                    })
                 })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                .collect()
         })
         .await
     }
@@ -160,11 +166,11 @@ impl Store {
     /// Records that an op's files are gone (its log endpoint answers 410).
     pub async fn mark_files_pruned(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            conn.prepare_cached(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE ops SET files_pruned_at = ?2 WHERE id = ?1 AND files_pruned_at IS NULL",
-            )?
-            .execute(params![id, now_ms()])?;
+                vals![id, now_ms()],
+            )?;
             Ok(())
         })
         .await
@@ -174,11 +180,11 @@ impl Store {
     /// an unknown op).
     pub async fn files_pruned_at(&self, id: &str) -> StoreResult<Option<i64>> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT files_pruned_at FROM ops WHERE id = ?1")?
-                .query_row([id], |r| r.get(0))
-                .optional()?
+        self.read(move |tx| {
+            let row = tx.query_opt("SELECT files_pruned_at FROM ops WHERE id = ?1", vals![id])?;
+            Ok(row
+                .map(|r| r.get::<Option<i64>>("files_pruned_at"))
+                .transpose()?
                 .flatten())
         })
         .await
@@ -194,39 +200,41 @@ impl Store {
         own_kernel: &str,
     ) -> StoreResult<Vec<PurgedTree>> {
         let own_kernel = own_kernel.to_owned();
-        self.call(move |conn| {
-            let roots = purgeable_roots(conn, cutoff, limit, None)?;
-            let mut purged = Vec::new();
-            for root in roots {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                if let Some(tree) = purge_tree(&tx, &root, cutoff)? {
-                    tx.commit()?;
-                    purged.push(tree);
-                }
+        let roots = self
+            .read(move |tx| purgeable_roots(tx, cutoff, limit, None))
+            .await?;
+        let mut purged = Vec::new();
+        for root in roots {
+            if let Some(tree) = self.write(move |tx| purge_tree(tx, &root, cutoff)).await? {
+                purged.push(tree);
             }
-            // kernels that started long ago and observe nothing any more
-            conn.prepare_cached(&format!(
+        }
+        // kernels that started long ago and observe nothing any more
+        self.write(move |tx| {
+            let sql = format!(
                 "DELETE FROM kernels WHERE started_at < ?1 AND id != ?2 AND id NOT IN \
                  (SELECT kernel_id FROM ops WHERE kernel_id IS NOT NULL AND status IN ({}))",
                 live_sql()
-            ))?
-            .execute(params![cutoff, own_kernel])?;
-            Ok(purged)
+            );
+            tx.execute(&sql, vals![cutoff, own_kernel])?;
+            Ok(())
         })
-        .await
+        .await?;
+        Ok(purged)
     }
 
     /// Where live work is: the run and (once known) the container of every
     /// live op, without their commands (the retention pass's look).
     pub async fn live_work(&self) -> StoreResult<Vec<(String, Option<String>)>> {
-        self.call(|conn| {
+        self.read(|tx| {
             let sql = format!(
                 "SELECT run_id, container_id FROM ops WHERE status IN ({})",
                 live_sql()
             );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            tx.query(&sql, &[])?
+                .iter()
+                .map(|r| Ok((r.get("run_id")?, r.get("container_id")?)))
+                .collect()
         })
         .await
     }
@@ -237,14 +245,14 @@ impl Store {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<(i64, i64, String, String)>> {
-        self.call(move |conn| {
-            let mut stmt = conn.prepare_cached(
+        self.read(move |tx| {
+            tx.query(
                 "SELECT seq, at, kind, data FROM kernel_journal WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-            )?;
-            let rows = stmt.query_map(params![after, limit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                vals![after, limit],
+            )?
+            .iter()
+            .map(|r| Ok((r.get("seq")?, r.get("at")?, r.get("kind")?, r.get("data")?)))
+            .collect()
         })
         .await
     }

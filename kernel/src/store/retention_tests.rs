@@ -60,10 +60,7 @@ async fn child(store: &Store, id: &str, parent: &str) {
 }
 
 async fn count(store: &Store, sql: &'static str) -> i64 {
-    store
-        .call(move |c| Ok(c.query_row(sql, [], |r| r.get(0))?))
-        .await
-        .unwrap()
+    store.read(move |tx| tx.scalar(sql, &[])).await.unwrap()
 }
 
 #[tokio::test]
@@ -193,11 +190,11 @@ async fn the_append_only_tables_give_up_rows_only_to_a_purge() {
     };
     store.record_model_usage("r", usage, None).await.unwrap();
     store
-        .call(|c| {
-            Ok(c.execute(
+        .write(|tx| {
+            tx.execute(
                 "INSERT INTO kernel_journal (at, kind) VALUES (1, 'test')",
-                [],
-            )?)
+                &[],
+            )
         })
         .await
         .unwrap();
@@ -208,7 +205,7 @@ async fn the_append_only_tables_give_up_rows_only_to_a_purge() {
         "DELETE FROM kernel_journal",
     ] {
         let err = store
-            .call(move |c| Ok(c.execute(sql, [])?))
+            .write(move |tx| tx.execute(sql, &[]))
             .await
             .expect_err(sql);
         assert!(err.to_string().contains("append-only"), "{sql}: {err}");

@@ -4,15 +4,15 @@
 //! compare-and-set state transitions and the admission checks that read
 //! them inside the admitting transaction.
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-
 use super::admission::Admission;
 use super::admission::{run_refusal, tightest_budget, tree_limit_refusal, Counted, Refusal};
+use super::db::{Row, Tx};
 use super::journal::append_event;
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{ChildCreated, EventKind};
 use crate::lifecycle::live_sql;
 use crate::runs::{Budget, Envelope, RunState};
+use crate::vals;
 
 /// A run as the control plane records it.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,10 +58,8 @@ impl RunRecord {
 const RUN_COLUMNS: &str = "run_id, parent_run_id, chain, principal, state, envelope, budget, \
     created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at";
 
-fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
-    let corrupt = |what: String| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
-    };
+fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
+    let corrupt = |what: String| StoreError::Corrupt(what);
     let chain: String = row.get("chain")?;
     let state: String = row.get("state")?;
     let envelope: String = row.get("envelope")?;
@@ -88,43 +86,48 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     })
 }
 
-pub(super) fn get_run(conn: &Connection, run_id: &str) -> StoreResult<Option<RunRecord>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
-        .query_row([run_id], run_from_row)
-        .optional()?)
+pub(super) fn get_run(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<RunRecord>> {
+    tx.query_opt(
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"),
+        vals![run_id],
+    )?
+    .as_ref()
+    .map(run_from_row)
+    .transpose()
 }
 
 /// Records a top-level run with the kernel's default envelope unless the
 /// run exists (a run the operator acts on before registering it).
-pub(super) fn ensure_top_level(conn: &Connection, run_id: &str, now: i64) -> StoreResult<()> {
-    conn.prepare_cached("INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?1, ?2)")?
-        .execute(params![run_id, now])?;
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?1, 0)",
-    )?
-    .execute([run_id])?;
+pub(super) fn ensure_top_level(tx: &mut dyn Tx, run_id: &str, now: i64) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        vals![run_id, now],
+    )?;
+    tx.execute(
+        "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?1, 0) \
+         ON CONFLICT DO NOTHING",
+        vals![run_id],
+    )?;
     Ok(())
 }
 
-/// Runs and their states, read by `sql` (run id, state) with one
+/// Runs and their states, read by `sql` (`run_id`, `state`) with one
 /// parameter.
 pub(super) fn run_states(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     sql: &str,
     param: &str,
 ) -> StoreResult<Vec<(String, RunState)>> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let rows = stmt.query_map([param], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-    })?;
-    rows.map(|row| {
-        let (id, state) = row?;
-        let state = RunState::parse(&state)
-            .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
-        Ok((id, state))
-    })
-    .collect()
+    tx.query(sql, vals![param])?
+        .iter()
+        .map(|row| {
+            let id: String = row.get("run_id")?;
+            let state: String = row.get("state")?;
+            let state = RunState::parse(&state)
+                .ok_or_else(|| StoreError::Corrupt(format!("run {id} state {state}")))?;
+            Ok((id, state))
+        })
+        .collect()
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> StoreResult<String> {
@@ -192,89 +195,93 @@ pub enum RunChange {
     NotFound,
 }
 
+/// The create-run transaction script (see [`Store::create_run`]): the
+/// tree's lock, the run's existence, then for a child its parent's state,
+/// budgets and envelope limits; then the row, its ancestry and, for a
+/// child, `run.child_created` in the parent's journal.
+fn create_in(tx: &mut dyn Tx, new: &NewRun) -> StoreResult<CreatedRun> {
+    // locks the tree the run joins: its parent's (so a child's admission is
+    // serialized with every op's and child's of that tree), or its own
+    let root_of = new.parent.as_deref().unwrap_or(&new.run_id);
+    super::tree::lock_tree_of(tx, root_of)?;
+    if let Some(existing) = get_run(tx, &new.run_id)? {
+        return Ok(CreatedRun::Exists(existing));
+    }
+    let (chain, principal) = match &new.parent {
+        None => (Vec::new(), "operator".to_owned()),
+        Some(parent) => {
+            let Some(p) = get_run(tx, parent)? else {
+                return Ok(CreatedRun::NoParent);
+            };
+            if let Some(refusal) = run_refusal(tx, parent)? {
+                return Ok(CreatedRun::Refused(refusal));
+            }
+            if let Some(why) = tree_limit_refusal(tx, parent, Counted::Children, new.limits)? {
+                return Ok(CreatedRun::Refused(Refusal::Limit(why)));
+            }
+            let mut chain = p.chain.clone();
+            chain.push(parent.clone());
+            (chain, format!("run:{parent}"))
+        }
+    };
+    insert_run(tx, new, &chain, &principal)?;
+    if let Some(parent) = &new.parent {
+        let created = ChildCreated {
+            child_run_id: new.run_id.clone(),
+            envelope: new.envelope.clone(),
+            budget: new.budget,
+        };
+        append_event(tx, parent, None, EventKind::RunChildCreated(created))?;
+    }
+    let run = get_run(tx, &new.run_id)?.ok_or_else(|| StoreError::Corrupt(new.run_id.clone()))?;
+    Ok(CreatedRun::Created(run))
+}
+
+/// The row of a new run and its ancestry (itself at 0, then its chain).
+fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) -> StoreResult<()> {
+    let envelope = match &new.envelope {
+        Some(e) => to_json(e)?,
+        None => "{}".to_owned(),
+    };
+    tx.execute(
+        "INSERT INTO runs (run_id, token_sha256, created_at, parent_run_id, chain, principal, \
+         envelope, budget, state_changed_at, idempotency_key) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9)",
+        vals![
+            &new.run_id,
+            &new.token_sha256,
+            now_ms(),
+            &new.parent,
+            to_json(&chain)?,
+            principal,
+            envelope,
+            to_json(&new.budget)?,
+            &new.idempotency_key
+        ],
+    )?;
+    let ancestry = "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?2, ?3)";
+    tx.execute(ancestry, vals![&new.run_id, &new.run_id, 0i64])?;
+    for (i, ancestor) in chain.iter().rev().enumerate() {
+        tx.execute(ancestry, vals![&new.run_id, ancestor, i as i64 + 1])?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Creates a run: top-level (operator) or a child of `parent`, with its
     /// ancestry and, for a child, `run.child_created` in the parent's
     /// journal, all in one transaction. The parent must be active and
     /// within its budget. An existing run is left as it is.
     pub async fn create_run(&self, new: NewRun) -> StoreResult<CreatedRun> {
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if let Some(existing) = get_run(&tx, &new.run_id)? {
-                return Ok(CreatedRun::Exists(existing));
-            }
-            let now = now_ms();
-            let (chain, principal) = match &new.parent {
-                None => (Vec::new(), "operator".to_owned()),
-                Some(parent) => {
-                    let Some(p) = get_run(&tx, parent)? else {
-                        return Ok(CreatedRun::NoParent);
-                    };
-                    if let Some(refusal) = run_refusal(&tx, parent)? {
-                        return Ok(CreatedRun::Refused(refusal));
-                    }
-                    if let Some(why) =
-                        tree_limit_refusal(&tx, parent, Counted::Children, new.limits)?
-                    {
-                        return Ok(CreatedRun::Refused(Refusal::Limit(why)));
-                    }
-                    let mut chain = p.chain.clone();
-                    chain.push(parent.clone());
-                    (chain, format!("run:{parent}"))
-                }
-            };
-            let envelope = match &new.envelope {
-                Some(e) => to_json(e)?,
-                None => "{}".to_owned(),
-            };
-            tx.execute(
-                "INSERT INTO runs (run_id, token_sha256, created_at, parent_run_id, chain, principal, \
-                 envelope, budget, state_changed_at, idempotency_key) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9)",
-                params![
-                    new.run_id,
-                    new.token_sha256,
-                    now,
-                    new.parent,
-                    to_json(&chain)?,
-                    principal,
-                    envelope,
-                    to_json(&new.budget)?,
-                    new.idempotency_key
-                ],
-            )?;
-            let mut ancestry = tx.prepare_cached(
-                "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?2, ?3)",
-            )?;
-            ancestry.execute(params![new.run_id, new.run_id, 0])?;
-            for (i, ancestor) in chain.iter().rev().enumerate() {
-                ancestry.execute(params![new.run_id, ancestor, i as i64 + 1])?;
-            }
-            drop(ancestry);
-            if let Some(parent) = &new.parent {
-                let created = ChildCreated {
-                    child_run_id: new.run_id.clone(),
-                    envelope: new.envelope.clone(),
-                    budget: new.budget,
-                };
-                append_event(&tx, parent, None, EventKind::RunChildCreated(created))?;
-            }
-            let run = get_run(&tx, &new.run_id)?
-                .ok_or_else(|| StoreError::Corrupt(new.run_id.clone()))?;
-            tx.commit()?;
-            Ok(CreatedRun::Created(run))
-        })
-        .await
+        self.write(move |tx| create_in(tx, &new)).await
     }
 
     /// Gives an existing run a new token (the old one stops working).
     pub async fn rekey_run(&self, run_id: &str, token_sha256: &str) -> StoreResult<bool> {
         let (run_id, token) = (run_id.to_owned(), token_sha256.to_owned());
-        self.call(move |conn| {
-            Ok(conn.execute(
-                "UPDATE runs SET token_sha256 = ?2 WHERE run_id = ?1",
-                params![run_id, token],
-            )? == 1)
+        self.write(move |tx| {
+            let sql = "UPDATE runs SET token_sha256 = ?2 WHERE run_id = ?1";
+            Ok(tx.execute(sql, vals![run_id, token])? == 1)
         })
         .await
     }
@@ -282,16 +289,16 @@ impl Store {
     /// A run's record; `None` for an unknown run.
     pub async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| get_run(conn, &run_id)).await
+        self.read(move |tx| get_run(tx, &run_id)).await
     }
 
     /// Records a top-level run with the kernel's defaults unless it exists,
     /// and returns it.
     pub async fn ensure_run(&self, run_id: &str) -> StoreResult<RunRecord> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            ensure_top_level(conn, &run_id, now_ms())?;
-            get_run(conn, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))
+        self.write(move |tx| {
+            ensure_top_level(tx, &run_id, now_ms())?;
+            get_run(tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))
         })
         .await
     }
@@ -299,9 +306,9 @@ impl Store {
     /// The direct children of a run with their states, oldest first.
     pub async fn children(&self, run_id: &str) -> StoreResult<Vec<(String, RunState)>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
+        self.read(move |tx| {
             run_states(
-                conn,
+                tx,
                 "SELECT run_id, state FROM runs WHERE parent_run_id = ?1 ORDER BY created_at, run_id",
                 &run_id,
             )
@@ -316,20 +323,20 @@ impl Store {
         root: Option<String>,
         limit: u32,
     ) -> StoreResult<Vec<(RunRecord, u64)>> {
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
                 "SELECT {cols}, (SELECT COUNT(*) FROM ops o WHERE o.run_id = runs.run_id \
                  AND o.status IN ({live})) AS live FROM runs \
-                 WHERE ?1 IS NULL OR run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) \
+                 WHERE CAST(?1 AS TEXT) IS NULL \
+                 OR run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) \
                  ORDER BY created_at, run_id LIMIT ?2",
                 cols = RUN_COLUMNS,
                 live = live_sql()
             );
-            let mut stmt = conn.prepare(&sql)?;
-            let rows = stmt.query_map(params![root, limit], |r| {
-                Ok((run_from_row(r)?, r.get::<_, i64>("live")? as u64))
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            tx.query(&sql, vals![root, limit])?
+                .iter()
+                .map(|r| Ok((run_from_row(r)?, r.get::<i64>("live")? as u64)))
+                .collect()
         })
         .await
     }
@@ -337,17 +344,17 @@ impl Store {
     /// The tightest budget on a run's chain (see [`tightest_budget`]).
     pub async fn tightest_budget(&self, run_id: &str) -> StoreResult<Budget> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| tightest_budget(conn, &run_id)).await
+        self.read(move |tx| tightest_budget(tx, &run_id)).await
     }
 
     /// The run a token hash belongs to.
     pub async fn run_for_token(&self, token_sha256: &str) -> StoreResult<Option<String>> {
         let token = token_sha256.to_owned();
-        self.call(move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT run_id FROM runs WHERE token_sha256 = ?1")?
-                .query_row([token], |r| r.get(0))
-                .optional()?)
+        self.read(move |tx| {
+            let sql = "SELECT run_id FROM runs WHERE token_sha256 = ?1";
+            tx.query_opt(sql, vals![token])?
+                .map(|r| r.get("run_id"))
+                .transpose()
         })
         .await
     }
@@ -356,10 +363,10 @@ impl Store {
     /// reaper may then remove its container without an idle wait.
     pub async fn mark_run_finished(&self, run_id: &str) -> StoreResult<()> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            conn.execute(
+        self.write(move |tx| {
+            tx.execute(
                 "UPDATE runs SET finished_at = COALESCE(finished_at, ?2) WHERE run_id = ?1",
-                params![run_id, now_ms()],
+                vals![run_id, now_ms()],
             )?;
             Ok(())
         })
@@ -369,14 +376,11 @@ impl Store {
     /// `Some(finished)` for a known run, `None` for an unknown one.
     pub async fn run_finished(&self, run_id: &str) -> StoreResult<Option<bool>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT finished_at IS NOT NULL FROM runs WHERE run_id = ?1",
-                    [run_id],
-                    |r| r.get(0),
-                )
-                .optional()?)
+        self.read(move |tx| {
+            let sql = "SELECT finished_at IS NOT NULL AS finished FROM runs WHERE run_id = ?1";
+            tx.query_opt(sql, vals![run_id])?
+                .map(|r| r.get("finished"))
+                .transpose()
         })
         .await
     }
@@ -384,15 +388,13 @@ impl Store {
     /// The run's live ops (none once every op is terminal).
     pub async fn run_ops_live(&self, run_id: &str) -> StoreResult<Vec<crate::store::Op>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
                 "SELECT {} FROM ops WHERE run_id = ?1 AND status IN ({})",
                 super::ops::COLUMNS,
                 crate::lifecycle::live_sql()
             );
-            let mut stmt = conn.prepare(&sql)?;
-            let rows = stmt.query_map([run_id], super::ops::op_from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            super::ops::ops_of(tx, &sql, vals![run_id])
         })
         .await
     }
@@ -402,14 +404,14 @@ impl Store {
     /// the run's files are no longer needed to deliver anything.
     pub async fn run_delivered(&self, run_id: &str) -> StoreResult<bool> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
+        self.read(move |tx| {
             let sql = format!(
                 "SELECT NOT EXISTS (SELECT 1 FROM ops WHERE run_id = ?1 AND (status IN ({live}) \
                      OR (background = 1 AND report_id IS NULL AND delivered_inline = 0))) \
                  AND NOT EXISTS (SELECT 1 FROM notes WHERE run_id = ?1 AND report_id IS NULL)",
                 live = crate::lifecycle::live_sql()
             );
-            Ok(conn.query_row(&sql, [run_id], |r| r.get(0))?)
+            tx.scalar(&sql, vals![run_id])
         })
         .await
     }
@@ -417,12 +419,11 @@ impl Store {
     /// Latest activity (op creation or end) of a run, unix ms.
     pub async fn run_last_activity(&self, run_id: &str) -> StoreResult<Option<i64>> {
         let run_id = run_id.to_owned();
-        self.call(move |conn| {
-            Ok(conn.query_row(
+        self.read(move |tx| {
+            tx.scalar(
                 "SELECT MAX(COALESCE(finished_at, created_at)) FROM ops WHERE run_id = ?1",
-                [run_id],
-                |r| r.get(0),
-            )?)
+                vals![run_id],
+            )
         })
         .await
     }

@@ -130,13 +130,15 @@ async fn remaining_is_derived_from_the_ledger_never_stored() {
     .await;
     // no column of any table holds a budget counter
     let columns: Vec<String> = store
-        .call(|c| {
-            let mut stmt = c.prepare(
-                "SELECT m.name || '.' || p.name FROM sqlite_master m, pragma_table_info(m.name) p \
+        .read(|tx| {
+            tx.query(
+                "SELECT m.name || '.' || p.name AS col FROM sqlite_master m, pragma_table_info(m.name) p \
                  WHERE m.type = 'table'",
-            )?;
-            let rows = stmt.query_map([], |r| r.get(0))?;
-            Ok(rows.collect::<Result<Vec<String>, _>>()?)
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get("col"))
+            .collect()
         })
         .await
         .unwrap();
@@ -148,10 +150,14 @@ async fn remaining_is_derived_from_the_ledger_never_stored() {
     }
     // facts written straight into the ledger are what the totals say
     store
-        .call(|c| {
-            c.execute_batch(
-                "INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) VALUES ('r', 1, 'op', 'a', 4000, 1500);
-                 INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) VALUES ('r', 2, 'op', 'b', 2500, NULL);",
+        .write(|tx| {
+            tx.execute(
+                "INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) VALUES ('r', 1, 'op', 'a', 4000, 1500)",
+                &[],
+            )?;
+            tx.execute(
+                "INSERT INTO usage (run_id, at, source, operation_id, op_ms, cpu_ms) VALUES ('r', 2, 'op', 'b', 2500, NULL)",
+                &[],
             )?;
             Ok(())
         })
@@ -165,10 +171,10 @@ async fn remaining_is_derived_from_the_ledger_never_stored() {
         serde_json::json!({"op_seconds": 3.5, "cpu_seconds": 3.5})
     );
     store
-        .call(|c| {
-            c.execute(
+        .write(|tx| {
+            tx.execute(
                 "INSERT INTO usage (run_id, at, source, operation_id, op_ms) VALUES ('r', 3, 'op', 'c', 3500)",
-                [],
+                &[],
             )?;
             Ok(())
         })
@@ -177,13 +183,9 @@ async fn remaining_is_derived_from_the_ledger_never_stored() {
     assert!(matches!(admit(&store, "r").await, Err(Refusal::Budget(e)) if e.limit == "op_seconds"));
     // the ledger is append-only
     let update = store
-        .call(|c| Ok(c.execute("UPDATE usage SET op_ms = 0", [])))
-        .await
-        .unwrap();
-    let delete = store
-        .call(|c| Ok(c.execute("DELETE FROM usage", [])))
-        .await
-        .unwrap();
+        .write(|tx| tx.execute("UPDATE usage SET op_ms = 0", &[]))
+        .await;
+    let delete = store.write(|tx| tx.execute("DELETE FROM usage", &[])).await;
     assert!(update.is_err() && delete.is_err());
 }
 
@@ -403,13 +405,11 @@ async fn a_refused_or_rolled_back_change_leaves_no_event() {
     assert_eq!(kinds(&store, "r").await, ["run.paused"]);
     // a transaction that fails after appending its event takes it along
     let failed = store
-        .call(|c| {
-            let tx = c.transaction()?;
+        .write(|tx| {
             let started = crate::event_kind::ToolStarted::default();
             let event = crate::event_kind::EventKind::ToolStarted(started);
-            crate::store::journal::append_event(&tx, "r", None, event)?;
-            tx.execute("INSERT INTO no_such_table VALUES (1)", [])?;
-            tx.commit()?;
+            crate::store::journal::append_event(tx, "r", None, event)?;
+            tx.execute("INSERT INTO no_such_table VALUES (1)", &[])?;
             Ok(())
         })
         .await;

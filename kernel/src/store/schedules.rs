@@ -14,8 +14,7 @@
 //!   kernel on a live op are taken over, and overdue schedules follow
 //!   `catch_up` ([`crate::timing::startup`]).
 
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
-
+use super::db::{Row, Tx, Value};
 use super::journal::append_event;
 use super::ops::{get, Op};
 use super::{now_ms, Store, StoreError, StoreResult};
@@ -23,6 +22,7 @@ use crate::event_kind::{EventKind, ScheduleSkipped};
 use crate::lifecycle::Status;
 use crate::report_text::rfc3339;
 use crate::timing::{startup, Startup, Timing};
+use crate::vals;
 
 /// Schedules one run may hold.
 pub const MAX_SCHEDULES_PER_RUN: i64 = 64;
@@ -82,10 +82,8 @@ const COLUMNS: &str = "id, run_id, command, timeout_sec, kind, spec, catch_up, d
     enabled, paused, next_due_at, claimed_at, claimed_by, current_op_id, current_due_at, last_due_at, \
     last_op_id, last_status, last_exit_code, last_output_tail, last_finished_at, created_at";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
-    let corrupt = |what: String| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.into())
-    };
+fn from_row(row: &Row) -> StoreResult<Schedule> {
+    let corrupt = |what: String| StoreError::Corrupt(format!("schedule: {what}"));
     let command: String = row.get("command")?;
     let kind: String = row.get("kind")?;
     let spec: String = row.get("spec")?;
@@ -93,7 +91,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
         id: row.get("id")?,
         run_id: row.get("run_id")?,
         command: serde_json::from_str(&command).map_err(|e| corrupt(e.to_string()))?,
-        timeout_sec: row.get::<_, i64>("timeout_sec")? as u64,
+        timeout_sec: row.get::<i64>("timeout_sec")? as u64,
         timing: Timing::parse(&kind, &spec).map_err(corrupt)?,
         catch_up: row.get("catch_up")?,
         delete_after_success: row.get("delete_after_success")?,
@@ -114,21 +112,29 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
     })
 }
 
-/// The rows a query read, an unreadable one left out (and logged): one
-/// corrupt schedule never stops the scheduler nor the kernel's start-up.
-fn readable(rows: impl Iterator<Item = rusqlite::Result<Schedule>>) -> Vec<Schedule> {
-    rows.filter_map(|row| {
-        row.map_err(|e| tracing::error!(%e, "unreadable schedule row left out"))
-            .ok()
-    })
-    .collect()
+/// The schedules a query with [`COLUMNS`] read, an unreadable one left out
+/// (and logged): one corrupt schedule never stops the scheduler nor the
+/// kernel's start-up.
+fn readable(tx: &mut dyn Tx, sql: &str, params: &[Value]) -> StoreResult<Vec<Schedule>> {
+    Ok(tx
+        .query(sql, params)?
+        .iter()
+        .filter_map(|row| {
+            from_row(row)
+                .map_err(|e| tracing::error!(%e, "unreadable schedule row left out"))
+                .ok()
+        })
+        .collect())
 }
 
-pub(super) fn get_schedule(conn: &Connection, id: &str) -> StoreResult<Option<Schedule>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?)
+pub(super) fn get_schedule(tx: &mut dyn Tx, id: &str) -> StoreResult<Option<Schedule>> {
+    tx.query_opt(
+        &format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"),
+        vals![id],
+    )?
+    .as_ref()
+    .map(from_row)
+    .transpose()
 }
 
 /// The last `MAX_LAST_TAIL` bytes of an output tail, on a char boundary.
@@ -191,76 +197,79 @@ pub struct StartupReport {
 /// terminal transaction: bounded last result, claim released, next due
 /// time from the previous one (missed slots skipped with an event), a
 /// finished one-shot deleted or disabled.
-pub(super) fn finalize_in(conn: &Connection, op: &Op) -> StoreResult<()> {
-    let Some((id, kind, spec, next_due, delete_after_success)) = conn
-        .prepare_cached(
-            "SELECT id, kind, spec, next_due_at, delete_after_success FROM schedules \
-             WHERE current_op_id = ?1",
-        )?
-        .query_row([&op.id], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<i64>>(3)?,
-                r.get::<_, bool>(4)?,
-            ))
-        })
-        .optional()?
+pub(super) fn finalize_in(tx: &mut dyn Tx, op: &Op) -> StoreResult<()> {
+    let Some(row) = tx.query_opt(
+        "SELECT id, kind, spec, next_due_at, delete_after_success FROM schedules \
+         WHERE current_op_id = ?1",
+        vals![&op.id],
+    )?
     else {
         return Ok(());
     };
+    let id: String = row.get("id")?;
+    let (kind, spec): (String, String) = (row.get("kind")?, row.get("spec")?);
+    let next_due: Option<i64> = row.get("next_due_at")?;
+    let delete_after_success: bool = row.get("delete_after_success")?;
     let now = now_ms();
-    let release = |next: Option<i64>, keep_enabled: bool| -> StoreResult<()> {
-        conn.prepare_cached(
-            "UPDATE schedules SET last_due_at = current_due_at, last_op_id = ?2, last_status = ?3, \
-             last_exit_code = ?4, last_output_tail = ?5, last_finished_at = ?6, claimed_at = NULL, \
-             claimed_by = NULL, current_op_id = NULL, current_due_at = NULL, next_due_at = ?7, \
-             enabled = CASE WHEN ?8 THEN enabled ELSE 0 END WHERE id = ?1",
-        )?
-        .execute(params![
-            id,
-            op.id,
-            op.status.as_str(),
-            op.exit_code,
-            bounded_tail(op.output_tail.as_deref()),
-            now,
-            next,
-            keep_enabled,
-        ])?;
-        Ok(())
-    };
     // a row that no longer parses must not keep its op from ending: it is
     // released and disabled
     let Ok(timing) = Timing::parse(&kind, &spec) else {
         tracing::error!(schedule = %id, %kind, %spec, "unreadable schedule timing: disabled");
-        return release(None, false);
+        return release_in(tx, &id, op, now, None, false);
     };
-    let run_over = super::runs::get_run(conn, &op.run_id)?.is_some_and(|r| r.state.is_final());
+    let run_over = super::runs::get_run(tx, &op.run_id)?.is_some_and(|r| r.state.is_final());
     let succeeded = op.status == Status::Completed && op.exit_code == Some(0) && !op.killed;
     if !timing.is_recurring() && delete_after_success && succeeded {
-        conn.prepare_cached("DELETE FROM schedules WHERE id = ?1")?
-            .execute([&id])?;
+        tx.execute("DELETE FROM schedules WHERE id = ?1", vals![&id])?;
         return Ok(());
     }
     if !timing.is_recurring() || run_over {
-        return release(None, false);
+        return release_in(tx, &id, op, now, None, false);
     }
     let mut next = next_due;
     if let Some(due) = next.filter(|due| *due <= now) {
         let (after, passed) = timing.next_after_now(due, now);
         let reason = "previous still running";
         let skipped = ScheduleSkipped::slots(&id, reason, rfc3339(due), passed + 1);
-        append_event(conn, &op.run_id, None, EventKind::ScheduleSkipped(skipped))?;
+        append_event(tx, &op.run_id, None, EventKind::ScheduleSkipped(skipped))?;
         next = after;
     }
-    release(next, true)
+    release_in(tx, &id, op, now, next, true)
+}
+
+/// A finished fire's schedule: `op`'s bounded last result recorded, the
+/// claim released, its next due time set (disabled unless `keep_enabled`).
+fn release_in(
+    tx: &mut dyn Tx,
+    id: &str,
+    op: &Op,
+    now: i64,
+    next: Option<i64>,
+    keep_enabled: bool,
+) -> StoreResult<()> {
+    tx.execute(
+        "UPDATE schedules SET last_due_at = current_due_at, last_op_id = ?2, last_status = ?3, \
+         last_exit_code = ?4, last_output_tail = ?5, last_finished_at = ?6, claimed_at = NULL, \
+         claimed_by = NULL, current_op_id = NULL, current_due_at = NULL, next_due_at = ?7, \
+         enabled = CASE WHEN ?8 = 1 THEN enabled ELSE 0 END WHERE id = ?1",
+        vals![
+            id,
+            &op.id,
+            op.status.as_str(),
+            op.exit_code,
+            bounded_tail(op.output_tail.as_deref()),
+            now,
+            next,
+            keep_enabled,
+        ],
+    )?;
+    Ok(())
 }
 
 /// Moves a recurring schedule past `due` without a run, or disables a
 /// one-shot; records `schedule.skipped` with the reason.
 pub(super) fn skip_in(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     s: &Schedule,
     due: i64,
     reason: &str,
@@ -268,28 +277,28 @@ pub(super) fn skip_in(
 ) -> StoreResult<()> {
     let (next, passed) = s.timing.next_after_now(due, now);
     let skipped = ScheduleSkipped::slots(&s.id, reason, rfc3339(due), passed + 1);
-    append_event(conn, &s.run_id, None, EventKind::ScheduleSkipped(skipped))?;
+    append_event(tx, &s.run_id, None, EventKind::ScheduleSkipped(skipped))?;
     // a recurring schedule's last_* describe its last run; a one-shot that
     // will never run says so
-    conn.prepare_cached(
+    tx.execute(
         "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = ?2, \
-         last_status = CASE WHEN ?3 THEN last_status ELSE 'skipped' END, \
-         enabled = CASE WHEN ?3 THEN enabled ELSE 0 END WHERE id = ?1",
-    )?
-    .execute(params![s.id, next, s.timing.is_recurring()])?;
+         last_status = CASE WHEN ?3 = 1 THEN last_status ELSE 'skipped' END, \
+         enabled = CASE WHEN ?3 = 1 THEN enabled ELSE 0 END WHERE id = ?1",
+        vals![&s.id, next, s.timing.is_recurring()],
+    )?;
     Ok(())
 }
 
 /// Ends a schedule whose run is over (completed or cancelled): disabled,
 /// no next due time, with its reason in the run's trace.
-pub(super) fn end_in(conn: &Connection, s: &Schedule, reason: &str) -> StoreResult<()> {
+pub(super) fn end_in(tx: &mut dyn Tx, s: &Schedule, reason: &str) -> StoreResult<()> {
     let ended = ScheduleSkipped::ended(&s.id, reason);
-    append_event(conn, &s.run_id, None, EventKind::ScheduleSkipped(ended))?;
-    conn.prepare_cached(
+    append_event(tx, &s.run_id, None, EventKind::ScheduleSkipped(ended))?;
+    tx.execute(
         "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = NULL, \
          enabled = 0 WHERE id = ?1",
-    )?
-    .execute([&s.id])?;
+        vals![&s.id],
+    )?;
     Ok(())
 }
 
@@ -300,7 +309,7 @@ const ONE_SHOT_RETRY_MS: i64 = 5_000;
 /// A one-shot refused for a passing reason: tried again later; the first
 /// refusal of a kind is in the trace.
 pub(super) fn postpone_in(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     s: &Schedule,
     reason: &str,
     now: i64,
@@ -308,20 +317,20 @@ pub(super) fn postpone_in(
     let status = format!("waiting: {reason}");
     if s.last_status.as_deref() != Some(status.as_str()) {
         let postponed = ScheduleSkipped::postponed(&s.id, reason, ONE_SHOT_RETRY_MS / 1000);
-        append_event(conn, &s.run_id, None, EventKind::ScheduleSkipped(postponed))?;
+        append_event(tx, &s.run_id, None, EventKind::ScheduleSkipped(postponed))?;
     }
-    conn.prepare_cached(
+    tx.execute(
         "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, next_due_at = ?2, \
          last_status = ?3 WHERE id = ?1",
-    )?
-    .execute(params![s.id, now + ONE_SHOT_RETRY_MS, status])?;
+        vals![&s.id, now + ONE_SHOT_RETRY_MS, status],
+    )?;
     Ok(())
 }
 
 /// Disables every schedule of a run (and, with `subtree`, of its
 /// descendants) whose run is over; a schedule whose op still lives is
 /// finalized when that op ends.
-pub(super) fn end_schedules_of(conn: &Connection, run_id: &str, subtree: bool) -> StoreResult<()> {
+pub(super) fn end_schedules_of(tx: &mut dyn Tx, run_id: &str, subtree: bool) -> StoreResult<()> {
     let sql = if subtree {
         "UPDATE schedules SET enabled = 0, next_due_at = NULL WHERE claimed_at IS NULL AND enabled = 1 \
          AND run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)"
@@ -329,7 +338,108 @@ pub(super) fn end_schedules_of(conn: &Connection, run_id: &str, subtree: bool) -
         "UPDATE schedules SET enabled = 0, next_due_at = NULL WHERE claimed_at IS NULL AND enabled = 1 \
          AND run_id = ?1"
     };
-    conn.prepare_cached(sql)?.execute([run_id])?;
+    tx.execute(sql, vals![run_id])?;
+    Ok(())
+}
+
+/// Records a schedule with its first due time; `Err` message when the
+/// run holds too many.
+fn create_in(tx: &mut dyn Tx, new: &NewSchedule) -> StoreResult<Result<Schedule, String>> {
+    let held: i64 = tx.scalar(
+        "SELECT COUNT(*) FROM schedules WHERE run_id = ?1",
+        vals![&new.run_id],
+    )?;
+    if held >= MAX_SCHEDULES_PER_RUN {
+        return Ok(Err(format!(
+            "run {} already holds {held} schedules (at most {MAX_SCHEDULES_PER_RUN})",
+            new.run_id
+        )));
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let now = now_ms();
+    let command =
+        serde_json::to_string(&new.command).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    tx.execute(
+        "INSERT INTO schedules (id, run_id, command, timeout_sec, kind, spec, catch_up, \
+         delete_after_success, next_due_at, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        vals![
+            &id,
+            &new.run_id,
+            command,
+            new.timeout_sec as i64,
+            new.timing.kind(),
+            new.timing.spec(),
+            new.catch_up,
+            new.delete_after_success,
+            new.timing.first_due(now),
+            now,
+        ],
+    )?;
+    let s = get_schedule(tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+    Ok(Ok(s))
+}
+
+/// Start-up's claims: a live op's claim is taken over by `kernel_id`, an
+/// ended op's schedule is finalized, a claim without an op is released.
+fn claims_at_start(
+    tx: &mut dyn Tx,
+    kernel_id: &str,
+    report: &mut StartupReport,
+) -> StoreResult<()> {
+    let sql = format!("SELECT {COLUMNS} FROM schedules WHERE claimed_at IS NOT NULL");
+    for s in readable(tx, &sql, &[])? {
+        let op = match &s.current_op_id {
+            Some(op_id) => get(tx, op_id)?,
+            None => None,
+        };
+        match op {
+            Some(op) if !op.status.is_terminal() => {
+                tx.execute(
+                    "UPDATE schedules SET claimed_by = ?2 WHERE id = ?1",
+                    vals![&s.id, kernel_id],
+                )?;
+                report.adopted += 1;
+            }
+            Some(op) => {
+                finalize_in(tx, &op)?;
+                report.cleared += 1;
+            }
+            None => {
+                tx.execute(
+                    "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, \
+                     current_op_id = NULL, current_due_at = NULL WHERE id = ?1",
+                    vals![&s.id],
+                )?;
+                report.cleared += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Start-up's overdue schedules, by `catch_up` ([`startup`]).
+fn overdue_at_start(tx: &mut dyn Tx, now: i64, report: &mut StartupReport) -> StoreResult<()> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND paused = 0 \
+         AND claimed_at IS NULL AND next_due_at <= ?1"
+    );
+    for s in readable(tx, &sql, vals![now])? {
+        let Some(due) = s.next_due_at else { continue };
+        match startup(&s.timing, s.catch_up, due, now) {
+            Startup::NotOverdue => {}
+            Startup::FireOnce { .. } => report.catching_up += 1,
+            Startup::SkipOneShot => {
+                skip_in(tx, &s, due, "overdue at start (catch_up: false)", now)?;
+                report.skipped += 1;
+            }
+            Startup::Advance { .. } => {
+                let reason = "missed while the kernel was down (catch_up: false)";
+                skip_in(tx, &s, due, reason, now)?;
+                report.advanced += 1;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -337,59 +447,23 @@ impl Store {
     /// Records a schedule with its first due time; `Err` message when the
     /// run holds too many.
     pub async fn create_schedule(&self, new: NewSchedule) -> StoreResult<Result<Schedule, String>> {
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let held: i64 = tx
-                .prepare_cached("SELECT COUNT(*) FROM schedules WHERE run_id = ?1")?
-                .query_row([&new.run_id], |r| r.get(0))?;
-            if held >= MAX_SCHEDULES_PER_RUN {
-                return Ok(Err(format!(
-                    "run {} already holds {held} schedules (at most {MAX_SCHEDULES_PER_RUN})",
-                    new.run_id
-                )));
-            }
-            let id = uuid::Uuid::new_v4().to_string();
-            let now = now_ms();
-            tx.prepare_cached(
-                "INSERT INTO schedules (id, run_id, command, timeout_sec, kind, spec, catch_up, \
-                 delete_after_success, next_due_at, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                id,
-                new.run_id,
-                serde_json::to_string(&new.command)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                new.timeout_sec as i64,
-                new.timing.kind(),
-                new.timing.spec(),
-                new.catch_up,
-                new.delete_after_success,
-                new.timing.first_due(now),
-                now,
-            ])?;
-            let s = get_schedule(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
-            tx.commit()?;
-            Ok(Ok(s))
-        })
-        .await
+        self.write(move |tx| create_in(tx, &new)).await
     }
 
     /// The schedule by id; `None` when there is none.
     pub async fn get_schedule(&self, id: &str) -> StoreResult<Option<Schedule>> {
         let id = id.to_owned();
-        self.call(move |conn| get_schedule(conn, &id)).await
+        self.read(move |tx| get_schedule(tx, &id)).await
     }
 
     /// Schedules of a run and its descendants (or every one), oldest first.
     pub async fn list_schedules(&self, root: Option<String>) -> StoreResult<Vec<Schedule>> {
-        self.call(move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM schedules WHERE ?1 IS NULL OR run_id IN \
+        self.read(move |tx| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM schedules WHERE CAST(?1 AS TEXT) IS NULL OR run_id IN \
                  (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) ORDER BY created_at"
-            ))?;
-            let rows = stmt.query_map([root], from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            );
+            tx.query(&sql, vals![root])?.iter().map(from_row).collect()
         })
         .await
     }
@@ -397,7 +471,7 @@ impl Store {
     /// Deletes a schedule (an op it fired goes on as an ordinary op).
     pub async fn delete_schedule(&self, id: &str) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.call(move |conn| Ok(conn.execute("DELETE FROM schedules WHERE id = ?1", [id])? == 1))
+        self.write(move |tx| Ok(tx.execute("DELETE FROM schedules WHERE id = ?1", vals![id])? == 1))
             .await
     }
 
@@ -405,9 +479,8 @@ impl Store {
     /// due time passed meanwhile goes on from its next future slot.
     pub async fn pause_schedule(&self, id: &str, paused: bool) -> StoreResult<Option<Schedule>> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let Some(s) = get_schedule(&tx, &id)? else {
+        self.write(move |tx| {
+            let Some(s) = get_schedule(tx, &id)? else {
                 return Ok(None);
             };
             let now = now_ms();
@@ -417,37 +490,35 @@ impl Store {
                 }
                 other => other,
             };
-            tx.prepare_cached("UPDATE schedules SET paused = ?2, next_due_at = ?3 WHERE id = ?1")?
-                .execute(params![id, paused, next])?;
-            let s = get_schedule(&tx, &id)?;
-            tx.commit()?;
-            Ok(s)
+            tx.execute(
+                "UPDATE schedules SET paused = ?2, next_due_at = ?3 WHERE id = ?1",
+                vals![&id, paused, next],
+            )?;
+            get_schedule(tx, &id)
         })
         .await
     }
 
     /// Due, enabled, unpaused and unclaimed schedules, most overdue first.
     pub async fn due_schedules(&self, now: i64, limit: u32) -> StoreResult<Vec<Schedule>> {
-        self.call(move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
+        self.read(move |tx| {
+            let sql = format!(
                 "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND paused = 0 \
                  AND claimed_at IS NULL AND next_due_at <= ?1 ORDER BY next_due_at LIMIT ?2"
-            ))?;
-            let rows = stmt.query_map(params![now, limit], from_row)?;
-            Ok(readable(rows))
+            );
+            readable(tx, &sql, vals![now, limit])
         })
         .await
     }
 
     /// The earliest due time of any schedule that could fire.
     pub async fn next_schedule_due(&self) -> StoreResult<Option<i64>> {
-        self.call(move |conn| {
-            Ok(conn
-                .prepare_cached(
-                    "SELECT MIN(next_due_at) FROM schedules WHERE enabled = 1 AND paused = 0 \
-                     AND claimed_at IS NULL",
-                )?
-                .query_row([], |r| r.get(0))?)
+        self.read(move |tx| {
+            tx.scalar(
+                "SELECT MIN(next_due_at) FROM schedules WHERE enabled = 1 AND paused = 0 \
+                 AND claimed_at IS NULL",
+                &[],
+            )
         })
         .await
     }
@@ -456,74 +527,11 @@ impl Store {
     /// comment). Idempotent: a second run changes nothing.
     pub async fn schedules_at_start(&self, kernel_id: &str) -> StoreResult<StartupReport> {
         let kernel_id = kernel_id.to_owned();
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.write(move |tx| {
             let now = now_ms();
             let mut report = StartupReport::default();
-            let claimed: Vec<Schedule> = {
-                let mut stmt = tx.prepare(&format!(
-                    "SELECT {COLUMNS} FROM schedules WHERE claimed_at IS NOT NULL"
-                ))?;
-                let rows = stmt.query_map([], from_row)?;
-                readable(rows)
-            };
-            for s in claimed {
-                let op = match &s.current_op_id {
-                    Some(op_id) => get(&tx, op_id)?,
-                    None => None,
-                };
-                match op {
-                    Some(op) if !op.status.is_terminal() => {
-                        tx.execute(
-                            "UPDATE schedules SET claimed_by = ?2 WHERE id = ?1",
-                            params![s.id, kernel_id],
-                        )?;
-                        report.adopted += 1;
-                    }
-                    Some(op) => {
-                        finalize_in(&tx, &op)?;
-                        report.cleared += 1;
-                    }
-                    None => {
-                        tx.execute(
-                            "UPDATE schedules SET claimed_at = NULL, claimed_by = NULL, \
-                             current_op_id = NULL, current_due_at = NULL WHERE id = ?1",
-                            [&s.id],
-                        )?;
-                        report.cleared += 1;
-                    }
-                }
-            }
-            let overdue: Vec<Schedule> = {
-                let mut stmt = tx.prepare(&format!(
-                    "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND paused = 0 \
-                     AND claimed_at IS NULL AND next_due_at <= ?1"
-                ))?;
-                let rows = stmt.query_map([now], from_row)?;
-                readable(rows)
-            };
-            for s in overdue {
-                let Some(due) = s.next_due_at else { continue };
-                match startup(&s.timing, s.catch_up, due, now) {
-                    Startup::NotOverdue => {}
-                    Startup::FireOnce { .. } => report.catching_up += 1,
-                    Startup::SkipOneShot => {
-                        skip_in(&tx, &s, due, "overdue at start (catch_up: false)", now)?;
-                        report.skipped += 1;
-                    }
-                    Startup::Advance { .. } => {
-                        skip_in(
-                            &tx,
-                            &s,
-                            due,
-                            "missed while the kernel was down (catch_up: false)",
-                            now,
-                        )?;
-                        report.advanced += 1;
-                    }
-                }
-            }
-            tx.commit()?;
+            claims_at_start(tx, &kernel_id, &mut report)?;
+            overdue_at_start(tx, now, &mut report)?;
             Ok(report)
         })
         .await

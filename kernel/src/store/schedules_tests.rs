@@ -22,10 +22,10 @@ async fn create(store: &Store, new: NewSchedule) -> Schedule {
 async fn set_due(store: &Store, id: &str, due: i64) {
     let id = id.to_owned();
     store
-        .call(move |c| {
-            c.execute(
+        .write(move |tx| {
+            tx.execute(
                 "UPDATE schedules SET next_due_at = ?2 WHERE id = ?1",
-                params![id, due],
+                vals![id, due],
             )?;
             Ok(())
         })
@@ -262,10 +262,10 @@ async fn a_claim_left_by_a_dead_kernel_is_taken_over_or_cleared() {
     // a claim with no op behind it (as a torn write would leave) is cleared
     let id = s.id.clone();
     store
-        .call(move |c| {
-            c.execute(
+        .write(move |tx| {
+            tx.execute(
                 "UPDATE schedules SET current_op_id = NULL WHERE id = ?1",
-                [id],
+                vals![id],
             )?;
             Ok(())
         })
@@ -355,10 +355,10 @@ async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
 async fn corrupt(store: &Store, id: &str, column: &'static str, value: &'static str) {
     let id = id.to_owned();
     store
-        .call(move |c| {
-            c.execute(
+        .write(move |tx| {
+            tx.execute(
                 &format!("UPDATE schedules SET {column} = ?2 WHERE id = ?1"),
-                params![id, value],
+                vals![id, value],
             )?;
             Ok(())
         })

@@ -4,12 +4,12 @@
 //! event, and the finalization of the schedule that fired it. Also the mark
 //! of a foreground result handed to its caller.
 
-use rusqlite::params;
-
-use super::ops::{get, Op, Settlement};
+use super::db::Tx;
+use super::ops::{get, run_of, Op, Settlement};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{EventKind, ToolCompleted, ToolFailed};
 use crate::lifecycle::{observed_sql, terminal_sql, Outcome, Status, EFFECT_UNCERTAIN};
+use crate::vals;
 
 /// The event of an op's terminal write: `tool.completed` for a command
 /// that ended with a code (killed or not), `tool.failed` for every other end.
@@ -37,6 +37,63 @@ fn settled_event(op: &Op) -> EventKind {
     }
 }
 
+/// The settle transaction script (see [`Store::settle`]).
+fn settle_in(tx: &mut dyn Tx, id: &str, s: &Settlement) -> StoreResult<bool> {
+    let Some(run_id) = run_of(tx, id)? else {
+        return Ok(false);
+    };
+    // locks the tree of the op's run: its settlement is serialized with the
+    // tree's admissions (live-op limits, budgets), cancels and drains
+    super::tree::lock_tree_of(tx, &run_id)?;
+    let (exit_code, killed, effect, error) = match &s.outcome {
+        Outcome::Completed { exit_code, killed } => (Some(*exit_code), *killed, None, None),
+        Outcome::TimedOut { exit_code, killed } => {
+            (*exit_code, *killed, Some(EFFECT_UNCERTAIN), None)
+        }
+        Outcome::Lost { reason } => (None, false, Some(EFFECT_UNCERTAIN), Some(reason.clone())),
+        Outcome::Failed { error, killed } => (None, *killed, None, Some(error.clone())),
+    };
+    let now = now_ms();
+    let sql = format!(
+        "UPDATE ops SET status = ?2, exit_code = ?3, killed = ?4, effect = ?5, error = ?6, \
+         output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10, \
+         cpu_ms = ?11, max_rss_kb = ?12, leftovers = ?13 \
+         WHERE id = ?1 AND status IN ({})",
+        observed_sql()
+    );
+    let n = tx.execute(
+        &sql,
+        vals![
+            id,
+            s.outcome.status().as_str(),
+            exit_code,
+            killed,
+            effect,
+            error,
+            &s.output_tail,
+            s.log.as_ref().map(|l| l.sha256.clone()),
+            s.log.as_ref().map(|l| l.size as i64),
+            now,
+            s.usage.map(|u| u.cpu_ms as i64),
+            s.usage.map(|u| u.max_rss_kb as i64),
+            s.leftovers as i64,
+        ],
+    )?;
+    if n != 1 {
+        return Ok(false);
+    }
+    let op = get(tx, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
+    let wall = op.started_at.map(|start| match s.ended_at {
+        Some(end) => end.min(now) - start,
+        None => (now - start).min(s.charge_cap_ms.unwrap_or(i64::MAX)),
+    });
+    let cpu = op.usage.map(|u| u.cpu_ms as i64);
+    super::journal::record_op_usage(tx, &op.run_id, id, wall, cpu)?;
+    super::journal::append_event(tx, &op.run_id, Some(id), settled_event(&op))?;
+    super::schedules::finalize_in(tx, &op)?;
+    Ok(true)
+}
+
 impl Store {
     /// The compare-and-set terminal write: only a non-terminal row changes.
     /// Returns whether this writer won.
@@ -44,71 +101,19 @@ impl Store {
     /// `tool.completed` or `tool.failed` event, in the same transaction.
     pub async fn settle(&self, id: &str, s: Settlement) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let (exit_code, killed, effect, error) = match &s.outcome {
-                Outcome::Completed { exit_code, killed } => (Some(*exit_code), *killed, None, None),
-                Outcome::TimedOut { exit_code, killed } => {
-                    (*exit_code, *killed, Some(EFFECT_UNCERTAIN), None)
-                }
-                Outcome::Lost { reason } => (None, false, Some(EFFECT_UNCERTAIN), Some(reason.clone())),
-                Outcome::Failed { error, killed } => (None, *killed, None, Some(error.clone())),
-            };
-            let now = now_ms();
-            let n = tx.prepare_cached(
-                &format!(
-                    "UPDATE ops SET status = ?2, exit_code = ?3, killed = ?4, effect = ?5, error = ?6, \
-                     output_tail = ?7, log_sha256 = ?8, log_size = ?9, finished_at = ?10, \
-                     cpu_ms = ?11, max_rss_kb = ?12, leftovers = ?13 \
-                     WHERE id = ?1 AND status IN ({})",
-                    observed_sql()
-                ))?.execute(
-                params![
-                    id,
-                    s.outcome.status().as_str(),
-                    exit_code,
-                    killed,
-                    effect,
-                    error,
-                    s.output_tail,
-                    s.log.as_ref().map(|l| l.sha256.clone()),
-                    s.log.as_ref().map(|l| l.size as i64),
-                    now,
-                    s.usage.map(|u| u.cpu_ms as i64),
-                    s.usage.map(|u| u.max_rss_kb as i64),
-                    s.leftovers as i64,
-                ],
-            )?;
-            if n != 1 {
-                return Ok(false);
-            }
-            let op = get(&tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
-            let wall = op.started_at.map(|start| match s.ended_at {
-                Some(end) => end.min(now) - start,
-                None => (now - start).min(s.charge_cap_ms.unwrap_or(i64::MAX)),
-            });
-            let cpu = op.usage.map(|u| u.cpu_ms as i64);
-            super::journal::record_op_usage(&tx, &op.run_id, &id, wall, cpu)?;
-            super::journal::append_event(&tx, &op.run_id, Some(&id), settled_event(&op))?;
-            super::schedules::finalize_in(&tx, &op)?;
-            tx.commit()?;
-            Ok(true)
-        })
-        .await
+        self.write(move |tx| settle_in(tx, &id, &s)).await
     }
 
     /// Marks a foreground op's result as handed to its caller directly.
     pub async fn mark_delivered_inline(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.call(move |conn| {
-            conn.execute(
-                &format!(
-                    "UPDATE ops SET delivered_inline = 1 WHERE id = ?1 AND report_id IS NULL \
-                     AND status IN ({})",
-                    terminal_sql()
-                ),
-                [id],
-            )?;
+        self.write(move |tx| {
+            let sql = format!(
+                "UPDATE ops SET delivered_inline = 1 WHERE id = ?1 AND report_id IS NULL \
+                 AND status IN ({})",
+                terminal_sql()
+            );
+            tx.execute(&sql, vals![id])?;
             Ok(())
         })
         .await

@@ -8,6 +8,7 @@
 pub mod pglisten;
 pub mod pgpool;
 pub mod postgres;
+pub mod sqlite;
 mod value;
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::pgpool::{connection, migrate, pool, MIGRATIONS};
-use super::postgres::PgTx;
+use super::postgres::{dollar_placeholders, PgTx};
 use super::{Tx, Value};
 use crate::store::StoreError;
 use crate::vals;
@@ -264,4 +264,37 @@ async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Option<S
         .await
         .ok()
         .flatten()
+}
+
+/// Every statement the store runs prepares on the PostgreSQL schema: the
+/// tour of the store (`store/statements_tests.rs`) runs on a recording
+/// SQLite store, then each statement it ran is prepared here (`?N` as
+/// `$N`), so SQL only SQLite accepts fails this test.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_statement_of_the_store_prepares_on_postgres() {
+    let (store, seen) = crate::store::recording_test_store();
+    crate::store::statements_tests::tour(&store).await;
+    let statements = seen.lock().clone();
+    assert!(
+        statements.len() > 100,
+        "the tour ran only {} statements",
+        statements.len()
+    );
+    let Some(pool) = fresh_db().await else { return };
+    let client = connection(&pool).await.unwrap();
+    migrate(&client).await.unwrap();
+    let mut refused = Vec::new();
+    for sql in &statements {
+        if let Err(e) = client.prepare(&dollar_placeholders(sql)).await {
+            let e = super::postgres::pg_error(e);
+            refused.push(format!("{sql}\n    -> {e}"));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {} statements do not prepare on PostgreSQL:\n{}",
+        refused.len(),
+        statements.len(),
+        refused.join("\n")
+    );
 }

@@ -1,0 +1,145 @@
+//! The SQLite dialect of the seam: one open rusqlite transaction (an
+//! `IMMEDIATE` one for writes, so the whole file is the run trees' lock),
+//! statements prepared once per connection (`prepare_cached`), [`Value`]s
+//! bound as SQLite's own four kinds and cells read back as them.
+
+use std::sync::Arc;
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{params_from_iter, Connection, ToSql};
+
+use super::{Dialect, Row, Tx, Value};
+use crate::store::{StoreError, StoreResult};
+
+/// Where a test collects the text of every statement a store runs (to
+/// prepare each on PostgreSQL, `pg_tests.rs`); `None` outside tests.
+pub type Seen = Option<Arc<crate::sync::Lock<std::collections::BTreeSet<String>>>>;
+
+/// One open transaction on the store's connection (the caller began it and
+/// commits or rolls it back).
+pub struct SqliteTx<'c> {
+    conn: &'c Connection,
+    seen: Seen,
+}
+
+impl<'c> SqliteTx<'c> {
+    /// The seam over `conn`, inside a transaction the caller holds open.
+    pub fn new(conn: &'c Connection, seen: Seen) -> SqliteTx<'c> {
+        SqliteTx { conn, seen }
+    }
+
+    fn note(&self, sql: &str) {
+        if let Some(seen) = &self.seen {
+            seen.lock().insert(sql.to_owned());
+        }
+    }
+}
+
+impl Tx for SqliteTx<'_> {
+    fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64> {
+        self.note(sql);
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let n = stmt.execute(params_from_iter(params))?;
+        Ok(n as u64)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>> {
+        self.note(sql);
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let names: Arc<[String]> = stmt.column_names().into_iter().map(str::to_owned).collect();
+        let width = names.len();
+        let mut rows = stmt.query(params_from_iter(params))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let cells = (0..width)
+                .map(|i| cell(row.get_ref(i)?, i))
+                .collect::<StoreResult<Vec<Value>>>()?;
+            out.push(Row::new(names.clone(), cells));
+        }
+        Ok(out)
+    }
+
+    /// Nothing to do: the transaction is `IMMEDIATE`, so it already holds
+    /// the file's only write lock, every run tree's at once.
+    fn lock_tree(&mut self, _root: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+}
+
+/// A cell as a [`Value`]; the store keeps no blobs.
+fn cell(v: ValueRef<'_>, i: usize) -> StoreResult<Value> {
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(n) => Value::Int(n),
+        ValueRef::Real(x) => Value::Real(x),
+        ValueRef::Text(t) => Value::Text(
+            String::from_utf8(t.to_vec())
+                .map_err(|e| StoreError::Corrupt(format!("column {i}: {e}")))?,
+        ),
+        ValueRef::Blob(_) => {
+            return Err(StoreError::Corrupt(format!(
+                "column {i} holds a blob: the store writes none"
+            )))
+        }
+    })
+}
+
+impl ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(n) => ValueRef::Integer(*n),
+            Value::Real(x) => ValueRef::Real(*x),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vals;
+
+    #[test]
+    fn values_round_trip_and_rows_are_read_by_name() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (n INTEGER, x REAL, s TEXT, z TEXT)")
+            .unwrap();
+        let mut tx = SqliteTx::new(&conn, None);
+        let tx: &mut dyn Tx = &mut tx;
+        let n = tx
+            .execute(
+                "INSERT INTO t (n, x, s, z) VALUES (?1, ?2, ?3, ?4)",
+                vals![7u32, 1.5, "a", None::<String>],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        let row = tx
+            .query_one(
+                "SELECT n, x, s, z FROM t WHERE n = ?1",
+                vals![true as i64 + 6],
+            )
+            .unwrap();
+        assert_eq!(row.get::<u32>("n").ok(), Some(7));
+        assert_eq!(row.get::<f64>("x").ok(), Some(1.5));
+        assert_eq!(row.get::<String>("s").ok().as_deref(), Some("a"));
+        assert_eq!(row.get::<Option<String>>("z").ok(), Some(None));
+        let seq: i64 = tx
+            .scalar("INSERT INTO t (n) VALUES (8) RETURNING n", &[])
+            .unwrap();
+        assert_eq!(seq, 8);
+        assert!(tx
+            .query_opt("SELECT n FROM t WHERE n = 9", &[])
+            .unwrap()
+            .is_none());
+        assert!(matches!(
+            tx.execute("INSERT INTO nowhere VALUES (1)", &[]),
+            Err(StoreError::Sqlite(_))
+        ));
+        assert_eq!(tx.dialect(), Dialect::Sqlite);
+    }
+}
