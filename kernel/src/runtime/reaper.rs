@@ -253,29 +253,7 @@ async fn facts(
     // a container made before the shim cannot be probed: its process
     // table alone (below) must show nothing but its idle processes
     if c.running && c.has_shim {
-        // a look that does not answer in time decides nothing (the
-        // container is kept), and never holds the run's gate for long
-        f.marked_process = match tokio::time::timeout(LOOK_TIMEOUT, k.backend.probe(&c.id)).await {
-            Ok(Ok(procs)) => Ok(procs
-                .first()
-                .map(|p| format!("op {} still has processes (pid {})", p.op_id, p.pid))),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("probe timed out after {}s", LOOK_TIMEOUT.as_secs())),
-        };
-        if matches!(f.marked_process, Ok(None)) {
-            f.unknown_process = match tokio::time::timeout(LOOK_TIMEOUT, k.backend.top(&c.id)).await
-            {
-                Ok(Ok(top)) => Ok(top
-                    .into_iter()
-                    .find(|p| !is_idle_process(&p.command))
-                    .map(|p| p.command)),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!(
-                    "process table timed out after {}s",
-                    LOOK_TIMEOUT.as_secs()
-                )),
-            };
-        }
+        look_inside(k, c, &mut f).await;
     }
     f.run_finished = k.store.run_finished(&run).await?.unwrap_or(false);
     let created_ms = c
@@ -293,6 +271,33 @@ async fn facts(
         .max(created_ms);
     f.idle_ms = now_ms() - last_activity;
     Ok(f)
+}
+
+/// The container's marked processes (through the shim's probe) and, when
+/// there are none, its full process table: what keeps it from removal.
+/// A look that does not answer in time decides nothing (the container is
+/// kept), and never holds the run's gate for long.
+async fn look_inside(k: &Kernel, c: &sandbox::ContainerInfo, f: &mut ReapFacts) {
+    f.marked_process = match tokio::time::timeout(LOOK_TIMEOUT, k.backend.probe(&c.id)).await {
+        Ok(Ok(procs)) => Ok(procs
+            .first()
+            .map(|p| format!("op {} still has processes (pid {})", p.op_id, p.pid))),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("probe timed out after {}s", LOOK_TIMEOUT.as_secs())),
+    };
+    if matches!(f.marked_process, Ok(None)) {
+        f.unknown_process = match tokio::time::timeout(LOOK_TIMEOUT, k.backend.top(&c.id)).await {
+            Ok(Ok(top)) => Ok(top
+                .into_iter()
+                .find(|p| !is_idle_process(&p.command))
+                .map(|p| p.command)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "process table timed out after {}s",
+                LOOK_TIMEOUT.as_secs()
+            )),
+        };
+    }
 }
 
 /// One pass of the reaper: facts about every managed container, the pure
