@@ -21,7 +21,7 @@ use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{EventKind, ScheduleSkipped};
 use crate::lifecycle::Status;
 use crate::report_text::rfc3339;
-use crate::timing::{startup, Startup, Timing};
+use crate::timing::{after_op, startup, AfterOp, Startup, Timing};
 use crate::vals;
 
 /// Schedules one run may hold.
@@ -219,22 +219,28 @@ pub(super) fn finalize_in(tx: &mut dyn Tx, op: &Op) -> StoreResult<()> {
     };
     let run_over = super::runs::get_run(tx, &op.run_id)?.is_some_and(|r| r.state.is_final());
     let succeeded = op.status == Status::Completed && op.exit_code == Some(0) && !op.killed;
-    if !timing.is_recurring() && delete_after_success && succeeded {
-        tx.execute("DELETE FROM schedules WHERE id = ?1", vals![&id])?;
-        return Ok(());
+    match after_op(
+        &timing,
+        delete_after_success,
+        succeeded,
+        run_over,
+        next_due,
+        now,
+    ) {
+        AfterOp::Delete => {
+            tx.execute("DELETE FROM schedules WHERE id = ?1", vals![&id])?;
+            Ok(())
+        }
+        AfterOp::Disable => release_in(tx, &id, op, now, None, false),
+        AfterOp::Next { next_due, skipped } => {
+            if let Some((due, slots)) = skipped {
+                let reason = "previous still running";
+                let skipped = ScheduleSkipped::slots(&id, reason, rfc3339(due), slots);
+                append_event(tx, &op.run_id, None, EventKind::ScheduleSkipped(skipped))?;
+            }
+            release_in(tx, &id, op, now, next_due, true)
+        }
     }
-    if !timing.is_recurring() || run_over {
-        return release_in(tx, &id, op, now, None, false);
-    }
-    let mut next = next_due;
-    if let Some(due) = next.filter(|due| *due <= now) {
-        let (after, passed) = timing.next_after_now(due, now);
-        let reason = "previous still running";
-        let skipped = ScheduleSkipped::slots(&id, reason, rfc3339(due), passed + 1);
-        append_event(tx, &op.run_id, None, EventKind::ScheduleSkipped(skipped))?;
-        next = after;
-    }
-    release_in(tx, &id, op, now, next, true)
 }
 
 /// A finished fire's schedule: `op`'s bounded last result recorded, the
