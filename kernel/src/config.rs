@@ -15,6 +15,9 @@ pub struct Config {
     pub home: PathBuf,
     /// Address the HTTP API listens on (default `127.0.0.1:7878`).
     pub listen: SocketAddr,
+    /// Where the control plane lives (`OPKERNEL_STORE`, `serve --store`):
+    /// the home's SQLite file, or a PostgreSQL server (SPEC §19).
+    pub store: StoreLocation,
     /// Unix socket of the Docker engine (default: `DOCKER_HOST` or /var/run/docker.sock).
     pub docker_socket: Option<String>,
     /// Container settings of every run without an envelope of its own
@@ -148,6 +151,60 @@ fn profile_from_env() -> Profile {
     profile
 }
 
+/// Where the control plane lives.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// `<home>/kernel.db` (the default: nothing to install for one host).
+    Sqlite,
+    /// A PostgreSQL 15+ server: its `postgres://` URL.
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// `sqlite` (or nothing), or a `postgres://`/`postgresql://` URL.
+    pub fn parse(value: &str) -> Result<StoreLocation, String> {
+        match value.trim() {
+            "" | "sqlite" => Ok(StoreLocation::Sqlite),
+            url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(StoreLocation::Postgres(url.to_owned()))
+            }
+            other => Err(format!(
+                "OPKERNEL_STORE: {:?} is neither `sqlite` nor a postgres:// URL",
+                redacted(other)
+            )),
+        }
+    }
+
+    /// What logs and errors may show: the URL without its password.
+    pub fn shown(&self) -> String {
+        match self {
+            StoreLocation::Sqlite => "sqlite (the home's kernel.db)".to_owned(),
+            StoreLocation::Postgres(url) => redacted(url),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown())
+    }
+}
+
+/// A URL with the password (between `:` and `@` after the scheme) hidden.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let hidden = if userinfo.contains(':') { ":…" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 impl Config {
     /// Defaults, overridden by `OPKERNEL_*` environment variables.
     pub fn from_env(home: PathBuf, listen: SocketAddr) -> Config {
@@ -163,12 +220,18 @@ impl Config {
                 "OPKERNEL_RETENTION ({retention:?}) must be at least OPKERNEL_OP_FILES_RETENTION ({op_files_retention:?})"
             ));
         }
+        let store = StoreLocation::parse(&std::env::var("OPKERNEL_STORE").unwrap_or_default())
+            .unwrap_or_else(|e| {
+                invalid.push(e);
+                StoreLocation::Sqlite
+            });
         Config {
             op_files_retention,
             retention,
             invalid,
             home,
             listen,
+            store,
             docker_socket: std::env::var("OPKERNEL_DOCKER_SOCKET").ok(),
             profile,
             fg_default_sec: 300,
@@ -274,5 +337,28 @@ mod tests {
         for bad in ["", "7", "d", "7w", "-1d", "0s", "1.5h", "99999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+
+    #[test]
+    fn the_store_setting_is_sqlite_or_a_postgres_url_and_never_shows_a_password() {
+        assert_eq!(StoreLocation::parse(""), Ok(StoreLocation::Sqlite));
+        assert_eq!(StoreLocation::parse("sqlite"), Ok(StoreLocation::Sqlite));
+        let pg = StoreLocation::parse("postgres://op:s3cret@db:5432/opk").unwrap();
+        assert_eq!(
+            pg,
+            StoreLocation::Postgres("postgres://op:s3cret@db:5432/opk".into())
+        );
+        assert_eq!(pg.shown(), "postgres://op:…@db:5432/opk");
+        assert!(!format!("{pg:?}").contains("s3cret"));
+        let bad = StoreLocation::parse("mysql://u:pw@h/db").unwrap_err();
+        assert!(
+            bad.contains("OPKERNEL_STORE") && !bad.contains("pw"),
+            "{bad}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! `opkernel` binary entry point.
 
 use clap::Parser;
-use opkernel::surfaces::cli::{run_client, run_serve, Cli, Command};
+use opkernel::surfaces::cli::{run_client, run_serve, Cli, Command, ServeArgs};
 
 fn main() {
     tracing_subscriber::fmt()
@@ -25,8 +25,18 @@ fn main() {
                 listen,
                 home,
                 allow_remote,
+                store,
                 drills,
-            } => run_serve(listen, home, allow_remote, drills).await,
+            } => {
+                run_serve(ServeArgs {
+                    listen,
+                    home,
+                    allow_remote,
+                    store,
+                    drills,
+                })
+                .await
+            }
             Command::Drill { name, json } => opkernel::drills::run_cli(&name, json).await,
             other => run_client(other).await,
         }

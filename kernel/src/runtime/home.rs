@@ -93,7 +93,7 @@ fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartErr
 
 /// Makes the home (0700), takes its lock, and prepares the control plane
 /// file (0600) and the scratch root (0711).
-pub(crate) fn prepare_home(config: &Config) -> Result<(File, String, Store), StartError> {
+pub(crate) fn prepare_home(config: &Config) -> Result<(File, String), StartError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if !config.invalid.is_empty() {
         return Err(StartError::Config(config.invalid.join("; ")));
@@ -119,6 +119,23 @@ pub(crate) fn prepare_home(config: &Config) -> Result<(File, String, Store), Sta
     }
     let operator_token =
         crate::surfaces::auth::load_or_create_operator_token(home).map_err(home_error(home))?;
+    let scratch = config.scratch_root();
+    std::fs::create_dir_all(&scratch).map_err(home_error(&scratch))?;
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
+        .map_err(home_error(&scratch))?;
+    Ok((lock, operator_token))
+}
+
+/// Opens the control plane the config names: the home's SQLite file
+/// (`kernel.db`, 0600 with its -wal and -shm), or a PostgreSQL server (the
+/// home then holds no database, only the lock, tokens and run files).
+pub(crate) async fn open_store(config: &Config) -> Result<Store, StartError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let crate::config::StoreLocation::Postgres(url) = &config.store {
+        tracing::info!(store = %config.store.shown(), "control plane on PostgreSQL");
+        return Ok(Store::connect(url).await?);
+    }
+    let home = &config.home;
     let db = home.join("kernel.db");
     // SQLite gives its -wal and -shm files the database file's mode
     private_file(&db).map_err(home_error(&db))?;
@@ -128,10 +145,5 @@ pub(crate) fn prepare_home(config: &Config) -> Result<(File, String, Store), Sta
                 .map_err(home_error(&file))?;
         }
     }
-    let store = Store::open(&db)?;
-    let scratch = config.scratch_root();
-    std::fs::create_dir_all(&scratch).map_err(home_error(&scratch))?;
-    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
-        .map_err(home_error(&scratch))?;
-    Ok((lock, operator_token, store))
+    Ok(Store::open(&db)?)
 }

@@ -74,6 +74,10 @@ pub enum StoreError {
 /// A control-plane call's result.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Connections a PostgreSQL store keeps (each transaction holds one, on
+/// the blocking pool, for its duration).
+const POSTGRES_POOL: usize = 16;
+
 /// Numbered migrations, applied in order inside one transaction each.
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/0001_control_plane.sql")),
@@ -89,18 +93,34 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("../../migrations/0008_retention.sql")),
 ];
 
-/// The control plane: one SQLite connection, shared and serialized, and
-/// the journal's wake-up channel. Cheap to clone.
+/// The control plane: its database (SQLite or PostgreSQL) and the
+/// journal's wake-up channel. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    conn: Arc<Lock<Connection>>,
-    /// The sequence number of the latest event inserted: a wake-up for
-    /// journal readers. It may name an event whose transaction then rolled
-    /// back (readers only re-read), and it is set before the writer's
-    /// commit, which readers wait for on the connection's lock.
+    backend: Backend,
+    /// Changes when an event may have been appended: on SQLite the latest
+    /// event's sequence number (set by an update hook before the writer's
+    /// commit, which readers wait for on the connection's lock; it may name
+    /// an event whose transaction then rolled back: readers only re-read);
+    /// on PostgreSQL a counter bumped by each notification.
     journal: Arc<tokio::sync::watch::Sender<i64>>,
-    /// Where the statements run are collected: `None` but in tests.
-    seen: db::sqlite::Seen,
+}
+
+/// The database behind a [`Store`].
+#[derive(Clone)]
+enum Backend {
+    /// One SQLite connection, shared and serialized.
+    Sqlite {
+        conn: Arc<Lock<Connection>>,
+        /// Where the statements run are collected: `None` but in tests.
+        seen: db::sqlite::Seen,
+    },
+    /// A PostgreSQL pool; the listener of its notifications stops when the
+    /// last clone of the store goes (`_listening` is its switch).
+    Postgres {
+        pool: deadpool_postgres::Pool,
+        _listening: Arc<tokio::sync::watch::Sender<bool>>,
+    },
 }
 
 impl Store {
@@ -132,10 +152,43 @@ impl Store {
             },
         ));
         Ok(Store {
-            conn: Arc::new(Lock::new(conn)),
+            backend: Backend::Sqlite {
+                conn: Arc::new(Lock::new(conn)),
+                seen: None,
+            },
             journal,
-            seen: None,
         })
+    }
+
+    /// Connects to a PostgreSQL control plane at `url` (SPEC §19): a pool,
+    /// the migrations this kernel knows (a schema from a newer kernel is
+    /// refused untouched), and a listener whose notifications wake journal
+    /// readers (they also re-read on their own timer).
+    pub async fn connect(url: &str) -> StoreResult<Store> {
+        let pool = db::pgpool::pool(url, POSTGRES_POOL)?;
+        db::pgpool::migrate(&db::pgpool::connection(&pool).await?).await?;
+        let journal = Arc::new(tokio::sync::watch::channel(0).0);
+        let (listening, stop) = crate::sync::Stop::new();
+        let hook = journal.clone();
+        let on_event: db::pglisten::OnEvent = Arc::new(move |_run: &str| {
+            hook.send_modify(|n| *n += 1);
+        });
+        tokio::spawn(db::pglisten::listen(url.to_owned(), on_event, stop));
+        Ok(Store {
+            backend: Backend::Postgres {
+                pool,
+                _listening: Arc::new(listening),
+            },
+            journal,
+        })
+    }
+
+    /// Which database this store runs on.
+    pub fn dialect(&self) -> db::Dialect {
+        match self.backend {
+            Backend::Sqlite { .. } => db::Dialect::Sqlite,
+            Backend::Postgres { .. } => db::Dialect::Postgres,
+        }
     }
 
     /// Changes whenever an event may have been appended to any journal.
@@ -151,7 +204,10 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        let seen = self.seen.clone();
+        let seen = match &self.backend {
+            Backend::Sqlite { seen, .. } => seen.clone(),
+            Backend::Postgres { pool, .. } => return db::pgpool::run(pool, false, f).await,
+        };
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             // dropped uncommitted on `Err`: rolled back
@@ -169,7 +225,10 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        let seen = self.seen.clone();
+        let seen = match &self.backend {
+            Backend::Sqlite { seen, .. } => seen.clone(),
+            Backend::Postgres { pool, .. } => return db::pgpool::run(pool, true, f).await,
+        };
         self.call(move |conn| {
             let tx = conn.transaction()?;
             let value = f(&mut SqliteTx::new(&tx, seen))?;
@@ -185,7 +244,10 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
-        let conn = self.conn.clone();
+        let Backend::Sqlite { conn, .. } = &self.backend else {
+            return Err(StoreError::Worker("not an SQLite store".into()));
+        };
+        let conn = conn.clone();
         tokio::task::spawn_blocking(move || {
             // a panic inside `f` rolled its transaction back as it unwound,
             // so the connection is usable by the next call
@@ -238,10 +300,10 @@ pub(crate) fn test_store() -> Store {
 #[cfg(test)]
 pub(crate) fn recording_test_store() -> (Store, Arc<Lock<std::collections::BTreeSet<String>>>) {
     let seen = Arc::new(Lock::new(std::collections::BTreeSet::new()));
-    let store = Store {
-        seen: Some(seen.clone()),
-        ..test_store()
-    };
+    let mut store = test_store();
+    if let Backend::Sqlite { seen: s, .. } = &mut store.backend {
+        *s = Some(seen.clone());
+    }
     (store, seen)
 }
 
@@ -352,7 +414,10 @@ mod tests {
             .unwrap();
         }
         let store = super::Store::open(&path).unwrap();
-        let conn = store.conn.lock();
+        let super::Backend::Sqlite { conn, .. } = &store.backend else {
+            unreachable!("an SQLite store")
+        };
+        let conn = conn.lock();
         let (status, code): (String, i64) = conn
             .query_row("SELECT status, exit_code FROM ops", [], |r| {
                 Ok((r.get(0)?, r.get(1)?))

@@ -28,7 +28,7 @@ use crate::store::Store;
 
 use crate::approval::{compile_patterns, Pattern};
 pub use crate::runtime::home::StartError;
-use crate::runtime::home::{check_run_user, kernel_identity, prepare_home};
+use crate::runtime::home::{check_run_user, kernel_identity, open_store, prepare_home};
 pub use crate::runtime::runmeta::RunMeta;
 
 pub use handles::OpHandle;
@@ -72,7 +72,8 @@ impl Kernel {
     /// Takes ownership of the home, opens the control plane and connects to
     /// Docker. Serving starts after [`crate::runtime::observer::recover`].
     pub async fn open(config: Config) -> Result<Arc<Kernel>, StartError> {
-        let home = prepare_home(&config)?;
+        let (lock, token) = prepare_home(&config)?;
+        let home = (lock, token, open_store(&config).await?);
         let sandbox = sandbox::Sandbox::connect_with_timeout(
             config.docker_socket.as_deref(),
             config.scratch_root(),
@@ -87,7 +88,8 @@ impl Kernel {
         config: Config,
         backend: Arc<dyn OpBackend>,
     ) -> Result<Arc<Kernel>, StartError> {
-        let home = prepare_home(&config)?;
+        let (lock, token) = prepare_home(&config)?;
+        let home = (lock, token, open_store(&config).await?);
         Kernel::assemble(config, home, backend).await
     }
 

@@ -35,7 +35,7 @@ async fn in_tx<T: Send + 'static>(
     let client = connection(pool).await?;
     let handle = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let mut tx = PgTx::begin(&client, handle)?;
+        let mut tx = PgTx::begin(&client, handle, false)?;
         match f(&mut tx) {
             Ok(v) => tx.commit().map(|()| v),
             Err(e) => {

@@ -128,3 +128,28 @@ pub async fn migrate(client: &Object) -> StoreResult<i64> {
         }
     }
 }
+
+/// Runs `f` in one transaction on a pooled connection, on the blocking
+/// pool: READ COMMITTED for writes (a run tree's scripts serialize on its
+/// root's row lock), REPEATABLE READ READ ONLY for reads (one snapshot, as
+/// SQLite's read transaction). Commits on `Ok`, rolls back on `Err`.
+pub async fn run<T, F>(pool: &Pool, read_only: bool, f: F) -> StoreResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn super::Tx) -> StoreResult<T> + Send + 'static,
+{
+    let client = connection(pool).await?;
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut tx = super::postgres::PgTx::begin(&client, handle, read_only)?;
+        match f(&mut tx) {
+            Ok(value) => tx.commit().map(|()| value),
+            Err(e) => {
+                let _ = tx.rollback();
+                Err(e)
+            }
+        }
+    })
+    .await
+    .map_err(|e| StoreError::Worker(e.to_string()))?
+}

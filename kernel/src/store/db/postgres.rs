@@ -22,12 +22,18 @@ pub struct PgTx<'a> {
 }
 
 impl<'a> PgTx<'a> {
-    /// Begins a transaction (READ COMMITTED: each statement sees what
-    /// committed before it; a run tree's scripts serialize on its root's
-    /// row lock, see [`Tx::lock_tree`]).
-    pub fn begin(client: &'a Object, handle: Handle) -> StoreResult<PgTx<'a>> {
+    /// Begins a transaction: for writes READ COMMITTED (each statement
+    /// sees what committed before it; a run tree's scripts serialize on its
+    /// root's row lock, see [`Tx::lock_tree`]), for reads REPEATABLE READ
+    /// READ ONLY (every statement reads one snapshot).
+    pub fn begin(client: &'a Object, handle: Handle, read_only: bool) -> StoreResult<PgTx<'a>> {
+        let begin = if read_only {
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        } else {
+            "BEGIN ISOLATION LEVEL READ COMMITTED"
+        };
         handle
-            .block_on(client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"))
+            .block_on(client.batch_execute(begin))
             .map_err(pg_error)?;
         Ok(PgTx { client, handle })
     }
@@ -93,7 +99,14 @@ impl Tx for PgTx<'_> {
 /// store being unavailable (503 `store_unavailable`), anything else a
 /// database error.
 pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
-    if e.is_closed()
+    // connection exceptions (08…) and a server shutting down or starting
+    // up (57P01–57P03) are the store being away, not a statement's fault
+    let away = e.as_db_error().is_some_and(|db| {
+        let code = db.code().code();
+        code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+    });
+    if away
+        || e.is_closed()
         || e.as_db_error().is_none() && e.source().is_some_and(|s| s.is::<std::io::Error>())
     {
         StoreError::Unavailable(e.to_string())

@@ -41,6 +41,10 @@ pub enum Command {
         /// Allow listening on a non-loopback address
         #[arg(long)]
         allow_remote: bool,
+        /// The control plane: `sqlite` (the home's kernel.db) or a
+        /// postgres:// URL [default: $OPKERNEL_STORE or sqlite]
+        #[arg(long)]
+        store: Option<String>,
         /// Enable the fault hooks used by recovery drills
         #[arg(long, hide = true)]
         drills: bool,
@@ -541,13 +545,30 @@ struct RunRequest {
     command: Vec<String>,
 }
 
+/// How `opkernel serve` was asked to run.
+#[derive(Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Kernel home (default: `$OPKERNEL_HOME` or `~/.opkernel`).
+    pub home: Option<PathBuf>,
+    /// Whether a non-loopback `listen` is allowed.
+    pub allow_remote: bool,
+    /// `--store`: overrides `OPKERNEL_STORE`.
+    pub store: Option<String>,
+    /// Whether the drills' fault hooks are on.
+    pub drills: bool,
+}
+
 /// `opkernel serve`.
-pub async fn run_serve(
-    listen: SocketAddr,
-    home: Option<PathBuf>,
-    allow_remote: bool,
-    drills: bool,
-) -> anyhow::Result<i32> {
+pub async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
+    let ServeArgs {
+        listen,
+        home,
+        allow_remote,
+        store,
+        drills,
+    } = args;
     if !listen.ip().is_loopback() {
         if !allow_remote {
             bail!("refusing to listen on non-loopback address {listen}: pass --allow-remote to expose the kernel");
@@ -557,6 +578,9 @@ pub async fn run_serve(
     let home = home.unwrap_or_else(default_home);
     let mut config = crate::config::Config::from_env(home.clone(), listen);
     config.drills |= drills;
+    if let Some(store) = store {
+        config.store = crate::config::StoreLocation::parse(&store).map_err(anyhow::Error::msg)?;
+    }
     crate::runtime::serve::serve(config, |addr| {
         eprintln!(
             "opkernel listening on http://{addr} (home {})",
