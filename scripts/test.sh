@@ -55,3 +55,5 @@ trap 'leftovers; scripts/pg.sh stop' EXIT
 OPKERNEL_TEST_PG=$(scripts/pg.sh start)
 export OPKERNEL_TEST_PG
 cargo test --workspace -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"
+# the control plane's own tests again, on PostgreSQL (a fresh database each)
+OPKERNEL_TEST_STORE=postgres cargo test -p opkernel --lib store:: -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"

@@ -290,8 +290,22 @@ pub fn step_wall_clock(ms: i64) {
     WALL_CLOCK_STEP_MS.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// A store for a unit test: SQLite in a fresh file, or, with
+/// `OPKERNEL_TEST_STORE=postgres`, a fresh database on the server
+/// `OPKERNEL_TEST_PG` names (`scripts/test.sh` runs the store's tests on
+/// both).
 #[cfg(test)]
-pub(crate) fn test_store() -> Store {
+pub(crate) async fn test_store() -> Store {
+    if std::env::var("OPKERNEL_TEST_STORE").as_deref() == Ok("postgres") {
+        let url = db::pgpool::test_database().await;
+        return Store::connect(&url).await.unwrap();
+    }
+    sqlite_test_store()
+}
+
+/// A store for a unit test on SQLite, in a fresh file.
+#[cfg(test)]
+pub(crate) fn sqlite_test_store() -> Store {
     let path = std::env::temp_dir().join(format!("opkernel-store-{}.db", uuid::Uuid::new_v4()));
     Store::open(&path).unwrap()
 }
@@ -300,7 +314,7 @@ pub(crate) fn test_store() -> Store {
 #[cfg(test)]
 pub(crate) fn recording_test_store() -> (Store, Arc<Lock<std::collections::BTreeSet<String>>>) {
     let seen = Arc::new(Lock::new(std::collections::BTreeSet::new()));
-    let mut store = test_store();
+    let mut store = sqlite_test_store();
     if let Backend::Sqlite { seen: s, .. } = &mut store.backend {
         *s = Some(seen.clone());
     }
@@ -346,7 +360,7 @@ mod tests {
     #[tokio::test]
     async fn failed_attempts_count_in_a_row_only() {
         use crate::store::{Admission, AttemptStart, NewOp, StartRequest};
-        let store = super::test_store();
+        let store = super::test_store().await;
         let req = StartRequest {
             run_id: "r".into(),
             scratch_key: "k".into(),

@@ -24,7 +24,7 @@ async fn created(store: &Store, r: StartRequest) -> Op {
 
 #[tokio::test]
 async fn idempotency_key_returns_the_same_op_or_conflicts() {
-    let store = test_store();
+    let store = test_store().await;
     let op = created(&store, req(Some("k1"), "true")).await;
     match store
         .insert_op(req(Some("k1"), "true"), Admission::UNLIMITED)
@@ -47,7 +47,7 @@ async fn idempotency_key_returns_the_same_op_or_conflicts() {
 
 #[tokio::test]
 async fn admission_is_checked_in_the_insert_and_retries_pass_it() {
-    let store = test_store();
+    let store = test_store().await;
     let one = Admission {
         max_live_per_run: 1,
         max_live: 10,
@@ -67,7 +67,7 @@ async fn admission_is_checked_in_the_insert_and_retries_pass_it() {
         other => panic!("{other:?}"),
     }
     // concurrent starts cannot pass the limit together
-    let store2 = test_store();
+    let store2 = test_store().await;
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let s = store2.clone();
@@ -83,7 +83,7 @@ async fn admission_is_checked_in_the_insert_and_retries_pass_it() {
 
 #[tokio::test]
 async fn a_kill_before_the_claim_wins() {
-    let store = test_store();
+    let store = test_store().await;
     let op = created(&store, req(None, "true")).await;
     store.request_kill(&op.id, KillReason::Kill).await.unwrap();
     assert!(!store.claim_exec(&op.id, "k", "c1", false).await.unwrap());
@@ -93,7 +93,7 @@ async fn a_kill_before_the_claim_wins() {
 
 #[tokio::test]
 async fn exec_claim_is_won_once() {
-    let store = test_store();
+    let store = test_store().await;
     let op = created(&store, req(None, "true")).await;
     assert!(store.claim_exec(&op.id, "k", "c1", false).await.unwrap());
     assert!(!store.claim_exec(&op.id, "k", "c2", true).await.unwrap());
@@ -109,7 +109,7 @@ async fn exec_claim_is_won_once() {
 
 #[tokio::test]
 async fn first_terminal_writer_wins() {
-    let store = test_store();
+    let store = test_store().await;
     let op = created(&store, req(None, "true")).await;
     let usage = sandbox::Usage {
         cpu_ms: 1500,
@@ -160,7 +160,7 @@ async fn first_terminal_writer_wins() {
 
 #[tokio::test]
 async fn lost_is_uncertain_and_has_no_exit_code() {
-    let store = test_store();
+    let store = test_store().await;
     let op = created(&store, req(None, "true")).await;
     let s = Settlement {
         outcome: Outcome::Lost {

@@ -396,7 +396,7 @@ mod tests {
 
     #[tokio::test]
     async fn foreground_ops_never_appear_in_reports() {
-        let store = test_store();
+        let store = test_store().await;
         let live_fg = new_op(&store, "r", false).await;
         let done_fg = new_op(&store, "r", false).await;
         settle(&store, &done_fg, 0).await;
@@ -420,7 +420,7 @@ mod tests {
 
     #[tokio::test]
     async fn reports_are_bounded_and_hold_the_rest_back_without_loss() {
-        let store = test_store();
+        let store = test_store().await;
         let mut all = std::collections::HashSet::new();
         for _ in 0..(MAX_REPORT_ITEMS + 5) {
             all.insert(finished_op(&store, "r", 0).await);
@@ -461,7 +461,7 @@ mod tests {
 
     #[tokio::test]
     async fn pending_notes_are_bounded() {
-        let store = test_store();
+        let store = test_store().await;
         for _ in 0..MAX_PENDING_NOTES {
             assert!(store.add_note("r", "x").await.unwrap().is_some());
         }
@@ -475,7 +475,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_result_is_delivered_in_exactly_one_report() {
-        let store = test_store();
+        let store = test_store().await;
         let a = finished_op(&store, "r", 0).await;
         let b = finished_op(&store, "r", 1).await;
         let other_run = finished_op(&store, "s", 0).await;
@@ -505,7 +505,7 @@ mod tests {
 
     #[tokio::test]
     async fn notes_ride_the_next_report() {
-        let store = test_store();
+        let store = test_store().await;
         store.add_note("r", "please hurry").await.unwrap();
         assert!(store.has_pending("r").await.unwrap());
         let report = store.drain_report("r").await.unwrap().unwrap();

@@ -65,7 +65,7 @@ async fn count(store: &Store, sql: &'static str) -> i64 {
 
 #[tokio::test]
 async fn only_delivered_ops_files_may_go() {
-    let store = test_store();
+    let store = test_store().await;
     let fg = op(&store, "r", false).await;
     let bg = op(&store, "r", true).await;
     let live = op(&store, "r", true).await;
@@ -95,7 +95,7 @@ async fn only_delivered_ops_files_may_go() {
 
 #[tokio::test]
 async fn a_finished_tree_is_purged_whole_and_recorded() {
-    let store = test_store();
+    let store = test_store().await;
     store.ensure_run("keep").await.unwrap();
     let kept = op(&store, "keep", true).await;
     store.ensure_run("gone").await.unwrap();
@@ -178,7 +178,7 @@ async fn a_finished_tree_is_purged_whole_and_recorded() {
 
 #[tokio::test]
 async fn the_append_only_tables_give_up_rows_only_to_a_purge() {
-    let store = test_store();
+    let store = test_store().await;
     store.ensure_run("r").await.unwrap();
     let id = op(&store, "r", true).await;
     store.settle(&id, done()).await.unwrap();
@@ -215,7 +215,7 @@ async fn the_append_only_tables_give_up_rows_only_to_a_purge() {
 
 #[tokio::test]
 async fn a_run_tokens_start_never_brings_a_purged_run_back() {
-    let store = test_store();
+    let store = test_store().await;
     let token_start = Admission {
         implicit_run: false,
         ..Admission::UNLIMITED

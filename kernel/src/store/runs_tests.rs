@@ -74,7 +74,7 @@ async fn kinds(store: &Store, run: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn admission_stops_exactly_at_the_limit_of_the_run_or_any_ancestor() {
-    let store = test_store();
+    let store = test_store().await;
     let limit = Budget {
         tokens: Some(100),
         ..Default::default()
@@ -116,7 +116,7 @@ async fn admission_stops_exactly_at_the_limit_of_the_run_or_any_ancestor() {
 
 #[tokio::test]
 async fn remaining_is_derived_from_the_ledger_never_stored() {
-    let store = test_store();
+    let store = test_store().await;
     run(
         &store,
         "r",
@@ -132,8 +132,16 @@ async fn remaining_is_derived_from_the_ledger_never_stored() {
     let columns: Vec<String> = store
         .read(|tx| {
             tx.query(
-                "SELECT m.name || '.' || p.name AS col FROM sqlite_master m, pragma_table_info(m.name) p \
-                 WHERE m.type = 'table'",
+                match tx.dialect() {
+                    crate::store::db::Dialect::Sqlite => {
+                        "SELECT m.name || '.' || p.name AS col FROM sqlite_master m, \
+                         pragma_table_info(m.name) p WHERE m.type = 'table'"
+                    }
+                    crate::store::db::Dialect::Postgres => {
+                        "SELECT CAST(table_name || '.' || column_name AS TEXT) AS col \
+                         FROM information_schema.columns WHERE table_schema = 'public'"
+                    }
+                },
                 &[],
             )?
             .iter()
@@ -191,7 +199,7 @@ async fn remaining_is_derived_from_the_ledger_never_stored() {
 
 #[tokio::test]
 async fn a_settled_op_is_charged_once_with_its_event() {
-    let store = test_store();
+    let store = test_store().await;
     let op = admit(&store, "r").await.unwrap();
     let started = crate::store::now_ms() - 1500;
     assert!(store.mark_running(&op.id, started).await.unwrap());
@@ -265,7 +273,7 @@ async fn a_settled_op_is_charged_once_with_its_event() {
 
 #[tokio::test]
 async fn cancel_reaches_every_descendant_and_live_op_durably() {
-    let store = test_store();
+    let store = test_store().await;
     run(&store, "p", None, Budget::default()).await;
     run(&store, "c", Some("p"), Budget::default()).await;
     run(&store, "g", Some("c"), Budget::default()).await;
@@ -336,7 +344,7 @@ async fn cancel_reaches_every_descendant_and_live_op_durably() {
 
 #[tokio::test]
 async fn complete_waits_for_live_ops_and_pause_blocks_the_subtree() {
-    let store = test_store();
+    let store = test_store().await;
     run(&store, "p", None, Budget::default()).await;
     run(&store, "c", Some("p"), Budget::default()).await;
     let op = admit(&store, "c").await.unwrap();
@@ -395,7 +403,7 @@ async fn complete_waits_for_live_ops_and_pause_blocks_the_subtree() {
 
 #[tokio::test]
 async fn a_refused_or_rolled_back_change_leaves_no_event() {
-    let store = test_store();
+    let store = test_store().await;
     run(&store, "r", None, Budget::default()).await;
     store
         .change_run("r", RunAction::Pause, "operator", None)
@@ -453,7 +461,7 @@ async fn create_with(
 
 #[tokio::test]
 async fn envelope_limits_bound_the_whole_subtree() {
-    let store = test_store();
+    let store = test_store().await;
     let limits = Admission {
         max_live_per_run: 512,
         max_live: 1000,

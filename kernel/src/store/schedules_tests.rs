@@ -114,7 +114,7 @@ async fn two_schedulers_racing_fire_a_due_time_once() {
 
 #[tokio::test]
 async fn finalization_records_a_bounded_result_and_reschedules_from_the_due_time() {
-    let store = test_store();
+    let store = test_store().await;
     let s = create(&store, every("r", 10, false)).await;
     let due = now_ms() - 100;
     set_due(&store, &s.id, due).await;
@@ -171,7 +171,7 @@ async fn finalization_records_a_bounded_result_and_reschedules_from_the_due_time
 
 #[tokio::test]
 async fn one_shots_are_deleted_after_success_or_disabled() {
-    let store = test_store();
+    let store = test_store().await;
     let at = |delete_after_success| NewSchedule {
         timing: Timing::At {
             at_ms: now_ms() - 10,
@@ -196,7 +196,7 @@ async fn one_shots_are_deleted_after_success_or_disabled() {
 
 #[tokio::test]
 async fn start_up_follows_catch_up() {
-    let store = test_store();
+    let store = test_store().await;
     let now = now_ms();
     let overdue = now - 3_500;
     let mk = |catch_up, one_shot: bool| NewSchedule {
@@ -247,7 +247,7 @@ async fn start_up_follows_catch_up() {
 
 #[tokio::test]
 async fn a_claim_left_by_a_dead_kernel_is_taken_over_or_cleared() {
-    let store = test_store();
+    let store = test_store().await;
     let s = create(&store, every("r", 60, false)).await;
     let due = now_ms() - 10;
     set_due(&store, &s.id, due).await;
@@ -284,7 +284,7 @@ async fn a_claim_left_by_a_dead_kernel_is_taken_over_or_cleared() {
 
 #[tokio::test]
 async fn a_refused_fire_is_a_skip_with_its_reason() {
-    let store = test_store();
+    let store = test_store().await;
     let s = create(&store, every("r", 60, false)).await;
     store.ensure_run("r").await.unwrap();
     store
@@ -309,7 +309,7 @@ async fn a_refused_fire_is_a_skip_with_its_reason() {
 
 #[tokio::test]
 async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
-    let store = test_store();
+    let store = test_store().await;
     store.ensure_run("r").await.unwrap();
     let s = create(
         &store,
@@ -352,7 +352,7 @@ async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
 
 /// Makes one column of a schedule row unreadable (as a bad write or a
 /// hand edit would).
-async fn corrupt(store: &Store, id: &str, column: &'static str, value: &'static str) {
+async fn corrupt(store: &Store, id: &str, column: &'static str, value: crate::store::db::Value) {
     let id = id.to_owned();
     store
         .write(move |tx| {
@@ -372,7 +372,7 @@ async fn corrupt(store: &Store, id: &str, column: &'static str, value: &'static 
 /// due ones still come out and fire.
 #[tokio::test]
 async fn a_corrupt_row_never_stops_the_others() {
-    let store = test_store();
+    let store = test_store().await;
     let now = now_ms();
     let overdue = now - 3_500;
     let bad_command = create(&store, every("r", 1, true)).await;
@@ -389,10 +389,10 @@ async fn a_corrupt_row_never_stops_the_others() {
     ] {
         set_due(&store, &s.id, overdue).await;
     }
-    corrupt(&store, &bad_command.id, "command", "not json").await;
-    corrupt(&store, &bad_timing.id, "spec", "every blue moon").await;
-    corrupt(&store, &bad_claimed.id, "command", "[1, 2").await;
-    corrupt(&store, &bad_claimed.id, "claimed_at", "1").await;
+    corrupt(&store, &bad_command.id, "command", "not json".into()).await;
+    corrupt(&store, &bad_timing.id, "spec", "every blue moon".into()).await;
+    corrupt(&store, &bad_claimed.id, "command", "[1, 2".into()).await;
+    corrupt(&store, &bad_claimed.id, "claimed_at", 1i64.into()).await;
     let report = store.schedules_at_start("k2").await.unwrap();
     assert_eq!((report.advanced, report.catching_up), (1, 1), "{report:?}");
     let due = store.due_schedules(now_ms(), 10).await.unwrap();

@@ -37,8 +37,9 @@ pub trait Tx {
 
     /// Serializes this transaction with every other one touching the run
     /// tree rooted at `root` (admission, settlement, cancel, drain, fire).
-    /// SQLite's write transactions are serial already; PostgreSQL locks the
-    /// root's run row (`SELECT … FOR UPDATE`).
+    /// SQLite's write transactions are serial already; PostgreSQL takes a
+    /// transaction-scoped advisory lock keyed by the root's id (it holds
+    /// before the root's row exists, as for an implicit run's first op).
     fn lock_tree(&mut self, root: &str) -> StoreResult<()>;
 
     /// The dialect, for the few statements spelled differently.

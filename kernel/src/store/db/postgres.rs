@@ -83,8 +83,11 @@ impl Tx for PgTx<'_> {
     }
 
     fn lock_tree(&mut self, root: &str) -> StoreResult<()> {
+        // a transaction-scoped advisory lock keyed by the root's id: it
+        // holds whether or not the root's row exists yet (the first op of
+        // an implicit run inserts it), and goes with the commit or rollback
         self.query(
-            "SELECT 1 FROM runs WHERE run_id = ?1 FOR UPDATE",
+            "SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(?1, 0))) AS l",
             &[root.into()],
         )
         .map(drop)
