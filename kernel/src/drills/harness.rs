@@ -35,6 +35,22 @@ pub struct KernelProcess {
     pub last_start: Duration,
 }
 
+/// With `OPKERNEL_TEST_STORE=postgres` (and the server's URL in
+/// `OPKERNEL_TEST_PG`), a fresh PostgreSQL database for a kernel whose
+/// settings name no store of their own: the suite runs on either store.
+async fn test_postgres(env: &[(String, String)]) -> anyhow::Result<Option<String>> {
+    if std::env::var("OPKERNEL_TEST_STORE").as_deref() != Ok("postgres")
+        || env.iter().any(|(k, _)| k == "OPKERNEL_STORE")
+    {
+        return Ok(None);
+    }
+    let server = std::env::var("OPKERNEL_TEST_PG")
+        .map_err(|_| anyhow::anyhow!("OPKERNEL_TEST_STORE=postgres needs OPKERNEL_TEST_PG"))?;
+    Ok(Some(
+        crate::store::db::pgpool::create_test_database(&server).await?,
+    ))
+}
+
 impl KernelProcess {
     /// Starts a kernel on a fresh home under the temp dir, with drill fault
     /// hooks on and fast safety-net timings; `env` adds or overrides settings.
@@ -58,6 +74,9 @@ impl KernelProcess {
         for (k, v) in env {
             all.retain(|(key, _)| key != k);
             all.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        if let Some(url) = test_postgres(&all).await? {
+            all.push(("OPKERNEL_STORE".into(), url));
         }
         let mut kernel = KernelProcess {
             bin: bin.to_owned(),

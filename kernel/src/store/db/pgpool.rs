@@ -154,22 +154,29 @@ where
     .map_err(|e| StoreError::Worker(e.to_string()))?
 }
 
+/// Creates a new, empty database `t_<uuid>` on the server at `url` (whose
+/// user may create databases) and returns its URL: for tests and drills,
+/// which give each kernel a control plane of its own.
+pub async fn create_test_database(url: &str) -> StoreResult<String> {
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .map_err(pg_error)?;
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .map_err(pg_error)?;
+    let base = url.rsplit_once('/').map_or(url, |(b, _)| b);
+    Ok(format!("{base}/{name}"))
+}
+
 /// A new, empty database on the test server (`OPKERNEL_TEST_PG`), as a URL.
 #[cfg(test)]
 pub(crate) async fn test_database() -> String {
     let url = std::env::var("OPKERNEL_TEST_PG")
         .unwrap_or_else(|_| panic!("OPKERNEL_TEST_STORE=postgres needs OPKERNEL_TEST_PG"));
-    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let (client, connection) = tokio_postgres::connect(&url, NoTls)
+    create_test_database(&url)
         .await
-        .unwrap_or_else(|e| panic!("cannot reach the test server: {e}"));
-    tokio::spawn(connection);
-    if let Err(e) = client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-    {
-        panic!("cannot create a test database: {e}");
-    }
-    let base = url.rsplit_once('/').map_or(url.as_str(), |(b, _)| b);
-    format!("{base}/{name}")
+        .unwrap_or_else(|e| panic!("cannot create a test database: {e}"))
 }
