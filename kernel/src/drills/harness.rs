@@ -1,6 +1,7 @@
 //! Real kernel processes for drills and end-to-end tests: start
 //! `opkernel serve` on a throwaway home, SIGKILL it, restart it.
 
+use crate::store::db::{Row, Value as Cell};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -91,6 +92,12 @@ impl KernelProcess {
         Ok(kernel)
     }
 
+    /// Whether its control plane is on PostgreSQL (`OPKERNEL_STORE` set):
+    /// the home then holds no `kernel.db`.
+    pub fn on_postgres(&self) -> bool {
+        self.env.iter().any(|(name, _)| name == "OPKERNEL_STORE")
+    }
+
     fn log_path(&self) -> PathBuf {
         self.home.join("kernel.log")
     }
@@ -175,34 +182,63 @@ impl KernelProcess {
         self.spawn().await
     }
 
-    /// An op's status and exit code read straight from the control plane
-    /// (for when the kernel is down).
-    pub fn state_offline(&self, op: &str) -> anyhow::Result<(String, Option<i64>)> {
-        let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;
-        Ok(conn.query_row(
-            "SELECT status, exit_code FROM ops WHERE id = ?1",
-            [op],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?)
-    }
-
-    /// An op's durable kill flags, read straight from the control plane by
-    /// a read-only connection (safe while the kernel runs or is down).
-    pub fn kill_flags_offline(&self, op: &str) -> anyhow::Result<KillFlags> {
+    /// The rows of a query read straight from the control plane by a
+    /// connection of its own (safe while the kernel runs or is down): the
+    /// home's SQLite file read-only, or the kernel's PostgreSQL database.
+    pub fn offline_rows(&self, sql: &str, params: &[Cell]) -> anyhow::Result<Vec<Row>> {
+        let params = params.to_vec();
+        let sql = sql.to_owned();
+        if let Some((_, url)) = self.env.iter().find(|(k, _)| k == "OPKERNEL_STORE") {
+            let url = url.clone();
+            // a runtime of its own on a thread of its own: callable anywhere
+            let read = std::thread::spawn(move || -> anyhow::Result<Vec<Row>> {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let pool = crate::store::db::pgpool::pool(&url, 1)?;
+                    let rows = crate::store::db::pgpool::run(&pool, true, move |tx| {
+                        tx.query(&sql, &params)
+                    })
+                    .await?;
+                    Ok(rows)
+                })
+            });
+            return read
+                .join()
+                .map_err(|_| anyhow::anyhow!("the reading thread panicked"))?;
+        }
         let conn = rusqlite::Connection::open_with_flags(
             self.home.join("kernel.db"),
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
         )?;
-        Ok(conn.query_row(
+        let mut tx = crate::store::db::sqlite::SqliteTx::new(&conn, None);
+        Ok(crate::store::db::Tx::query(&mut tx, &sql, &params)?)
+    }
+
+    /// An op's status and exit code read straight from the control plane
+    /// (for when the kernel is down).
+    pub fn state_offline(&self, op: &str) -> anyhow::Result<(String, Option<i64>)> {
+        let rows = self.offline_rows(
+            "SELECT status, exit_code FROM ops WHERE id = ?1",
+            &[op.into()],
+        )?;
+        let row = rows.first().ok_or_else(|| anyhow::anyhow!("no op {op}"))?;
+        Ok((row.get("status")?, row.get("exit_code")?))
+    }
+
+    /// An op's durable kill flags, read straight from the control plane by
+    /// a connection of its own (safe while the kernel runs or is down).
+    pub fn kill_flags_offline(&self, op: &str) -> anyhow::Result<KillFlags> {
+        let rows = self.offline_rows(
             "SELECT kill_intent, kill_signalled FROM ops WHERE id = ?1",
-            [op],
-            |r| {
-                Ok(KillFlags {
-                    intent: r.get(0)?,
-                    signalled: r.get(1)?,
-                })
-            },
-        )?)
+            &[op.into()],
+        )?;
+        let row = rows.first().ok_or_else(|| anyhow::anyhow!("no op {op}"))?;
+        Ok(KillFlags {
+            intent: row.get("kill_intent")?,
+            signalled: row.get("kill_signalled")?,
+        })
     }
 
     /// Waits until the control plane records that a kill or timeout signal
@@ -222,33 +258,30 @@ impl KernelProcess {
     }
 
     /// How many ops the control plane records as running with their
-    /// process identity, read by a separate (read-only) connection: costs
-    /// the kernel nothing, so a benchmark can poll it.
+    /// process identity, read by a connection of its own: costs the kernel
+    /// nothing, so a benchmark can poll it.
     pub fn running_with_pid(&self) -> anyhow::Result<usize> {
-        let conn = rusqlite::Connection::open_with_flags(
-            self.home.join("kernel.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )?;
-        let n: i64 = conn.query_row(
+        Ok(self.sql_offline_query(
             "SELECT COUNT(*) FROM ops WHERE status = 'running' AND pid IS NOT NULL",
-            [],
-            |r| r.get(0),
-        )?;
-        Ok(n as usize)
+        )? as usize)
     }
 
-    /// One number from the control plane, read by a separate read-only
-    /// connection (safe while the kernel runs).
+    /// One number from the control plane (the first column of the first
+    /// row), read by a connection of its own (safe while the kernel runs).
     pub fn sql_offline_query(&self, sql: &str) -> anyhow::Result<i64> {
-        let conn = rusqlite::Connection::open_with_flags(
-            self.home.join("kernel.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )?;
-        Ok(conn.query_row(sql, [], |r| r.get(0))?)
+        let rows = self.offline_rows(sql, &[])?;
+        let row = rows
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("no row for {sql}"))?;
+        Ok(row.at(0)?)
     }
 
-    /// Runs SQL against the control plane while the kernel is down.
+    /// Runs SQL against the control plane's SQLite file while the kernel
+    /// is down (the drills that corrupt a row on purpose run on SQLite).
     pub fn sql_offline(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> anyhow::Result<usize> {
+        if self.env.iter().any(|(k, _)| k == "OPKERNEL_STORE") {
+            bail!("sql_offline edits an SQLite control plane; this kernel's is PostgreSQL");
+        }
         let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;
         Ok(conn.execute(sql, params)?)
     }
