@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: makes sure a Docker engine answers and both run
+# The whole test suite, on both stores (SQLite, then PostgreSQL): makes
+# sure a Docker engine answers and both run
 # images exist (the busybox image and a real Debian, see build-image.sh),
 # builds the kernel (which builds and embeds the static shim), then runs
 # every unit, end-to-end and drill test against the real engine, the
@@ -55,5 +56,8 @@ trap 'leftovers; scripts/pg.sh stop' EXIT
 OPKERNEL_TEST_PG=$(scripts/pg.sh start)
 export OPKERNEL_TEST_PG
 cargo test --workspace -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"
-# the control plane's own tests again, on PostgreSQL (a fresh database each)
+# again on PostgreSQL (a fresh database per store and per kernel): the
+# control plane's own tests, and every end-to-end test and drill on the
+# default image
 OPKERNEL_TEST_STORE=postgres cargo test -p opkernel --lib store:: -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"
+OPKERNEL_TEST_STORE=postgres cargo test -p opkernel-tests -- --test-threads "${OPKERNEL_TEST_THREADS:-4}" --skip debian_image

@@ -197,7 +197,7 @@ pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
     let sb = sandbox::Sandbox::connect(None, k.home.join("scratch")).await?;
     let orphan = sb.ensure_container(&identity, &profile).await?;
     // 2. op rows left behind: one never claimed, one claimed but never executed
-    let store = crate::store::Store::open(&k.home.join("kernel.db"))?;
+    let store = k.offline_store().await?;
     let start = |cmd: &str| crate::store::StartRequest {
         run_id: run.clone(),
         scratch_key: identity.scratch_key.clone(),

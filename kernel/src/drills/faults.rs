@@ -140,7 +140,11 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
     let recorded = k.sql_offline(
         "UPDATE ops SET pid = ?1, kill_requested_at = ?2, kill_reason = 'kill' \
          WHERE id = ?3 AND status = 'running' AND kill_intent = 0",
-        &[&(stranger as i64), &crate::store::now_ms(), &op],
+        &[
+            (stranger as i64).into(),
+            crate::store::now_ms().into(),
+            op.as_str().into(),
+        ],
     )?;
     check(recorded == 1, || "the op was not running".into())?;
     k.spawn().await?;

@@ -95,7 +95,7 @@ impl KernelProcess {
     /// Whether its control plane is on PostgreSQL (`OPKERNEL_STORE` set):
     /// the home then holds no `kernel.db`.
     pub fn on_postgres(&self) -> bool {
-        self.env.iter().any(|(name, _)| name == "OPKERNEL_STORE")
+        self.postgres_url().is_some()
     }
 
     fn log_path(&self) -> PathBuf {
@@ -188,8 +188,7 @@ impl KernelProcess {
     pub fn offline_rows(&self, sql: &str, params: &[Cell]) -> anyhow::Result<Vec<Row>> {
         let params = params.to_vec();
         let sql = sql.to_owned();
-        if let Some((_, url)) = self.env.iter().find(|(k, _)| k == "OPKERNEL_STORE") {
-            let url = url.clone();
+        if let Some(url) = self.postgres_url() {
             // a runtime of its own on a thread of its own: callable anywhere
             let read = std::thread::spawn(move || -> anyhow::Result<Vec<Row>> {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -276,14 +275,45 @@ impl KernelProcess {
         Ok(row.at(0)?)
     }
 
-    /// Runs SQL against the control plane's SQLite file while the kernel
-    /// is down (the drills that corrupt a row on purpose run on SQLite).
-    pub fn sql_offline(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> anyhow::Result<usize> {
-        if self.env.iter().any(|(k, _)| k == "OPKERNEL_STORE") {
-            bail!("sql_offline edits an SQLite control plane; this kernel's is PostgreSQL");
+    /// Runs one statement against the control plane while the kernel is
+    /// down (drills that plant a state on purpose), on either store; how
+    /// many rows it changed.
+    pub fn sql_offline(&self, sql: &str, params: &[Cell]) -> anyhow::Result<u64> {
+        let (sql, params) = (sql.to_owned(), params.to_vec());
+        if let Some(url) = self.postgres_url() {
+            let write = std::thread::spawn(move || -> anyhow::Result<u64> {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let pool = crate::store::db::pgpool::pool(&url, 1)?;
+                    let run = move |tx: &mut dyn crate::store::db::Tx| tx.execute(&sql, &params);
+                    Ok(crate::store::db::pgpool::run(&pool, false, run).await?)
+                })
+            });
+            return write
+                .join()
+                .map_err(|_| anyhow::anyhow!("the writing thread panicked"))?;
         }
         let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;
-        Ok(conn.execute(sql, params)?)
+        let mut tx = crate::store::db::sqlite::SqliteTx::new(&conn, None);
+        Ok(crate::store::db::Tx::execute(&mut tx, &sql, &params)?)
+    }
+
+    /// The kernel's control plane opened by the drill itself (while the
+    /// kernel is down): the home's SQLite file, or its PostgreSQL database.
+    pub async fn offline_store(&self) -> anyhow::Result<crate::store::Store> {
+        Ok(match self.postgres_url() {
+            Some(url) => crate::store::Store::connect(&url).await?,
+            None => crate::store::Store::open(&self.home.join("kernel.db"))?,
+        })
+    }
+
+    fn postgres_url(&self) -> Option<String> {
+        self.env
+            .iter()
+            .find(|(name, _)| name == "OPKERNEL_STORE")
+            .map(|(_, url)| url.clone())
     }
 
     /// The current process's pid; `None` while it is down.

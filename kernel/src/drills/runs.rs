@@ -182,7 +182,7 @@ pub async fn scheduler_crash(kit: &Kit) -> anyhow::Result<String> {
     // a no-op update counts the rows holding a claim
     let claimed = k.sql_offline(
         "UPDATE schedules SET claimed_at = claimed_at WHERE id = ?1 AND claimed_at IS NOT NULL",
-        &[&id],
+        &[id.as_str().into()],
     )?;
     check(claimed == 1, || "no claim held at the crash".to_owned())?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
