@@ -98,6 +98,16 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
         let began = std::time::Instant::now();
         match run_attempt(&k, op, &handle, anchor.clone()).await {
             Some(AttemptEnd::Failed(error)) => last_error = error,
+            Some(AttemptEnd::StoreAway(error)) => {
+                // the control plane is unreachable: not the observer's
+                // failure. The op's evidence stays on the scratch dir; the
+                // next attempt (attach only) waits for the store and reads
+                // it then, so an outage never settles an op on a guess
+                tracing::warn!(op = %op_id, %error, "control plane unreachable; observing again when it answers");
+                start = AttemptStart::Clean;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
             Some(AttemptEnd::GiveUp) => {
                 tracing::warn!(op = %op_id, "supervisor gives up; the watchdog takes the op over");
                 break;
@@ -126,6 +136,8 @@ impl Drop for Release {
 enum AttemptEnd {
     /// Retry as the next attempt, with this error.
     Failed(String),
+    /// The control plane was unreachable: retry without counting a failure.
+    StoreAway(String),
     /// The supervisor gives up (a drill's fault): the watchdog takes over.
     GiveUp,
 }
@@ -187,6 +199,9 @@ async fn run_attempt(
             _ => None,
         },
         Ok(Err(super::ObserverError::Abandoned)) => Some(AttemptEnd::GiveUp),
+        Ok(Err(super::ObserverError::Store(crate::store::StoreError::Unavailable(e)))) => {
+            Some(AttemptEnd::StoreAway(e))
+        }
         Ok(Err(e)) => failed(e.to_string()),
         Err(join) if join.is_panic() => failed("observer panicked".into()),
         Err(join) => failed(join.to_string()),
