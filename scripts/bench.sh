@@ -3,7 +3,9 @@
 # start/running latency vs bare API exec and `docker exec -d`, exit-to-report
 # delay, 1,000 concurrent ops (CPU, RSS, exactly-once), and recovery of 500
 # running ops over 50 containers after SIGKILL.
-# Usage: scripts/bench.sh [--quick] [--json] [--check]
+# Usage: [OPKERNEL_STORE=postgres://…] scripts/bench.sh [--quick] [--json] [--check]
+# (with a PostgreSQL URL each kernel it starts gets a fresh database there;
+# the JSON says "store": "sqlite" or "postgres")
 #        scripts/bench.sh --recovery-only OPS CONTAINERS
 # --check: exit non-zero when a correctness figure is off (an op lost or
 # duplicated, an op started by docker exec in the launcher path, kernel

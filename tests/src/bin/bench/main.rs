@@ -166,6 +166,22 @@ fn row(name: &str, samples: &[f64]) {
     );
 }
 
+/// The store the bench's kernels use: with `OPKERNEL_STORE=postgres://…`
+/// each kernel gets a fresh database on that server (the drills' harness
+/// makes it), and the variable is not passed on as is (kernels sharing one
+/// database would see each other's ops).
+fn bench_store() -> &'static str {
+    match std::env::var("OPKERNEL_STORE") {
+        Ok(url) if url.starts_with("postgres") => {
+            std::env::set_var("OPKERNEL_TEST_STORE", "postgres");
+            std::env::set_var("OPKERNEL_TEST_PG", url);
+            std::env::remove_var("OPKERNEL_STORE");
+            "postgres"
+        }
+        _ => "sqlite",
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -173,6 +189,7 @@ async fn main() -> anyhow::Result<()> {
     let as_json = args.iter().any(|a| a == "--json");
     let check = args.iter().any(|a| a == "--check");
     let mut checks = Checks::default();
+    let store = bench_store();
     let bin = kernel_binary()?;
     let samples = if quick { 30 } else { 100 };
     if let Some(i) = args.iter().position(|a| a == "--recovery-only") {
@@ -216,7 +233,7 @@ async fn main() -> anyhow::Result<()> {
         return if check { checks.finish() } else { Ok(()) };
     }
     eprintln!(
-        "bench: kernel {} ({} mode)",
+        "bench: kernel {} ({} mode, store {store})",
         bin.display(),
         if quick { "quick" } else { "full" }
     );
@@ -254,6 +271,7 @@ async fn main() -> anyhow::Result<()> {
     let p50 = |v: &[f64]| pct(v, 50.0);
     let figures = json!({
         "mode": if quick { "quick" } else { "full" },
+        "store": store,
         "samples": samples,
         "start_p50_ms": p50(&lat.start),
         "start_p90_ms": pct(&lat.start, 90.0),
