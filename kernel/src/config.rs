@@ -190,8 +190,26 @@ impl std::fmt::Debug for StoreLocation {
     }
 }
 
-/// A URL with the password (between `:` and `@` after the scheme) hidden.
+/// A URL with its password hidden: between `:` and `@` after the scheme,
+/// and a `password=` parameter.
 fn redacted(url: &str) -> String {
+    let url = match url.split_once('?') {
+        Some((base, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some(("password", _)) => "password=…".to_owned(),
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+        None => url.to_owned(),
+    };
+    hide_userinfo_password(&url)
+}
+
+fn hide_userinfo_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

@@ -298,3 +298,46 @@ async fn every_statement_of_the_store_prepares_on_postgres() {
         refused.join("\n")
     );
 }
+
+/// A script that panics mid-transaction leaves nothing behind: its
+/// connection goes back to the pool rolled back, so the next script on it
+/// (the pool has one) neither commits the half-done writes nor inherits
+/// the tree's lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panicking_script_leaves_no_half_done_transaction_in_the_pool() {
+    let Some(admin) = fresh_db().await else {
+        return;
+    };
+    migrate(&connection(&admin).await.unwrap()).await.unwrap();
+    let url: String = {
+        let c = connection(&admin).await.unwrap();
+        let db: String = c
+            .query_one("SELECT current_database()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let server = std::env::var("OPKERNEL_TEST_PG").unwrap();
+        format!("{}/{db}", server.rsplit_once('/').unwrap().0)
+    };
+    let one = pool(&url, 1).unwrap();
+    let crashed = super::pgpool::run(&one, false, |tx| -> crate::store::StoreResult<()> {
+        tx.lock_tree("root")?;
+        tx.execute(
+            "INSERT INTO runs (run_id, created_at) VALUES ('half', 1)",
+            &[],
+        )?;
+        panic!("a script's bug");
+    })
+    .await;
+    assert!(matches!(crashed, Err(StoreError::Worker(_))), "{crashed:?}");
+    let after = super::pgpool::run(&one, false, |tx| {
+        tx.lock_tree("root")?;
+        tx.execute(
+            "INSERT INTO runs (run_id, created_at) VALUES ('next', 1)",
+            &[],
+        )?;
+        tx.scalar::<i64>("SELECT COUNT(*) FROM runs", &[])
+    })
+    .await;
+    assert_eq!(after.unwrap(), 1, "only the next script's run is there");
+}

@@ -49,11 +49,26 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
 /// Any key for the advisory lock that serializes migrations.
 const MIGRATION_LOCK: i64 = 0x6f70_6b65_726e;
 
-/// A pool of connections to `url` (`postgres://user@host:port/db`).
+/// How long a connection may take to open, and a pooled one to be free.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Server-side bounds of every session: a transaction left idle (its
+/// client gone without a word) or a statement stuck longer than this ends,
+/// releasing its locks, instead of holding a run tree for hours.
+const SESSION_OPTIONS: &str =
+    "-c idle_in_transaction_session_timeout=30000 -c statement_timeout=60000";
+
+/// A pool of connections to `url` (`postgres://user@host:port/db`), each
+/// bounded as above; waiting for a free one or a new one is bounded too
+/// (past it: `Unavailable`).
 pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
-    let config: tokio_postgres::Config = url.parse().map_err(|e| {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
         StoreError::Postgres(format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"))
     })?;
+    config
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(std::time::Duration::from_secs(10))
+        .options(SESSION_OPTIONS);
     let manager = Manager::from_config(
         config,
         NoTls,
@@ -63,6 +78,9 @@ pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
     );
     Pool::builder(manager)
         .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
         .build()
         .map_err(|e| StoreError::Postgres(e.to_string()))
 }

@@ -15,10 +15,21 @@ use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use super::{Dialect, Row, Tx, Value};
 use crate::store::{StoreError, StoreResult};
 
-/// One open transaction on a pooled connection.
+/// One open transaction on a pooled connection. Dropped unfinished (a
+/// script that panicked) it rolls back, so the pooled connection never
+/// carries a half-done transaction into its next user's.
 pub struct PgTx<'a> {
     client: &'a Object,
     handle: Handle,
+    finished: bool,
+}
+
+impl Drop for PgTx<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.handle.block_on(self.client.batch_execute("ROLLBACK"));
+        }
+    }
 }
 
 impl<'a> PgTx<'a> {
@@ -35,18 +46,25 @@ impl<'a> PgTx<'a> {
         handle
             .block_on(client.batch_execute(begin))
             .map_err(pg_error)?;
-        Ok(PgTx { client, handle })
+        Ok(PgTx {
+            client,
+            handle,
+            finished: false,
+        })
     }
 
-    /// Commits the transaction.
-    pub fn commit(self) -> StoreResult<()> {
+    /// Commits the transaction. An error here may hide a commit that
+    /// happened (its answer lost): callers never retry a script on it.
+    pub fn commit(mut self) -> StoreResult<()> {
+        self.finished = true;
         self.handle
             .block_on(self.client.batch_execute("COMMIT"))
             .map_err(pg_error)
     }
 
-    /// Rolls the transaction back (what dropping an uncommitted one means).
-    pub fn rollback(self) -> StoreResult<()> {
+    /// Rolls the transaction back.
+    pub fn rollback(mut self) -> StoreResult<()> {
+        self.finished = true;
         self.handle
             .block_on(self.client.batch_execute("ROLLBACK"))
             .map_err(pg_error)
@@ -102,11 +120,17 @@ impl Tx for PgTx<'_> {
 /// store being unavailable (503 `store_unavailable`), anything else a
 /// database error.
 pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
-    // connection exceptions (08…) and a server shutting down or starting
-    // up (57P01–57P03) are the store being away, not a statement's fault
+    // connection exceptions (08), insufficient resources (53: too many
+    // clients), operator intervention (57: shutdown, cancel, a statement
+    // or lock timeout), system errors (58) and a serialization failure or
+    // deadlock (40001, 40P01): none is a statement's fault, and the same
+    // request may be retried
     let away = e.as_db_error().is_some_and(|db| {
         let code = db.code().code();
-        code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+        ["08", "53", "57", "58"]
+            .iter()
+            .any(|class| code.starts_with(class))
+            || matches!(code, "40001" | "40P01")
     });
     if away
         || e.is_closed()

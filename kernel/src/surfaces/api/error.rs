@@ -101,8 +101,9 @@ pub const STORE_RETRY_AFTER_SEC: u64 = 2;
 
 impl ApiError {
     /// 503 `store_unavailable` (with `Retry-After`): the control plane's
-    /// database cannot be reached; nothing was changed, running commands go
-    /// on, and the same request may be retried (SPEC §19).
+    /// database cannot be reached; running commands go on. Usually nothing
+    /// changed, but a write whose commit's answer was lost may have
+    /// happened: a start is retried with its `Idempotency-Key` (SPEC §19).
     pub fn store_unavailable(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
