@@ -216,7 +216,7 @@ pub async fn launcher_killed_pending(kit: &Kit) -> anyhow::Result<String> {
 /// takes it back and starts it by exec). Each runs once.
 pub async fn kernel_killed_after_filing(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
-        .start("kfile", &[("OPKERNEL_LAUNCHER_CLAIM_MS", "1500")])
+        .start("kfile", &[("OPKERNEL_LAUNCHER_CLAIM_MS", "4000")])
         .await?;
     let run = unique_run("kfile");
     let (container, launcher) = warm(&k, &run).await?;
