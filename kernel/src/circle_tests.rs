@@ -8,19 +8,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::limits_tests::{production_files, production_lines};
+
+/// The crate's production files but `main.rs` (the binary, its own crate).
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if name.ends_with(".rs") && !name.ends_with("_tests.rs") && name != "main.rs" {
-            out.push(path);
-        }
-    }
+    production_files(dir, out);
+    out.retain(|p| !p.ends_with("main.rs"));
 }
 
 /// `api/runs.rs` is `api::runs`, `api/mod.rs` is `api`, `lib.rs` the root.
@@ -37,8 +30,8 @@ fn module_of(rel: &Path) -> Vec<String> {
 
 /// The code of a file before its inline tests, without comments.
 fn code(text: &str) -> String {
-    text.lines()
-        .take_while(|l| l.trim() != "#[cfg(test)]")
+    production_lines(text)
+        .into_iter()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n")

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 const MAX_FILE_LINES: usize = 600;
 const MAX_FN_LINES: usize = 80;
 
-fn production_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn production_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -26,7 +26,7 @@ fn production_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The lines of a file before its inline test module.
-fn production_lines(text: &str) -> Vec<&str> {
+pub(crate) fn production_lines(text: &str) -> Vec<&str> {
     text.lines()
         .take_while(|l| l.trim() != "#[cfg(test)]")
         .collect()

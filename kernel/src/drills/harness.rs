@@ -186,33 +186,42 @@ impl KernelProcess {
     /// connection of its own (safe while the kernel runs or is down): the
     /// home's SQLite file read-only, or the kernel's PostgreSQL database.
     pub fn offline_rows(&self, sql: &str, params: &[Cell]) -> anyhow::Result<Vec<Row>> {
-        let params = params.to_vec();
-        let sql = sql.to_owned();
+        let (sql, params) = (sql.to_owned(), params.to_vec());
+        self.offline(true, move |tx| tx.query(&sql, &params))
+    }
+
+    /// Runs `f` in one transaction on the control plane, by a connection
+    /// of its own: the home's SQLite file (read-only when `read_only`), or
+    /// the kernel's PostgreSQL database from a thread with a runtime of its
+    /// own (so it is callable anywhere, in or out of a runtime).
+    fn offline<T, F>(&self, read_only: bool, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn crate::store::db::Tx) -> crate::store::StoreResult<T> + Send + 'static,
+    {
         if let Some(url) = self.postgres_url() {
-            // a runtime of its own on a thread of its own: callable anywhere
-            let read = std::thread::spawn(move || -> anyhow::Result<Vec<Row>> {
+            let worker = std::thread::spawn(move || -> anyhow::Result<T> {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
                 rt.block_on(async move {
                     let pool = crate::store::db::pgpool::pool(&url, 1)?;
-                    let rows = crate::store::db::pgpool::run(&pool, true, move |tx| {
-                        tx.query(&sql, &params)
-                    })
-                    .await?;
-                    Ok(rows)
+                    Ok(crate::store::db::pgpool::run(&pool, read_only, f).await?)
                 })
             });
-            return read
+            return worker
                 .join()
-                .map_err(|_| anyhow::anyhow!("the reading thread panicked"))?;
+                .map_err(|_| anyhow::anyhow!("the control plane's reader panicked"))?;
         }
-        let conn = rusqlite::Connection::open_with_flags(
-            self.home.join("kernel.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )?;
-        let mut tx = crate::store::db::sqlite::SqliteTx::new(&conn, None);
-        Ok(crate::store::db::Tx::query(&mut tx, &sql, &params)?)
+        let path = self.home.join("kernel.db");
+        let conn = if read_only {
+            rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?
+        } else {
+            rusqlite::Connection::open(path)?
+        };
+        Ok(f(&mut crate::store::db::sqlite::SqliteTx::new(
+            &conn, None,
+        ))?)
     }
 
     /// An op's status and exit code read straight from the control plane
@@ -280,24 +289,7 @@ impl KernelProcess {
     /// many rows it changed.
     pub fn sql_offline(&self, sql: &str, params: &[Cell]) -> anyhow::Result<u64> {
         let (sql, params) = (sql.to_owned(), params.to_vec());
-        if let Some(url) = self.postgres_url() {
-            let write = std::thread::spawn(move || -> anyhow::Result<u64> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                rt.block_on(async move {
-                    let pool = crate::store::db::pgpool::pool(&url, 1)?;
-                    let run = move |tx: &mut dyn crate::store::db::Tx| tx.execute(&sql, &params);
-                    Ok(crate::store::db::pgpool::run(&pool, false, run).await?)
-                })
-            });
-            return write
-                .join()
-                .map_err(|_| anyhow::anyhow!("the writing thread panicked"))?;
-        }
-        let conn = rusqlite::Connection::open(self.home.join("kernel.db"))?;
-        let mut tx = crate::store::db::sqlite::SqliteTx::new(&conn, None);
-        Ok(crate::store::db::Tx::execute(&mut tx, &sql, &params)?)
+        self.offline(false, move |tx| tx.execute(&sql, &params))
     }
 
     /// The kernel's control plane opened by the drill itself (while the

@@ -17,6 +17,16 @@ use crate::store::{
     Admission, ApprovalHold, Fire, NewOp, Op, Refusal, RunChange, StartRequest, StoreResult,
 };
 
+/// Hands an op the store just inserted (`fresh`: its launch is ours) or
+/// found again to its supervised observer; a held or terminal op has none.
+fn observe(k: &Arc<Kernel>, op: &Op, fresh: bool) {
+    match (op.status.is_observed(), fresh) {
+        (false, _) => {}
+        (true, true) => crate::runtime::observer::spawn_fresh(k, op.clone()),
+        (true, false) => crate::runtime::observer::spawn(k, op.id.clone()),
+    }
+}
+
 /// Admits a start (one transaction: idempotency, run state, budgets,
 /// limits, the row and its events) and hands an observed op to its
 /// supervised observer: a fresh one launches it, a retry's finds the one
@@ -24,12 +34,8 @@ use crate::store::{
 pub async fn start_op(k: &Arc<Kernel>, req: StartRequest, limits: Admission) -> StoreResult<NewOp> {
     let new = k.store.insert_op(req, limits).await?;
     match &new {
-        NewOp::Created(op) if op.status.is_observed() => {
-            crate::runtime::observer::spawn_fresh(k, op.clone())
-        }
-        NewOp::Existing(op) if op.status.is_observed() => {
-            crate::runtime::observer::spawn(k, op.id.clone())
-        }
+        NewOp::Created(op) => observe(k, op, true),
+        NewOp::Existing(op) => observe(k, op, false),
         _ => {}
     }
     Ok(new)
@@ -106,12 +112,8 @@ pub async fn fire_schedule(
         .fire_schedule(schedule_id, due, &k.id, hold, limits)
         .await?;
     match &fire {
-        Fire::Fired(op) if op.status.is_observed() => {
-            crate::runtime::observer::spawn_fresh(k, op.clone())
-        }
-        Fire::Adopted(op) if op.status.is_observed() => {
-            crate::runtime::observer::spawn(k, op.id.clone())
-        }
+        Fire::Fired(op) => observe(k, op, true),
+        Fire::Adopted(op) => observe(k, op, false),
         _ => {}
     }
     Ok(fire)

@@ -197,40 +197,44 @@ impl Store {
     }
 
     /// Runs `f` in one write transaction on the blocking pool: SQLite's
-    /// `BEGIN IMMEDIATE` (the file's one writer, every run tree serialized);
-    /// commits when `f` returns `Ok`, rolls back on `Err`.
+    /// `BEGIN IMMEDIATE` (the file's one writer, every run tree
+    /// serialized), PostgreSQL's READ COMMITTED (a tree's scripts take its
+    /// lock first); commits when `f` returns `Ok`, rolls back on `Err`.
     async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        let seen = match &self.backend {
-            Backend::Sqlite { seen, .. } => seen.clone(),
-            Backend::Postgres { pool, .. } => return db::pgpool::run(pool, false, f).await,
-        };
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            // dropped uncommitted on `Err`: rolled back
-            let value = f(&mut SqliteTx::new(&tx, seen))?;
-            tx.commit()?;
-            Ok(value)
-        })
-        .await
+        self.transaction(false, f).await
     }
 
-    /// Runs `f` in one read transaction on the blocking pool (a deferred
-    /// one: every statement of `f` reads the same snapshot).
+    /// Runs `f` in one read transaction on the blocking pool: every
+    /// statement of `f` reads the same snapshot.
     async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+    {
+        self.transaction(true, f).await
+    }
+
+    async fn transaction<T, F>(&self, read_only: bool, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
         let seen = match &self.backend {
             Backend::Sqlite { seen, .. } => seen.clone(),
-            Backend::Postgres { pool, .. } => return db::pgpool::run(pool, true, f).await,
+            Backend::Postgres { pool, .. } => return db::pgpool::run(pool, read_only, f).await,
         };
         self.call(move |conn| {
-            let tx = conn.transaction()?;
+            let behavior = if read_only {
+                rusqlite::TransactionBehavior::Deferred
+            } else {
+                rusqlite::TransactionBehavior::Immediate
+            };
+            // dropped uncommitted on `Err`: rolled back
+            let tx = conn.transaction_with_behavior(behavior)?;
             let value = f(&mut SqliteTx::new(&tx, seen))?;
             tx.commit()?;
             Ok(value)

@@ -184,15 +184,20 @@ async fn start_and_answer(
     Ok(Json(wait_foreground(k, &op).await?))
 }
 
+/// The op's row once its observer is done (it settled), or `budget` ran
+/// out (it still lives): whichever comes first.
+async fn after_observer(k: &AppState, id: &str, budget: Duration) -> ApiResult<Op> {
+    let _ = tokio::time::timeout(budget, k.wait_observer_done(id)).await;
+    k.store
+        .get_op(id)
+        .await?
+        .ok_or_else(|| ApiError::internal("operation vanished"))
+}
+
 async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
     let budget =
         Duration::from_secs(op.timeout_sec) + k.config.kill_grace * 3 + Duration::from_secs(30);
-    let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
-    let op = k
-        .store
-        .get_op(&op.id)
-        .await?
-        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    let op = after_observer(k, &op.id, budget).await?;
     if op.status.is_terminal() {
         k.store.mark_delivered_inline(&op.id).await?;
     }
@@ -283,12 +288,7 @@ pub async fn kill_operation(
     crate::runtime::control::kill(&k, &op.id, KillReason::Kill).await?;
     // give the TERM → grace → KILL sequence time to finish, then answer with the state
     let budget = k.config.kill_grace * 2 + Duration::from_secs(5);
-    let _ = tokio::time::timeout(budget, k.wait_observer_done(&op.id)).await;
-    let op = k
-        .store
-        .get_op(&op.id)
-        .await?
-        .ok_or_else(|| ApiError::internal("operation vanished"))?;
+    let op = after_observer(&k, &op.id, budget).await?;
     let message = if op.status.is_terminal() {
         format!("operation killed: {}", op.status.as_str())
     } else {

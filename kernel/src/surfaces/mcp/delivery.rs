@@ -63,7 +63,9 @@ pub fn report_in(line: &[u8]) -> Option<String> {
         Some(data) => data.strip_prefix(b" ").unwrap_or(data),
         None => line,
     };
-    if !json.starts_with(b"{") || !json.windows(11).any(|w| w == b"\"report_id\"") {
+    // an object mentioning a report id, cheaply, before parsing it
+    let object = json.first() == Some(&b'{');
+    if !object || !json.windows(11).any(|w| w == b"\"report_id\"") {
         return None;
     }
     serde_json::from_slice::<Message>(json)
