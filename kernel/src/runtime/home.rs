@@ -126,14 +126,43 @@ pub(crate) fn prepare_home(config: &Config) -> Result<(File, String), StartError
     Ok((lock, operator_token))
 }
 
+/// What a kernel holds for as long as it serves: the home's lock, and on
+/// PostgreSQL the control plane's ownership lock too (one kernel per
+/// database, as one per home).
+pub(crate) struct Ownership {
+    _home: File,
+    store: Option<crate::store::db::pgowner::Owner>,
+}
+
+impl Ownership {
+    /// Resolves, with the reason, once another kernel took the control
+    /// plane (PostgreSQL only, after a lost connection); never on SQLite.
+    pub(crate) async fn lost(&self) -> String {
+        match &self.store {
+            Some(owner) => owner.lost().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Opens the control plane the config names: the home's SQLite file
 /// (`kernel.db`, 0600 with its -wal and -shm), or a PostgreSQL server (the
-/// home then holds no database, only the lock, tokens and run files).
-pub(crate) async fn open_store(config: &Config) -> Result<Store, StartError> {
+/// home then holds no database, only the lock, tokens and run files),
+/// whose ownership lock is taken first.
+pub(crate) async fn open_store(
+    config: &Config,
+    home_lock: File,
+) -> Result<(Ownership, Store), StartError> {
     use std::os::unix::fs::PermissionsExt;
     if let crate::config::StoreLocation::Postgres(url) = &config.store {
         tracing::info!(store = %config.store.shown(), "control plane on PostgreSQL");
-        return Ok(Store::connect(url).await?);
+        use crate::store::db::pgowner::{lock_key, Owner, START_PATIENCE};
+        let owner = Owner::take(url, lock_key("kernel"), START_PATIENCE).await?;
+        let ownership = Ownership {
+            _home: home_lock,
+            store: Some(owner),
+        };
+        return Ok((ownership, Store::connect(url).await?));
     }
     let home = &config.home;
     let db = home.join("kernel.db");
@@ -145,5 +174,9 @@ pub(crate) async fn open_store(config: &Config) -> Result<Store, StartError> {
                 .map_err(home_error(&file))?;
         }
     }
-    Ok(Store::open(&db)?)
+    let ownership = Ownership {
+        _home: home_lock,
+        store: None,
+    };
+    Ok((ownership, Store::open(&db)?))
 }

@@ -69,6 +69,13 @@ pub enum StoreError {
     /// The database cannot be reached (SPEC §19: `503 store_unavailable`).
     #[error("the control plane's database is unreachable: {0}")]
     Unavailable(String),
+    /// Another kernel holds this PostgreSQL control plane (its ownership
+    /// lock stayed taken through the start's patience).
+    #[error(
+        "another opkernel serve owns this PostgreSQL control plane (its ownership lock is held); \
+         stop it first, or point this kernel at another database"
+    )]
+    Owned,
 }
 
 /// A control-plane call's result.

@@ -14,7 +14,6 @@ pub mod runcache;
 mod settle;
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::sync::Arc;
 
 use sandbox::{ContainerInfo, OpBackend};
@@ -28,7 +27,7 @@ use crate::store::Store;
 
 use crate::approval::{compile_patterns, Pattern};
 pub use crate::runtime::home::StartError;
-use crate::runtime::home::{check_run_user, kernel_identity, open_store, prepare_home};
+use crate::runtime::home::{check_run_user, kernel_identity, open_store, prepare_home, Ownership};
 pub use crate::runtime::runmeta::RunMeta;
 
 pub use handles::OpHandle;
@@ -65,7 +64,8 @@ pub struct Kernel {
     pub runs: runcache::RunCache,
     /// `OPKERNEL_APPROVAL_MATCH`, compiled.
     approval_match: Vec<Pattern>,
-    _lock: File,
+    /// The home's lock, and the control plane's on PostgreSQL.
+    ownership: Ownership,
 }
 
 impl Kernel {
@@ -73,7 +73,8 @@ impl Kernel {
     /// Docker. Serving starts after [`crate::runtime::observer::recover`].
     pub async fn open(config: Config) -> Result<Arc<Kernel>, StartError> {
         let (lock, token) = prepare_home(&config)?;
-        let home = (lock, token, open_store(&config).await?);
+        let (ownership, store) = open_store(&config, lock).await?;
+        let home = (ownership, token, store);
         let sandbox = sandbox::Sandbox::connect_with_timeout(
             config.docker_socket.as_deref(),
             config.scratch_root(),
@@ -89,13 +90,14 @@ impl Kernel {
         backend: Arc<dyn OpBackend>,
     ) -> Result<Arc<Kernel>, StartError> {
         let (lock, token) = prepare_home(&config)?;
-        let home = (lock, token, open_store(&config).await?);
+        let (ownership, store) = open_store(&config, lock).await?;
+        let home = (ownership, token, store);
         Kernel::assemble(config, home, backend).await
     }
 
     async fn assemble(
         config: Config,
-        (lock, operator_token, store): (File, String, Store),
+        (ownership, operator_token, store): (Ownership, String, Store),
         backend: Arc<dyn OpBackend>,
     ) -> Result<Arc<Kernel>, StartError> {
         check_run_user(backend.as_ref(), &config).await?;
@@ -120,8 +122,14 @@ impl Kernel {
             gates: Default::default(),
             runs: Default::default(),
             approval_match,
-            _lock: lock,
+            ownership,
         }))
+    }
+
+    /// Resolves, with the reason, once another kernel took this kernel's
+    /// PostgreSQL control plane (after a lost connection): serving stops.
+    pub async fn store_taken(&self) -> String {
+        self.ownership.lost().await
     }
 
     /// Rebuilds the container registry from container labels (at start).

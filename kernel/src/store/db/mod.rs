@@ -6,6 +6,7 @@
 //! and differs only where ARCHITECTURE.md's seam table says.
 
 pub mod pglisten;
+pub mod pgowner;
 pub mod pgpool;
 pub mod postgres;
 pub mod sqlite;

@@ -341,3 +341,78 @@ async fn a_panicking_script_leaves_no_half_done_transaction_in_the_pool() {
     .await;
     assert_eq!(after.unwrap(), 1, "only the next script's run is there");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_owner_per_control_plane_and_a_lock_taken_while_away_is_reported() {
+    use super::pgowner::{lock_key, Owner};
+    let Some(pool) = fresh_db().await else { return };
+    let url = std::env::var("OPKERNEL_TEST_PG").unwrap();
+    let db: String = connection(&pool)
+        .await
+        .unwrap()
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let url = format!("{}/{db}", url.rsplit_once('/').unwrap().0);
+    let key = lock_key("kernel");
+    let first = Owner::take(&url, key, Duration::ZERO).await.unwrap();
+    let second = Owner::take(&url, key, Duration::from_millis(600)).await;
+    assert!(
+        matches!(second, Err(StoreError::Owned)),
+        "a second kernel is refused"
+    );
+    drop(first);
+    // the freed session lets the next start in, within its patience
+    let first = Owner::take(&url, key, Duration::from_secs(5))
+        .await
+        .unwrap();
+    // the holder's session is cut and another takes the lock meanwhile
+    let admin = connection(&pool).await.unwrap();
+    let other = connection(&pool).await.unwrap();
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks \
+             WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let row = other
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await
+            .unwrap();
+        if row.get::<_, bool>(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cut session's lock was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(20), first.lost())
+        .await
+        .expect("the holder learns that another took its control plane");
+    assert!(reason.contains("another opkernel serve"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kernels_migrating_an_empty_database_together_make_one_schema() {
+    let Some(pool) = fresh_db().await else { return };
+    let (a, b) = (
+        connection(&pool).await.unwrap(),
+        connection(&pool).await.unwrap(),
+    );
+    let (ra, rb) = tokio::join!(migrate(&a), migrate(&b));
+    let known = MIGRATIONS.last().unwrap().0;
+    assert_eq!((ra.unwrap(), rb.unwrap()), (known, known));
+    let rows: i64 = a
+        .query_one("SELECT COUNT(*) FROM opkernel_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "one version row");
+}

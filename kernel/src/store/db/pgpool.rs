@@ -50,7 +50,7 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
 const MIGRATION_LOCK: i64 = 0x6f70_6b65_726e;
 
 /// How long a connection may take to open, and a pooled one to be free.
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Server-side bounds of every session: a transaction left idle (its
 /// client gone without a word) or a statement stuck longer than this ends,
 /// releasing its locks, instead of holding a run tree for hours.
@@ -97,13 +97,20 @@ pub async fn connection(pool: &Pool) -> StoreResult<Object> {
 /// in its own transaction under the migration lock; refuses a schema newer
 /// than it knows. Returns the schema version.
 pub async fn migrate(client: &Object) -> StoreResult<i64> {
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS opkernel_schema (version BIGINT NOT NULL); \
-             INSERT INTO opkernel_schema (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM opkernel_schema)",
-        )
-        .await
-        .map_err(pg_error)?;
+    // the version's table and row are made under the migration lock too:
+    // two kernels starting on an empty database make one of each
+    let made = client
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK}); \
+             CREATE TABLE IF NOT EXISTS opkernel_schema (version BIGINT NOT NULL); \
+             INSERT INTO opkernel_schema (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM opkernel_schema); \
+             COMMIT"
+        ))
+        .await;
+    if let Err(e) = made {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(pg_error(e));
+    }
     let known = MIGRATIONS.last().map_or(0, |m| m.0);
     loop {
         let mut done = true;

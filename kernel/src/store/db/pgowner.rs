@@ -1,0 +1,145 @@
+//! One kernel per PostgreSQL control plane (SPEC §19): what the home's
+//! `kernel.lock` is on one host, a session advisory lock is on the server.
+//! `opkernel serve` takes it on a connection of its own before recovering
+//! anything and holds it for its whole life, so a second kernel pointed at
+//! the same database is refused instead of observing, claiming and settling
+//! the same ops beside the first.
+//!
+//! A session lock ends with its session: when its holder dies (even by
+//! SIGKILL) the server frees it as soon as it sees the socket close, which
+//! is why a start retries for [`START_PATIENCE`] before refusing. When the
+//! connection drops while the kernel lives (a server restart, a network
+//! cut) the lock is taken again on reconnect; if another kernel took it
+//! meanwhile, this one is told ([`Owner::lost`]) and stops serving.
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+use super::postgres::pg_error;
+use crate::store::{StoreError, StoreResult};
+
+/// How long a start waits for the lock a previous holder's session still has.
+pub const START_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Longest wait between two reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The lock's key for `name` (one per kernel identity: today one per
+/// database), a stable 64-bit hash.
+pub fn lock_key(name: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("opkernel-owner:{name}").as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(bytes)
+}
+
+/// The held lock: dropping it ends the session, which frees the lock.
+pub struct Owner {
+    lost: tokio::sync::watch::Receiver<Option<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Owner {
+    /// Takes the lock `key` on the database at `url`, waiting up to
+    /// `patience` (a start: [`START_PATIENCE`]) for a previous holder's
+    /// session to end; refuses with [`StoreError::Owned`] if it does not.
+    pub async fn take(url: &str, key: i64, patience: Duration) -> StoreResult<Owner> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let client = loop {
+            let client = session(url).await?;
+            if try_lock(&client, key).await? {
+                break client;
+            }
+            drop(client);
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StoreError::Owned);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        let (tell, lost) = tokio::sync::watch::channel(None);
+        let task = tokio::spawn(hold(url.to_owned(), key, client, tell));
+        Ok(Owner { lost, task })
+    }
+
+    /// Resolves, with the reason, once another kernel holds the lock.
+    pub async fn lost(&self) -> String {
+        let mut lost = self.lost.clone();
+        let reason = match lost.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            Err(_) => None,
+        };
+        match reason {
+            Some(reason) => reason,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A connection of its own, driven by a task; it ends when the client is
+/// dropped or the server goes.
+async fn session(url: &str) -> StoreResult<Client> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+        StoreError::Postgres(format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"))
+    })?;
+    config
+        .connect_timeout(super::pgpool::CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(10));
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(pg_error)?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+async fn try_lock(client: &Client, key: i64) -> StoreResult<bool> {
+    let row = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await
+        .map_err(pg_error)?;
+    Ok(row.get(0))
+}
+
+/// Holds the lock: checks the session every few seconds; when it is gone,
+/// reconnects with backoff and takes the lock again, or reports it lost.
+async fn hold(
+    url: String,
+    key: i64,
+    mut client: Client,
+    tell: tokio::sync::watch::Sender<Option<String>>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        while client.simple_query("SELECT 1").await.is_ok() {
+            backoff = Duration::from_millis(100);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        tracing::warn!("the store's ownership session dropped; taking the lock again");
+        client = loop {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            let Ok(client) = session(&url).await else {
+                continue;
+            };
+            match try_lock(&client, key).await {
+                Ok(true) => break client,
+                Ok(false) => {
+                    let reason = "another opkernel serve took this PostgreSQL control plane while the connection was down";
+                    tell.send_replace(Some(reason.to_owned()));
+                    return;
+                }
+                Err(_) => continue,
+            }
+        };
+        tracing::info!("the store's ownership lock is held again");
+    }
+}
