@@ -74,3 +74,25 @@ drills!(
     scheduler_crash => "scheduler-crash",
     approval_restart => "approval-restart",
 );
+
+/// `test => "drill-name"`, on the default image only: drills whose subject
+/// does not depend on the run image.
+macro_rules! default_image_drills {
+    ($($test:ident => $name:literal),+ $(,)?) => {
+        $(
+            mod $test {
+                use opkernel_tests::Image;
+                #[tokio::test]
+                async fn default_image() {
+                    super::drill($name, Image::Default).await
+                }
+            }
+        )+
+    };
+}
+
+// the store's outage drill crashes a PostgreSQL server of its own whatever
+// the suite's store; its subject is the control plane's database
+default_image_drills!(
+    store_outage => "store-outage",
+);

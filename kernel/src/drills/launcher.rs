@@ -14,12 +14,12 @@ use super::harness::{docker_exec, KernelProcess};
 use super::{check, scratch_path, unique_run, Kit, LONG};
 
 /// The command every drill op runs: it records its own op id, then `rest`.
-fn recording(rest: &str) -> String {
+pub(super) fn recording(rest: &str) -> String {
     format!("echo $__OPKERNEL_OP >> /scratch/ran; {rest}")
 }
 
 /// How many times each op id was recorded as run.
-fn runs(k: &KernelProcess, run: &str) -> HashMap<String, usize> {
+pub(super) fn runs(k: &KernelProcess, run: &str) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
     let text = std::fs::read_to_string(scratch_path(k, run, "ran")).unwrap_or_default();
     for line in text.lines() {
@@ -30,7 +30,7 @@ fn runs(k: &KernelProcess, run: &str) -> HashMap<String, usize> {
 
 /// The run's container (made by a first op) and its launcher's pid, from
 /// the launcher's own record.
-async fn warm(k: &KernelProcess, run: &str) -> anyhow::Result<(String, u32)> {
+pub(super) async fn warm(k: &KernelProcess, run: &str) -> anyhow::Result<(String, u32)> {
     // a foreground op: its result goes to its caller, never into a report
     let out = k
         .client
@@ -155,7 +155,7 @@ pub(super) fn started_by(k: &KernelProcess, op: &str) -> anyhow::Result<StartedB
     })
 }
 
-fn tally(statuses: &HashMap<String, String>) -> String {
+pub(super) fn tally(statuses: &HashMap<String, String>) -> String {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for s in statuses.values() {
         *counts.entry(s.as_str()).or_default() += 1;

@@ -7,9 +7,11 @@ mod crash;
 mod faults;
 pub mod harness;
 mod launcher;
+pub mod pgserver;
 pub mod proxy;
 mod review;
 mod runs;
+mod store;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("cancel-interrupted", "a run with a child cancelled (10 live ops), the kernel SIGKILLed mid-cancel: all killed once, reported once"),
     ("scheduler-crash", "the kernel SIGKILLed while a schedule's claim is held: the op ends once, no due time fires twice"),
     ("approval-restart", "an op awaiting approval across a kernel SIGKILL: still waiting, nothing ran; approved, it runs once"),
+    ("store-outage", "the PostgreSQL control plane crashed (pg_ctl -m immediate) for 20 s under 100 live ops: starts get 503, then every op settles with its real code, ran once, delivered once"),
 ];
 
 fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
@@ -102,6 +105,7 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
         "cancel-interrupted" => Box::pin(async move { runs::cancel_interrupted(&kit).await }),
         "scheduler-crash" => Box::pin(async move { runs::scheduler_crash(&kit).await }),
         "approval-restart" => Box::pin(async move { runs::approval_restart(&kit).await }),
+        "store-outage" => Box::pin(async move { store::store_outage(&kit).await }),
         _ => return None,
     })
 }

@@ -1,0 +1,160 @@
+//! The control plane's database lost under load (SPEC §19): a PostgreSQL
+//! server crashed for 20 s under 100 live background ops, then started
+//! again. Commands run on meanwhile, starts are refused with 503, and when
+//! the database returns every op settles with its real code, ran once, and
+//! is delivered once.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::harness::KernelProcess;
+use super::launcher::{recording, runs, tally, warm};
+use super::pgserver::PgServer;
+use super::{check, check_ended_once, scratch_path, unique_run, Kit};
+
+/// How many ops are live when the database goes.
+const OPS: usize = 100;
+/// How long it stays down.
+const OUTAGE: Duration = Duration::from_secs(20);
+
+/// Op `i`'s command: recorded as run, then waits for its group's gate
+/// (even ops: opened during the outage; odd: after it) and exits `i`.
+fn command(i: usize) -> String {
+    let gate = if i.is_multiple_of(2) { "gate-down" } else { "gate-up" };
+    recording(&format!(
+        "until [ -e /scratch/{gate} ]; do sleep 0.2; done; exit {i}"
+    ))
+}
+
+pub async fn store_outage(kit: &Kit) -> anyhow::Result<String> {
+    let server = PgServer::start()?;
+    let url = server.url();
+    let k = kit
+        .start(
+            "pgout",
+            &[
+                ("OPKERNEL_STORE", &url),
+                ("OPKERNEL_MAX_OPS_PER_RUN", "400"),
+                ("OPKERNEL_PIDS_LIMIT", "4096"),
+            ],
+        )
+        .await?;
+    let run = unique_run("pgout");
+    warm(&k, &run).await?;
+    let mut ops = Vec::with_capacity(OPS);
+    for i in 0..OPS {
+        ops.push(k.start_bg(&run, &["sh", "-c", &command(i)], 300).await?);
+    }
+    for op in &ops {
+        k.wait_state(op, Duration::from_secs(60), |s| s["status"] == "running")
+            .await?;
+    }
+    server.kill()?;
+    let down = Instant::now();
+    let refused = refused_while_down(&k, &run, &ops[0]).await?;
+    // half the commands end while the database is down
+    std::fs::write(scratch_path(&k, &run, "gate-down"), "")?;
+    tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
+    server.resume()?;
+    let outage = down.elapsed();
+    std::fs::write(scratch_path(&k, &run, "gate-up"), "")?;
+    let back = Instant::now();
+    let statuses = settled_with_real_codes(&k, &ops).await?;
+    let settled_in = back.elapsed();
+    ran_and_delivered_once(&k, &run, &ops).await?;
+    check(!scratch_path(&k, &run, "refused").exists(), || {
+        "a start refused with 503 during the outage ran anyway".into()
+    })?;
+    Ok(format!(
+        "{OPS} live ops, the database down {:.1}s (pg_ctl -m immediate): {refused}; \
+         after it returned all settled in {:.1}s ({}), each with its own exit code, ran once, delivered once",
+        outage.as_secs_f64(),
+        settled_in.as_secs_f64(),
+        tally(&statuses)
+    ))
+}
+
+/// While the database is down: a start and an op read answer 503
+/// `store_unavailable` with `Retry-After`, and the kernel stays up.
+async fn refused_while_down(k: &KernelProcess, run: &str, op: &str) -> anyhow::Result<String> {
+    let http = reqwest::Client::new();
+    let base = k.client.base();
+    let start = http
+        .post(format!("{base}/v1/runs/{run}/tools/run_command"))
+        .bearer_auth(k.client.token())
+        .json(&serde_json::json!({
+            "command": ["sh", "-c", "echo ran > /scratch/refused"],
+            "background": true,
+        }))
+        .send()
+        .await
+        .context("the kernel stopped answering when its database went")?;
+    let status = start.status().as_u16();
+    let retry = start.headers().get("retry-after").is_some();
+    let body: serde_json::Value = start.json().await.unwrap_or_default();
+    check(
+        status == 503 && body["error"]["code"] == "store_unavailable" && retry,
+        || format!("a start during the outage answered {status} (Retry-After: {retry}): {body}"),
+    )?;
+    let read = http
+        .get(format!("{base}/v1/operations/{op}"))
+        .bearer_auth(k.client.token())
+        .send()
+        .await?;
+    let read_status = read.status().as_u16();
+    check(read_status == 503, || {
+        format!("an op read during the outage answered {read_status}, not 503")
+    })?;
+    Ok("a start and an op read during it got 503 store_unavailable with Retry-After".into())
+}
+
+/// Every op ends `completed` with its own exit code (op `i` exits `i`).
+async fn settled_with_real_codes(
+    k: &KernelProcess,
+    ops: &[String],
+) -> anyhow::Result<HashMap<String, String>> {
+    let mut statuses = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        let s = k.wait_terminal(op, Duration::from_secs(120)).await?;
+        statuses.insert(op.clone(), s["status"].as_str().unwrap_or("").to_owned());
+        check(s["status"] == "completed" && s["exit_code"] == i, || {
+            format!("op {i} ({op}) should have completed with code {i}: {s}")
+        })?;
+    }
+    Ok(statuses)
+}
+
+/// Each command recorded itself once, each op ended once in the journal
+/// and was delivered in exactly one report.
+async fn ran_and_delivered_once(
+    k: &KernelProcess,
+    run: &str,
+    ops: &[String],
+) -> anyhow::Result<()> {
+    let ran = runs(k, run);
+    for op in ops {
+        let times = ran.get(op).copied().unwrap_or(0);
+        check(times == 1, || format!("{op} ran {times} times"))?;
+    }
+    let ids: Vec<&str> = ops.iter().map(String::as_str).collect();
+    check_ended_once(k, run, &ids).await?;
+    let delivered = k
+        .collect_deliveries(run, ops.len(), Duration::from_secs(60))
+        .await?;
+    let again = k
+        .collect_deliveries(run, 1, Duration::from_millis(500))
+        .await?;
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for op in delivered.iter().chain(&again) {
+        *count.entry(op.as_str()).or_default() += 1;
+    }
+    for op in ops {
+        let n = count.get(op.as_str()).copied().unwrap_or(0);
+        check(n == 1, || format!("{op} was delivered {n} times"))?;
+    }
+    check(count.len() == ops.len(), || {
+        format!("{} ops delivered, {} started", count.len(), ops.len())
+    })
+}
