@@ -14,7 +14,8 @@ use crate::lifecycle::KillReason;
 use crate::runs::RunAction;
 use crate::runtime::kernel::Kernel;
 use crate::store::{
-    Admission, ApprovalHold, Fire, NewOp, Op, Refusal, RunChange, StartRequest, StoreResult,
+    Admission, ApprovalHold, Fire, NewOp, Op, Refusal, RunChange, StartRequest, StoreError,
+    StoreResult,
 };
 
 /// Hands an op the store just inserted (`fresh`: its launch is ours) or
@@ -44,8 +45,15 @@ pub async fn start_op(k: &Arc<Kernel>, req: StartRequest, limits: Admission) -> 
 /// Records a durable kill request and wakes the op's observer (starting
 /// one if this kernel has none): TERM, grace, KILL, identity-checked.
 /// `None` when the op is unknown.
+/// When the store went away mid-write (the answer is 503), the request may
+/// have been recorded all the same: the observer is woken anyway, and
+/// re-reads the row (or, the store still away, its next attempt does).
 pub async fn kill(k: &Arc<Kernel>, op_id: &str, reason: KillReason) -> StoreResult<Option<Op>> {
-    let op = k.store.request_kill(op_id, reason).await?;
+    let op = k.store.request_kill(op_id, reason).await.inspect_err(|e| {
+        if matches!(e, StoreError::Unavailable(_)) {
+            k.poke_kill(op_id)
+        }
+    })?;
     crate::runtime::observer::spawn(k, op_id.to_owned());
     k.poke_kill(op_id);
     Ok(op)
@@ -53,7 +61,11 @@ pub async fn kill(k: &Arc<Kernel>, op_id: &str, reason: KillReason) -> StoreResu
 
 /// A run's state change (compare-and-set with its events; a cancel's
 /// cascade included), then the kills it requested are carried out by the
-/// ops' observers and the changed runs' waiters are woken.
+/// ops' observers and the changed runs' waiters are woken. When the store
+/// went away mid-write, a cancel may have been recorded all the same:
+/// every observer here is woken to re-read its row (a wake is a hint; one
+/// with no kill recorded does nothing), so a recorded cancel is carried
+/// out without waiting for the client's retry.
 pub async fn change_run(
     k: &Arc<Kernel>,
     run_id: &str,
@@ -61,7 +73,15 @@ pub async fn change_run(
     by: &str,
     summary: Option<String>,
 ) -> StoreResult<RunChange> {
-    let change = k.store.change_run(run_id, action, by, summary).await?;
+    let change = k
+        .store
+        .change_run(run_id, action, by, summary)
+        .await
+        .inspect_err(|e| {
+            if matches!(e, StoreError::Unavailable(_)) {
+                k.handles.post_all(crate::runtime::inbox::Wake::Kill)
+            }
+        })?;
     if let RunChange::Done { changed, kills, .. } = &change {
         for id in kills {
             crate::runtime::observer::spawn(k, id.clone());

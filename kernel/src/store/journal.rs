@@ -37,6 +37,14 @@ pub(super) fn append_event(
     operation_id: Option<&str>,
     event: EventKind,
 ) -> StoreResult<i64> {
+    // a run's events are numbered in commit order: on PostgreSQL a
+    // sequence number is taken at insert, so an append holds its tree's
+    // lock to its commit (most scripts hold it already: then this is free
+    // but for the root's read), and a reader paging by `seq` never passes
+    // one that commits later
+    if tx.dialect() == super::db::Dialect::Postgres {
+        super::tree::lock_tree_of(tx, run_id)?;
+    }
     let data = event
         .data()
         .map_err(|e| StoreError::Corrupt(format!("{} event: {e}", event.name())))?;

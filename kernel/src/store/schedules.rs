@@ -351,6 +351,8 @@ pub(super) fn end_schedules_of(tx: &mut dyn Tx, run_id: &str, subtree: bool) -> 
 /// Records a schedule with its first due time; `Err` message when the
 /// run holds too many.
 fn create_in(tx: &mut dyn Tx, new: &NewSchedule) -> StoreResult<Result<Schedule, String>> {
+    // the per-run limit holds against concurrent creates of the tree
+    super::tree::lock_tree_of(tx, &new.run_id)?;
     let held: i64 = tx.scalar(
         "SELECT COUNT(*) FROM schedules WHERE run_id = ?1",
         vals![&new.run_id],
@@ -384,6 +386,25 @@ fn create_in(tx: &mut dyn Tx, new: &NewSchedule) -> StoreResult<Result<Schedule,
     )?;
     let s = get_schedule(tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
     Ok(Ok(s))
+}
+
+/// Locks the trees of every schedule start-up may change (claimed, or
+/// due), in one order (sorted roots, so two passes cannot deadlock); the
+/// passes below then read them under their locks.
+fn lock_trees_at_start(tx: &mut dyn Tx, now: i64) -> StoreResult<()> {
+    let rows = tx.query(
+        "SELECT DISTINCT run_id FROM schedules WHERE claimed_at IS NOT NULL \
+         OR (enabled = 1 AND paused = 0 AND next_due_at <= ?1)",
+        vals![now],
+    )?;
+    let mut roots = std::collections::BTreeSet::new();
+    for row in rows {
+        roots.insert(super::tree::tree_root(tx, &row.get::<String>("run_id")?)?);
+    }
+    for root in roots {
+        tx.lock_tree(&root)?;
+    }
+    Ok(())
 }
 
 /// Start-up's claims: a live op's claim is taken over by `kernel_id`, an
@@ -489,6 +510,12 @@ impl Store {
             let Some(s) = get_schedule(tx, &id)? else {
                 return Ok(None);
             };
+            // serialized with the schedule's firing (a claim under the same
+            // lock), then read again: the write below is from what is now
+            super::tree::lock_tree_of(tx, &s.run_id)?;
+            let Some(s) = get_schedule(tx, &id)? else {
+                return Ok(None);
+            };
             let now = now_ms();
             let next = match s.next_due_at {
                 Some(due) if !paused && s.paused && due <= now && s.timing.is_recurring() => {
@@ -536,6 +563,7 @@ impl Store {
         self.write(move |tx| {
             let now = now_ms();
             let mut report = StartupReport::default();
+            lock_trees_at_start(tx, now)?;
             claims_at_start(tx, &kernel_id, &mut report)?;
             overdue_at_start(tx, now, &mut report)?;
             Ok(report)

@@ -3,33 +3,51 @@
 //! changes what the tree's runs may do takes first. On SQLite the lock is
 //! the `IMMEDIATE` transaction itself; on PostgreSQL the root's row.
 
-use super::db::Tx;
+use super::db::{Dialect, Tx};
 use super::{StoreError, StoreResult};
 use crate::vals;
 
 /// The root of the run tree `run_id` belongs to: the first of its chain,
-/// or the run itself (a top-level run, or one not recorded yet). A run's
-/// chain never changes, so it may be read before the tree is locked.
+/// or the run itself (a top-level run, or one not recorded yet). A
+/// recorded run's chain never changes, so it may be read before the tree
+/// is locked.
 pub(super) fn tree_root(tx: &mut dyn Tx, run_id: &str) -> StoreResult<String> {
-    let chain: Option<String> = tx
-        .query_opt("SELECT chain FROM runs WHERE run_id = ?1", vals![run_id])?
-        .map(|row| row.get("chain"))
-        .transpose()?;
-    let chain: Vec<String> = match chain {
-        Some(chain) => serde_json::from_str(&chain)
-            .map_err(|e| StoreError::Corrupt(format!("run {run_id} chain: {e}")))?,
-        None => Vec::new(),
+    Ok(recorded_root(tx, run_id)?.unwrap_or_else(|| run_id.to_owned()))
+}
+
+/// The root of a recorded run's tree; `None` when the run is not recorded.
+fn recorded_root(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<String>> {
+    let Some(row) = tx.query_opt("SELECT chain FROM runs WHERE run_id = ?1", vals![run_id])? else {
+        return Ok(None);
     };
-    Ok(chain
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| run_id.to_owned()))
+    let chain: String = row.get("chain")?;
+    let chain: Vec<String> = serde_json::from_str(&chain)
+        .map_err(|e| StoreError::Corrupt(format!("run {run_id} chain: {e}")))?;
+    Ok(Some(
+        chain
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| run_id.to_owned()),
+    ))
 }
 
 /// Serializes the transaction with every other one of the run tree
 /// `run_id` belongs to ([`Tx::lock_tree`] on its root); returns the root.
+/// A run not recorded when its root was read may have been recorded (as
+/// another tree's child) before the lock was granted: on PostgreSQL it is
+/// read again under the lock, and that tree locked too.
 pub(super) fn lock_tree_of(tx: &mut dyn Tx, run_id: &str) -> StoreResult<String> {
-    let root = tree_root(tx, run_id)?;
+    let recorded = recorded_root(tx, run_id)?;
+    let root = recorded.clone().unwrap_or_else(|| run_id.to_owned());
     tx.lock_tree(&root)?;
-    Ok(root)
+    if recorded.is_some() || tx.dialect() == Dialect::Sqlite {
+        return Ok(root);
+    }
+    match recorded_root(tx, run_id)? {
+        Some(now) if now != root => {
+            tx.lock_tree(&now)?;
+            Ok(now)
+        }
+        _ => Ok(root),
+    }
 }

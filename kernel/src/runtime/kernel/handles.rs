@@ -64,6 +64,13 @@ impl OpHandles {
     pub fn post(&self, op_id: &str, wake: Wake) -> bool {
         self.get(op_id).map(|h| h.inbox.post(wake)).is_some()
     }
+
+    /// Posts a wake to every observer here.
+    pub fn post_all(&self, wake: Wake) {
+        for handle in self.map.lock().values() {
+            handle.inbox.post(wake);
+        }
+    }
 }
 
 #[cfg(test)]

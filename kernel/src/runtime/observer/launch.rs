@@ -7,7 +7,25 @@ use sandbox::{Handback, OpsDir, RunIdentity, WrapperSpec};
 use super::decide::{self, LaunchVerdict};
 use super::{ObserverAttempt, ObserverError};
 use crate::lifecycle::Outcome;
-use crate::store::now_ms;
+use crate::store::{now_ms, StoreError, StoreResult};
+
+/// Retries an idempotent store call while the store is unreachable (each
+/// second): for the launch's writes between the claim and the start, where
+/// giving up would strand a claim whose command never ran.
+async fn until_stored<T, F, Fut>(call: F) -> StoreResult<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    loop {
+        match call().await {
+            Err(StoreError::Unavailable(_)) => {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await
+            }
+            answer => return answer,
+        }
+    }
+}
 
 impl ObserverAttempt {
     /// Ensures the run container, wins the exec claim and launches the op
@@ -39,11 +57,7 @@ impl ObserverAttempt {
         // and loses to a kill request recorded before it
         let handover = k.hands_over_to(&container);
         let claimed_at = now_ms();
-        if !k
-            .store
-            .claim_exec(&self.op.id, &k.id, &container.id, handover)
-            .await?
-        {
+        if !self.claim(&container.id, handover).await? {
             return Ok(!self.settled_before_start().await?);
         }
         // the row now, without reading it back
@@ -138,7 +152,7 @@ impl ObserverAttempt {
                         return Ok(false);
                     };
                     container_id = fresh.id;
-                    k.store.set_container(&self.op.id, &container_id).await?;
+                    until_stored(|| k.store.set_container(&self.op.id, &container_id)).await?;
                     self.op.container_id = Some(container_id.clone());
                     retried = true;
                 }
@@ -163,8 +177,39 @@ impl ObserverAttempt {
             Ok(id) => id,
             Err(e) => return Ok(Err(e)),
         };
-        k.store.record_exec(&self.op.id, &launch_id).await?;
+        // created, not started: nothing runs while the store is away
+        until_stored(|| k.store.record_exec(&self.op.id, &launch_id)).await?;
         Ok(k.backend.start_launch(&launch_id).await)
+    }
+
+    /// The exec claim, with a certain answer: when the store went away
+    /// mid-claim (the commit's answer lost), the row is read back once it
+    /// answers. A claim naming this kernel and container, with no launch
+    /// yet, is this attempt's (one attempt per op per kernel), and nothing
+    /// has run: the launch goes on, where ending the attempt would leave a
+    /// claim no one launched, and the op `lost` instead of run.
+    async fn claim(&self, container_id: &str, handover: bool) -> Result<bool, ObserverError> {
+        let k = &self.kernel;
+        loop {
+            let away = match k
+                .store
+                .claim_exec(&self.op.id, &k.id, container_id, handover)
+                .await
+            {
+                Err(StoreError::Unavailable(e)) => e,
+                answer => return Ok(answer?),
+            };
+            tracing::warn!(op = %self.op.id, error = %away, "the store went away during the exec claim; reading it back when it answers");
+            let row = until_stored(|| k.store.get_op(&self.op.id)).await?;
+            let Some(row) = row else { return Ok(false) };
+            if row.exec_claimed_at.is_none() {
+                continue;
+            }
+            return Ok(row.kernel_id.as_deref() == Some(k.id.as_str())
+                && row.container_id.as_deref() == Some(container_id)
+                && row.exec_id.is_none()
+                && row.pid.is_none());
+        }
     }
 
     /// The op's run container identity and profile (its run's envelope

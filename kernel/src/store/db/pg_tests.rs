@@ -416,3 +416,43 @@ async fn kernels_migrating_an_empty_database_together_make_one_schema() {
         .get(0);
     assert_eq!(rows, 1, "one version row");
 }
+
+/// A run's events are numbered in commit order: an append holds its
+/// tree's lock to its commit, so a later append (a higher `seq`) cannot
+/// commit first and be paged past by a reader before the earlier one lands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runs_events_commit_in_the_order_of_their_numbers() {
+    use crate::event_kind::{EventKind, NoteReceived};
+    use crate::store::journal::append_event;
+    let Some(pool) = fresh_db().await else { return };
+    migrate(&connection(&pool).await.unwrap()).await.unwrap();
+    in_tx(&pool, |tx| {
+        tx.execute("INSERT INTO runs (run_id, created_at) VALUES ('r', 1)", &[])
+    })
+    .await
+    .unwrap();
+    let note = || EventKind::NoteReceived(NoteReceived::default());
+    let first = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            in_tx(&pool, move |tx| {
+                let seq = append_event(tx, "r", None, note())?;
+                std::thread::sleep(Duration::from_millis(600));
+                Ok((seq, Instant::now()))
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (second_seq, second_done) = in_tx(&pool, move |tx| {
+        Ok((append_event(tx, "r", None, note())?, Instant::now()))
+    })
+    .await
+    .unwrap();
+    let (first_seq, first_done) = first.await.unwrap().unwrap();
+    assert!(first_seq < second_seq);
+    assert!(
+        second_done >= first_done,
+        "the later event committed before the earlier one"
+    );
+}

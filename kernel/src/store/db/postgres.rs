@@ -22,6 +22,8 @@ pub struct PgTx<'a> {
     client: &'a Object,
     handle: Handle,
     finished: bool,
+    /// The run trees this transaction locked: locking one again is free.
+    locked: std::collections::HashSet<String>,
 }
 
 impl Drop for PgTx<'_> {
@@ -50,6 +52,7 @@ impl<'a> PgTx<'a> {
             client,
             handle,
             finished: false,
+            locked: Default::default(),
         })
     }
 
@@ -104,11 +107,15 @@ impl Tx for PgTx<'_> {
         // a transaction-scoped advisory lock keyed by the root's id: it
         // holds whether or not the root's row exists yet (the first op of
         // an implicit run inserts it), and goes with the commit or rollback
+        if self.locked.contains(root) {
+            return Ok(());
+        }
         self.query(
             "SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(?1, 0))) AS l",
             &[root.into()],
-        )
-        .map(drop)
+        )?;
+        self.locked.insert(root.to_owned());
+        Ok(())
     }
 
     fn dialect(&self) -> Dialect {
