@@ -2,8 +2,11 @@
 # A throwaway PostgreSQL for the tests and the bench (SPEC §19): Debian's
 # `postgresql` package (installed when absent), `initdb` into target/pg as
 # the postgres user, listening on a free loopback port with its own socket
-# dir; no system service. Loopback connections are trusted (a test server
-# that only this machine reaches).
+# dir, with pg_stat_statements loaded (the bench counts statements per op);
+# no system service. fsync is off (a test server) unless PG_FSYNC=on (the
+# bench's figures are taken with it on, as SQLite's are with
+# synchronous=FULL). Loopback connections are trusted (a test server that
+# only this machine reaches).
 #   scripts/pg.sh start           starts it (idempotent); prints its URL
 #   scripts/pg.sh url             prints the URL of the running server
 #   scripts/pg.sh stop [MODE]     stops it (pg_ctl -m MODE, default fast)
@@ -37,7 +40,7 @@ running() { [ -f "$data/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$data" stat
 
 start_server() {
   as_pg "$bin/pg_ctl" -D "$data" -l "$dir/log" -w -t 30 \
-    -o "-c listen_addresses=127.0.0.1 -c port=$(cat "$dir/port") -c unix_socket_directories=$dir/sock -c max_connections=200 -c fsync=off" \
+    -o "-c listen_addresses=127.0.0.1 -c port=$(cat "$dir/port") -c unix_socket_directories=$dir/sock -c max_connections=200 -c fsync=${PG_FSYNC:-off} -c shared_preload_libraries=pg_stat_statements" \
     start >/dev/null
 }
 

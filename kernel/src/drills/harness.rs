@@ -301,7 +301,8 @@ impl KernelProcess {
         })
     }
 
-    fn postgres_url(&self) -> Option<String> {
+    /// The kernel's PostgreSQL URL (`OPKERNEL_STORE`); `None` on SQLite.
+    pub fn postgres_url(&self) -> Option<String> {
         self.env
             .iter()
             .find(|(name, _)| name == "OPKERNEL_STORE")

@@ -12,17 +12,23 @@ use anyhow::Context;
 use super::harness::KernelProcess;
 use super::launcher::{recording, runs, tally, warm};
 use super::pgserver::PgServer;
-use super::{check, check_ended_once, scratch_path, unique_run, Kit};
+use super::{check, check_ended_once, ops_path, scratch_path, unique_run, Kit};
 
 /// How many ops are live when the database goes.
 const OPS: usize = 100;
 /// How long it stays down.
 const OUTAGE: Duration = Duration::from_secs(20);
+/// How many starts race the crash.
+const BURST: usize = 10;
 
 /// Op `i`'s command: recorded as run, then waits for its group's gate
 /// (even ops: opened during the outage; odd: after it) and exits `i`.
 fn command(i: usize) -> String {
-    let gate = if i.is_multiple_of(2) { "gate-down" } else { "gate-up" };
+    let gate = if i.is_multiple_of(2) {
+        "gate-down"
+    } else {
+        "gate-up"
+    };
     recording(&format!(
         "until [ -e /scratch/{gate} ]; do sleep 0.2; done; exit {i}"
     ))
@@ -51,25 +57,37 @@ pub async fn store_outage(kit: &Kit) -> anyhow::Result<String> {
         k.wait_state(op, Duration::from_secs(60), |s| s["status"] == "running")
             .await?;
     }
+    // a burst of starts (each with its Idempotency-Key) races the crash:
+    // claims, launches and commits are cut wherever they are
+    let burst = start_burst(&k, &run);
+    tokio::time::sleep(Duration::from_millis(40)).await;
     server.kill()?;
     let down = Instant::now();
     let refused = refused_while_down(&k, &run, &ops[0]).await?;
     // half the commands end while the database is down
     std::fs::write(scratch_path(&k, &run, "gate-down"), "")?;
     tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
+    for op in ops.iter().step_by(2) {
+        check(ops_path(&k, &run, op, "code").exists(), || {
+            format!("{op} had not ended while the database was down")
+        })?;
+    }
     server.resume()?;
     let outage = down.elapsed();
     std::fs::write(scratch_path(&k, &run, "gate-up"), "")?;
     let back = Instant::now();
     let statuses = settled_with_real_codes(&k, &ops).await?;
     let settled_in = back.elapsed();
-    ran_and_delivered_once(&k, &run, &ops).await?;
+    let (burst, answered) = burst_settled(&k, &run, burst).await?;
+    let all: Vec<String> = ops.iter().chain(&burst).cloned().collect();
+    ran_and_delivered_once(&k, &run, &all).await?;
     check(!scratch_path(&k, &run, "refused").exists(), || {
         "a start refused with 503 during the outage ran anyway".into()
     })?;
     Ok(format!(
         "{OPS} live ops, the database down {:.1}s (pg_ctl -m immediate): {refused}; \
-         after it returned all settled in {:.1}s ({}), each with its own exit code, ran once, delivered once",
+         after it returned all settled in {:.1}s ({}), each with its own exit code, ran once, delivered once; \
+         {BURST} starts racing the crash ({answered} answered, the rest retried with their keys) each ran once",
         outage.as_secs_f64(),
         settled_in.as_secs_f64(),
         tally(&statuses)
@@ -157,4 +175,87 @@ async fn ran_and_delivered_once(
     check(count.len() == ops.len(), || {
         format!("{} ops delivered, {} started", count.len(), ops.len())
     })
+}
+
+/// Starts [`BURST`] ops at once, each with an Idempotency-Key; each task
+/// answers its key and the op id, if its start was answered 200.
+fn start_burst(
+    k: &KernelProcess,
+    run: &str,
+) -> Vec<(String, tokio::task::JoinHandle<Option<String>>)> {
+    (0..BURST)
+        .map(|i| {
+            let key = format!("burst-{i}");
+            let (client, path) = (
+                k.client.clone(),
+                format!("/v1/runs/{run}/tools/run_command"),
+            );
+            let body = serde_json::json!({
+                "command": ["sh", "-c", recording("exit 0")],
+                "background": true,
+            });
+            let header = key.clone();
+            let task = tokio::spawn(async move {
+                let answer = client
+                    .request(
+                        reqwest::Method::POST,
+                        &path,
+                        Some(&body),
+                        &[("Idempotency-Key", &header)],
+                    )
+                    .await
+                    .ok()?;
+                (answer.0 == 200).then(|| answer.1["operation_id"].as_str().map(str::to_owned))?
+            });
+            (key, task)
+        })
+        .collect()
+}
+
+/// Each burst start that was not answered is retried with its key (the
+/// retry finds the op its lost answer had admitted, or admits it now);
+/// then every burst op must complete with 0. Returns their ids, and how
+/// many starts were answered before the crash.
+async fn burst_settled(
+    k: &KernelProcess,
+    run: &str,
+    burst: Vec<(String, tokio::task::JoinHandle<Option<String>>)>,
+) -> anyhow::Result<(Vec<String>, usize)> {
+    let (mut ids, mut answered) = (Vec::new(), 0);
+    for (key, task) in burst {
+        let id = match task.await? {
+            Some(id) => {
+                answered += 1;
+                id
+            }
+            None => {
+                let body = serde_json::json!({
+                    "command": ["sh", "-c", recording("exit 0")],
+                    "background": true,
+                });
+                let (status, answer) = k
+                    .client
+                    .request(
+                        reqwest::Method::POST,
+                        &format!("/v1/runs/{run}/tools/run_command"),
+                        Some(&body),
+                        &[("Idempotency-Key", &key)],
+                    )
+                    .await?;
+                check(status == 200, || {
+                    format!("the retry of {key} answered {status}: {answer}")
+                })?;
+                answer["operation_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            }
+        };
+        let s = k.wait_terminal(&id, Duration::from_secs(120)).await?;
+        check(s["status"] == "completed" && s["exit_code"] == 0, || {
+            format!("burst op {key} ({id}) should have completed with 0: {s}")
+        })?;
+        ids.push(id);
+    }
+    Ok((ids, answered))
 }

@@ -17,15 +17,15 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     let housekeeping = crate::runtime::housekeeping::Housekeeping::start(&kernel).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_ready(listener.local_addr()?);
-    let mut taken = None;
     tokio::select! {
         served = axum::serve(listener, app(kernel.clone())) => served?,
         signal = stop_signal() => {
             tracing::info!(signal, "stopping: the scheduler records its batch under way, the other loops stop at once");
         }
         reason = kernel.store_taken() => {
-            tracing::error!(%reason, "stopping: this kernel no longer owns its control plane");
-            taken = Some(reason);
+            // at once: nothing of this kernel's may act beside the new owner
+            tracing::error!(%reason, "stopping at once: this kernel no longer owns its control plane");
+            anyhow::bail!(reason);
         }
     }
     // commands keep running in their containers; the next start re-attaches.
@@ -34,10 +34,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
         () = housekeeping.stop() => {}
         signal = stop_signal() => tracing::warn!(signal, "second signal: stopping now"),
     }
-    match taken {
-        Some(reason) => anyhow::bail!(reason),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT, naming it.

@@ -11,6 +11,8 @@ pub mod db;
 mod fire;
 mod journal;
 mod ops;
+#[cfg(test)]
+mod race_tests;
 mod reports;
 mod retention;
 mod runs;
@@ -312,6 +314,22 @@ pub(crate) async fn test_store() -> Store {
         return Store::connect(&url).await.unwrap();
     }
     sqlite_test_store()
+}
+
+/// Two stores on one fresh database, as two kernels would have: two
+/// connections to one SQLite file, or two pools on one PostgreSQL database
+/// (with `OPKERNEL_TEST_STORE=postgres`).
+#[cfg(test)]
+pub(crate) async fn test_store_pair() -> (Store, Store) {
+    if std::env::var("OPKERNEL_TEST_STORE").as_deref() == Ok("postgres") {
+        let url = db::pgpool::test_database().await;
+        return (
+            Store::connect(&url).await.unwrap(),
+            Store::connect(&url).await.unwrap(),
+        );
+    }
+    let path = std::env::temp_dir().join(format!("opkernel-store-{}.db", uuid::Uuid::new_v4()));
+    (Store::open(&path).unwrap(), Store::open(&path).unwrap())
 }
 
 /// A store for a unit test on SQLite, in a fresh file.

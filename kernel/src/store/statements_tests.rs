@@ -393,3 +393,23 @@ async fn retention(store: &Store) {
     assert!(purged.iter().any(|t| t.root == "solo"), "{purged:?}");
     store.kernel_journal(0, 10).await.unwrap();
 }
+
+/// A NUL in text (a command's output, a note, a summary) is stored as
+/// U+FFFD on both stores: PostgreSQL's text cannot hold it, and an op whose
+/// output tail held one must still settle.
+#[tokio::test]
+async fn a_nul_in_text_is_stored_as_a_replacement_character() {
+    let store = crate::store::test_store().await;
+    let summary: String = store
+        .write(|tx| {
+            tx.execute(
+                "INSERT INTO runs (run_id, created_at, summary) VALUES ('r', 1, ?1)",
+                vals!["out\0put"],
+            )?;
+            tx.query_one("SELECT summary FROM runs WHERE run_id = 'r'", &[])?
+                .get("summary")
+        })
+        .await
+        .unwrap();
+    assert_eq!(summary, "out\u{FFFD}put");
+}

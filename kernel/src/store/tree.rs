@@ -1,7 +1,8 @@
 //! Run trees as the serialization unit of the control plane (SPEC §19):
 //! a tree's root, and the lock every transaction script that reads or
 //! changes what the tree's runs may do takes first. On SQLite the lock is
-//! the `IMMEDIATE` transaction itself; on PostgreSQL the root's row.
+//! the `IMMEDIATE` transaction itself; on PostgreSQL a transaction-scoped
+//! advisory lock keyed by the root's id.
 
 use super::db::{Dialect, Tx};
 use super::{StoreError, StoreResult};

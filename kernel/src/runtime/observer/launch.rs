@@ -56,10 +56,9 @@ impl ObserverAttempt {
         // the container, the first attempt and the handover in one write,
         // and loses to a kill request recorded before it
         let handover = k.hands_over_to(&container);
-        let claimed_at = now_ms();
-        if !self.claim(&container.id, handover).await? {
+        let Some(claimed_at) = self.claim(&container.id, handover).await? else {
             return Ok(!self.settled_before_start().await?);
-        }
+        };
         // the row now, without reading it back
         self.op.exec_claimed_at = Some(claimed_at);
         self.op.attempt = self.op.attempt.max(1);
@@ -182,33 +181,49 @@ impl ObserverAttempt {
         Ok(k.backend.start_launch(&launch_id).await)
     }
 
-    /// The exec claim, with a certain answer: when the store went away
-    /// mid-claim (the commit's answer lost), the row is read back once it
-    /// answers. A claim naming this kernel and container, with no launch
-    /// yet, is this attempt's (one attempt per op per kernel), and nothing
-    /// has run: the launch goes on, where ending the attempt would leave a
-    /// claim no one launched, and the op `lost` instead of run.
-    async fn claim(&self, container_id: &str, handover: bool) -> Result<bool, ObserverError> {
+    /// The exec claim, with a certain answer: when won, the time it was
+    /// recorded with. When the store went away mid-claim (the commit's
+    /// answer lost), every later answer is read back once it answers: a
+    /// claim naming this kernel and container, with no launch yet, is this
+    /// attempt's (one attempt per op per kernel), and nothing has run: the
+    /// launch goes on, where ending the attempt would leave a claim no one
+    /// launched, and the op `lost` instead of run. (A retried claim can
+    /// lose to its own first try, committed late: hence the read-back of a
+    /// refusal too.)
+    async fn claim(
+        &self,
+        container_id: &str,
+        handover: bool,
+    ) -> Result<Option<i64>, ObserverError> {
         let k = &self.kernel;
+        let mut uncertain = false;
         loop {
-            let away = match k
+            let tried_at = now_ms();
+            match k
                 .store
                 .claim_exec(&self.op.id, &k.id, container_id, handover)
                 .await
             {
-                Err(StoreError::Unavailable(e)) => e,
-                answer => return Ok(answer?),
-            };
-            tracing::warn!(op = %self.op.id, error = %away, "the store went away during the exec claim; reading it back when it answers");
-            let row = until_stored(|| k.store.get_op(&self.op.id)).await?;
-            let Some(row) = row else { return Ok(false) };
-            if row.exec_claimed_at.is_none() {
-                continue;
+                Ok(true) if !uncertain => return Ok(Some(tried_at)),
+                Err(StoreError::Unavailable(e)) => {
+                    tracing::warn!(op = %self.op.id, error = %e, "the store went away during the exec claim; reading it back when it answers");
+                    uncertain = true;
+                }
+                Ok(won) if !uncertain => return Ok(won.then_some(tried_at)),
+                Ok(_) => {}
+                Err(e) => return Err(e.into()),
             }
-            return Ok(row.kernel_id.as_deref() == Some(k.id.as_str())
+            let row = until_stored(|| k.store.get_op(&self.op.id)).await?;
+            let Some(row) = row else { return Ok(None) };
+            let Some(claimed_at) = row.exec_claimed_at else {
+                continue;
+            };
+            let ours = row.kernel_id.as_deref() == Some(k.id.as_str())
                 && row.container_id.as_deref() == Some(container_id)
+                && !row.status.is_terminal()
                 && row.exec_id.is_none()
-                && row.pid.is_none());
+                && row.pid.is_none();
+            return Ok(ours.then_some(claimed_at));
         }
     }
 
@@ -245,14 +260,22 @@ impl ObserverAttempt {
         }
     }
 
-    /// Settles the op `failed`: nothing ran. Returns false (settled).
+    /// Settles the op `failed`: nothing ran. Returns false (settled). The
+    /// settle (a compare-and-set) waits out a store outage: a next attempt
+    /// would find a claimed op with no evidence, and call it `lost`.
     async fn fail(&self, error: String) -> Result<bool, ObserverError> {
-        self.settle(Outcome::Failed {
+        let failed = Outcome::Failed {
             error,
             killed: false,
-        })
-        .await?;
-        Ok(false)
+        };
+        loop {
+            match self.settle(failed.clone()).await {
+                Err(ObserverError::Store(StoreError::Unavailable(_))) => {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await
+                }
+                settled => return settled.map(|()| false),
+            }
+        }
     }
 
     /// The run container, or `None` after settling the op as failed (the

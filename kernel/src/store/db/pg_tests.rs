@@ -373,7 +373,8 @@ async fn one_owner_per_control_plane_and_a_lock_taken_while_away_is_reported() {
     admin
         .execute(
             "SELECT pg_terminate_backend(pid) FROM pg_locks \
-             WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+             WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid() \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             &[],
         )
         .await
@@ -393,7 +394,7 @@ async fn one_owner_per_control_plane_and_a_lock_taken_while_away_is_reported() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let reason = tokio::time::timeout(Duration::from_secs(20), first.lost())
+    let reason = tokio::time::timeout(Duration::from_secs(40), first.lost())
         .await
         .expect("the holder learns that another took its control plane");
     assert!(reason.contains("another opkernel serve"), "{reason}");

@@ -19,8 +19,18 @@ use tokio_postgres::Client;
 use super::postgres::pg_error;
 use crate::store::{StoreError, StoreResult};
 
-/// How long a start waits for the lock a previous holder's session still has.
-pub const START_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a start waits for the lock a previous holder's session still
+/// has: past the server's own limit on an idle owner session.
+pub const START_PATIENCE: Duration = Duration::from_secs(15);
+
+/// The server ends an owner session idle this long (its holder checks it
+/// every [`PING_EVERY`]): the lock of a kernel whose host died or was cut
+/// off goes within seconds, not when TCP gives up hours later.
+const IDLE_SESSION_MS: u64 = 8_000;
+
+/// How often the holder checks its session, and how long a check may take.
+const PING_EVERY: Duration = Duration::from_secs(2);
+const PING_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// Longest wait between two reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -92,7 +102,9 @@ async fn session(url: &str) -> StoreResult<Client> {
     config
         .connect_timeout(super::pgpool::CONNECT_TIMEOUT)
         .keepalives(true)
-        .keepalives_idle(Duration::from_secs(10));
+        .keepalives_idle(Duration::from_secs(10))
+        .application_name("opkernel owner")
+        .options(format!("-c idle_session_timeout={IDLE_SESSION_MS}"));
     let (client, connection) = config
         .connect(tokio_postgres::NoTls)
         .await
@@ -109,37 +121,57 @@ async fn try_lock(client: &Client, key: i64) -> StoreResult<bool> {
     Ok(row.get(0))
 }
 
-/// Holds the lock: checks the session every few seconds; when it is gone,
-/// reconnects with backoff and takes the lock again, or reports it lost.
+/// Holds the lock: checks the session every [`PING_EVERY`]; when it is
+/// gone (or a check hangs), reconnects with backoff and takes the lock
+/// again. Refused for longer than [`START_PATIENCE`] (past the server's end
+/// of this kernel's own dropped session), another kernel holds it: lost.
 async fn hold(
     url: String,
     key: i64,
     mut client: Client,
     tell: tokio::sync::watch::Sender<Option<String>>,
 ) {
-    let mut backoff = Duration::from_millis(100);
     loop {
-        while client.simple_query("SELECT 1").await.is_ok() {
-            backoff = Duration::from_millis(100);
-            tokio::time::sleep(Duration::from_secs(2)).await;
+        while let Ok(Ok(_)) =
+            tokio::time::timeout(PING_TIMEOUT, client.simple_query("SELECT 1")).await
+        {
+            tokio::time::sleep(PING_EVERY).await;
         }
         tracing::warn!("the store's ownership session dropped; taking the lock again");
-        client = loop {
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            let Ok(client) = session(&url).await else {
-                continue;
-            };
-            match try_lock(&client, key).await {
-                Ok(true) => break client,
-                Ok(false) => {
-                    let reason = "another opkernel serve took this PostgreSQL control plane while the connection was down";
-                    tell.send_replace(Some(reason.to_owned()));
-                    return;
-                }
-                Err(_) => continue,
+        match retake(&url, key).await {
+            Some(again) => client = again,
+            None => {
+                let reason = "another opkernel serve took this PostgreSQL control plane while this kernel's connection was down";
+                tell.send_replace(Some(reason.to_owned()));
+                return;
             }
-        };
+        }
         tracing::info!("the store's ownership lock is held again");
+    }
+}
+
+/// Reconnects with backoff until the lock is taken (`Some`) or has been
+/// refused for [`START_PATIENCE`] (`None`). An unreachable server is waited
+/// for without limit: nobody else can take the lock meanwhile either.
+async fn retake(url: &str, key: i64) -> Option<Client> {
+    let mut backoff = Duration::from_millis(100);
+    let mut refused_since = None;
+    loop {
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        let Ok(client) = session(url).await else {
+            continue;
+        };
+        match try_lock(&client, key).await {
+            Ok(true) => return Some(client),
+            Ok(false) => {
+                let since = *refused_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= START_PATIENCE {
+                    return None;
+                }
+                backoff = Duration::from_millis(500);
+            }
+            Err(_) => {}
+        }
     }
 }

@@ -55,21 +55,32 @@ impl From<f64> for Value {
     }
 }
 
+/// Text as stored: a NUL character (which a command's output, a note or a
+/// summary may hold, and PostgreSQL's text cannot) becomes U+FFFD, on both
+/// stores alike, so every text round-trips the same way on either.
+fn text(v: String) -> Value {
+    if v.contains('\0') {
+        Value::Text(v.replace('\0', "\u{FFFD}"))
+    } else {
+        Value::Text(v)
+    }
+}
+
 impl From<String> for Value {
     fn from(v: String) -> Value {
-        Value::Text(v)
+        text(v)
     }
 }
 
 impl From<&String> for Value {
     fn from(v: &String) -> Value {
-        Value::Text(v.clone())
+        text(v.clone())
     }
 }
 
 impl From<&str> for Value {
     fn from(v: &str) -> Value {
-        Value::Text(v.to_owned())
+        text(v.to_owned())
     }
 }
 

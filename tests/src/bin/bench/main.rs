@@ -9,14 +9,17 @@
 #![recursion_limit = "256"]
 
 mod abuse;
+mod full;
 mod latency;
+mod only;
+mod report;
 mod scale;
+mod storecost;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
-use serde_json::json;
 
 /// Kernel settings for benchmarking: the production defaults.
 pub const BENCH_ENV: &[(&str, &str)] = &[
@@ -191,185 +194,38 @@ async fn main() -> anyhow::Result<()> {
     let mut checks = Checks::default();
     let store = bench_store();
     let bin = kernel_binary()?;
-    let samples = if quick { 30 } else { 100 };
-    if let Some(i) = args.iter().position(|a| a == "--recovery-only") {
-        let num = |j: usize| args.get(i + j).and_then(|v| v.parse::<usize>().ok());
-        let (ops, containers) = (num(1).unwrap_or(100), num(2).unwrap_or(10));
-        let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
-        let rec = scale::recovery(&mut k, ops, containers).await?;
-        println!(
-            "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}",
-            rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated
+    let num = |flag: &str, j: usize| {
+        let i = args.iter().position(|a| a == flag)?;
+        args.get(i + j).and_then(|v| v.parse::<usize>().ok())
+    };
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    if flag("--recovery-only") {
+        let (ops, containers) = (
+            num("--recovery-only", 1).unwrap_or(100),
+            num("--recovery-only", 2).unwrap_or(10),
         );
-        checks.recovery(&rec);
-        checks.zero("recovery_fallback_ops", fallbacks(&k)?);
-        return if check { checks.finish() } else { Ok(()) };
-    }
-
-    if let Some(i) = args.iter().position(|a| a == "--concurrent-only") {
-        let num = |j: usize| args.get(i + j).and_then(|v| v.parse::<usize>().ok());
-        let (ops, runs) = (num(1).unwrap_or(5000), num(2).unwrap_or(50));
-        let k = KernelProcess::start(&bin, "bench-scale", BENCH_ENV).await?;
-        let c = scale::concurrent(&k, ops, runs).await?;
-        let fell_back = fallbacks(&k)?;
-        println!(
-            "concurrent: {} ops in {} runs started in {:.1}s (kernel CPU {:.1}s meanwhile); lost {}, duplicated {}; kernel CPU while they wait {:.2}%; peak RSS {:.1} MB; fallbacks {}; launchers {} at most {:.2}% CPU, {} KiB",
-            c.ops, c.runs, c.start_sec, c.start_cpu_sec, c.lost, c.duplicated, c.cpu_pct_idle, c.peak_rss_mb, fell_back,
-            c.launchers, c.launcher_cpu_pct_max, c.launcher_rss_kb_max
+        only::recovery(&bin, ops, containers, &mut checks).await?;
+    } else if flag("--concurrent-only") {
+        let (ops, runs) = (
+            num("--concurrent-only", 1).unwrap_or(5000),
+            num("--concurrent-only", 2).unwrap_or(50),
         );
-        checks.concurrent(&c, fell_back);
-        return if check { checks.finish() } else { Ok(()) };
-    }
-
-    if args.iter().any(|a| a == "--abuse-only") {
-        let k = KernelProcess::start(&bin, "bench-abuse", BENCH_ENV).await?;
-        let a = abuse::measure(&k).await?;
-        println!(
-            "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms; failed readers {}, failed SSE clients {}",
-            a.readers, a.log_bytes_each >> 20, a.sse_clients, a.peak_rss_mb, a.start_p50_before_ms, a.start_p50_during_ms,
-            a.reader_failures, a.sse_failures
+        only::concurrent(&bin, ops, runs, &mut checks).await?;
+    } else if flag("--abuse-only") {
+        only::abuse(&bin, &mut checks).await?;
+    } else {
+        eprintln!(
+            "bench: kernel {} ({} mode, store {store})",
+            bin.display(),
+            if quick { "quick" } else { "full" }
         );
-        checks.abuse(&a);
-        return if check { checks.finish() } else { Ok(()) };
-    }
-    eprintln!(
-        "bench: kernel {} ({} mode, store {store})",
-        bin.display(),
-        if quick { "quick" } else { "full" }
-    );
-    let k = KernelProcess::start(&bin, "bench", BENCH_ENV).await?;
-    let lat = latency::measure(&k, samples).await?;
-    let notify_samples = if quick { 15 } else { 40 };
-    let (notify, notify_missing) = latency::notify(&k, notify_samples).await?;
-    let lat_fallbacks = fallbacks(&k)?;
-    drop(k);
-
-    let k = KernelProcess::start(&bin, "bench-scale", BENCH_ENV).await?;
-    let conc = scale::concurrent(&k, 5000, 50).await?;
-    let conc_fallbacks = fallbacks(&k)?;
-    drop(k);
-
-    let mut k = KernelProcess::start(&bin, "bench-recovery", BENCH_ENV).await?;
-    let rec = scale::recovery(&mut k, 500, 50).await?;
-    let rec_fallbacks = fallbacks(&k)?;
-    drop(k);
-
-    let k = KernelProcess::start(&bin, "bench-abuse", BENCH_ENV).await?;
-    let abuse = abuse::measure(&k).await?;
-    let abuse_fallbacks = fallbacks(&k)?;
-    drop(k);
-
-    checks.zero("latency_fallback_ops", lat_fallbacks);
-    checks.zero("notify_missing", notify_missing);
-    checks.concurrent(&conc, conc_fallbacks);
-    checks.recovery(&rec);
-    checks.zero("recovery_fallback_ops", rec_fallbacks);
-    checks.abuse(&abuse);
-    checks.zero("abuse_fallback_ops", abuse_fallbacks);
-    let all_fallbacks = lat_fallbacks + conc_fallbacks + rec_fallbacks + abuse_fallbacks;
-
-    let p50 = |v: &[f64]| pct(v, 50.0);
-    let figures = json!({
-        "mode": if quick { "quick" } else { "full" },
-        "store": store,
-        "samples": samples,
-        "start_p50_ms": p50(&lat.start),
-        "start_p90_ms": pct(&lat.start, 90.0),
-        "start_p99_ms": pct(&lat.start, 99.0),
-        "running_p50_ms": p50(&lat.running),
-        "running_p90_ms": pct(&lat.running, 90.0),
-        "running_p99_ms": pct(&lat.running, 99.0),
-        "api_exec_p50_ms": p50(&lat.api),
-        "api_exec_p90_ms": pct(&lat.api, 90.0),
-        "docker_exec_cli_p50_ms": p50(&lat.cli),
-        "docker_exec_cli_p90_ms": pct(&lat.cli, 90.0),
-        "start_ratio_vs_cli": p50(&lat.start) / p50(&lat.cli),
-        "running_ratio_vs_api": p50(&lat.running) / p50(&lat.api),
-        "running_ratio_vs_cli": p50(&lat.running) / p50(&lat.cli),
-        "shim_overhead_ms": lat.shim_overhead_ms,
-        "first_output_p50_ms": p50(&lat.first_output),
-        "first_output_p90_ms": pct(&lat.first_output, 90.0),
-        "fallback_ops": all_fallbacks,
-        "notify_missing": notify_missing,
-        "launchers_missing": conc.launchers_missing,
-        "launchers": conc.launchers,
-        "launcher_cpu_pct_idle_max": conc.launcher_cpu_pct_max,
-        "launcher_rss_kb_max": conc.launcher_rss_kb_max,
-        "notify_p50_ms": p50(&notify),
-        "notify_p90_ms": pct(&notify, 90.0),
-        "concurrent_ops": conc.ops,
-        "concurrent_runs": conc.runs,
-        "concurrent_lost": conc.lost,
-        "concurrent_duplicated": conc.duplicated,
-        "concurrent_start_sec": conc.start_sec,
-        "concurrent_start_kernel_cpu_sec": conc.start_cpu_sec,
-        "kernel_cpu_pct_idle_wait": conc.cpu_pct_idle,
-        "kernel_peak_rss_mb": conc.peak_rss_mb,
-        "recovery_ops": rec.ops,
-        "recovery_containers": rec.containers,
-        "recovery_sec": rec.seconds,
-        "recovery_delivered": rec.delivered,
-        "recovery_lost": rec.lost,
-        "recovery_duplicated": rec.duplicated,
-        "abuse_log_readers": abuse.readers,
-        "abuse_log_bytes_each": abuse.log_bytes_each,
-        "abuse_sse_clients": abuse.sse_clients,
-        "abuse_log_reader_failures": abuse.reader_failures,
-        "abuse_sse_failures": abuse.sse_failures,
-        "abuse_kernel_peak_rss_mb": abuse.peak_rss_mb,
-        "abuse_other_run_start_p50_before_ms": abuse.start_p50_before_ms,
-        "abuse_other_run_start_p50_during_ms": abuse.start_p50_during_ms,
-        "abuse_start_ratio": abuse.start_p50_during_ms / abuse.start_p50_before_ms,
-    });
-
-    println!(
-        "{:<28} {:>9} {:>9} {:>9} {:>6}",
-        "latency (ms)", "p50", "p90", "p99", "n"
-    );
-    row("start reply (kernel)", &lat.start);
-    row("running (kernel)", &lat.running);
-    row("running (bare API exec)", &lat.api);
-    row("running (docker exec -d)", &lat.cli);
-    row("first output (in the log)", &lat.first_output);
-    row("notify (exit -> report)", &notify);
-    println!(
-        "ratios: start/cli {:.3}  running/api {:.3}  running/cli {:.3}",
-        figures["start_ratio_vs_cli"].as_f64().unwrap_or(f64::NAN),
-        figures["running_ratio_vs_api"].as_f64().unwrap_or(f64::NAN),
-        figures["running_ratio_vs_cli"].as_f64().unwrap_or(f64::NAN)
-    );
-    println!(
-        "shim overhead per op inside the container: {:.2} ms; ops that fell back to docker exec: {}",
-        lat.shim_overhead_ms, all_fallbacks
-    );
-    println!(
-        "launchers ({} containers) while the ops wait: CPU at most {:.2}% of a core, RSS at most {} KiB",
-        conc.launchers, conc.launcher_cpu_pct_max, conc.launcher_rss_kb_max
-    );
-    println!(
-        "concurrent: {} ops in {} runs started in {:.1}s; lost {}, duplicated {}; kernel CPU while they wait {:.2}% of a core; peak RSS {:.1} MB",
-        conc.ops, conc.runs, conc.start_sec, conc.lost, conc.duplicated, conc.cpu_pct_idle, conc.peak_rss_mb
-    );
-    println!(
-        "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}",
-        rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated
-    );
-    println!(
-        "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms; failed readers {}, failed SSE clients {}",
-        abuse.readers,
-        abuse.log_bytes_each >> 20,
-        abuse.sse_clients,
-        abuse.peak_rss_mb,
-        abuse.start_p50_before_ms,
-        abuse.start_p50_during_ms,
-        abuse.reader_failures,
-        abuse.sse_failures
-    );
-    if notify_missing > 0 {
-        println!("notify: {notify_missing} of {notify_samples} ops never came back in a report");
-    }
-    if as_json {
-        println!("{figures}");
+        let run = full::measure(&bin, quick).await?;
+        run.check(&mut checks);
+        let figures = run.figures(quick, store);
+        run.print(&figures);
+        if as_json {
+            println!("{figures}");
+        }
     }
     if check {
         checks.finish()?;

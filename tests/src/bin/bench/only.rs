@@ -1,0 +1,58 @@
+//! The bench's single measurements (`--recovery-only`, `--concurrent-only`,
+//! `--abuse-only`), each on a kernel of its own.
+
+use std::path::Path;
+
+use opkernel::drills::harness::KernelProcess;
+
+use crate::{abuse, fallbacks, scale, Checks, BENCH_ENV};
+
+/// Recovery of `ops` running ops over `containers` after a SIGKILL.
+pub async fn recovery(
+    bin: &Path,
+    ops: usize,
+    containers: usize,
+    checks: &mut Checks,
+) -> anyhow::Result<()> {
+    let mut k = KernelProcess::start(bin, "bench-recovery", BENCH_ENV).await?;
+    let rec = scale::recovery(&mut k, ops, containers).await?;
+    println!(
+        "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}",
+        rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated
+    );
+    checks.recovery(&rec);
+    checks.zero("recovery_fallback_ops", fallbacks(&k)?);
+    Ok(())
+}
+
+/// `ops` concurrent ops over `runs` runs.
+pub async fn concurrent(
+    bin: &Path,
+    ops: usize,
+    runs: usize,
+    checks: &mut Checks,
+) -> anyhow::Result<()> {
+    let k = KernelProcess::start(bin, "bench-scale", BENCH_ENV).await?;
+    let c = scale::concurrent(&k, ops, runs).await?;
+    let fell_back = fallbacks(&k)?;
+    println!(
+        "concurrent: {} ops in {} runs started in {:.1}s (kernel CPU {:.1}s meanwhile); lost {}, duplicated {}; kernel CPU while they wait {:.2}%; peak RSS {:.1} MB; fallbacks {}; launchers {} at most {:.2}% CPU, {} KiB",
+        c.ops, c.runs, c.start_sec, c.start_cpu_sec, c.lost, c.duplicated, c.cpu_pct_idle, c.peak_rss_mb, fell_back,
+        c.launchers, c.launcher_cpu_pct_max, c.launcher_rss_kb_max
+    );
+    checks.concurrent(&c, fell_back);
+    Ok(())
+}
+
+/// Log readers and SSE clients against one kernel.
+pub async fn abuse(bin: &Path, checks: &mut Checks) -> anyhow::Result<()> {
+    let k = KernelProcess::start(bin, "bench-abuse", BENCH_ENV).await?;
+    let a = abuse::measure(&k).await?;
+    println!(
+        "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms; failed readers {}, failed SSE clients {}",
+        a.readers, a.log_bytes_each >> 20, a.sse_clients, a.peak_rss_mb, a.start_p50_before_ms, a.start_p50_during_ms,
+        a.reader_failures, a.sse_failures
+    );
+    checks.abuse(&a);
+    Ok(())
+}
