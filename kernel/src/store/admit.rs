@@ -10,31 +10,48 @@
 use super::admission::{Admission, Counted};
 use super::db::Tx;
 use super::journal::append_event;
-use super::ops::{get, NewOp, StartRequest};
+use super::ops::{get, op_from_row, NewOp, Op, StartRequest, COLUMNS};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{ApprovalRequested, EventKind, ToolStarted};
 use crate::lifecycle::{live_sql, Status};
 use crate::vals;
 
-/// Why a new op of `run_id` may not be admitted now, if it may not: its
-/// run tree's live-op limits (the run's and every ancestor's, each over
-/// its subtree), then the kernel-wide one.
+/// The op's run as admission found it (in the same statement as the
+/// kernel-wide count): whether it is recorded, and whether it finished.
+struct RunRow {
+    recorded: bool,
+    finished: bool,
+}
+
+/// Whether a new op of `run_id` would pass an envelope limit of its tree
+/// (`Err` with the reason) or the kernel-wide limit; else the run's row.
 fn admission_refusal(
     tx: &mut dyn Tx,
     run_id: &str,
     limits: Admission,
-) -> StoreResult<Option<String>> {
+) -> StoreResult<Result<RunRow, String>> {
     if let Some(refusal) = super::admission::tree_limit_refusal(tx, run_id, Counted::Ops, limits)? {
-        return Ok(Some(refusal));
+        return Ok(Err(refusal));
     }
-    // an index-only count through the partial index of live statuses
-    let sql = format!("SELECT COUNT(*) FROM ops WHERE status IN ({})", live_sql());
-    let total = tx.scalar::<i64>(&sql, &[])? as u64;
-    Ok((total >= limits.max_live).then(|| {
-        format!(
+    // an index-only count through the partial index of live statuses, and
+    // the run's row, in one statement
+    let sql = format!(
+        "SELECT (SELECT COUNT(*) FROM ops WHERE status IN ({})) AS live, \
+         (SELECT COUNT(*) FROM runs WHERE run_id = ?1) AS recorded, \
+         (SELECT COUNT(*) FROM runs WHERE run_id = ?1 AND finished_at IS NOT NULL) AS finished",
+        live_sql()
+    );
+    let row = tx.query_one(&sql, vals![run_id])?;
+    let total = row.get::<i64>("live")? as u64;
+    if total >= limits.max_live {
+        return Ok(Err(format!(
             "the kernel already has {total} live operations (limit {})",
             limits.max_live
-        )
+        )));
+    }
+    Ok(Ok(RunRow {
+        recorded: row.get::<i64>("recorded")? > 0,
+        finished: row.get::<i64>("finished")? > 0,
     }))
 }
 
@@ -75,28 +92,28 @@ pub(super) fn insert_in(
     if !limits.implicit_run && super::runs::get_run(tx, &req.run_id)?.is_none() {
         return Ok(NewOp::Refused(super::Refusal::NoRun(req.run_id.clone())));
     }
-    if let Some(refusal) = admission_refusal(tx, &req.run_id, limits)? {
-        return Ok(NewOp::Refused(super::Refusal::Limit(refusal)));
+    let run = match admission_refusal(tx, &req.run_id, limits)? {
+        Err(refusal) => return Ok(NewOp::Refused(super::Refusal::Limit(refusal))),
+        Ok(run) => run,
+    };
+    if !run.recorded {
+        super::runs::ensure_top_level(tx, &req.run_id, now)?;
     }
-    super::runs::ensure_top_level(tx, &req.run_id, now)?;
     // a new op reopens a finished run: its container is needed again
-    tx.execute(
-        "UPDATE runs SET finished_at = NULL WHERE run_id = ?1 AND finished_at IS NOT NULL",
-        vals![&req.run_id],
-    )?;
-    let id = insert_row(tx, req, &request_sha, now)?;
-    started_events(tx, &id, req)?;
-    let op = get(tx, &id)?.ok_or_else(|| StoreError::Corrupt(id.clone()))?;
+    if run.finished {
+        tx.execute(
+            "UPDATE runs SET finished_at = NULL WHERE run_id = ?1 AND finished_at IS NOT NULL",
+            vals![&req.run_id],
+        )?;
+    }
+    let op = insert_row(tx, req, &request_sha, now)?;
+    started_events(tx, &op.id, req)?;
     Ok(NewOp::Created(op))
 }
 
-/// The row of an admitted start; its new id.
-fn insert_row(
-    tx: &mut dyn Tx,
-    req: &StartRequest,
-    request_sha: &str,
-    now: i64,
-) -> StoreResult<String> {
+/// The row of an admitted start, as inserted (`RETURNING` it: no second
+/// read).
+fn insert_row(tx: &mut dyn Tx, req: &StartRequest, request_sha: &str, now: i64) -> StoreResult<Op> {
     let id = uuid::Uuid::new_v4().to_string();
     let status = match req.approval {
         Some(_) => Status::AwaitingApproval,
@@ -105,11 +122,14 @@ fn insert_row(
     let hold = req.approval.as_ref();
     let command =
         serde_json::to_string(&req.command).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    tx.execute(
+    let sql = format!(
         "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
          created_at, idempotency_key, request_sha256, approval_rule, approval_timeout_sec, \
          approval_on_timeout, schedule_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING {COLUMNS}"
+    );
+    let row = tx.query_one(
+        &sql,
         vals![
             &id,
             &req.run_id,
@@ -127,7 +147,7 @@ fn insert_row(
             &req.schedule_id,
         ],
     )?;
-    Ok(id)
+    op_from_row(&row)
 }
 
 /// The events of an admitted start: `tool.started`, and

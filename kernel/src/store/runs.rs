@@ -99,10 +99,15 @@ pub(super) fn get_run(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<RunRe
 /// Records a top-level run with the kernel's default envelope unless the
 /// run exists (a run the operator acts on before registering it).
 pub(super) fn ensure_top_level(tx: &mut dyn Tx, run_id: &str, now: i64) -> StoreResult<()> {
-    tx.execute(
+    let made = tx.execute(
         "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
         vals![run_id, now],
     )?;
+    // a recorded run has its ancestry: every insert of a run writes both
+    // in one transaction (migration 0005 gave the older ones theirs)
+    if made == 0 {
+        return Ok(());
+    }
     tx.execute(
         "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?1, 0) \
          ON CONFLICT DO NOTHING",

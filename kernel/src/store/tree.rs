@@ -38,17 +38,44 @@ fn recorded_root(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<String>> {
 /// another tree's child) before the lock was granted: on PostgreSQL it is
 /// read again under the lock, and that tree locked too.
 pub(super) fn lock_tree_of(tx: &mut dyn Tx, run_id: &str) -> StoreResult<String> {
-    let recorded = recorded_root(tx, run_id)?;
-    let root = recorded.clone().unwrap_or_else(|| run_id.to_owned());
-    tx.lock_tree(&root)?;
-    if recorded.is_some() || tx.dialect() == Dialect::Sqlite {
+    if let Some(root) = tx.locked_root(run_id) {
         return Ok(root);
     }
-    match recorded_root(tx, run_id)? {
-        Some(now) if now != root => {
-            tx.lock_tree(&now)?;
-            Ok(now)
+    let (mut root, recorded) = match tx.dialect() {
+        Dialect::Postgres => pg_lock_root_of(tx, run_id)?,
+        Dialect::Sqlite => {
+            let recorded = recorded_root(tx, run_id)?;
+            let root = recorded.clone().unwrap_or_else(|| run_id.to_owned());
+            tx.lock_tree(&root)?;
+            (root, recorded.is_some())
         }
-        _ => Ok(root),
+    };
+    if !recorded && tx.dialect() == Dialect::Postgres {
+        if let Some(now) = recorded_root(tx, run_id)?.filter(|now| *now != root) {
+            tx.lock_tree(&now)?;
+            root = now;
+        }
     }
+    // a run's root never changes once it is recorded; one not recorded
+    // yet is recorded (as top level, or as a child) only under this lock
+    tx.note_locked(run_id, &root);
+    Ok(root)
+}
+
+/// PostgreSQL: the root of `run_id`'s tree read and its lock taken in one
+/// statement (one round trip, where a read and a lock would be two), and
+/// whether the run was recorded when the statement began. The lock is the
+/// one [`Tx::lock_tree`] takes, noted so it is not taken again.
+fn pg_lock_root_of(tx: &mut dyn Tx, run_id: &str) -> StoreResult<(String, bool)> {
+    let row = tx.query_one(
+        "SELECT t.root AS root, t.recorded AS recorded FROM \
+         (SELECT COALESCE((SELECT CAST(chain AS json)->>0 FROM runs WHERE run_id = ?1), CAST(?1 AS TEXT)) AS root, \
+          CAST(CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = ?1) THEN 1 ELSE 0 END AS BIGINT) AS recorded) AS t, \
+         LATERAL (SELECT pg_advisory_xact_lock(hashtextextended(t.root, 0))) AS l",
+        vals![run_id],
+    )?;
+    let root: String = row.get("root")?;
+    let recorded: i64 = row.get("recorded")?;
+    tx.note_tree_locked(&root);
+    Ok((root, recorded == 1))
 }

@@ -43,6 +43,19 @@ pub trait Tx {
     /// before the root's row exists, as for an implicit run's first op).
     fn lock_tree(&mut self, root: &str) -> StoreResult<()>;
 
+    /// The root of `run_id`'s tree when this transaction already locked
+    /// it (noted by [`Tx::note_locked`]): no need to read or lock again.
+    fn locked_root(&self, _run_id: &str) -> Option<String> {
+        None
+    }
+
+    /// Notes that `run_id`'s tree, rooted at `root`, is locked.
+    fn note_locked(&mut self, _run_id: &str, _root: &str) {}
+
+    /// Notes that the tree rooted at `root` is locked (by a statement of
+    /// the caller's own that took [`Tx::lock_tree`]'s lock).
+    fn note_tree_locked(&mut self, _root: &str) {}
+
     /// The dialect, for the few statements spelled differently.
     fn dialect(&self) -> Dialect;
 }

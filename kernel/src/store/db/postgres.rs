@@ -22,13 +22,18 @@ pub struct PgTx<'a> {
     client: &'a Object,
     handle: Handle,
     finished: bool,
+    /// The `BEGIN` not sent yet: it goes with the first statement, in one
+    /// round trip (pipelined), and a transaction that runs none sends none.
+    pending_begin: Option<&'static str>,
     /// The run trees this transaction locked: locking one again is free.
     locked: std::collections::HashSet<String>,
+    /// Runs whose tree this transaction locked, with their roots.
+    roots: std::collections::HashMap<String, String>,
 }
 
 impl Drop for PgTx<'_> {
     fn drop(&mut self) {
-        if !self.finished {
+        if !self.finished && self.pending_begin.is_none() {
             let _ = self.handle.block_on(self.client.batch_execute("ROLLBACK"));
         }
     }
@@ -45,32 +50,52 @@ impl<'a> PgTx<'a> {
         } else {
             "BEGIN ISOLATION LEVEL READ COMMITTED"
         };
-        handle
-            .block_on(client.batch_execute(begin))
-            .map_err(pg_error)?;
         Ok(PgTx {
             client,
             handle,
             finished: false,
+            pending_begin: Some(begin),
             locked: Default::default(),
+            roots: Default::default(),
         })
     }
 
     /// Commits the transaction. An error here may hide a commit that
     /// happened (its answer lost): callers never retry a script on it.
     pub fn commit(mut self) -> StoreResult<()> {
-        self.finished = true;
-        self.handle
-            .block_on(self.client.batch_execute("COMMIT"))
-            .map_err(pg_error)
+        self.end("COMMIT")
     }
 
     /// Rolls the transaction back.
     pub fn rollback(mut self) -> StoreResult<()> {
+        self.end("ROLLBACK")
+    }
+
+    fn end(&mut self, how: &str) -> StoreResult<()> {
         self.finished = true;
+        if self.pending_begin.is_some() {
+            return Ok(());
+        }
         self.handle
-            .block_on(self.client.batch_execute("ROLLBACK"))
+            .block_on(self.client.batch_execute(how))
             .map_err(pg_error)
+    }
+
+    /// Awaits one statement's future, the pending `BEGIN` pipelined ahead
+    /// of it (sent first, on the same connection, in the same round trip).
+    fn send<T>(
+        &mut self,
+        statement: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> StoreResult<T> {
+        let client = self.client;
+        match self.pending_begin.take() {
+            None => self.handle.block_on(statement).map_err(pg_error),
+            Some(begin) => self.handle.block_on(async {
+                let (begun, answer) = tokio::join!(client.batch_execute(begin), statement);
+                begun.map_err(pg_error)?;
+                answer.map_err(pg_error)
+            }),
+        }
     }
 
     fn prepared(&self, sql: &str) -> StoreResult<tokio_postgres::Statement> {
@@ -85,18 +110,15 @@ impl Tx for PgTx<'_> {
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64> {
         let stmt = self.prepared(sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-        self.handle
-            .block_on(self.client.execute(&stmt, &refs))
-            .map_err(pg_error)
+        let client = self.client;
+        self.send(client.execute(&stmt, &refs))
     }
 
     fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>> {
         let stmt = self.prepared(sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as _).collect();
-        let rows = self
-            .handle
-            .block_on(self.client.query(&stmt, &refs))
-            .map_err(pg_error)?;
+        let client = self.client;
+        let rows = self.send(client.query(&stmt, &refs))?;
         let names: Arc<[String]> = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
         rows.iter()
             .map(|r| Ok(Row::new(names.clone(), cells(r)?)))
@@ -116,6 +138,18 @@ impl Tx for PgTx<'_> {
         )?;
         self.locked.insert(root.to_owned());
         Ok(())
+    }
+
+    fn locked_root(&self, run_id: &str) -> Option<String> {
+        self.roots.get(run_id).cloned()
+    }
+
+    fn note_locked(&mut self, run_id: &str, root: &str) {
+        self.roots.insert(run_id.to_owned(), root.to_owned());
+    }
+
+    fn note_tree_locked(&mut self, root: &str) {
+        self.locked.insert(root.to_owned());
     }
 
     fn dialect(&self) -> Dialect {

@@ -2,7 +2,8 @@
 //! Driven by `scripts/bench.sh [--quick] [--json] [--check]`; the last line
 //! of `--json` output is one JSON object with every figure.
 //! `--recovery-only OPS CONTAINERS` runs only the recovery measurement;
-//! `--concurrent-only OPS RUNS` only the concurrency one.
+//! `--concurrent-only OPS RUNS` only the concurrency one;
+//! `--latency-only [SAMPLES]` only the start and running latencies.
 //! `--check` exits non-zero when a correctness figure is off (see
 //! [`Checks`]); timings are reported, never asserted (the machine is noisy).
 
@@ -211,6 +212,8 @@ async fn main() -> anyhow::Result<()> {
             num("--concurrent-only", 2).unwrap_or(50),
         );
         only::concurrent(&bin, ops, runs, &mut checks).await?;
+    } else if flag("--latency-only") {
+        only::latency(&bin, num("--latency-only", 1).unwrap_or(100), &mut checks).await?;
     } else if flag("--abuse-only") {
         only::abuse(&bin, &mut checks).await?;
     } else {

@@ -1,11 +1,11 @@
 //! The bench's single measurements (`--recovery-only`, `--concurrent-only`,
-//! `--abuse-only`), each on a kernel of its own.
+//! `--abuse-only`, `--latency-only`), each on a kernel of its own.
 
 use std::path::Path;
 
 use opkernel::drills::harness::KernelProcess;
 
-use crate::{abuse, fallbacks, scale, Checks, BENCH_ENV};
+use crate::{abuse, fallbacks, latency, pct, row, scale, Checks, BENCH_ENV};
 
 /// Recovery of `ops` running ops over `containers` after a SIGKILL.
 pub async fn recovery(
@@ -54,5 +54,20 @@ pub async fn abuse(bin: &Path, checks: &mut Checks) -> anyhow::Result<()> {
         a.reader_failures, a.sse_failures
     );
     checks.abuse(&a);
+    Ok(())
+}
+
+/// Start and running latencies over `samples` ops, against bare exec.
+pub async fn latency(bin: &Path, samples: usize, checks: &mut Checks) -> anyhow::Result<()> {
+    let k = KernelProcess::start(bin, "bench", BENCH_ENV).await?;
+    let lat = latency::measure(&k, samples).await?;
+    row("start reply (kernel)", &lat.start);
+    row("running (kernel)", &lat.running);
+    row("running (bare API exec)", &lat.api);
+    println!(
+        "ratio running/api {:.3}",
+        pct(&lat.running, 50.0) / pct(&lat.api, 50.0)
+    );
+    checks.zero("latency_fallback_ops", fallbacks(&k)?);
     Ok(())
 }
