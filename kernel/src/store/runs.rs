@@ -208,6 +208,11 @@ fn create_in(tx: &mut dyn Tx, new: &NewRun) -> StoreResult<CreatedRun> {
     // locks the tree the run joins: its parent's (so a child's admission is
     // serialized with every op's and child's of that tree), or its own
     let root_of = new.parent.as_deref().unwrap_or(&new.run_id);
+    // a child locks its own id first, as an implicit run's first op does
+    // (then the tree it joins): the two cannot record the run at once
+    if new.parent.is_some() {
+        tx.lock_tree(&new.run_id)?;
+    }
     super::tree::lock_tree_of(tx, root_of)?;
     if let Some(existing) = get_run(tx, &new.run_id)? {
         return Ok(CreatedRun::Exists(existing));
@@ -369,6 +374,8 @@ impl Store {
     pub async fn mark_run_finished(&self, run_id: &str) -> StoreResult<()> {
         let run_id = run_id.to_owned();
         self.write(move |tx| {
+            // serialized with the tree's admissions, which reopen it
+            super::tree::lock_tree_of(tx, &run_id)?;
             tx.execute(
                 "UPDATE runs SET finished_at = COALESCE(finished_at, ?2) WHERE run_id = ?1",
                 vals![run_id, now_ms()],

@@ -56,9 +56,11 @@ pub(super) fn lock_tree_of(tx: &mut dyn Tx, run_id: &str) -> StoreResult<String>
             root = now;
         }
     }
-    // a run's root never changes once it is recorded; one not recorded
-    // yet is recorded (as top level, or as a child) only under this lock
-    tx.note_locked(run_id, &root);
+    // a recorded run's root never changes: the next lookup in this
+    // transaction may skip the read; one not recorded yet is read again
+    if recorded || root != run_id {
+        tx.note_locked(run_id, &root);
+    }
     Ok(root)
 }
 

@@ -199,24 +199,28 @@ impl ObserverAttempt {
         let mut uncertain = false;
         loop {
             let tried_at = now_ms();
-            match k
+            let answer = k
                 .store
                 .claim_exec(&self.op.id, &k.id, container_id, handover)
-                .await
-            {
-                Ok(true) if !uncertain => return Ok(Some(tried_at)),
-                Err(StoreError::Unavailable(e)) => {
-                    tracing::warn!(op = %self.op.id, error = %e, "the store went away during the exec claim; reading it back when it answers");
-                    uncertain = true;
-                }
-                Ok(won) if !uncertain => return Ok(won.then_some(tried_at)),
-                Ok(_) => {}
-                Err(e) => return Err(e.into()),
+                .await;
+            let away = matches!(answer, Err(StoreError::Unavailable(_)));
+            if !uncertain && !away {
+                return Ok(answer?.then_some(tried_at));
             }
+            if let Err(StoreError::Unavailable(e)) = &answer {
+                tracing::warn!(op = %self.op.id, error = %e, "the store went away during the exec claim; reading it back when it answers");
+            }
+            uncertain = true;
             let row = until_stored(|| k.store.get_op(&self.op.id)).await?;
             let Some(row) = row else { return Ok(None) };
             let Some(claimed_at) = row.exec_claimed_at else {
-                continue;
+                if away {
+                    // that try may not have landed: try again
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+                // refused (a kill, a settle) or failed, and not claimed
+                return Ok(answer?.then_some(tried_at));
             };
             let ours = row.kernel_id.as_deref() == Some(k.id.as_str())
                 && row.container_id.as_deref() == Some(container_id)

@@ -91,7 +91,8 @@ impl<'a> PgTx<'a> {
         match self.pending_begin.take() {
             None => self.handle.block_on(statement).map_err(pg_error),
             Some(begin) => self.handle.block_on(async {
-                let (begun, answer) = tokio::join!(client.batch_execute(begin), statement);
+                // biased: BEGIN is polled (so queued) first
+                let (begun, answer) = tokio::join!(biased; client.batch_execute(begin), statement);
                 begun.map_err(pg_error)?;
                 answer.map_err(pg_error)
             }),
