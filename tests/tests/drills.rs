@@ -14,22 +14,26 @@ async fn drill(name: &str, image: Image) {
     );
 }
 
+/// `test => "drill-name" on image_fn: Image, …`: a module of one test per
+/// image given.
+macro_rules! drill_tests {
+    ($test:ident => $name:literal on $($image_fn:ident: $image:ident),+) => {
+        mod $test {
+            use opkernel_tests::Image;
+            $(
+                #[tokio::test]
+                async fn $image_fn() {
+                    super::drill($name, Image::$image).await
+                }
+            )+
+        }
+    };
+}
+
 /// `test => "drill-name"`: one test per drill and run image.
 macro_rules! drills {
     ($($test:ident => $name:literal),+ $(,)?) => {
-        $(
-            mod $test {
-                use opkernel_tests::Image;
-                #[tokio::test]
-                async fn default_image() {
-                    super::drill($name, Image::Default).await
-                }
-                #[tokio::test]
-                async fn debian_image() {
-                    super::drill($name, Image::Debian).await
-                }
-            }
-        )+
+        $(drill_tests!($test => $name on default_image: Default, debian_image: Debian);)+
     };
 }
 
@@ -75,24 +79,7 @@ drills!(
     approval_restart => "approval-restart",
 );
 
-/// `test => "drill-name"`, on the default image only: drills whose subject
-/// does not depend on the run image.
-macro_rules! default_image_drills {
-    ($($test:ident => $name:literal),+ $(,)?) => {
-        $(
-            mod $test {
-                use opkernel_tests::Image;
-                #[tokio::test]
-                async fn default_image() {
-                    super::drill($name, Image::Default).await
-                }
-            }
-        )+
-    };
-}
-
 // the store's outage drill crashes a PostgreSQL server of its own whatever
-// the suite's store; its subject is the control plane's database
-default_image_drills!(
-    store_outage => "store-outage",
-);
+// the suite's store; its subject is the control plane's database, not the
+// run image: the default image only
+drill_tests!(store_outage => "store-outage" on default_image: Default);

@@ -177,6 +177,14 @@ async fn ran_and_delivered_once(
     })
 }
 
+/// A burst start: recorded as run, then exits 0.
+fn burst_body() -> serde_json::Value {
+    serde_json::json!({
+        "command": ["sh", "-c", recording("exit 0")],
+        "background": true,
+    })
+}
+
 /// Starts [`BURST`] ops at once, each with an Idempotency-Key; each task
 /// answers its key and the op id, if its start was answered 200.
 fn start_burst(
@@ -190,10 +198,7 @@ fn start_burst(
                 k.client.clone(),
                 format!("/v1/runs/{run}/tools/run_command"),
             );
-            let body = serde_json::json!({
-                "command": ["sh", "-c", recording("exit 0")],
-                "background": true,
-            });
+            let body = burst_body();
             let header = key.clone();
             let task = tokio::spawn(async move {
                 let answer = client
@@ -229,10 +234,7 @@ async fn burst_settled(
                 id
             }
             None => {
-                let body = serde_json::json!({
-                    "command": ["sh", "-c", recording("exit 0")],
-                    "background": true,
-                });
+                let body = burst_body();
                 let (status, answer) = k
                     .client
                     .request(

@@ -147,13 +147,11 @@ fn timeouts_in(tx: &mut dyn Tx) -> StoreResult<Vec<TimeoutAction>> {
     // locks the tree of every due op's run, each once and in one order
     // (so two such passes cannot deadlock); each write below is a
     // compare-and-set on the op's status, re-checked under the locks
-    let mut roots = std::collections::BTreeSet::new();
-    for row in &due {
-        roots.insert(super::tree::tree_root(tx, &row.get::<String>("run_id")?)?);
-    }
-    for root in &roots {
-        tx.lock_tree(root)?;
-    }
+    let runs = due
+        .iter()
+        .map(|row| row.get::<String>("run_id"))
+        .collect::<StoreResult<Vec<_>>>()?;
+    super::tree::lock_trees_of(tx, runs)?;
     let mut done = Vec::new();
     for row in due {
         let (op_id, run_id): (String, String) = (row.get("id")?, row.get("run_id")?);

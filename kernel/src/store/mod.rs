@@ -11,8 +11,6 @@ pub mod db;
 mod fire;
 mod journal;
 mod ops;
-#[cfg(test)]
-mod race_tests;
 mod reports;
 mod retention;
 mod runs;

@@ -508,3 +508,76 @@ async fn envelope_limits_bound_the_whole_subtree() {
     let made = create_with(&store, "top.d", Some("top"), envelope(1, 3), limits).await;
     assert!(matches!(made, CreatedRun::Created(_)), "{made:?}");
 }
+
+// Two kernels' worth of stores on one database (SPEC §19): each its own
+// connection (SQLite) or pool (PostgreSQL), racing admissions and usage
+// into one run tree. A tree's limits and budgets hold as with one store.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_admitting_into_one_tree_never_pass_its_live_limit() {
+    let (a, b) = crate::store::test_store_pair().await;
+    let root = create_with(&a, "root", None, envelope(3, 4), Admission::UNLIMITED).await;
+    let child = create_with(
+        &b,
+        "child",
+        Some("root"),
+        envelope(3, 4),
+        Admission::UNLIMITED,
+    )
+    .await;
+    assert!(matches!(
+        (root, child),
+        (CreatedRun::Created(_), CreatedRun::Created(_))
+    ));
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let run = if i % 3 == 0 { "root" } else { "child" };
+            tokio::spawn(async move { admit(&store, run).await.is_ok() })
+        })
+        .collect();
+    let mut created = 0;
+    for t in tasks {
+        created += t.await.unwrap() as usize;
+    }
+    assert_eq!(created, 3, "the root's max_live_ops bounds its whole tree");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_racing_usage_and_starts_never_start_past_the_budget() {
+    let (a, b) = crate::store::test_store_pair().await;
+    let budget = Budget {
+        tokens: Some(10),
+        ..Budget::default()
+    };
+    run(&a, "r", None, budget).await;
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                if i % 4 < 2 {
+                    tokens(&store, "r", 1).await;
+                } else {
+                    let _ = admit(&store, "r").await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // the journal in commit order: no start after the tenth token
+    let (mut used, mut started) = (0, 0);
+    for kind in kinds(&a, "r").await {
+        match kind.as_str() {
+            "usage.recorded" => used += 1,
+            "tool.started" => {
+                assert!(used < 10, "an op started with {used} of 10 tokens used");
+                started += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(used, 20);
+    assert!((1..20).contains(&started), "{started} started");
+}

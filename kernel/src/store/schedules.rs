@@ -392,19 +392,16 @@ fn create_in(tx: &mut dyn Tx, new: &NewSchedule) -> StoreResult<Result<Schedule,
 /// due), in one order (sorted roots, so two passes cannot deadlock); the
 /// passes below then read them under their locks.
 fn lock_trees_at_start(tx: &mut dyn Tx, now: i64) -> StoreResult<()> {
-    let rows = tx.query(
-        "SELECT DISTINCT run_id FROM schedules WHERE claimed_at IS NOT NULL \
-         OR (enabled = 1 AND paused = 0 AND next_due_at <= ?1)",
-        vals![now],
-    )?;
-    let mut roots = std::collections::BTreeSet::new();
-    for row in rows {
-        roots.insert(super::tree::tree_root(tx, &row.get::<String>("run_id")?)?);
-    }
-    for root in roots {
-        tx.lock_tree(&root)?;
-    }
-    Ok(())
+    let runs = tx
+        .query(
+            "SELECT DISTINCT run_id FROM schedules WHERE claimed_at IS NOT NULL \
+             OR (enabled = 1 AND paused = 0 AND next_due_at <= ?1)",
+            vals![now],
+        )?
+        .iter()
+        .map(|row| row.get::<String>("run_id"))
+        .collect::<StoreResult<Vec<_>>>()?;
+    super::tree::lock_trees_of(tx, runs)
 }
 
 /// Start-up's claims: a live op's claim is taken over by `kernel_id`, an

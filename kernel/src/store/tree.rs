@@ -32,6 +32,22 @@ fn recorded_root(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<String>> {
     ))
 }
 
+/// Locks the trees of several runs, each once and in one order (sorted
+/// roots), so two transactions doing so cannot deadlock.
+pub(super) fn lock_trees_of(
+    tx: &mut dyn Tx,
+    run_ids: impl IntoIterator<Item = String>,
+) -> StoreResult<()> {
+    let mut roots = std::collections::BTreeSet::new();
+    for run_id in run_ids {
+        roots.insert(tree_root(tx, &run_id)?);
+    }
+    for root in &roots {
+        tx.lock_tree(root)?;
+    }
+    Ok(())
+}
+
 /// Serializes the transaction with every other one of the run tree
 /// `run_id` belongs to ([`Tx::lock_tree`] on its root); returns the root.
 /// A run not recorded when its root was read may have been recorded (as

@@ -272,14 +272,8 @@ impl ObserverAttempt {
             error,
             killed: false,
         };
-        loop {
-            match self.settle(failed.clone()).await {
-                Err(ObserverError::Store(StoreError::Unavailable(_))) => {
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await
-                }
-                settled => return settled.map(|()| false),
-            }
-        }
+        until_stored(|| self.kernel.settle(&self.op, failed.clone())).await?;
+        Ok(false)
     }
 
     /// The run container, or `None` after settling the op as failed (the

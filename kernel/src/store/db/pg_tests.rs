@@ -11,20 +11,18 @@ use super::{Tx, Value};
 use crate::store::StoreError;
 use crate::vals;
 
-/// A pool on a new, empty database of the test server.
-async fn fresh_db() -> Option<deadpool_postgres::Pool> {
+/// A new, empty database of the test server, as a URL.
+async fn fresh_url() -> Option<String> {
     let Ok(url) = std::env::var("OPKERNEL_TEST_PG") else {
         eprintln!("OPKERNEL_TEST_PG unset: no PostgreSQL to test against");
         return None;
     };
-    let admin = pool(&url, 1).unwrap();
-    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let c = connection(&admin).await.unwrap();
-    c.batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let base = url.rsplit_once('/').map_or(url.as_str(), |(b, _)| b);
-    Some(pool(&format!("{base}/{name}"), 4).unwrap())
+    Some(super::pgpool::create_test_database(&url).await.unwrap())
+}
+
+/// A pool on a new, empty database of the test server.
+async fn fresh_db() -> Option<deadpool_postgres::Pool> {
+    Some(pool(&fresh_url().await?, 4).unwrap())
 }
 
 /// Runs `f` in one transaction on the blocking pool; commits on Ok.
@@ -190,16 +188,10 @@ async fn a_run_trees_transactions_serialize_on_its_roots_row() {
 /// wakes everyone once.
 #[tokio::test(flavor = "multi_thread")]
 async fn committed_events_notify_listeners_with_their_run() {
-    let Some(pool) = fresh_db().await else { return };
+    let Some(url) = fresh_url().await else { return };
+    let pool = pool(&url, 4).unwrap();
     let c = connection(&pool).await.unwrap();
     migrate(&c).await.unwrap();
-    let url = std::env::var("OPKERNEL_TEST_PG").unwrap();
-    let db: String = c
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let url = format!("{}/{db}", url.rsplit_once('/').unwrap().0);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let on_event: super::pglisten::OnEvent = std::sync::Arc::new(move |run: &str| {
         let _ = tx.send(run.to_owned());
@@ -305,20 +297,9 @@ async fn every_statement_of_the_store_prepares_on_postgres() {
 /// the tree's lock.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_panicking_script_leaves_no_half_done_transaction_in_the_pool() {
-    let Some(admin) = fresh_db().await else {
-        return;
-    };
+    let Some(url) = fresh_url().await else { return };
+    let admin = pool(&url, 4).unwrap();
     migrate(&connection(&admin).await.unwrap()).await.unwrap();
-    let url: String = {
-        let c = connection(&admin).await.unwrap();
-        let db: String = c
-            .query_one("SELECT current_database()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        let server = std::env::var("OPKERNEL_TEST_PG").unwrap();
-        format!("{}/{db}", server.rsplit_once('/').unwrap().0)
-    };
     let one = pool(&url, 1).unwrap();
     let crashed = super::pgpool::run(&one, false, |tx| -> crate::store::StoreResult<()> {
         tx.lock_tree("root")?;
@@ -345,16 +326,8 @@ async fn a_panicking_script_leaves_no_half_done_transaction_in_the_pool() {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_owner_per_control_plane_and_a_lock_taken_while_away_is_reported() {
     use super::pgowner::{lock_key, Owner};
-    let Some(pool) = fresh_db().await else { return };
-    let url = std::env::var("OPKERNEL_TEST_PG").unwrap();
-    let db: String = connection(&pool)
-        .await
-        .unwrap()
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let url = format!("{}/{db}", url.rsplit_once('/').unwrap().0);
+    let Some(url) = fresh_url().await else { return };
+    let pool = pool(&url, 4).unwrap();
     let key = lock_key("kernel");
     let first = Owner::take(&url, key, Duration::ZERO).await.unwrap();
     let second = Owner::take(&url, key, Duration::from_millis(600)).await;

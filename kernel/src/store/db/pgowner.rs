@@ -96,13 +96,8 @@ impl Owner {
 /// A connection of its own, driven by a task; it ends when the client is
 /// dropped or the server goes.
 async fn session(url: &str) -> StoreResult<Client> {
-    let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-        StoreError::Postgres(format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"))
-    })?;
+    let mut config = super::pgpool::config(url)?;
     config
-        .connect_timeout(super::pgpool::CONNECT_TIMEOUT)
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(10))
         .application_name("opkernel owner")
         .options(format!("-c idle_session_timeout={IDLE_SESSION_MS}"));
     let (client, connection) = config

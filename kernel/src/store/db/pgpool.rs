@@ -50,7 +50,7 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
 const MIGRATION_LOCK: i64 = 0x6f70_6b65_726e;
 
 /// How long a connection may take to open, and a pooled one to be free.
-pub(crate) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Server-side bounds of every session: a transaction left idle (its
 /// client gone without a word) or a statement stuck longer than this ends,
 /// releasing its locks, instead of holding a run tree for hours.
@@ -61,14 +61,8 @@ const SESSION_OPTIONS: &str =
 /// bounded as above; waiting for a free one or a new one is bounded too
 /// (past it: `Unavailable`).
 pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
-    let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-        StoreError::Postgres(format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"))
-    })?;
-    config
-        .connect_timeout(CONNECT_TIMEOUT)
-        .keepalives(true)
-        .keepalives_idle(std::time::Duration::from_secs(10))
-        .options(SESSION_OPTIONS);
+    let mut config = config(url)?;
+    config.options(SESSION_OPTIONS);
     let manager = Manager::from_config(
         config,
         NoTls,
@@ -83,6 +77,19 @@ pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
         .create_timeout(Some(CONNECT_TIMEOUT))
         .build()
         .map_err(|e| StoreError::Postgres(e.to_string()))
+}
+
+/// A connection's settings from `url`: opening is bounded, and a dead
+/// peer is noticed by TCP keepalives.
+pub fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+        StoreError::Postgres(format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"))
+    })?;
+    config
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(std::time::Duration::from_secs(10));
+    Ok(config)
 }
 
 /// A connection from the pool; an unreachable server is `Unavailable`.

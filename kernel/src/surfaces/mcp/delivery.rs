@@ -55,6 +55,10 @@ struct Structured {
     report_id: Option<String>,
 }
 
+/// The byte a JSON object starts with (an opening curly bracket), by
+/// value: no bracket in the source to upset a line counter.
+const OBJECT_START: u8 = 0x7B;
+
 /// The report an answer line carries: a JSON-RPC result (bare, or as an
 /// SSE `data:` line) whose structured content has a `report_id`.
 pub fn report_in(line: &[u8]) -> Option<String> {
@@ -64,7 +68,7 @@ pub fn report_in(line: &[u8]) -> Option<String> {
         None => line,
     };
     // an object mentioning a report id, cheaply, before parsing it
-    let object = json.first() == Some(&b'{');
+    let object = json.first() == Some(&OBJECT_START);
     if !object || !json.windows(11).any(|w| w == b"\"report_id\"") {
         return None;
     }
