@@ -20,6 +20,11 @@ fi
 if ! command -v chromium >/dev/null; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+# the metrics are scraped by a real Prometheus and linted by its promtool
+# (Debian's package, without the exporters it recommends)
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 # the MCP tests use the official Python client (PyPI `mcp`), the panel's a
 # small DevTools client on `websocket-client`, from a throwaway virtualenv
 # under target/ (made once, kept while its pins hold)

@@ -76,6 +76,10 @@ pub struct Config {
     /// An observer attempt that ran this long before failing was healthy:
     /// its failure starts the "failed attempts in a row" count again.
     pub attempt_healthy: Duration,
+    /// Where an unauthenticated `/metrics` listener binds
+    /// (`OPKERNEL_METRICS_LISTEN`: a port, on loopback, or an address);
+    /// none unless set.
+    pub metrics_listen: Option<SocketAddr>,
     /// How long a delivered op's files (`.log`, `.pid`, `.code`) are kept
     /// (`OPKERNEL_OP_FILES_RETENTION`, default 7 days).
     pub op_files_retention: Duration,
@@ -115,6 +119,27 @@ fn env_duration(name: &str, default: Duration, invalid: &mut Vec<String>) -> Dur
             default
         }),
         Err(_) => default,
+    }
+}
+
+/// An address from `name`: a bare port means that port on loopback.
+fn env_addr(name: &str, invalid: &mut Vec<String>) -> Option<SocketAddr> {
+    let text = std::env::var(name).ok()?;
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if let Ok(port) = text.parse::<u16>() {
+        return Some(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    match text.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            invalid.push(format!(
+                "{name}: {text:?} is neither a port nor an address such as 127.0.0.1:9464"
+            ));
+            None
+        }
     }
 }
 
@@ -243,7 +268,9 @@ impl Config {
                 invalid.push(e);
                 StoreLocation::Sqlite
             });
+        let metrics_listen = env_addr("OPKERNEL_METRICS_LISTEN", &mut invalid);
         Config {
+            metrics_listen,
             op_files_retention,
             retention,
             invalid,

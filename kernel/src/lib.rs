@@ -14,6 +14,7 @@ pub use opkernel_domain::{approval, envelope, event_kind, lifecycle, report_text
 
 pub mod config;
 pub mod drills;
+pub mod metrics;
 pub mod runtime;
 pub mod store;
 pub mod surfaces;

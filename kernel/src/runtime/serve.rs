@@ -16,6 +16,14 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
     let housekeeping = crate::runtime::housekeeping::Housekeeping::start(&kernel).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
+    if let Some(addr) = kernel.config.metrics_listen {
+        let open = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("OPKERNEL_METRICS_LISTEN {addr}: {e}"))?;
+        tracing::info!(%addr, "metrics listener (no token) serves /metrics");
+        let routes = crate::surfaces::api::metrics::open_router(kernel.clone());
+        tokio::spawn(async move { axum::serve(open, routes).await });
+    }
     on_ready(listener.local_addr()?);
     tokio::select! {
         served = axum::serve(listener, app(kernel.clone())) => served?,

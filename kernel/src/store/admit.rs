@@ -147,6 +147,7 @@ fn insert_row(tx: &mut dyn Tx, req: &StartRequest, request_sha: &str, now: i64) 
             &req.schedule_id,
         ],
     )?;
+    tx.note_fact(super::db::Fact::Admitted);
     op_from_row(&row)
 }
 

@@ -35,6 +35,7 @@ pub(super) fn deny_in(tx: &mut dyn Tx, id: &str, reason: &str, by: &str) -> Stor
     if n != 1 {
         return Ok(false);
     }
+    tx.note_fact(super::db::Fact::Settled(Status::Denied));
     let op = get(tx, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
     let denied = ApprovalDenied {
         reason: reason.to_owned(),

@@ -10,6 +10,7 @@ mod claims;
 pub mod db;
 mod fire;
 mod journal;
+mod levels;
 mod ops;
 mod reports;
 mod retention;
@@ -32,6 +33,7 @@ use db::Tx;
 pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use journal::{Event, ModelUsage, UsageRecorded};
+pub use levels::StoreLevels;
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
 pub use retention::{PrunableOp, PurgedTree};
@@ -111,6 +113,9 @@ pub struct Store {
     /// an event whose transaction then rolled back: readers only re-read);
     /// on PostgreSQL a counter bumped by each notification.
     journal: Arc<tokio::sync::watch::Sender<i64>>,
+    /// This process's metrics: the facts of committed transactions and
+    /// their durations are counted here.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The database behind a [`Store`].
@@ -164,6 +169,7 @@ impl Store {
                 seen: None,
             },
             journal,
+            metrics: Default::default(),
         })
     }
 
@@ -187,6 +193,7 @@ impl Store {
                 _listening: Arc::new(listening),
             },
             journal,
+            metrics: Default::default(),
         })
     }
 
@@ -225,28 +232,43 @@ impl Store {
         self.transaction(true, f).await
     }
 
+    /// This process's metrics.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Runs `f` in one transaction, timed; the facts it notes are counted
+    /// once it committed.
     async fn transaction<T, F>(&self, read_only: bool, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        let seen = match &self.backend {
-            Backend::Sqlite { seen, .. } => seen.clone(),
-            Backend::Postgres { pool, .. } => return db::pgpool::run(pool, read_only, f).await,
+        let began = std::time::Instant::now();
+        let noted = move |tx: &mut dyn Tx| {
+            let mut noting = db::Noting::new(tx);
+            let value = f(&mut noting)?;
+            Ok((value, noting.into_facts()))
         };
-        self.call(move |conn| {
-            let behavior = if read_only {
-                rusqlite::TransactionBehavior::Deferred
-            } else {
-                rusqlite::TransactionBehavior::Immediate
-            };
-            // dropped uncommitted on `Err`: rolled back
-            let tx = conn.transaction_with_behavior(behavior)?;
-            let value = f(&mut SqliteTx::new(&tx, seen))?;
-            tx.commit()?;
-            Ok(value)
-        })
-        .await
+        let done = match &self.backend {
+            Backend::Sqlite { seen, .. } => {
+                let seen = seen.clone();
+                self.call(move |conn| sqlite_transaction(conn, read_only, seen, noted))
+                    .await
+            }
+            Backend::Postgres { pool, .. } => db::pgpool::run(pool, read_only, noted).await,
+        };
+        self.metrics
+            .transaction(read_only, began.elapsed().as_secs_f64());
+        let (value, facts) = done?;
+        for fact in facts {
+            match fact {
+                db::Fact::Admitted => self.metrics.op_admitted(),
+                db::Fact::Settled(status) => self.metrics.op_settled(status),
+                db::Fact::Reported { waited_ms } => self.metrics.op_reported(waited_ms),
+            }
+        }
+        Ok(value)
     }
 
     /// Runs `f` with the connection on the blocking pool.
@@ -267,6 +289,27 @@ impl Store {
         .await
         .map_err(|e| StoreError::Worker(e.to_string()))?
     }
+}
+
+/// One SQLite transaction: `BEGIN IMMEDIATE` for a write (the file's one
+/// writer, every run tree serialized), deferred for a read; committed when
+/// `f` returns `Ok`, rolled back on `Err`.
+fn sqlite_transaction<T>(
+    conn: &mut Connection,
+    read_only: bool,
+    seen: db::sqlite::Seen,
+    f: impl FnOnce(&mut dyn Tx) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let behavior = if read_only {
+        rusqlite::TransactionBehavior::Deferred
+    } else {
+        rusqlite::TransactionBehavior::Immediate
+    };
+    // dropped uncommitted on `Err`: rolled back
+    let tx = conn.transaction_with_behavior(behavior)?;
+    let value = f(&mut SqliteTx::new(&tx, seen))?;
+    tx.commit()?;
+    Ok(value)
 }
 
 fn migrate(conn: &mut Connection) -> StoreResult<()> {

@@ -116,6 +116,12 @@ impl Op {
                 .filter(|_| !matches!(self.status, Status::AwaitingApproval | Status::Denied)))
             .unwrap_or(self.created_at)
     }
+
+    /// When the op was asked to run: its approval, else its creation (the
+    /// start of `opkernel_op_start_seconds`).
+    pub fn requested_at_ms(&self) -> i64 {
+        self.approval_decided_at.unwrap_or(self.created_at)
+    }
 }
 
 /// Every column of an op row, in the order [`op_from_row`] does not rely on:

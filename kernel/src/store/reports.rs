@@ -170,6 +170,11 @@ fn drain_in(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<Report>> {
         more_pending: more,
     };
     mark_delivered(tx, &report, &resolved, &notes)?;
+    let now = now_ms();
+    for op in &resolved {
+        let waited_ms = now - op.finished_at.unwrap_or(now);
+        tx.note_fact(super::db::Fact::Reported { waited_ms });
+    }
     Ok(Some(report))
 }
 

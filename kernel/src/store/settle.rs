@@ -82,6 +82,7 @@ fn settle_in(tx: &mut dyn Tx, id: &str, s: &Settlement) -> StoreResult<bool> {
     if n != 1 {
         return Ok(false);
     }
+    tx.note_fact(super::db::Fact::Settled(s.outcome.status()));
     let op = get(tx, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
     let wall = op.started_at.map(|start| match s.ended_at {
         Some(end) => end.min(now) - start,

@@ -133,7 +133,10 @@ impl ObserverAttempt {
             let result = self.exec(&container_id).await?;
             match super::verdict::launch_verdict(&result, retried) {
                 LaunchVerdict::Started => {
-                    k.store.mark_running(&self.op.id, started).await?;
+                    if k.store.mark_running(&self.op.id, started).await? {
+                        let waited_ms = now_ms() - self.op.requested_at_ms();
+                        k.store.metrics().op_running(waited_ms);
+                    }
                     return Ok(true);
                 }
                 LaunchVerdict::Unknown => {

@@ -299,6 +299,8 @@ impl ObserverAttempt {
             .mark_running_with_pid(&self.op.id, claimed, pid_file.clone())
             .await?;
         if won {
+            let waited_ms = crate::store::now_ms() - self.op.requested_at_ms();
+            self.kernel.store.metrics().op_running(waited_ms);
             self.op.status = Status::Running;
             self.op.started_at.get_or_insert(claimed);
             if let Some(rec) = pid_file {

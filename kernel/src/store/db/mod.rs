@@ -58,6 +58,80 @@ pub trait Tx {
 
     /// The dialect, for the few statements spelled differently.
     fn dialect(&self) -> Dialect;
+
+    /// Notes a fact that holds once this transaction commits (for the
+    /// metrics); forgotten when it rolls back.
+    fn note_fact(&mut self, _fact: Fact) {}
+}
+
+/// What a committed transaction did, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fact {
+    /// An op was admitted.
+    Admitted,
+    /// An op reached this terminal status (its write won).
+    Settled(crate::lifecycle::Status),
+    /// A background op was delivered in a report this long after its end.
+    Reported {
+        /// Milliseconds from its end to the report.
+        waited_ms: i64,
+    },
+}
+
+/// A transaction that keeps the [`Fact`]s its script notes; the store
+/// applies them after the commit.
+pub struct Noting<'t> {
+    inner: &'t mut dyn Tx,
+    facts: Vec<Fact>,
+}
+
+impl<'t> Noting<'t> {
+    /// Wraps an open transaction.
+    pub fn new(inner: &'t mut dyn Tx) -> Noting<'t> {
+        Noting {
+            inner,
+            facts: Vec::new(),
+        }
+    }
+
+    /// The facts noted, in order.
+    pub fn into_facts(self) -> Vec<Fact> {
+        self.facts
+    }
+}
+
+impl Tx for Noting<'_> {
+    fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64> {
+        self.inner.execute(sql, params)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>> {
+        self.inner.query(sql, params)
+    }
+
+    fn lock_tree(&mut self, root: &str) -> StoreResult<()> {
+        self.inner.lock_tree(root)
+    }
+
+    fn locked_root(&self, run_id: &str) -> Option<String> {
+        self.inner.locked_root(run_id)
+    }
+
+    fn note_locked(&mut self, run_id: &str, root: &str) {
+        self.inner.note_locked(run_id, root)
+    }
+
+    fn note_tree_locked(&mut self, root: &str) {
+        self.inner.note_tree_locked(root)
+    }
+
+    fn dialect(&self) -> Dialect {
+        self.inner.dialect()
+    }
+
+    fn note_fact(&mut self, fact: Fact) {
+        self.facts.push(fact);
+    }
 }
 
 impl dyn Tx + '_ {

@@ -4,6 +4,7 @@
 mod console;
 pub mod error;
 mod events;
+pub mod metrics;
 mod ops;
 pub mod panel;
 pub mod reports;
@@ -36,6 +37,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
     let mut app = Router::new()
         .route("/", get(panel::index))
         .route("/ui/{file}", get(panel::file))
+        .route("/metrics", get(metrics::metrics))
         .route("/v1/health", get(views::health))
         .route("/v1/whoami", get(views::whoami))
         .route("/v1/tools", get(views::tools))

@@ -1,0 +1,239 @@
+//! The kernel's Prometheus metrics (SPEC §23), in the text exposition
+//! format (0.0.4) of the `prometheus` crate, every name prefixed
+//! `opkernel_`. Counters and histograms count what this process saw since
+//! it started (Prometheus's `rate()` absorbs a restart); the levels (live
+//! ops, pending deliveries, containers) are read from the control plane and
+//! Docker at each scrape, so they are right after any crash.
+
+use std::collections::BTreeMap;
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::lifecycle::Status;
+
+/// Latency buckets, in seconds: 1 ms to about 2 minutes.
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
+];
+
+/// Store transaction buckets, in seconds: 100 µs to 5 s.
+const STORE_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
+];
+
+/// The levels read at each scrape.
+#[derive(Debug, Default, Clone)]
+pub struct Levels {
+    /// Ops not yet terminal (pending, awaiting approval, starting, running).
+    pub live_ops: i64,
+    /// Resolved background ops not yet delivered in a report.
+    pub reports_pending: i64,
+    /// Managed containers by Docker state (`running`, `exited`, …).
+    pub containers: BTreeMap<String, i64>,
+}
+
+/// One kernel process's metrics.
+pub struct Metrics {
+    registry: Registry,
+    ops: IntCounterVec,
+    op_starts: IntCounter,
+    op_start_seconds: Histogram,
+    op_report_seconds: Histogram,
+    store_transaction_seconds: HistogramVec,
+    live_ops: IntGauge,
+    reports_pending: IntGauge,
+    containers: IntGaugeVec,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+fn histogram(name: &str, help: &str, buckets: &[f64]) -> HistogramOpts {
+    HistogramOpts::new(name, help).buckets(buckets.to_vec())
+}
+
+/// Names and label sets are constants: building them cannot fail.
+fn built<T>(made: prometheus::Result<T>) -> T {
+    match made {
+        Ok(v) => v,
+        Err(e) => unreachable!("a constant metric definition was refused: {e}"),
+    }
+}
+
+impl Metrics {
+    /// Every metric, registered, at zero; one series per terminal status.
+    pub fn new() -> Metrics {
+        let registry = built(Registry::new_custom(Some("opkernel".into()), None));
+        let m = Metrics {
+            ops: built(IntCounterVec::new(
+                Opts::new(
+                    "ops_total",
+                    "Ops that reached a terminal status, by status.",
+                ),
+                &["status"],
+            )),
+            op_starts: built(IntCounter::new(
+                "op_starts_total",
+                "Ops admitted (run_command accepted, schedules fired).",
+            )),
+            op_start_seconds: built(Histogram::with_opts(histogram(
+                "op_start_seconds",
+                "From an op's request to its command running (approval waits excluded).",
+                BUCKETS,
+            ))),
+            op_report_seconds: built(Histogram::with_opts(histogram(
+                "op_report_seconds",
+                "From a background op's end to the report that delivered it.",
+                BUCKETS,
+            ))),
+            store_transaction_seconds: built(HistogramVec::new(
+                histogram(
+                    "store_transaction_seconds",
+                    "Control-plane transactions, by kind (read, write), commit included.",
+                    STORE_BUCKETS,
+                ),
+                &["kind"],
+            )),
+            live_ops: built(IntGauge::new("live_ops", "Ops not yet terminal.")),
+            reports_pending: built(IntGauge::new(
+                "reports_pending",
+                "Resolved background ops waiting to be delivered in a report.",
+            )),
+            containers: built(IntGaugeVec::new(
+                Opts::new("containers", "Managed run containers, by Docker state."),
+                &["state"],
+            )),
+            registry,
+        };
+        m.register();
+        for status in Status::TERMINAL {
+            m.ops.with_label_values(&[status.as_str()]);
+        }
+        for kind in ["read", "write"] {
+            m.store_transaction_seconds.with_label_values(&[kind]);
+        }
+        m
+    }
+
+    fn register(&self) {
+        let all: [Box<dyn prometheus::core::Collector>; 8] = [
+            Box::new(self.ops.clone()),
+            Box::new(self.op_starts.clone()),
+            Box::new(self.op_start_seconds.clone()),
+            Box::new(self.op_report_seconds.clone()),
+            Box::new(self.store_transaction_seconds.clone()),
+            Box::new(self.live_ops.clone()),
+            Box::new(self.reports_pending.clone()),
+            Box::new(self.containers.clone()),
+        ];
+        for c in all {
+            built(self.registry.register(c));
+        }
+    }
+
+    /// An op reached `status` (counted once: by the write that won).
+    pub fn op_settled(&self, status: Status) {
+        self.ops.with_label_values(&[status.as_str()]).inc();
+    }
+
+    /// An op was admitted.
+    pub fn op_admitted(&self) {
+        self.op_starts.inc();
+    }
+
+    /// An op's command started `waited_ms` after its request.
+    pub fn op_running(&self, waited_ms: i64) {
+        self.op_start_seconds.observe(seconds(waited_ms));
+    }
+
+    /// A background op was delivered `waited_ms` after it ended.
+    pub fn op_reported(&self, waited_ms: i64) {
+        self.op_report_seconds.observe(seconds(waited_ms));
+    }
+
+    /// A control-plane transaction took `secs`, commit included.
+    pub fn transaction(&self, read_only: bool, secs: f64) {
+        let kind = if read_only { "read" } else { "write" };
+        self.store_transaction_seconds
+            .with_label_values(&[kind])
+            .observe(secs);
+    }
+
+    /// The text exposition of every metric, with `levels` as the gauges.
+    pub fn render(&self, levels: &Levels) -> String {
+        self.live_ops.set(levels.live_ops);
+        self.reports_pending.set(levels.reports_pending);
+        // a state no container is in any more leaves the exposition
+        self.containers.reset();
+        for state in ["running", "exited", "created", "paused"] {
+            self.containers.with_label_values(&[state]).set(0);
+        }
+        for (state, n) in &levels.containers {
+            self.containers.with_label_values(&[state.as_str()]).set(*n);
+        }
+        match TextEncoder::new().encode_to_string(&self.registry.gather()) {
+            Ok(text) => text,
+            Err(e) => format!("# the metrics could not be encoded: {e}\n"),
+        }
+    }
+}
+
+fn seconds(ms: i64) -> f64 {
+    ms.max(0) as f64 / 1000.0
+}
+
+/// The exposition's content type (text format 0.0.4).
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_names_every_metric_with_help_and_type() {
+        let m = Metrics::new();
+        m.op_settled(Status::Completed);
+        m.op_settled(Status::Completed);
+        m.op_running(12);
+        m.transaction(false, 0.002);
+        let mut levels = Levels {
+            live_ops: 3,
+            reports_pending: 1,
+            ..Levels::default()
+        };
+        levels.containers.insert("running".into(), 2);
+        let text = m.render(&levels);
+        for name in [
+            "opkernel_ops_total",
+            "opkernel_op_starts_total",
+            "opkernel_op_start_seconds",
+            "opkernel_op_report_seconds",
+            "opkernel_store_transaction_seconds",
+            "opkernel_live_ops",
+            "opkernel_reports_pending",
+            "opkernel_containers",
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        }
+        assert!(text.contains("opkernel_ops_total{status=\"completed\"} 2"));
+        assert!(text.contains("opkernel_ops_total{status=\"lost\"} 0"));
+        assert!(text.contains("opkernel_live_ops 3"));
+        assert!(text.contains("opkernel_containers{state=\"running\"} 2"));
+        assert!(text.contains("opkernel_containers{state=\"exited\"} 0"));
+        assert!(text.contains("opkernel_op_start_seconds_count 1"));
+        assert!(text.contains("opkernel_store_transaction_seconds_count{kind=\"write\"} 1"));
+    }
+}

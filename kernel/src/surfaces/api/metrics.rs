@@ -1,0 +1,53 @@
+//! `GET /metrics` (SPEC §23): the kernel's Prometheus metrics, for the
+//! operator token on the API's listener, or for anyone on the listener of
+//! `OPKERNEL_METRICS_LISTEN` (loopback unless the operator binds it
+//! elsewhere).
+
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::{require_operator, ApiResult, AppState};
+use crate::metrics::Levels;
+use crate::surfaces::auth::Principal;
+
+/// The exposition, with the levels read now from the control plane and
+/// Docker (an unreachable Docker leaves the container levels out, as the
+/// rest is still worth a scrape).
+async fn exposition(k: &AppState) -> ApiResult<Response> {
+    let stored = k.store.levels().await?;
+    let mut levels = Levels {
+        live_ops: stored.live_ops,
+        reports_pending: stored.reports_pending,
+        ..Levels::default()
+    };
+    match k.backend.list_managed().await {
+        Ok(list) => {
+            for c in list {
+                *levels.containers.entry(c.state).or_default() += 1;
+            }
+        }
+        Err(e) => tracing::warn!(%e, "metrics: containers not listed"),
+    }
+    let text = k.store.metrics().render(&levels);
+    Ok(([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// `GET /metrics` on the API: the operator token only.
+pub async fn metrics(State(k): State<AppState>, principal: Principal) -> ApiResult<Response> {
+    require_operator(&principal)?;
+    exposition(&k).await
+}
+
+/// The unauthenticated metrics listener's routes: `/metrics` alone.
+pub fn open_router(kernel: AppState) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(k): State<AppState>| async move { exposition(&k).await }),
+        )
+        .fallback(|| async { super::ApiError::not_found("only /metrics is served here") })
+        .with_state(kernel)
+}

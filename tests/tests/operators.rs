@@ -1,0 +1,218 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The operators' surfaces (SPEC §23) against a live kernel: its
+//! Prometheus metrics, scraped by a real Prometheus server (Debian's
+//! `prometheus` package, which `scripts/test.sh` installs) and checked by
+//! `promtool check metrics`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use opkernel::drills::harness::{kernel_binary, KernelProcess};
+use opkernel::surfaces::cli::client::Client;
+use opkernel_tests::unique_run;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+async fn get_text(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// The value of the one sample line `series` (name and labels as printed).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A kernel with one completed background op, delivered, and a run token.
+async fn kernel_with_history(metrics_port: u16) -> (KernelProcess, String, Client) {
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let env = [("OPKERNEL_METRICS_LISTEN", listen.as_str())];
+    let k = KernelProcess::start(&kernel_binary().unwrap(), "metrics", &env)
+        .await
+        .unwrap();
+    let run = unique_run("metrics");
+    let (s, v) = k
+        .client
+        .request(Method::POST, "/v1/runs", Some(&json!({"run_id": run})), &[])
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{v}");
+    let run_client = Client::new(
+        k.client.base().to_owned(),
+        v["token"].as_str().unwrap().to_owned(),
+    );
+    let op = k.start_bg(&run, &["sh", "-c", "exit 3"], 60).await.unwrap();
+    k.wait_terminal(&op, Duration::from_secs(60)).await.unwrap();
+    let delivered = k
+        .collect_deliveries(&run, 1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(delivered, vec![op]);
+    (k, run, run_client)
+}
+
+#[tokio::test]
+async fn metrics_are_served_to_the_operator_and_on_the_open_listener() {
+    let port = free_port();
+    let (k, _run, run_client) = kernel_with_history(port).await;
+    let url = format!("{}/metrics", k.client.base());
+    let (status, text) = get_text(&url, Some(k.client.token())).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(sample(&text, "opkernel_ops_total{status=\"completed\"}").unwrap() >= 1.0);
+    assert_eq!(
+        sample(&text, "opkernel_ops_total{status=\"lost\"}"),
+        Some(0.0)
+    );
+    assert!(sample(&text, "opkernel_op_starts_total").unwrap() >= 1.0);
+    assert!(sample(&text, "opkernel_op_start_seconds_count").unwrap() >= 1.0);
+    assert!(sample(&text, "opkernel_op_report_seconds_count").unwrap() >= 1.0);
+    assert_eq!(sample(&text, "opkernel_live_ops"), Some(0.0));
+    assert_eq!(sample(&text, "opkernel_reports_pending"), Some(0.0));
+    assert!(sample(&text, "opkernel_containers{state=\"running\"}").unwrap() >= 1.0);
+    assert!(
+        sample(
+            &text,
+            "opkernel_store_transaction_seconds_count{kind=\"write\"}"
+        )
+        .unwrap()
+            > 0.0
+    );
+
+    // a run token is refused; no token at all too
+    let (status, body) = get_text(&url, Some(run_client.token())).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(get_text(&url, None).await.0, 401);
+
+    // the open listener needs none, and serves nothing else
+    let open = format!("http://127.0.0.1:{port}");
+    let (status, open_text) = get_text(&format!("{open}/metrics"), None).await;
+    assert_eq!(status, 200);
+    assert!(open_text.contains("# TYPE opkernel_ops_total counter"));
+    assert_eq!(get_text(&format!("{open}/v1/runs"), None).await.0, 404);
+
+    // Prometheus's own linter accepts the exposition
+    let file = k.home.join("metrics.txt");
+    std::fs::write(&file, &text).unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .output()
+        .expect("promtool (Debian's prometheus package) must be installed");
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    k.remove_containers();
+}
+
+/// A Prometheus server scraping `targets` (job name, address, bearer
+/// token) every second, on a port of its own; stopped when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(dir: &std::path::Path, targets: &[(&str, String, Option<&str>)]) -> Prometheus {
+        let mut config = String::from("global:\n  scrape_interval: 1s\nscrape_configs:\n");
+        for (job, addr, token) in targets {
+            config += &format!("  - job_name: {job}\n");
+            if let Some(t) = token {
+                config += &format!("    authorization:\n      credentials: {t}\n");
+            }
+            config += &format!("    static_configs:\n      - targets: ['{addr}']\n");
+        }
+        let file = dir.join("prometheus.yml");
+        std::fs::write(&file, config).unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", file.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("prometheus (Debian's package) must be installed");
+        Prometheus {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The instant vector of `query` (empty while Prometheus is not up).
+    async fn query(&self, query: &str) -> Vec<Value> {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/api/v1/query", self.url))
+            .query(&[("query", query)])
+            .send()
+            .await;
+        let Ok(resp) = resp else { return Vec::new() };
+        let v: Value = resp.json().await.unwrap_or_default();
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (at most 60 s) until `query` returns `n` series.
+    async fn wait_series(&self, query: &str, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = self.query(query).await;
+            if got.len() == n {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "prometheus: {query} gave {got:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_real_prometheus_scrapes_both_listeners() {
+    let port = free_port();
+    let (k, _run, _) = kernel_with_history(port).await;
+    let api = k.client.base().trim_start_matches("http://").to_owned();
+    let prom = Prometheus::start(
+        &k.home,
+        &[
+            ("open", format!("127.0.0.1:{port}"), None),
+            ("api", api, Some(k.client.token())),
+        ],
+    );
+    let up = prom.wait_series("up == 1", 2).await;
+    assert_eq!(up.len(), 2, "{up:?}");
+    let completed = prom
+        .wait_series("opkernel_ops_total{status=\"completed\"} >= 1", 2)
+        .await;
+    assert_eq!(completed.len(), 2, "{completed:?}");
+    let hist = prom
+        .wait_series("opkernel_op_start_seconds_count{job=\"api\"}", 1)
+        .await;
+    assert_eq!(hist.len(), 1);
+    drop(prom);
+    k.remove_containers();
+}
