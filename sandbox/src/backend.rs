@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::opfiles::{OpsDir, PidRecord};
 use crate::profile::{Profile, RunIdentity};
 use crate::shim::{MarkedProcess, Signal, WrapperSpec};
+use opkernel_shim::table::ProcessRow;
 use opkernel_shim::RunUser;
 
 /// What the kernel needs from a sandbox backend. Every call is bounded by
@@ -47,6 +48,19 @@ pub trait OpBackend: Send + Sync + 'static {
     fn launch_status<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<Option<i64>>>;
     /// Every process in the container that carries an op marker.
     fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>>;
+    /// The process table of every marked process, for the operator's
+    /// inspect (pid, user, CPU, RSS, age, command).
+    fn process_table<'a>(
+        &'a self,
+        container_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ProcessRow>>> {
+        Box::pin(async move {
+            Err(crate::SandboxError::Probe {
+                container: container_id.to_owned(),
+                detail: "this backend lists no process table".into(),
+            })
+        })
+    }
     /// The same listing, asked of the run container's resident launcher
     /// through its inbox; `Ok(None)` when no answer came in `timeout` (or
     /// the backend has no such path).
@@ -114,6 +128,12 @@ impl OpBackend for Sandbox {
     }
     fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>> {
         Box::pin(Sandbox::probe(self, container_id))
+    }
+    fn process_table<'a>(
+        &'a self,
+        container_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ProcessRow>>> {
+        Box::pin(Sandbox::process_table(self, container_id))
     }
     fn probe_by_launcher<'a>(
         &'a self,

@@ -22,9 +22,10 @@ use crate::profile::{
     container_config, Profile, RunIdentity, LABEL_MANAGED, LAUNCHER_CMD, SCRATCH_MOUNT, SHIM_MOUNT,
 };
 use crate::shim::{
-    install_shim, launch_argv, marker, parse_probe, parse_signalled, probe_argv, signal_argv,
-    MarkedProcess, RunAs, Signal, WrapperSpec,
+    install_shim, launch_argv, marker, parse_probe, parse_signalled, probe_argv, ps_argv,
+    signal_argv, MarkedProcess, RunAs, Signal, WrapperSpec,
 };
+use opkernel_shim::table::{parse_table, ProcessRow};
 use opkernel_shim::RunUser;
 
 /// The API version spoken when negotiation is impossible (the daemon is down
@@ -442,6 +443,15 @@ impl Sandbox {
     pub async fn probe(&self, container_id: &str) -> Result<Vec<MarkedProcess>> {
         let out = self.run_helper(container_id, probe_argv()).await?;
         parse_probe(&out).map_err(|detail| SandboxError::Probe {
+            container: container_id.to_owned(),
+            detail,
+        })
+    }
+
+    /// The process table of every marked process (`opkernel-shim ps`).
+    pub async fn process_table(&self, container_id: &str) -> Result<Vec<ProcessRow>> {
+        let out = self.run_helper(container_id, ps_argv()).await?;
+        parse_table(&out).map_err(|detail| SandboxError::Probe {
             container: container_id.to_owned(),
             detail,
         })

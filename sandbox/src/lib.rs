@@ -22,6 +22,7 @@ pub use liveness::{OpLiveness, Snapshot};
 pub use opfiles::{
     ExitRecord, Handback, LogDigest, OpFileError, OpResult, OpsDir, PidRecord, Request, Usage,
 };
+pub use opkernel_shim::table::ProcessRow;
 pub use opkernel_shim::{passwd_lookup, RunAs, RunUser};
 pub use profile::{Profile, RunIdentity};
 pub use shim::{MarkedProcess, Signal, WrapperSpec};

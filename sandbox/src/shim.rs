@@ -119,6 +119,12 @@ pub fn probe_argv() -> Vec<String> {
     vec![SHIM_PATH.to_owned(), "probe".to_owned()]
 }
 
+/// The process table's argv: every marked process with its owner, CPU,
+/// memory, age and command (the operator's inspect).
+pub fn ps_argv() -> Vec<String> {
+    vec![SHIM_PATH.to_owned(), "ps".to_owned()]
+}
+
 /// The signaller's argv: `signal` to every process of the op except its
 /// launcher, each checked to carry the op's marker and to have started no
 /// earlier than the launcher (a reused pid fails one of the two).

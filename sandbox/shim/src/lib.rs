@@ -10,6 +10,7 @@
 
 pub mod format;
 pub mod procfs;
+pub mod table;
 pub mod user;
 
 pub use format::{

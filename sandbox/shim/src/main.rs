@@ -3,11 +3,13 @@
 //!
 //! - `launch <op id> <run-as> <log cap> <command>...`: runs an op (see `launch.rs`);
 //! - `probe`: lists the processes that carry an op marker;
+//! - `ps`: their process table (user, CPU, RSS, age, command) for inspect;
 //! - `signal <op id> <launcher pid> <start ticks> TERM|KILL`: signals an op's processes;
 //! - `serve`: the container's main process, the resident launcher (see `serve.rs`);
 //! - `idle`: the main process of containers without a launcher; sleeps until stopped.
 
 mod launch;
+mod ps;
 mod scan;
 mod serve;
 mod sys;
@@ -22,6 +24,7 @@ fn main() {
     let code = match verb.as_deref() {
         Some("launch") => launch::main(rest),
         Some("probe") => scan::probe(rest),
+        Some("ps") => ps::main(rest),
         Some("signal") => scan::signal(rest),
         Some("serve") => serve::main(rest),
         Some("idle") => loop {
@@ -32,7 +35,7 @@ fn main() {
             0
         }
         _ => {
-            eprintln!("usage: opkernel-shim launch|probe|signal|serve|idle|version ...");
+            eprintln!("usage: opkernel-shim launch|probe|ps|signal|serve|idle|version ...");
             2
         }
     };

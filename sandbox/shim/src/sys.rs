@@ -236,3 +236,14 @@ pub fn read_now(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
 }
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`; 100 when it fails).
+pub fn clock_ticks_per_sec() -> u64 {
+    // sysconf reads a constant of the C library; no memory is passed
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as u64
+    } else {
+        100
+    }
+}
