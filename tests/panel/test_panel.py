@@ -403,6 +403,31 @@ class PanelTest(unittest.TestCase):
             b.handlers.pop("Fetch.requestPaused", None)
         b.wait(f"!{schedules} && {errors}.hidden", timeout=20, what="the error to clear on the next refresh")
 
+    def test_7a_inspect_a_container_from_its_row(self):
+        b = self.b
+        b.sign_in(OPERATOR)
+        run, token = new_run()
+        op = start_bg(run, token, ["sh", "-c", "sleep 45"])
+        deadline = time.monotonic() + 30
+        while not api("GET", f"/v1/operations/{op}").get("pid"):
+            assert time.monotonic() < deadline, "the op did not start"
+            time.sleep(0.1)
+        container = api("GET", f"/v1/operations/{op}")["container_id"]
+        button = f"document.querySelector('#containers [data-container=\"{container}\"] button.inspect')"
+        b.wait(button, timeout=20, what="the container's row with its inspect button")
+        b.eval(f"{button}.click(); true")
+        box = "document.querySelector('#inspect')"
+        b.wait(f"!{box}.hidden && {box}.dataset.container === {json.dumps(container)}", what="the inspect view")
+        b.wait(f"{box}.querySelector('pre.processes').textContent.includes('sleep 45')",
+               what="the op's process in the table")
+        text = b.eval(f"{box}.textContent")
+        self.assertIn(f"run{run}", text.replace(" ", ""))
+        self.assertIn("keep", text)
+        self.assertIn(op, text)
+        b.eval(f"{box}.scrollIntoView(); true")
+        b.shot("09-inspect.png")
+        api("POST", f"/v1/runs/{run}/cancel", {})
+
     def test_8_modules_schedules_and_nothing_thrown(self):
         b = self.b
         b.eval("sessionStorage.clear(); true")

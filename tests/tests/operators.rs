@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The operators' surfaces (SPEC §23) against a live kernel: its
-//! Prometheus metrics, scraped by a real Prometheus server (Debian's
+//! The operators' surfaces (SPEC §23) against a live kernel: inspect of a
+//! container with a live op (its process in the table, over the API and
+//! the CLI); its Prometheus metrics, scraped by a real Prometheus server (Debian's
 //! `prometheus` package, which `scripts/test.sh` installs) and checked by
 //! `promtool check metrics`.
 
@@ -214,5 +215,113 @@ async fn a_real_prometheus_scrapes_both_listeners() {
         .await;
     assert_eq!(hist.len(), 1);
     drop(prom);
+    k.remove_containers();
+}
+
+fn cli(k: &KernelProcess, args: &[&str]) -> std::process::Output {
+    Command::new(kernel_binary().unwrap())
+        .args(args)
+        .env("OPKERNEL_URL", k.client.base())
+        .env("OPKERNEL_TOKEN", k.client.token())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn inspect_shows_a_live_op_and_its_process() {
+    let k = KernelProcess::start(&kernel_binary().unwrap(), "inspect", &[])
+        .await
+        .unwrap();
+    let run = unique_run("inspect");
+    let op = k
+        .start_bg(&run, &["sh", "-c", "echo started; sleep 40"], 120)
+        .await
+        .unwrap();
+    let container = k.container_of(&op).await.unwrap();
+    let v = k
+        .client
+        .get(&format!("/v1/containers/{run}"))
+        .await
+        .unwrap();
+    assert_eq!(v["container_id"], container.as_str(), "{v}");
+    assert_eq!(v["run_id"], run.as_str());
+    assert_eq!(v["state"], "running");
+    assert!(
+        v["fingerprint"].as_str().is_some_and(|f| f.len() == 64),
+        "{v}"
+    );
+    assert!(v["labels"]["opkernel.managed"] == "true", "{v}");
+    assert!(v["profile"]["image"].is_string(), "{v}");
+    assert_eq!(v["ops"][0]["operation_id"], op.as_str());
+    assert_eq!(v["ops"][0]["status"], "running");
+    assert!(v["scratch_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["reaper"]["verdict"], "keep", "{v}");
+    assert!(v["reaper"]["reason"].as_str().unwrap().contains(&op), "{v}");
+    let procs = v["processes"].as_array().unwrap_or_else(|| panic!("{v}"));
+    let sleep = procs
+        .iter()
+        .find(|p| p["command"].as_str().unwrap().starts_with("sleep 40"))
+        .unwrap_or_else(|| panic!("no sleep in {v}"));
+    assert_eq!(sleep["operation_id"], op.as_str());
+    assert!(sleep["pid"].as_u64().unwrap() > 1);
+    assert!(sleep["rss"].as_u64().unwrap() > 0, "{sleep}");
+    assert!(sleep["age"].as_f64().unwrap() >= 0.0);
+    assert!(sleep["cpu"].as_f64().unwrap() >= 0.0);
+    assert_ne!(sleep["user"], "root", "commands run unprivileged: {sleep}");
+    assert!(procs.iter().all(|p| p["operation_id"] == op.as_str()));
+
+    // the same container by id prefix and by name; unknown and run tokens refused
+    let by_prefix = k
+        .client
+        .get(&format!("/v1/containers/{}", &container[..12]))
+        .await
+        .unwrap();
+    assert_eq!(by_prefix["container_id"], container.as_str());
+    let name = v["name"].as_str().unwrap();
+    let by_name = k
+        .client
+        .get(&format!("/v1/containers/{name}"))
+        .await
+        .unwrap();
+    assert_eq!(by_name["container_id"], container.as_str());
+    let (status, _) = k
+        .client
+        .request(Method::GET, "/v1/containers/no-such-thing", None, &[])
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+
+    // the CLI: a readable summary, and the same JSON
+    let out = cli(&k, &["inspect", &run]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&container) && text.contains("sleep 40"),
+        "{text}"
+    );
+    assert!(text.contains("reaper      keep"), "{text}");
+    let out = cli(&k, &["inspect", &container[..12], "--json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["container_id"], container.as_str());
+    let out = cli(&k, &["inspect", "a/b"]);
+    assert!(!out.status.success());
+
+    k.client
+        .post(
+            &format!("/v1/runs/{run}/tools/kill_operation"),
+            &json!({"operation_id": op}),
+        )
+        .await
+        .unwrap();
+    let after = k
+        .client
+        .get(&format!("/v1/containers/{run}"))
+        .await
+        .unwrap();
+    assert_eq!(after["processes"], json!([]), "{after}");
     k.remove_containers();
 }

@@ -327,6 +327,19 @@ pub async fn reap(k: &Kernel, dry_run: bool) -> Result<Vec<ReapDecision>, StoreE
     Ok(decisions)
 }
 
+/// The reaper's verdict on one container now, as a dry run gives it
+/// (nothing is removed).
+pub async fn verdict_on(
+    k: &Kernel,
+    c: &sandbox::ContainerInfo,
+) -> Result<ReapDecision, StoreError> {
+    let live_ops = k.store.live_ops().await?;
+    let f = facts(k, c, &live_ops).await?;
+    decide_reap(std::slice::from_ref(&f))
+        .pop()
+        .ok_or_else(|| StoreError::Corrupt("the reaper decided nothing on one container".into()))
+}
+
 /// Removes a container the reaper decided on, holding the run's gate (no
 /// launch of the run is between container and exec) and deciding again
 /// from fresh facts under it: an op admitted since the first look (and

@@ -4,6 +4,7 @@
 mod console;
 pub mod error;
 mod events;
+mod inspect;
 pub mod metrics;
 mod ops;
 pub mod panel;
@@ -86,6 +87,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/runs/{run}/finish", post(reports::finish))
         .route("/v1/ops", get(views::list_ops))
         .route("/v1/containers", get(views::containers))
+        .route("/v1/containers/{id}", get(inspect::inspect))
         .route("/v1/reap", post(views::reap));
     if kernel.config.drills {
         app = app

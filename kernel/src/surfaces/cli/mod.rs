@@ -3,14 +3,17 @@
 
 pub mod client;
 mod runs;
+mod serve;
 mod verbs;
+
+pub use serve::{run_serve, ServeArgs};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use client::{default_home, Client};
+use client::Client;
 
 use crate::surfaces::views::OpView;
 
@@ -233,6 +236,15 @@ pub enum Command {
         /// Most operations to list, newest first
         #[arg(long, default_value_t = 50)]
         limit: u32,
+    },
+    /// Show one container inside and out: labels, profile, its run's ops,
+    /// its processes, scratch use and the reaper's verdict
+    Inspect {
+        /// A container id (or a prefix of it), a container name, or a run id
+        target: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
     },
     /// List managed containers
     Containers {
@@ -470,6 +482,7 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
         }
         Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
         Command::Containers { json } => verbs::containers(&client, json).await,
+        Command::Inspect { target, json } => verbs::inspect(&client, &target, json).await,
         Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,
         Command::Mcp { run } => {
             sandbox::profile::validate_run_id(&run)?;
@@ -543,51 +556,4 @@ struct RunRequest {
     timeout: Option<u64>,
     idempotency_key: Option<String>,
     command: Vec<String>,
-}
-
-/// How `opkernel serve` was asked to run.
-#[derive(Debug)]
-pub struct ServeArgs {
-    /// Address to listen on.
-    pub listen: SocketAddr,
-    /// Kernel home (default: `$OPKERNEL_HOME` or `~/.opkernel`).
-    pub home: Option<PathBuf>,
-    /// Whether a non-loopback `listen` is allowed.
-    pub allow_remote: bool,
-    /// `--store`: overrides `OPKERNEL_STORE`.
-    pub store: Option<String>,
-    /// Whether the drills' fault hooks are on.
-    pub drills: bool,
-}
-
-/// `opkernel serve`.
-pub async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
-    let ServeArgs {
-        listen,
-        home,
-        allow_remote,
-        store,
-        drills,
-    } = args;
-    if !listen.ip().is_loopback() {
-        if !allow_remote {
-            bail!("refusing to listen on non-loopback address {listen}: pass --allow-remote to expose the kernel");
-        }
-        tracing::warn!(%listen, "listening on a non-loopback address: anyone who can reach it and holds a token can run commands");
-    }
-    let home = home.unwrap_or_else(default_home);
-    let mut config = crate::config::Config::from_env(home.clone(), listen);
-    config.drills |= drills;
-    if let Some(store) = store {
-        config.store = crate::config::StoreLocation::parse(&store).map_err(anyhow::Error::msg)?;
-    }
-    crate::runtime::serve::serve(config, |addr| {
-        eprintln!(
-            "opkernel listening on http://{addr} (home {})",
-            home.display()
-        );
-    })
-    .await
-    .context("kernel stopped")?;
-    Ok(0)
 }

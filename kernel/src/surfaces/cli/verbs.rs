@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use super::client::Client;
 use super::{describe, exit_status, or_dash, print_answer, print_json, print_op, RunRequest};
 use crate::surfaces::views::{
-    ConsoleDone, ConsoleOutput, ContainerList, FinishView, NoteAdded, OpList, OpView, ReapList,
-    Report, ReportAck, RunCreated,
+    ConsoleDone, ConsoleOutput, ContainerInspect, ContainerList, FinishView, NoteAdded, OpList,
+    OpView, ReapList, Report, ReportAck, RunCreated,
 };
 
 /// The body of a `run_command` call.
@@ -300,6 +300,74 @@ pub(super) async fn reap(client: &Client, dry_run: bool, json: bool) -> anyhow::
             d.reason,
             if dry_run { " (dry run)" } else { "" }
         );
+    }
+    Ok(0)
+}
+
+/// `opkernel inspect CONTAINER|RUN`: one container inside and out.
+pub(super) async fn inspect(client: &Client, target: &str, json: bool) -> anyhow::Result<i32> {
+    let fine = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if target.is_empty() || !target.chars().all(fine) {
+        bail!("{target:?} is no container id, container name or run id");
+    }
+    let c: ContainerInspect = client.get_as(&format!("/v1/containers/{target}")).await?;
+    if json {
+        print_answer(&c);
+        return Ok(0);
+    }
+    println!("container   {} ({})", c.container_id, c.name);
+    println!("state       {}", c.state);
+    println!("run         {}", or_dash(&c.run_id));
+    println!("fingerprint {}", or_dash(&c.fingerprint));
+    if let Some(p) = &c.profile {
+        println!(
+            "profile     image={} memory={} cpus={} pids={} network={} user={}",
+            p.image,
+            p.memory_bytes,
+            p.cpus,
+            p.pids_limit,
+            p.network,
+            p.run_as.as_deref().unwrap_or("root")
+        );
+    }
+    println!(
+        "scratch     {}",
+        c.scratch_bytes.map_or("-".into(), |b| format!("{b} bytes"))
+    );
+    let verdict = serde_json::to_value(c.reaper.verdict)?;
+    println!(
+        "reaper      {} ({})",
+        verdict.as_str().unwrap_or("-"),
+        c.reaper.reason
+    );
+    println!("ops:");
+    for op in &c.ops {
+        let age = crate::report_text::human_duration((op.age_ms / 1000) as u64);
+        println!(
+            "  {} {:<10} {:>8} ago  {}",
+            op.operation_id, op.status, age, op.command
+        );
+    }
+    match (&c.processes, &c.processes_error) {
+        (Some(procs), _) => {
+            println!("processes:");
+            println!(
+                "  {:>7} {:<10} {:>8} {:>10} {:>8}  COMMAND",
+                "PID", "USER", "CPU", "RSS", "AGE"
+            );
+            for p in procs {
+                println!(
+                    "  {:>7} {:<10} {:>7.2}s {:>9}K {:>7.0}s  {}",
+                    p.pid,
+                    p.user,
+                    p.cpu,
+                    p.rss / 1024,
+                    p.age,
+                    p.command
+                );
+            }
+        }
+        (None, why) => println!("processes: unknown ({})", why.as_deref().unwrap_or("-")),
     }
     Ok(0)
 }

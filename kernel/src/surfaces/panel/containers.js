@@ -1,9 +1,10 @@
 // @ts-check
-// Operator only: the managed containers with their live ops, and the
-// reaper's decisions as a dry run.
+// Operator only: the managed containers with their live ops, each one
+// inspected on demand (GET /v1/containers/{id}), and the reaper's decisions
+// as a dry run.
 
 import { api } from "./api.js";
-import { $, el, emptyRow, status } from "./dom.js";
+import { $, age, el, emptyRow, status } from "./dom.js";
 import { task } from "./errors.js";
 import { isLive } from "./live.js";
 import { isOperator } from "./session.js";
@@ -15,10 +16,53 @@ import { isOperator } from "./session.js";
  */
 function containerRow(c, live) {
   const owner = `run ${c.run_id || "-"}${c.registered ? "" : " · not registered"}`;
-  return el("li", {},
+  return el("li", { "data-container": c.container_id },
     el("span", { class: "grow mono" }, c.name, el("br"), el("span", { class: "muted" }, owner)),
-    status(c.state), el("span", { class: "muted" }, `${live} live ops`));
+    status(c.state), el("span", { class: "muted" }, `${live} live ops`),
+    el("button", { type: "button", class: "inspect", onclick: () => inspect(c.container_id) }, "Inspect"));
 }
+
+/**
+ * The inspect view: one line per fact, the ops, the process table.
+ * @param {import("./views.js").ContainerInspect} c
+ * @returns {HTMLElement[]}
+ */
+function inspectView(c) {
+  const p = c.profile;
+  const facts = [
+    ["container", `${c.name} (${c.container_id.slice(0, 12)}) · ${c.state}`],
+    ["run", c.run_id || "-"],
+    ["profile", p
+      ? `${p.image} · ${p.cpus} CPUs · ${p.memory_bytes} bytes · ${p.pids_limit} pids`
+        + ` · network ${p.network} · user ${p.run_as || "root"}`
+      : "-"],
+    ["scratch", c.scratch_bytes === null ? "-" : `${c.scratch_bytes} bytes`],
+    ["reaper", `${c.reaper.verdict}: ${c.reaper.reason}`],
+  ].map(([k, v]) => el("li", {}, el("span", { class: "muted" }, k), el("span", { class: "grow mono" }, v)));
+  const ops = c.ops.map((o) => el("li", {}, status(o.status),
+    el("span", { class: "grow mono" }, o.command), el("span", { class: "muted" }, `${age(o.age_ms / 1000)} ago`)));
+  const procs = (c.processes || []).map((r) => [
+    String(r.pid).padStart(7), r.user.padEnd(10), `${r.cpu.toFixed(2).padStart(7)}s`,
+    `${String(Math.round(r.rss / 1024)).padStart(8)}K`, age(r.age).padStart(7), ` ${r.command}`,
+  ].join(" "));
+  const table = c.processes
+    ? `    PID USER            CPU       RSS     AGE  COMMAND\n${procs.join("\n")}`
+    : `process table unknown: ${c.processes_error}`;
+  return [el("ul", { class: "rows" }, ...facts, ...ops), el("pre", { class: "processes" }, table)];
+}
+
+/**
+ * Shows one container inside and out below the list.
+ * @param {string} id
+ */
+const inspect = (id) => task("Inspect", async () => {
+  /** @type {import("./views.js").ContainerInspect} */
+  const c = await api("GET", `/v1/containers/${encodeURIComponent(id)}`);
+  const box = $("inspect");
+  box.replaceChildren(...inspectView(c));
+  box.dataset.container = c.container_id;
+  box.hidden = false;
+})();
 
 /** The containers, each with its count of live ops. */
 export const refreshContainers = task("Containers", async () => {

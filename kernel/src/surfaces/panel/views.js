@@ -108,6 +108,26 @@
  */
 
 /**
+ * `GET /v1/containers/{id}` (ContainerInspect).
+ * @typedef {object} ContainerInspect
+ * @property {string} container_id
+ * @property {string} name
+ * @property {string} state
+ * @property {Object<string, string>} labels
+ * @property {string | null} fingerprint
+ * @property {{image: string, memory_bytes: number, cpus: number, pids_limit: number, network: string,
+ *   run_as: string | null} | null} profile
+ * @property {string | null} run_id
+ * @property {{operation_id: string, status: string, age_ms: number, exit_code: number | null,
+ *   command: string}[]} ops
+ * @property {{pid: number, operation_id: string, user: string, cpu: number, rss: number, age: number,
+ *   command: string}[] | null} processes
+ * @property {string | null} processes_error
+ * @property {number | null} scratch_bytes
+ * @property {{verdict: "keep" | "remove", reason: string}} reaper
+ */
+
+/**
  * One of the reaper's decisions (ReapDecision).
  * @typedef {object} ReapDecision
  * @property {string} container_id

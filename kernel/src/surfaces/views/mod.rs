@@ -14,7 +14,10 @@ mod schedules;
 
 pub use crate::report_text::rfc3339;
 pub use crate::runtime::probes::ProbeCounts;
-pub use containers::{ContainerList, ContainerView, ReapList};
+pub use containers::{
+    ContainerInspect, ContainerList, ContainerView, InspectOp, InspectProcess, ProfileView,
+    ReapList, ReaperVerdict,
+};
 pub use daemon::{
     ClockStepped, DrillFault, DrillWoken, Health, PrincipalKind, ToolDefinition, ToolsView, WhoAmI,
 };

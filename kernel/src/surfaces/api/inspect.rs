@@ -1,0 +1,199 @@
+//! `GET /v1/containers/{id}` (SPEC §23): one managed container, inside
+//! and out: labels, profile, state, its run's ops, its marked processes
+//! (the shim's `ps`), its scratch use and the reaper's verdict. The
+//! operator token only. `{id}` is a container id (or a prefix of at least
+//! 4 characters naming one), a container name, or a run id.
+
+use std::path::Path;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::Json;
+
+use super::{require_operator, ApiError, ApiResult, AppState, Seg};
+use crate::store::{now_ms, Op};
+use crate::surfaces::auth::Principal;
+use crate::surfaces::views::{
+    ContainerInspect, InspectOp, InspectProcess, ProfileView, ReaperVerdict,
+};
+
+/// How long the process table may take.
+const PS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Entries counted under a scratch dir at most (a bound on the walk).
+const MAX_SCRATCH_ENTRIES: usize = 200_000;
+/// Recent ops shown beside the live ones.
+const RECENT_OPS: u32 = 20;
+
+/// The one container `wanted` names: its id, a unique id prefix, its name
+/// or its run.
+fn pick<'a>(
+    list: &'a [sandbox::ContainerInfo],
+    wanted: &str,
+) -> ApiResult<&'a sandbox::ContainerInfo> {
+    let run_of = |c: &sandbox::ContainerInfo| c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned();
+    let exact = list
+        .iter()
+        .find(|c| c.id == wanted || c.name == wanted)
+        .or_else(|| list.iter().find(|c| run_of(c).as_deref() == Some(wanted)));
+    if let Some(c) = exact {
+        return Ok(c);
+    }
+    let by_prefix: Vec<_> = list
+        .iter()
+        .filter(|c| wanted.len() >= 4 && c.id.starts_with(wanted))
+        .collect();
+    match by_prefix[..] {
+        [one] => Ok(one),
+        [] => Err(ApiError::not_found(format!(
+            "no managed container or run container named {wanted:?}"
+        ))),
+        _ => Err(ApiError::bad_request(format!(
+            "{wanted:?} is the start of {} container ids: give more of it",
+            by_prefix.len()
+        ))),
+    }
+}
+
+pub async fn inspect(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(wanted): Seg<String>,
+) -> ApiResult<Json<ContainerInspect>> {
+    require_operator(&principal)?;
+    if wanted.is_empty() || wanted.len() > 128 {
+        return Err(ApiError::bad_request("a container id, name or run id"));
+    }
+    let list = k.backend.list_managed().await?;
+    let c = pick(&list, &wanted)?;
+    let run_id = c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned();
+    let valid_run = run_id
+        .clone()
+        .filter(|r| sandbox::profile::validate_run_id(r).is_ok());
+    let (profile, ops) = match &valid_run {
+        Some(run) => (
+            k.run_meta(run)
+                .await?
+                .map(|m| ProfileView::from(&m.profile)),
+            run_ops(&k, run).await?,
+        ),
+        None => (None, Vec::new()),
+    };
+    let (processes, processes_error) = processes(&k, c).await;
+    let scratch_bytes = match valid_run.as_deref().filter(|_| k.backend.owns(c)) {
+        Some(run) => {
+            let dir = k
+                .config
+                .scratch_root()
+                .join(sandbox::profile::scratch_key(run));
+            tokio::task::spawn_blocking(move || dir_bytes(&dir))
+                .await
+                .ok()
+        }
+        None => None,
+    };
+    let decision = crate::runtime::reaper::verdict_on(&k, c).await?;
+    Ok(Json(ContainerInspect {
+        container_id: c.id.clone(),
+        name: c.name.clone(),
+        state: c.state.clone(),
+        labels: c.labels.clone().into_iter().collect(),
+        fingerprint: c.labels.get(sandbox::profile::LABEL_FINGERPRINT).cloned(),
+        profile,
+        run_id,
+        ops,
+        processes,
+        processes_error,
+        scratch_bytes,
+        reaper: ReaperVerdict {
+            verdict: decision.action,
+            reason: decision.reason,
+        },
+    }))
+}
+
+/// The run's live ops, then its latest others, newest first.
+async fn run_ops(k: &AppState, run: &str) -> ApiResult<Vec<InspectOp>> {
+    let mut ops = k.store.list_live_ops(Some(run.to_owned()), 100).await?;
+    for op in k.store.list_ops(Some(run.to_owned()), RECENT_OPS).await? {
+        if !ops.iter().any(|o| o.id == op.id) {
+            ops.push(op);
+        }
+    }
+    ops.sort_by_key(|op| std::cmp::Reverse(op.created_at));
+    let now = now_ms();
+    Ok(ops.iter().map(|op| inspect_op(op, now)).collect())
+}
+
+fn inspect_op(op: &Op, now: i64) -> InspectOp {
+    let command: String = op.command.join(" ").chars().take(200).collect();
+    InspectOp {
+        operation_id: op.id.clone(),
+        status: op.status.as_str().to_owned(),
+        age_ms: (now - op.created_at).max(0),
+        exit_code: op.exit_code.map(i64::from),
+        command,
+    }
+}
+
+/// The container's marked processes, or why they could not be read.
+async fn processes(
+    k: &AppState,
+    c: &sandbox::ContainerInfo,
+) -> (Option<Vec<InspectProcess>>, Option<String>) {
+    if !c.running {
+        return (Some(Vec::new()), None);
+    }
+    if !c.has_shim {
+        return (
+            None,
+            Some("a container made before the shim has no process table".into()),
+        );
+    }
+    match tokio::time::timeout(PS_TIMEOUT, k.backend.process_table(&c.id)).await {
+        Ok(Ok(rows)) => {
+            let rows = rows
+                .into_iter()
+                .map(|r| InspectProcess {
+                    pid: r.pid,
+                    operation_id: r.op_id,
+                    user: r.user,
+                    cpu: r.cpu_ms as f64 / 1000.0,
+                    rss: r.rss_kb * 1024,
+                    age: r.age_ms as f64 / 1000.0,
+                    command: r.command,
+                })
+                .collect();
+            (Some(rows), None)
+        }
+        Ok(Err(e)) => (None, Some(e.to_string())),
+        Err(_) => (
+            None,
+            Some(format!("no process table in {}s", PS_TIMEOUT.as_secs())),
+        ),
+    }
+}
+
+/// Bytes of the regular files under `dir` (symlinks not followed; at most
+/// [`MAX_SCRATCH_ENTRIES`] entries counted).
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut seen = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > MAX_SCRATCH_ENTRIES {
+                return total;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => total += e.metadata().map_or(0, |m| m.len()),
+                _ => {}
+            }
+        }
+    }
+    total
+}
