@@ -122,6 +122,22 @@ impl EventKind {
         serde_json::from_value(Value::Object(tagged))
     }
 
+    /// Whether the kind is posted to the operator's webhook (SPEC §23): an
+    /// approval asked or escalated, an op's resolution, a run's state change.
+    pub fn notifies(&self) -> bool {
+        matches!(
+            self,
+            EventKind::ApprovalRequested(_)
+                | EventKind::ApprovalEscalated(_)
+                | EventKind::ToolCompleted(_)
+                | EventKind::ToolFailed(_)
+                | EventKind::RunPaused(_)
+                | EventKind::RunResumed(_)
+                | EventKind::RunCompleted(_)
+                | EventKind::RunCancelled(_)
+        )
+    }
+
     /// The resolution of an op: `tool.completed` or `tool.failed`, with
     /// whether the op ran in the background.
     pub fn resolution_background(&self) -> Option<bool> {

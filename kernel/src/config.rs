@@ -80,6 +80,9 @@ pub struct Config {
     /// (`OPKERNEL_METRICS_LISTEN`: a port, on loopback, or an address);
     /// none unless set.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where notified events are posted, signed (`OPKERNEL_WEBHOOK_URL`
+    /// and `OPKERNEL_WEBHOOK_SECRET`); none unless set.
+    pub webhook: Option<Webhook>,
     /// How long a delivered op's files (`.log`, `.pid`, `.code`) are kept
     /// (`OPKERNEL_OP_FILES_RETENTION`, default 7 days).
     pub op_files_retention: Duration,
@@ -119,6 +122,60 @@ fn env_duration(name: &str, default: Duration, invalid: &mut Vec<String>) -> Dur
             default
         }),
         Err(_) => default,
+    }
+}
+
+/// The operator's webhook: where notified events are posted, and the
+/// secret their HMAC-SHA256 signature is made with.
+#[derive(Clone)]
+pub struct Webhook {
+    /// An `http://` or `https://` URL.
+    pub url: String,
+    /// The signing key (never printed).
+    pub secret: String,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("url", &self.url)
+            .field("secret", &"(hidden)")
+            .finish()
+    }
+}
+
+impl Webhook {
+    /// `OPKERNEL_WEBHOOK_URL` with its `OPKERNEL_WEBHOOK_SECRET` (a URL
+    /// without a secret is refused: unsigned posts could be forged).
+    fn from_env(invalid: &mut Vec<String>) -> Option<Webhook> {
+        let url = std::env::var("OPKERNEL_WEBHOOK_URL")
+            .ok()?
+            .trim()
+            .to_owned();
+        if url.is_empty() {
+            return None;
+        }
+        let secret = std::env::var("OPKERNEL_WEBHOOK_SECRET").unwrap_or_default();
+        let parsed = reqwest::Url::parse(&url);
+        if !parsed
+            .as_ref()
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        {
+            invalid.push(format!(
+                "OPKERNEL_WEBHOOK_URL: {url:?} is not an http(s) URL"
+            ));
+            return None;
+        }
+        if secret.trim().len() < 16 {
+            invalid.push(
+                "OPKERNEL_WEBHOOK_SECRET: the webhook needs a signing secret of at least 16 characters".into(),
+            );
+            return None;
+        }
+        Some(Webhook {
+            url,
+            secret: secret.trim().to_owned(),
+        })
     }
 }
 
@@ -269,8 +326,10 @@ impl Config {
                 StoreLocation::Sqlite
             });
         let metrics_listen = env_addr("OPKERNEL_METRICS_LISTEN", &mut invalid);
+        let webhook = Webhook::from_env(&mut invalid);
         Config {
             metrics_listen,
+            webhook,
             op_files_retention,
             retention,
             invalid,

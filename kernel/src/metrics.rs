@@ -31,6 +31,8 @@ pub struct Levels {
     pub live_ops: i64,
     /// Resolved background ops not yet delivered in a report.
     pub reports_pending: i64,
+    /// Webhook posts the receiver has not taken yet.
+    pub webhook_pending: i64,
     /// Managed containers by Docker state (`running`, `exited`, …).
     pub containers: BTreeMap<String, i64>,
 }
@@ -45,6 +47,7 @@ pub struct Metrics {
     store_transaction_seconds: HistogramVec,
     live_ops: IntGauge,
     reports_pending: IntGauge,
+    webhook_pending: IntGauge,
     containers: IntGaugeVec,
 }
 
@@ -111,6 +114,10 @@ impl Metrics {
                 "reports_pending",
                 "Resolved background ops waiting to be delivered in a report.",
             )),
+            webhook_pending: built(IntGauge::new(
+                "webhook_posts_pending",
+                "Webhook posts in the outbox, not yet taken by the receiver.",
+            )),
             containers: built(IntGaugeVec::new(
                 Opts::new("containers", "Managed run containers, by Docker state."),
                 &["state"],
@@ -128,7 +135,7 @@ impl Metrics {
     }
 
     fn register(&self) {
-        let all: [Box<dyn prometheus::core::Collector>; 8] = [
+        let all: [Box<dyn prometheus::core::Collector>; 9] = [
             Box::new(self.ops.clone()),
             Box::new(self.op_starts.clone()),
             Box::new(self.op_start_seconds.clone()),
@@ -136,6 +143,7 @@ impl Metrics {
             Box::new(self.store_transaction_seconds.clone()),
             Box::new(self.live_ops.clone()),
             Box::new(self.reports_pending.clone()),
+            Box::new(self.webhook_pending.clone()),
             Box::new(self.containers.clone()),
         ];
         for c in all {
@@ -175,6 +183,7 @@ impl Metrics {
     pub fn render(&self, levels: &Levels) -> String {
         self.live_ops.set(levels.live_ops);
         self.reports_pending.set(levels.reports_pending);
+        self.webhook_pending.set(levels.webhook_pending);
         // a state no container is in any more leaves the exposition
         self.containers.reset();
         for state in ["running", "exited", "created", "paused"] {
@@ -223,6 +232,7 @@ mod tests {
             "opkernel_store_transaction_seconds",
             "opkernel_live_ops",
             "opkernel_reports_pending",
+            "opkernel_webhook_posts_pending",
             "opkernel_containers",
         ] {
             assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");

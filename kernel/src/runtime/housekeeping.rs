@@ -1,6 +1,6 @@
 //! The kernel's background loops, owned by one set with one stop: the
 //! heartbeat, approval timeouts, the reaper, the retention pass, the
-//! observers' watchdog and the scheduler. Each loop naps through a
+//! observers' watchdog, the webhook deliverer and the scheduler. Each loop naps through a
 //! [`Stop`]. Stopping the set lets the scheduler record the batch under way
 //! (each fire is one transaction; bounded by [`SCHEDULER_GRACE`]) and
 //! aborts the other loops at once: a reap or retention pass is safe to
@@ -51,6 +51,10 @@ impl Housekeeping {
             k.clone(),
             stopped.clone(),
         ));
+        if let Some(hook) = k.config.webhook.clone() {
+            let deliver = crate::runtime::webhooks::deliver(k.clone(), hook, stopped.clone());
+            loops.spawn(deliver);
+        }
         let mut scheduler = JoinSet::new();
         scheduler.spawn(crate::runtime::scheduler::run(k.clone(), stopped));
         Ok(Housekeeping {

@@ -2,7 +2,7 @@
 //! supervised observer per live op ([`observer`]), the control layer every
 //! start, kill and change goes through ([`control`]), the background loops
 //! ([`housekeeping`]: heartbeat, approval timeouts, [`reaper`],
-//! [`retention`], the observers' watchdog, [`scheduler`]), the evidence
+//! [`retention`], the observers' watchdog, [`webhooks`], [`scheduler`]), the evidence
 //! sources ([`probes`], [`watcher`], [`inbox`]), and `opkernel serve`
 //! ([`serve`]). Everything here carries out the domain crate's rules
 //! against the store and Docker.
@@ -20,3 +20,4 @@ pub mod runmeta;
 pub mod scheduler;
 pub mod serve;
 pub mod watcher;
+pub mod webhooks;

@@ -48,17 +48,16 @@ pub(super) fn append_event(
     let data = event
         .data()
         .map_err(|e| StoreError::Corrupt(format!("{} event: {e}", event.name())))?;
-    tx.scalar(
+    let at = now_ms();
+    let seq = tx.scalar(
         "INSERT INTO events (run_id, at, kind, operation_id, data) VALUES (?1, ?2, ?3, ?4, ?5) \
          RETURNING seq",
-        vals![
-            run_id,
-            now_ms(),
-            event.name(),
-            operation_id,
-            data.to_string()
-        ],
-    )
+        vals![run_id, at, event.name(), operation_id, data.to_string()],
+    )?;
+    if tx.outbox() && event.notifies() {
+        super::outbox::enqueue(tx, run_id, operation_id, (seq, at), event.name(), data)?;
+    }
+    Ok(seq)
 }
 
 /// The ledger's totals over a run and all its descendants.

@@ -10,6 +10,8 @@ pub struct StoreLevels {
     pub live_ops: i64,
     /// Resolved background ops waiting for a report.
     pub reports_pending: i64,
+    /// Webhook posts not yet taken by the receiver.
+    pub webhook_pending: i64,
 }
 
 impl Store {
@@ -19,7 +21,8 @@ impl Store {
             let sql = format!(
                 "SELECT (SELECT COUNT(*) FROM ops WHERE status IN ({})) AS live, \
                  (SELECT COUNT(*) FROM ops WHERE background = 1 AND status IN ({}) \
-                  AND report_id IS NULL AND delivered_inline = 0) AS pending",
+                  AND report_id IS NULL AND delivered_inline = 0) AS pending, \
+                 (SELECT COUNT(*) FROM webhook_outbox) AS posts",
                 live_sql(),
                 terminal_sql()
             );
@@ -27,6 +30,7 @@ impl Store {
             Ok(StoreLevels {
                 live_ops: row.get("live")?,
                 reports_pending: row.get("pending")?,
+                webhook_pending: row.get("posts")?,
             })
         })
         .await

@@ -12,6 +12,7 @@ mod fire;
 mod journal;
 mod levels;
 mod ops;
+mod outbox;
 mod reports;
 mod retention;
 mod runs;
@@ -35,6 +36,7 @@ pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use journal::{Event, ModelUsage, UsageRecorded};
 pub use levels::StoreLevels;
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
+pub use outbox::OutboxPost;
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
 pub use retention::{PrunableOp, PurgedTree};
 pub use runs::{CreatedRun, NewRun, RunChange, RunRecord};
@@ -100,6 +102,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (7, include_str!("../../migrations/0007_leftovers.sql")),
     (8, include_str!("../../migrations/0008_retention.sql")),
+    (9, include_str!("../../migrations/0009_webhooks.sql")),
 ];
 
 /// The control plane: its database (SQLite or PostgreSQL) and the
@@ -116,6 +119,9 @@ pub struct Store {
     /// This process's metrics: the facts of committed transactions and
     /// their durations are counted here.
     metrics: Arc<crate::metrics::Metrics>,
+    /// Notified events also go to the webhook outbox (set once the kernel
+    /// knows it has a webhook URL).
+    outbox: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The database behind a [`Store`].
@@ -170,6 +176,7 @@ impl Store {
             },
             journal,
             metrics: Default::default(),
+            outbox: Default::default(),
         })
     }
 
@@ -194,6 +201,7 @@ impl Store {
             },
             journal,
             metrics: Default::default(),
+            outbox: Default::default(),
         })
     }
 
@@ -232,6 +240,13 @@ impl Store {
         self.transaction(true, f).await
     }
 
+    /// From now on, every notified event also puts its post in the webhook
+    /// outbox, in the event's own transaction.
+    pub fn enable_outbox(&self) {
+        self.outbox
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// This process's metrics.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
@@ -245,8 +260,9 @@ impl Store {
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
         let began = std::time::Instant::now();
+        let outbox = self.outbox.load(std::sync::atomic::Ordering::Relaxed);
         let noted = move |tx: &mut dyn Tx| {
-            let mut noting = db::Noting::new(tx);
+            let mut noting = db::Noting::new(tx, outbox);
             let value = f(&mut noting)?;
             Ok((value, noting.into_facts()))
         };

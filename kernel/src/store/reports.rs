@@ -355,12 +355,12 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::lifecycle::Outcome;
     use crate::store::{test_store, Admission, NewOp, Settlement, StartRequest};
 
-    async fn new_op(store: &Store, run: &str, background: bool) -> String {
+    pub(crate) async fn new_op(store: &Store, run: &str, background: bool) -> String {
         let req = StartRequest {
             run_id: run.into(),
             scratch_key: "k".into(),
@@ -377,13 +377,13 @@ mod tests {
         op.id
     }
 
-    async fn finished_op(store: &Store, run: &str, code: i32) -> String {
+    pub(crate) async fn finished_op(store: &Store, run: &str, code: i32) -> String {
         let id = new_op(store, run, true).await;
         settle(store, &id, code).await;
         id
     }
 
-    async fn settle(store: &Store, id: &str, code: i32) {
+    pub(crate) async fn settle(store: &Store, id: &str, code: i32) {
         let s = Settlement {
             outcome: Outcome::Completed {
                 exit_code: code,

@@ -104,6 +104,9 @@ impl Kernel {
         let approval_match = compile_patterns(&config.approval_match)
             .map_err(|e| StartError::Config(format!("OPKERNEL_APPROVAL_MATCH: {e}")))?;
         let id = kernel_identity();
+        if config.webhook.is_some() {
+            store.enable_outbox();
+        }
         store.register_kernel(&id).await?;
         let probes = Arc::new(ProbeCache::default());
         let ticks = Ticks::new(config.probe_interval);

@@ -62,6 +62,12 @@ pub trait Tx {
     /// Notes a fact that holds once this transaction commits (for the
     /// metrics); forgotten when it rolls back.
     fn note_fact(&mut self, _fact: Fact) {}
+
+    /// Whether notified events also go to the webhook outbox (the kernel
+    /// has a webhook URL).
+    fn outbox(&self) -> bool {
+        false
+    }
 }
 
 /// What a committed transaction did, for the metrics.
@@ -83,14 +89,17 @@ pub enum Fact {
 pub struct Noting<'t> {
     inner: &'t mut dyn Tx,
     facts: Vec<Fact>,
+    outbox: bool,
 }
 
 impl<'t> Noting<'t> {
-    /// Wraps an open transaction.
-    pub fn new(inner: &'t mut dyn Tx) -> Noting<'t> {
+    /// Wraps an open transaction; `outbox`: notified events go to the
+    /// webhook outbox too.
+    pub fn new(inner: &'t mut dyn Tx, outbox: bool) -> Noting<'t> {
         Noting {
             inner,
             facts: Vec::new(),
+            outbox,
         }
     }
 
@@ -131,6 +140,10 @@ impl Tx for Noting<'_> {
 
     fn note_fact(&mut self, fact: Fact) {
         self.facts.push(fact);
+    }
+
+    fn outbox(&self) -> bool {
+        self.outbox
     }
 }
 

@@ -44,6 +44,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../../../migrations/postgres/0008_retention.sql"),
     ),
+    (
+        9,
+        include_str!("../../../migrations/postgres/0009_webhooks.sql"),
+    ),
 ];
 
 /// Any key for the advisory lock that serializes migrations.

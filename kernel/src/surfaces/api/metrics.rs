@@ -21,6 +21,7 @@ async fn exposition(k: &AppState) -> ApiResult<Response> {
     let mut levels = Levels {
         live_ops: stored.live_ops,
         reports_pending: stored.reports_pending,
+        webhook_pending: stored.webhook_pending,
         ..Levels::default()
     };
     match k.backend.list_managed().await {

@@ -269,9 +269,13 @@ pub enum Command {
     },
     /// List operations waiting for approval
     Approvals {
-        /// Print JSON instead of text
+        /// Print JSON instead of text (with --follow: one line per event)
         #[arg(long)]
         json: bool,
+        /// Keep watching: print each approval as it starts waiting, and
+        /// again when it escalates (until interrupted)
+        #[arg(long)]
+        follow: bool,
     },
     /// Approve a waiting operation (operator token only): it starts now
     Approve {
@@ -536,7 +540,11 @@ async fn run_task_verb(client: &Client, cmd: Command) -> anyhow::Result<i32> {
             json,
         } => runs::events(client, &run, after, follow, json).await,
         Command::Schedule { action } => runs::schedule(client, action).await,
-        Command::Approvals { json } => runs::approvals(client, json).await,
+        Command::Approvals {
+            json,
+            follow: false,
+        } => runs::approvals(client, json).await,
+        Command::Approvals { json, follow: true } => runs::follow_approvals(client, json).await,
         Command::Approve { operation_id, json } => {
             runs::decide(client, &operation_id, None, json).await
         }

@@ -382,6 +382,63 @@ pub(super) async fn approvals(client: &Client, json: bool) -> anyhow::Result<i32
     Ok(0)
 }
 
+/// `opkernel approvals --follow`: each approval once as it starts waiting
+/// and once more when it escalates, polled each second; an unreachable
+/// kernel is said once and waited for.
+pub(super) async fn follow_approvals(client: &Client, json: bool) -> anyhow::Result<i32> {
+    use std::collections::HashMap;
+    use std::io::Write as _;
+    // op id → escalated, for the ops seen waiting
+    let mut seen: HashMap<String, bool> = HashMap::new();
+    let mut down = false;
+    loop {
+        match client.get_as::<OpList>("/v1/approvals").await {
+            Ok(list) => {
+                down = false;
+                for op in &list.operations {
+                    let escalated = op
+                        .approval
+                        .as_ref()
+                        .is_some_and(|a| a.escalated_at.is_some());
+                    let event = match seen.insert(op.operation_id.clone(), escalated) {
+                        None if escalated => "approval.escalated",
+                        None => "approval.requested",
+                        Some(false) if escalated => "approval.escalated",
+                        Some(_) => continue,
+                    };
+                    print_follow(op, event, json);
+                }
+                // an op no longer waiting was decided: it may not come back
+                seen.retain(|id, _| list.operations.iter().any(|o| &o.operation_id == id));
+            }
+            Err(e) if !down => {
+                down = true;
+                eprintln!("opkernel approvals --follow: {e:#}; trying again each second");
+            }
+            Err(_) => {}
+        }
+        let _ = std::io::stdout().flush();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+fn print_follow(op: &crate::surfaces::views::OpView, event: &str, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(op).unwrap_or_default();
+        v["event"] = serde_json::Value::String(event.to_owned());
+        println!("{v}");
+        return;
+    }
+    let rule = op.approval.as_ref().map_or("-", |a| a.rule.as_str());
+    println!(
+        "{event:<19} {} run={} rule={rule} waiting={} {}",
+        op.operation_id,
+        op.run_id,
+        crate::report_text::human_duration(op.duration_sec as u64),
+        crate::report_text::command_line(&op.command)
+    );
+}
+
 /// `opkernel approve OP` / `opkernel deny OP --reason TEXT`.
 pub(super) async fn decide(
     client: &Client,

@@ -1,9 +1,10 @@
 // @ts-check
 // Approvals waiting: each waiting op with approve and deny buttons for the
-// operator (a run token sees its own, and that an operator decides).
+// operator (a run token sees its own, and that an operator decides). The
+// escalated ones come first, marked.
 
 import { api } from "./api.js";
-import { $, age, cmdline, el, emptyRow } from "./dom.js";
+import { $, age, cmdline, el, emptyRow, status } from "./dom.js";
 import { clearError, showError, task } from "./errors.js";
 import { refreshLive } from "./live.js";
 import { isOperator } from "./session.js";
@@ -20,24 +21,34 @@ let drawnSig = null;
  */
 function approvalRow(op) {
   const id = op.operation_id;
-  const escalated = op.approval && op.approval.escalated_at ? " · escalated" : "";
-  const what = el("span", { class: "grow" }, el("code", {}, cmdline(op.command)), el("br"),
-    el("span", { class: "muted mono" }, `${id} · run ${op.run_id} · waiting ${age(op.duration_sec)}${escalated}`));
+  const mark = escalated(op) ? status("escalated") : null;
+  const what = el("span", { class: "grow" }, mark, el("code", {}, cmdline(op.command)), el("br"),
+    el("span", { class: "muted mono" }, `${id} · run ${op.run_id} · waiting ${age(op.duration_sec)}`));
+  const attrs = { "data-op": id, class: mark ? "escalated" : null };
   if (!isOperator()) {
-    return el("li", { "data-op": id }, what, el("span", { class: "muted" }, "an operator decides"));
+    return el("li", attrs, what, el("span", { class: "muted" }, "an operator decides"));
   }
   const reason = /** @type {HTMLInputElement} */ (
     el("input", { type: "text", placeholder: "reason to deny", "aria-label": `reason to deny ${id}` }));
-  return el("li", { "data-op": id }, what,
+  return el("li", attrs, what,
     el("button", { type: "button", class: "approve", onclick: () => decide(id, "approve") }, "Approve"),
     reason,
     el("button", { type: "button", class: "deny", onclick: () => decide(id, "deny", reason.value) }, "Deny"));
 }
 
-/** The ops waiting for approval. */
+/**
+ * Whether the op's approval escalated (it waited past its timeout).
+ * @param {OpView} op
+ * @returns {boolean}
+ */
+const escalated = (op) => Boolean(op.approval && op.approval.escalated_at);
+
+/** The ops waiting for approval, the escalated ones first. */
 export const refreshApprovals = task("Approvals", async () => {
   /** @type {OpView[]} */
-  const ops = (await api("GET", "/v1/approvals")).operations;
+  const waiting = (await api("GET", "/v1/approvals")).operations;
+  // stable: each group keeps the server's order (oldest first)
+  const ops = [...waiting.filter(escalated), ...waiting.filter((op) => !escalated(op))];
   $("approvals-count").textContent = ops.length ? `(${ops.length})` : "";
   const sig = JSON.stringify(ops.map((op) => [op.operation_id, op.approval && op.approval.escalated_at]));
   if (sig === drawnSig) return;

@@ -1,0 +1,19 @@
+-- version 9: the webhook outbox (SPEC §23). With OPKERNEL_WEBHOOK_URL set,
+-- every notified event (approval.requested, approval.escalated,
+-- tool.completed, tool.failed, run.paused, run.resumed, run.completed,
+-- run.cancelled) also puts its signed post here, in the event's own
+-- transaction. The deliverer posts each run's rows in id order (its oldest
+-- first), retries with backoff, and deletes a row once the receiver took
+-- it: at least once, in order per run, across restarts.
+CREATE TABLE webhook_outbox (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    delivery_id TEXT NOT NULL UNIQUE,
+    run_id      TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    next_at     INTEGER NOT NULL,
+    last_error  TEXT
+);
+CREATE INDEX webhook_outbox_by_run ON webhook_outbox (run_id, id);

@@ -1,0 +1,131 @@
+//! The webhook deliverer (SPEC §23): posts the outbox's rows to
+//! `OPKERNEL_WEBHOOK_URL`, signed with HMAC-SHA256 over the exact body
+//! (`X-Opkernel-Signature: sha256=<hex>`), each run's rows in order. A post
+//! the receiver does not take (an error, a timeout, any status but 2xx) is
+//! tried again with backoff (1 s doubling to 60 s), across restarts: the
+//! row leaves the outbox only once taken, so delivery is at least once and
+//! the body's `id` lets the receiver drop a repeat. It runs beside the
+//! kernel and never holds anything else up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::config::Webhook;
+use crate::runtime::kernel::Kernel;
+use crate::store::{now_ms, OutboxPost};
+use crate::sync::Stop;
+
+/// Posts in flight at once (each a different run's oldest).
+const BATCH: u32 = 16;
+/// How long one post may take.
+const POST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest pause between two tries of one post.
+const MAX_BACKOFF_MS: i64 = 60_000;
+/// The longest nap while nothing is due (a new event wakes it sooner).
+const IDLE: Duration = Duration::from_millis(500);
+
+/// The signature header's value for `body`.
+pub fn signature(secret: &str, body: &[u8]) -> String {
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
+        Ok(mac) => mac,
+        Err(e) => unreachable!("HMAC takes a key of any length: {e}"),
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// The pause before the next try of a post tried `attempts` times.
+pub fn backoff_ms(attempts: i64) -> i64 {
+    1000_i64
+        .saturating_mul(1 << attempts.clamp(0, 16))
+        .min(MAX_BACKOFF_MS)
+}
+
+/// One post: `Ok` once the receiver answered 2xx.
+async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> Result<(), String> {
+    let answer = client
+        .post(&hook.url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(
+            "X-Opkernel-Signature",
+            signature(&hook.secret, p.body.as_bytes()),
+        )
+        .header("X-Opkernel-Delivery", &p.delivery_id)
+        .header("X-Opkernel-Event", &p.kind)
+        .timeout(POST_TIMEOUT)
+        .body(p.body.clone())
+        .send()
+        .await
+        .map_err(|e| format!("post failed: {e}"))?;
+    match answer.status() {
+        s if s.is_success() => Ok(()),
+        s => Err(format!("the receiver answered {s}")),
+    }
+}
+
+/// Delivers until the housekeeping stops.
+pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
+    let client = reqwest::Client::new();
+    let mut journal = k.store.journal();
+    loop {
+        let due = match k.store.due_posts(BATCH).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(%e, "webhook outbox unreadable; trying again");
+                if !stop.nap(Duration::from_secs(1)).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        if due.is_empty() {
+            tokio::select! {
+                _ = journal.changed() => {}
+                awake = stop.nap(IDLE) => if !awake { return },
+            }
+            continue;
+        }
+        let tries = due.iter().map(|p| post(&client, &hook, p));
+        let results = futures::future::join_all(tries).await;
+        for (p, result) in due.iter().zip(results) {
+            let stored = match result {
+                Ok(()) => k.store.post_delivered(p.id).await,
+                Err(why) => {
+                    tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
+                    let next = now_ms() + backoff_ms(p.attempts);
+                    k.store.post_failed(p.id, &why, next).await
+                }
+            };
+            if let Err(e) = stored {
+                // the row stays as it was: posted again, which the id absorbs
+                tracing::warn!(%e, delivery = %p.delivery_id, "webhook outcome not recorded");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_is_rfc_4231_hmac_sha256() {
+        // RFC 4231, test case 2
+        assert_eq!(
+            signature("Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_minute() {
+        assert_eq!(backoff_ms(0), 1000);
+        assert_eq!(backoff_ms(1), 2000);
+        assert_eq!(backoff_ms(5), 32_000);
+        assert_eq!(backoff_ms(6), 60_000);
+        assert_eq!(backoff_ms(1000), 60_000);
+    }
+}
