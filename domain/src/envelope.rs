@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// Approval rules (SPEC §16) carried by the envelope; children may add
 /// rules, never remove them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRules {
     /// Regexes matched against the command joined by spaces.
@@ -24,7 +24,7 @@ pub struct ApprovalRules {
 }
 
 /// What happens when an approval's `timeout_sec` passes: never an approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnTimeout {
     /// Record `approval.escalated`; the op keeps waiting (the default).
@@ -60,7 +60,7 @@ impl ApprovalRules {
 }
 
 /// An envelope as a request gives it: any subset of the fields.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvelopeRequest {
     /// Ceiling on an op's `timeout_sec`, in seconds.
@@ -84,7 +84,7 @@ pub struct EnvelopeRequest {
 /// A run's envelope with every field resolved (at the run's creation, from
 /// its parent's, or the kernel's defaults for a top-level run): what its
 /// ops and its container may use. Fixed for the run's life.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Envelope {
     /// `None`: only the kernel's own ceilings apply.
     pub max_timeout_sec: Option<u64>,

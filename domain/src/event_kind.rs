@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::runs::{Budget, Envelope, OnTimeout};
 
 /// One event of a run's trace, as the journal holds it and the API sends it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     /// The run's journal sequence number (the events cursor).
     pub seq: i64,
@@ -26,7 +26,7 @@ pub struct Event {
 }
 
 /// Every kind of event, with its payload (`data` on the wire).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", content = "data")]
 pub enum EventKind {
     /// `tool.started`: An op was admitted.
@@ -150,7 +150,7 @@ impl EventKind {
 }
 
 /// `tool.started`: an op was admitted (also one held for approval).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ToolStarted {
     /// The argv, bounded as views show it.
@@ -164,7 +164,7 @@ pub struct ToolStarted {
 }
 
 /// `tool.completed`: the command ended with a code (killed or not).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ToolCompleted {
     /// Whether the op ran in the background (its result goes to a report).
@@ -180,7 +180,7 @@ pub struct ToolCompleted {
 }
 
 /// `tool.failed`: every other end (lost, failed, timed out, denied).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ToolFailed {
     /// Whether the op ran in the background (its result goes to a report).
@@ -200,7 +200,7 @@ pub struct ToolFailed {
 }
 
 /// `note.received`: a note waits for the run's next report.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct NoteReceived {
     /// The note's id in the run's notes.
@@ -210,7 +210,7 @@ pub struct NoteReceived {
 }
 
 /// `report.delivered`: a report was drained (its ops and notes marked).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ReportDelivered {
     /// The report's id (what an ack names).
@@ -222,7 +222,7 @@ pub struct ReportDelivered {
 }
 
 /// `run.paused|resumed|completed|cancelled`: a run's state changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct RunChanged {
     /// Who changed it: `operator` or `run:<id>`.
@@ -259,7 +259,7 @@ where
 }
 
 /// `run.child_created` (in the parent's trace).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ChildCreated {
     /// The child's run id (`<parent>.<name>`).
@@ -272,7 +272,7 @@ pub struct ChildCreated {
 
 /// Model usage reported by the agent runtime (`usage.recorded`; also the
 /// ledger fact, whose request digest is its JSON in this field order).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ModelUsage {
     /// The model's name, as the agent runtime gives it.
@@ -286,7 +286,7 @@ pub struct ModelUsage {
 }
 
 /// `approval.requested`: an approval rule holds the op.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApprovalRequested {
     /// The pattern that matched (`*` for a run whose rules hold every op).
     pub rule: String,
@@ -298,7 +298,7 @@ pub struct ApprovalRequested {
 }
 
 /// `approval.granted`: the operator approved; the op starts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ApprovalGranted {
     /// Who approved (`operator`: nothing approves by itself).
@@ -308,7 +308,7 @@ pub struct ApprovalGranted {
 }
 
 /// `approval.denied`: the op ends `denied`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ApprovalDenied {
     /// Why, in words.
@@ -319,7 +319,7 @@ pub struct ApprovalDenied {
 
 /// `approval.escalated`: the approval's timeout passed; the op keeps
 /// waiting.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ApprovalEscalated {
     /// Whole seconds it waited.
@@ -329,7 +329,7 @@ pub struct ApprovalEscalated {
 }
 
 /// `schedule.fired`: a due time's op was admitted.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ScheduleFired {
     /// The schedule's id.
@@ -342,7 +342,7 @@ pub struct ScheduleFired {
 
 /// `schedule.skipped`: a due time did not run, or the schedule ended, or
 /// a one-shot waits to be tried again; the optional fields say which.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ScheduleSkipped {
     /// The schedule's id.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// An op's status in the control plane (SPEC §4), stored as text
 /// (`as_str`/`parse`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Admitted, held for an operator's decision (SPEC §16): nothing is

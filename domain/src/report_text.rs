@@ -5,7 +5,7 @@ use crate::lifecycle::Status;
 use serde::{Deserialize, Serialize};
 
 /// One resolved op in a report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReportItem {
     /// The op's id (a UUID).
     pub operation_id: String,
@@ -46,7 +46,7 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// One still-running op in a report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunningItem {
     /// The op's id (a UUID).
     pub operation_id: String,
@@ -63,7 +63,7 @@ pub struct RunningItem {
 
 /// One batched report for a run (SPEC §5): the results a drain delivered and
 /// the text the agent reads.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Report {
     /// The id to acknowledge; `None` when a wait ended with nothing to deliver.
     pub report_id: Option<String>,

@@ -11,7 +11,7 @@ pub use crate::envelope::{
 };
 
 /// The state of a run. `completed` and `cancelled` are absorbing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Ops are admitted.
@@ -186,7 +186,7 @@ pub fn child_run_id(parent: &str, name: &str) -> String {
 }
 
 /// The budget limits of a run, any subset. `tokens` counts input + output.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Limit on op wall time, in seconds (each op from its start to its end).

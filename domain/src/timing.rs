@@ -314,7 +314,9 @@ pub fn after_op(
 }
 
 /// A schedule's state as operators see it (derived, never stored).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ScheduleState {
     /// Enabled, waiting for its next due time.

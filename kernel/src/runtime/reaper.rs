@@ -14,7 +14,7 @@ use crate::store::{now_ms, StoreError};
 const LOOK_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What the reaper does with a container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReapAction {
     /// Leave it: something is live, undecidable or too recent.
@@ -26,7 +26,7 @@ pub enum ReapAction {
 
 /// The reaper's verdict on one managed container, with its reason (shown by
 /// `opkernel reap` and the panel).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ReapDecision {
     /// Docker's container id.
     pub container_id: String,

@@ -21,7 +21,8 @@ use crate::surfaces::views::{ConsoleDone, ConsoleOutput};
 const CHUNK: u64 = 64 * 1024;
 const MAX_RAW: u64 = 64 << 20;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct OffsetQuery {
     #[serde(default)]
@@ -59,6 +60,13 @@ async fn refuse_pruned(k: &AppState, op_id: &str) -> ApiResult<()> {
 
 /// The op's log bytes from `offset`, streamed in chunks (at most 64 MiB
 /// per call): memory per reader is one chunk, whatever the log's size.
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}/log",
+    tag = "operations",
+    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"), OffsetQuery),
+    responses((status = 200, description = "The op's raw output from `offset`", body = Vec<u8>, content_type = "application/octet-stream")),
+)]
 pub async fn raw_log(
     State(k): State<AppState>,
     principal: Principal,
@@ -195,6 +203,13 @@ impl Follow {
 
 /// `GET /v1/operations/{id}/console`: the op's output live over SSE,
 /// resumable by `Last-Event-ID` (a byte offset).
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}/console",
+    tag = "operations",
+    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"), OffsetQuery),
+    responses((status = 200, description = "A stream of server-sent events", body = String, content_type = "text/event-stream")),
+)]
 pub async fn console(
     State(k): State<AppState>,
     principal: Principal,

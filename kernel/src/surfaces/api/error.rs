@@ -138,7 +138,12 @@ impl From<sandbox::SandboxError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message,
+            },
+        };
         let mut response = (self.status, Json(body)).into_response();
         if self.code == "store_unavailable" {
             response.headers_mut().insert(
@@ -148,6 +153,23 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// The body of every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// An error's stable code and human message.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable cause (`not_found`, `budget_exhausted`,
+    /// `store_unavailable`, ...): clients match on it.
+    pub code: String,
+    /// Lowercase human explanation.
+    pub message: String,
 }
 
 /// What a handler returns: its answer or an [`ApiError`].

@@ -21,20 +21,34 @@ pub const MAX_EVENTS_WAIT_SEC: u64 = 300;
 /// Events in one answer (and one SSE batch).
 const EVENTS_PAGE: u32 = 500;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
+    /// Events after this sequence number.
     #[serde(default)]
     after: i64,
+    /// Seconds to wait for the first one (at most 300).
     #[serde(default)]
+    #[param(maximum = 300)]
     wait: u64,
+    /// Events at most in the page.
+    #[param(value_type = Option<u64>, maximum = 4294967295_u64)]
     limit: Option<u32>,
     /// The last `tail` events instead (no wait).
+    #[param(value_type = Option<u64>, maximum = 4294967295_u64)]
     tail: Option<u32>,
 }
 
 /// `GET /v1/runs/{run}/events?after=SEQ&wait=SEC`: the run's events after
 /// `after`, waiting up to `wait` seconds for the first one.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run}/events",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), EventsQuery),
+    responses((status = 200, description = "Success", body = EventsPage)),
+)]
 pub async fn events(
     State(k): State<AppState>,
     principal: Principal,
@@ -89,6 +103,13 @@ pub async fn events(
 
 /// `GET /v1/runs/{run}/events/stream`: the run's events over SSE from
 /// `after` (or `Last-Event-ID`), live; each SSE event's id is its `seq`.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run}/events/stream",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
+    responses((status = 200, description = "A stream of server-sent events", body = String, content_type = "text/event-stream")),
+)]
 pub async fn events_stream(
     State(k): State<AppState>,
     principal: Principal,
@@ -139,15 +160,25 @@ pub async fn events_stream(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReportsQuery {
+    /// Reports at most, newest first.
+    #[param(value_type = Option<u64>, maximum = 4294967295_u64)]
     limit: Option<u32>,
 }
 
 /// `GET /v1/runs/{run}/reports`: the run's reports as they were served,
 /// newest first, with whether each was acknowledged. Read-only: reading
 /// drains and acks nothing, so an ancestor (and the panel) may look.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run}/reports",
+    tag = "reports",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ReportsQuery),
+    responses((status = 200, description = "Success", body = ReportList)),
+)]
 pub async fn reports(
     State(k): State<AppState>,
     principal: Principal,

@@ -54,6 +54,13 @@ fn pick<'a>(
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/containers/{id}",
+    tag = "operators",
+    params(("id" = String, Path, description = "A container id (or a unique prefix of at least 4 characters), a container name, or a run id")),
+    responses((status = 200, description = "Success", body = crate::surfaces::views::ContainerInspect)),
+)]
 pub async fn inspect(
     State(k): State<AppState>,
     principal: Principal,

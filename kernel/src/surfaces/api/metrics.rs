@@ -37,6 +37,12 @@ async fn exposition(k: &AppState) -> ApiResult<Response> {
 }
 
 /// `GET /metrics` on the API: the operator token only.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operators",
+    responses((status = 200, description = "The metrics, Prometheus text format 0.0.4", body = String, content_type = "text/plain")),
+)]
 pub async fn metrics(State(k): State<AppState>, principal: Principal) -> ApiResult<Response> {
     require_operator(&principal)?;
     exposition(&k).await

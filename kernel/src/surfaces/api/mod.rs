@@ -6,6 +6,7 @@ pub mod error;
 mod events;
 mod inspect;
 pub mod metrics;
+pub mod openapi;
 mod ops;
 pub mod panel;
 pub mod reports;
@@ -40,6 +41,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/ui/{file}", get(panel::file))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/health", get(views::health))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/v1/whoami", get(views::whoami))
         .route("/v1/tools", get(views::tools))
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))

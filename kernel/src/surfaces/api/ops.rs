@@ -15,9 +15,11 @@ use crate::store::{NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
 use crate::surfaces::auth::Principal;
 use crate::surfaces::views::{OpList, OpView};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCommand {
+    /// The argv: a program and its arguments (no shell unless asked for).
+    #[schema(min_items = 1)]
     command: Vec<String>,
     #[serde(default)]
     background: bool,
@@ -102,6 +104,14 @@ fn validate(k: &AppState, req: &RunCommand, envelope: &crate::runs::Envelope) ->
     Ok(timeout)
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run}/tools/run_command",
+    tag = "operations",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried start return the first op")),
+    request_body = RunCommand,
+    responses((status = 200, description = "Success", body = OpView)),
+)]
 pub async fn run_command(
     State(k): State<AppState>,
     principal: Principal,
@@ -214,6 +224,13 @@ async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
 }
 
 /// A foreground command in a throwaway container, removed afterwards.
+#[utoipa::path(
+    post,
+    path = "/v1/tools/run_command",
+    tag = "operations",
+    request_body = RunCommand,
+    responses((status = 200, description = "Success", body = OpView)),
+)]
 pub async fn run_oneshot(
     State(k): State<AppState>,
     principal: Principal,
@@ -243,12 +260,22 @@ pub async fn run_oneshot(
     answer
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillOperation {
+    /// The op to kill (a lowercase UUID).
+    #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     operation_id: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run}/tools/kill_operation",
+    tag = "operations",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    request_body = KillOperation,
+    responses((status = 200, description = "Success", body = OpView)),
+)]
 pub async fn kill_operation(
     State(k): State<AppState>,
     principal: Principal,
@@ -297,6 +324,13 @@ pub async fn kill_operation(
     Ok(Json(OpView::of(&op).saying(message)))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}",
+    tag = "operations",
+    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses((status = 200, description = "Success", body = OpView)),
+)]
 pub async fn get_operation(
     State(k): State<AppState>,
     principal: Principal,
@@ -306,7 +340,7 @@ pub async fn get_operation(
     Ok(Json(OpView::of(&op)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Deny {
     #[serde(default)]
@@ -316,6 +350,13 @@ pub struct Deny {
 /// `POST /v1/operations/{id}/approve`: operator only (a run token, even the
 /// op's own, is refused: an agent cannot approve itself). The op starts
 /// like a new one; its timeout counts from its start.
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/approve",
+    tag = "approvals",
+    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses((status = 200, description = "Success", body = OpView)),
+)]
 pub async fn approve(
     State(k): State<AppState>,
     principal: Principal,
@@ -340,6 +381,14 @@ const MAX_REASON_BYTES: usize = 4096;
 
 /// `POST /v1/operations/{id}/deny {"reason"}`: operator only. The op ends
 /// `denied` with the reason, delivered in the run's next report.
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/deny",
+    tag = "approvals",
+    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    request_body = Deny,
+    responses((status = 200, description = "Success", body = OpView)),
+)]
 pub async fn deny(
     State(k): State<AppState>,
     principal: Principal,
@@ -379,6 +428,12 @@ pub async fn deny(
 
 /// `GET /v1/approvals`: ops waiting for approval (the operator sees all; a
 /// run token its own run's and its descendants').
+#[utoipa::path(
+    get,
+    path = "/v1/approvals",
+    tag = "approvals",
+    responses((status = 200, description = "Success", body = OpList)),
+)]
 pub async fn approvals(State(k): State<AppState>, principal: Principal) -> ApiResult<Json<OpList>> {
     let root = match &principal {
         Principal::Operator => None,

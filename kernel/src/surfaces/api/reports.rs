@@ -18,10 +18,13 @@ use crate::store::MAX_PENDING_NOTES;
 
 /// `?wait=SEC` of a report request: seconds to wait for something to
 /// deliver (absent: 0, answer at once; at most [`MAX_REPORT_WAIT_SEC`]).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WaitQuery {
+    /// Seconds to wait for something to deliver (at most 3600).
     #[serde(default)]
+    #[param(maximum = 3600)]
     wait: Option<u64>,
 }
 
@@ -47,6 +50,13 @@ pub async fn wait_report(k: &AppState, run: &str, wait: Duration) -> ApiResult<R
 /// `GET /v1/runs/{run}/report?wait=SEC`: the run's own token (or the
 /// operator) waits and drains one report. Until it is acked, asking again
 /// returns the same report.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run}/report",
+    tag = "reports",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), WaitQuery),
+    responses((status = 200, description = "Success", body = Report)),
+)]
 pub async fn report(
     State(k): State<AppState>,
     principal: Principal,
@@ -68,6 +78,13 @@ pub async fn report(
 /// `POST /v1/runs/{run}/report/{report_id}/ack`: the caller has the
 /// report, so it is not served again. Acking twice is harmless; an unknown
 /// report is 404.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run}/report/{report_id}/ack",
+    tag = "reports",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("report_id" = String, Path, description = "The report to acknowledge (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 200, description = "Success", body = ReportAck)),
+)]
 pub async fn ack(
     State(k): State<AppState>,
     principal: Principal,
@@ -91,15 +108,29 @@ pub async fn ack(
 
 /// Body of `POST /v1/runs/{run}/notes`: `{"text"}`, a human steer for
 /// the run.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Note {
+    /// The note (1 to 16384 bytes, no NUL).
+    #[schema(
+        min_length = 1,
+        max_length = 4096,
+        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+    )]
     text: String,
 }
 
 /// `POST /v1/runs/{run}/notes`: stores a note for the next report and
 /// wakes a waiting report call at once. 429 while the run already holds
 /// [`MAX_PENDING_NOTES`] undelivered notes.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run}/notes",
+    tag = "reports",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    request_body = Note,
+    responses((status = 200, description = "Success", body = NoteAdded)),
+)]
 pub async fn note(
     State(k): State<AppState>,
     principal: Principal,
@@ -126,6 +157,13 @@ pub async fn note(
 
 /// Waits until every op of the run is terminal, marks the run finished and
 /// returns every outcome plus the report of what was not yet delivered.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run}/finish",
+    tag = "reports",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "Success", body = FinishView)),
+)]
 pub async fn finish(
     State(k): State<AppState>,
     principal: Principal,

@@ -15,9 +15,11 @@ use crate::surfaces::views::{
     Amounts, ChildView, RunChangeAnswer, RunCreated, RunList, RunSummary, RunView, UsageAnswer,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRun {
+    /// The new run's id.
+    #[schema(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
     run_id: String,
     envelope: Option<EnvelopeRequest>,
     budget: Option<Budget>,
@@ -51,6 +53,14 @@ fn who(principal: &Principal) -> String {
 /// one); a run token creates a child of its own run, whose envelope and
 /// budget may only narrow the parent's. Parent, chain and principal come
 /// from the token, never from the body.
+#[utoipa::path(
+    post,
+    path = "/v1/runs",
+    tag = "runs",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first answer")),
+    request_body = CreateRun,
+    responses((status = 200, description = "Success", body = RunCreated)),
+)]
 pub async fn create_run(
     State(k): State<AppState>,
     principal: Principal,
@@ -226,6 +236,13 @@ pub(super) async fn load_run(k: &AppState, run: &str) -> ApiResult<RunRecord> {
         .ok_or_else(|| ApiError::not_found(format!("no run {run}")))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run}",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "Success", body = RunView)),
+)]
 pub async fn get_run(
     State(k): State<AppState>,
     principal: Principal,
@@ -236,14 +253,24 @@ pub async fn get_run(
     Ok(Json(run_view(&k, record).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListRunsQuery {
+    /// Runs at most.
+    #[param(value_type = Option<u64>, maximum = 4294967295_u64)]
     limit: Option<u32>,
 }
 
 /// Every run (operator) or the token's run and its descendants, oldest
 /// first, each with its parent, state and live-op count.
+#[utoipa::path(
+    get,
+    path = "/v1/runs",
+    tag = "runs",
+    params(ListRunsQuery),
+    responses((status = 200, description = "Success", body = RunList)),
+)]
 pub async fn list_runs(
     State(k): State<AppState>,
     principal: Principal,
@@ -328,6 +355,14 @@ async fn change(
     }))
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "pause_run",
+    path = "/v1/runs/{run}/pause",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "Success", body = RunChangeAnswer)),
+)]
 pub async fn pause(
     State(k): State<AppState>,
     principal: Principal,
@@ -336,6 +371,14 @@ pub async fn pause(
     change(k, principal, run, RunAction::Pause, Scope::Subtree, None).await
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "resume_run",
+    path = "/v1/runs/{run}/resume",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "Success", body = RunChangeAnswer)),
+)]
 pub async fn resume(
     State(k): State<AppState>,
     principal: Principal,
@@ -344,6 +387,14 @@ pub async fn resume(
     change(k, principal, run, RunAction::Resume, Scope::Subtree, None).await
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "cancel_run",
+    path = "/v1/runs/{run}/cancel",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "Success", body = RunChangeAnswer)),
+)]
 pub async fn cancel(
     State(k): State<AppState>,
     principal: Principal,
@@ -352,9 +403,15 @@ pub async fn cancel(
     change(k, principal, run, RunAction::Cancel, Scope::Subtree, None).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Complete {
+    /// What the run achieved (1 to 16384 bytes, no NUL).
+    #[schema(
+        min_length = 1,
+        max_length = 4096,
+        pattern = r"^[^\u0000]*\S[^\u0000]*$"
+    )]
     summary: String,
 }
 
@@ -363,6 +420,15 @@ const MAX_SUMMARY_BYTES: usize = 16 * 1024;
 
 /// `complete` is an explicit decision of the run itself (or the operator):
 /// silence or an idle run never completes it.
+#[utoipa::path(
+    post,
+    operation_id = "complete_run",
+    path = "/v1/runs/{run}/complete",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    request_body = Complete,
+    responses((status = 200, description = "Success", body = RunChangeAnswer)),
+)]
 pub async fn complete(
     State(k): State<AppState>,
     principal: Principal,
@@ -388,21 +454,42 @@ pub async fn complete(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UsageRequest {
+    /// The model used (1 to 128 characters, no control characters).
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     model: String,
+    /// Input tokens (at most 2^48).
     #[serde(default)]
+    #[schema(maximum = 281474976710656_u64)]
     input_tokens: u64,
+    /// Output tokens (at most 2^48).
     #[serde(default)]
+    #[schema(maximum = 281474976710656_u64)]
     output_tokens: u64,
+    /// Cost in millionths of the currency unit (at most 2^48).
     #[serde(default)]
+    #[schema(maximum = 281474976710656_u64)]
     cost_micros: u64,
 }
 
 /// `POST /v1/runs/{run}/usage`: the agent runtime's model usage, one
 /// append-only ledger fact (a retry under the same `Idempotency-Key`
 /// records nothing more).
+#[utoipa::path(
+    post,
+    operation_id = "record_usage",
+    path = "/v1/runs/{run}/usage",
+    tag = "runs",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry count once")),
+    request_body = UsageRequest,
+    responses((status = 200, description = "Success", body = UsageAnswer)),
+)]
 pub async fn usage(
     State(k): State<AppState>,
     principal: Principal,
@@ -412,7 +499,7 @@ pub async fn usage(
 ) -> ApiResult<Json<UsageAnswer>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
     let model_ok = !req.model.trim().is_empty()
-        && req.model.len() <= 128
+        && req.model.chars().count() <= 128
         && !req.model.chars().any(char::is_control);
     if !model_ok {
         return Err(ApiError::bad_request(

@@ -14,9 +14,11 @@ use crate::timing::Timing;
 /// Body of `POST /v1/runs/{run}/schedules`: the command, an optional
 /// `timeout_sec`, exactly one of `cron` (5-field, UTC), `every_sec` or `at`
 /// (RFC 3339), and the `catch_up` and `delete_after_success` flags.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSchedule {
+    /// The argv to run each time.
+    #[schema(min_items = 1)]
     command: Vec<String>,
     timeout_sec: Option<u64>,
     cron: Option<String>,
@@ -29,6 +31,15 @@ pub struct CreateSchedule {
 }
 
 /// `POST /v1/runs/{run}/schedules`: the run's own token (or the operator).
+#[utoipa::path(
+    post,
+    operation_id = "create_schedule",
+    path = "/v1/runs/{run}/schedules",
+    tag = "schedules",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    request_body = CreateSchedule,
+    responses((status = 200, description = "Success", body = ScheduleCreated)),
+)]
 pub async fn create(
     State(k): State<AppState>,
     principal: Principal,
@@ -101,6 +112,14 @@ pub async fn create(
 }
 
 /// `GET /v1/runs/{run}/schedules`: the run's and its descendants'.
+#[utoipa::path(
+    get,
+    operation_id = "list_run_schedules",
+    path = "/v1/runs/{run}/schedules",
+    tag = "schedules",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "Success", body = ScheduleList)),
+)]
 pub async fn list(
     State(k): State<AppState>,
     principal: Principal,
@@ -118,6 +137,13 @@ fn schedule_list(list: &[Schedule]) -> ScheduleList {
 }
 
 /// `GET /v1/schedules`: every schedule the token reaches.
+#[utoipa::path(
+    get,
+    operation_id = "list_schedules",
+    path = "/v1/schedules",
+    tag = "schedules",
+    responses((status = 200, description = "Success", body = ScheduleList)),
+)]
 pub async fn list_all(
     State(k): State<AppState>,
     principal: Principal,
@@ -147,6 +173,14 @@ async fn load(k: &AppState, principal: &Principal, run: &str, id: &str) -> ApiRe
 
 /// `GET /v1/runs/{run}/schedules/{id}`: one schedule of the run or a
 /// descendant.
+#[utoipa::path(
+    get,
+    operation_id = "get_schedule",
+    path = "/v1/runs/{run}/schedules/{id}",
+    tag = "schedules",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 200, description = "Success", body = ScheduleView)),
+)]
 pub async fn get_one(
     State(k): State<AppState>,
     principal: Principal,
@@ -158,6 +192,14 @@ pub async fn get_one(
 
 /// `DELETE /v1/runs/{run}/schedules/{id}`: an op it already fired goes
 /// on as an ordinary op of the run and is named in the answer.
+#[utoipa::path(
+    delete,
+    operation_id = "delete_schedule",
+    path = "/v1/runs/{run}/schedules/{id}",
+    tag = "schedules",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 200, description = "Success", body = ScheduleDeleted)),
+)]
 pub async fn delete(
     State(k): State<AppState>,
     principal: Principal,
@@ -191,6 +233,14 @@ async fn set_paused(
 
 /// `POST /v1/runs/{run}/schedules/{id}/pause`: the schedule stops firing
 /// until resumed.
+#[utoipa::path(
+    post,
+    operation_id = "pause_schedule",
+    path = "/v1/runs/{run}/schedules/{id}/pause",
+    tag = "schedules",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 200, description = "Success", body = ScheduleView)),
+)]
 pub async fn pause(
     State(k): State<AppState>,
     principal: Principal,
@@ -201,6 +251,14 @@ pub async fn pause(
 
 /// `POST /v1/runs/{run}/schedules/{id}/resume`: a recurring schedule whose
 /// due time passed meanwhile goes on from its next future slot.
+#[utoipa::path(
+    post,
+    operation_id = "resume_schedule",
+    path = "/v1/runs/{run}/schedules/{id}/resume",
+    tag = "schedules",
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 200, description = "Success", body = ScheduleView)),
+)]
 pub async fn resume(
     State(k): State<AppState>,
     principal: Principal,

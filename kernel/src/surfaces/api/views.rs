@@ -12,6 +12,13 @@ use crate::surfaces::views::{
     PrincipalKind, ReapList, ToolsView, WhoAmI,
 };
 
+#[utoipa::path(
+    get,
+    path = "/v1/health",
+    tag = "kernel",
+    responses((status = 200, description = "Success", body = Health)),
+    security(()),
+)]
 pub async fn health(State(k): State<AppState>) -> Json<Health> {
     Json(Health {
         ok: true,
@@ -20,6 +27,12 @@ pub async fn health(State(k): State<AppState>) -> Json<Health> {
 }
 
 /// `GET /v1/whoami`: who the token is (the operator, or a run).
+#[utoipa::path(
+    get,
+    path = "/v1/whoami",
+    tag = "kernel",
+    responses((status = 200, description = "Success", body = WhoAmI)),
+)]
 pub async fn whoami(principal: Principal) -> Json<WhoAmI> {
     Json(match principal {
         Principal::Operator => WhoAmI {
@@ -34,20 +47,39 @@ pub async fn whoami(principal: Principal) -> Json<WhoAmI> {
 }
 
 /// JSON tool definitions for function calling, with the limits stated.
+#[utoipa::path(
+    get,
+    path = "/v1/tools",
+    tag = "kernel",
+    responses((status = 200, description = "Success", body = ToolsView)),
+    security(()),
+)]
 pub async fn tools(State(k): State<AppState>) -> Json<ToolsView> {
     Json(crate::surfaces::tools::tool_definitions(&k.config))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    /// Only this run's ops.
+    #[param(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
     run: Option<String>,
+    /// Ops at most, newest first.
+    #[param(value_type = Option<u64>, maximum = 4294967295_u64)]
     limit: Option<u32>,
     /// Only ops that are not terminal.
     #[serde(default)]
     live: bool,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/ops",
+    tag = "operations",
+    params(ListQuery),
+    responses((status = 200, description = "Success", body = OpList)),
+)]
 pub async fn list_ops(
     State(k): State<AppState>,
     principal: Principal,
@@ -72,6 +104,12 @@ pub async fn list_ops(
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/containers",
+    tag = "operators",
+    responses((status = 200, description = "Success", body = ContainerList)),
+)]
 pub async fn containers(
     State(k): State<AppState>,
     principal: Principal,
@@ -96,13 +134,21 @@ pub async fn containers(
     Ok(Json(ContainerList { containers }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReapQuery {
     #[serde(default)]
     dry_run: bool,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/reap",
+    tag = "operators",
+    params(ReapQuery),
+    responses((status = 200, description = "Success", body = ReapList)),
+)]
 pub async fn reap(
     State(k): State<AppState>,
     principal: Principal,
@@ -179,7 +225,7 @@ pub async fn supervisor_end(
     inject(&k, &principal, &id, hook, fault).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClockStep {
     ms: i64,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A managed container as the operator sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ContainerView {
     /// Docker's id of the container.
     pub container_id: String,
@@ -26,14 +26,14 @@ pub struct ContainerView {
 }
 
 /// `GET /v1/containers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ContainerList {
     /// Every container labelled `opkernel.managed`.
     pub containers: Vec<ContainerView>,
 }
 
 /// `POST /v1/reap`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReapList {
     /// The decisions were only shown: nothing was removed.
     pub dry_run: bool,
@@ -42,7 +42,7 @@ pub struct ReapList {
 }
 
 /// One op of an inspected container's run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InspectOp {
     /// The op's id.
     pub operation_id: String,
@@ -57,7 +57,7 @@ pub struct InspectOp {
 }
 
 /// One marked process of an inspected container (the shim's `ps`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InspectProcess {
     /// Its pid inside the container.
     pub pid: u32,
@@ -76,7 +76,7 @@ pub struct InspectProcess {
 }
 
 /// The reaper's verdict on the container now (as a dry run gives it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReaperVerdict {
     /// `keep` or `remove`.
     pub verdict: crate::runtime::reaper::ReapAction,
@@ -86,7 +86,7 @@ pub struct ReaperVerdict {
 
 /// `GET /v1/containers/{id}`: everything an operator asks about one
 /// container (SPEC §23).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ContainerInspect {
     /// Docker's id of the container.
     pub container_id: String,
@@ -118,7 +118,7 @@ pub struct ContainerInspect {
 }
 
 /// A container profile as inspect shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProfileView {
     /// The image.
     pub image: String,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// `GET /v1/health`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Health {
     /// Always true: the kernel answers.
     pub ok: bool,
@@ -13,7 +13,7 @@ pub struct Health {
 }
 
 /// Who a token is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PrincipalKind {
     /// The operator token: every run.
@@ -23,7 +23,7 @@ pub enum PrincipalKind {
 }
 
 /// `GET /v1/whoami`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WhoAmI {
     /// The operator, or a run.
     pub principal: PrincipalKind,
@@ -32,14 +32,14 @@ pub struct WhoAmI {
 }
 
 /// `GET /v1/tools`: the tools for function calling, limits stated.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolsView {
     /// `run_command` and `kill_operation`.
     pub tools: Vec<ToolDefinition>,
 }
 
 /// One tool definition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolDefinition {
     /// The tool's name, as a model calls it.
     pub name: String,
@@ -50,7 +50,7 @@ pub struct ToolDefinition {
 }
 
 /// A drill hook's fault injected into an op's observer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DrillFault {
     /// The op whose observer the fault is aimed at.
     pub operation_id: String,
@@ -59,7 +59,7 @@ pub struct DrillFault {
 }
 
 /// A drill hook's spurious wake-up of an op's observer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DrillWoken {
     /// The op whose observer was woken.
     pub operation_id: String,
@@ -68,7 +68,7 @@ pub struct DrillWoken {
 }
 
 /// A drill hook's step of the kernel's wall clock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClockStepped {
     /// The step applied, in ms (negative: backwards).
     pub stepped_ms: i64,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::event_kind::{Event, EventKind};
 
 /// `GET /v1/runs/{run}/events`: events after a cursor (or the last few).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventsPage {
     /// The run whose trace this is.
     pub run_id: String,

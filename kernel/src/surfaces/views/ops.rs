@@ -9,7 +9,7 @@ use crate::store::{now_ms, Op};
 
 /// An op as the API shows it (`GET /v1/operations/{id}`, and the answer
 /// of every call that starts, kills, approves or denies one).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OpView {
     /// The op's id, a UUID.
     pub operation_id: String,
@@ -96,7 +96,7 @@ pub struct OpView {
 }
 
 /// An op's approval hold and its decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApprovalView {
     /// The approval rule (regex) that matched its command.
     pub rule: String,
@@ -175,7 +175,7 @@ impl OpView {
 }
 
 /// `GET /v1/ops`, and `GET /v1/approvals` (the ops waiting for one).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OpList {
     /// The ops: newest first in `/v1/ops`, oldest first in `/v1/approvals`.
     pub operations: Vec<OpView>,
@@ -183,7 +183,7 @@ pub struct OpList {
 
 /// A finished run's outcomes (`POST /v1/runs/{run}/finish`): every op,
 /// and the report of what was not yet delivered.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FinishView {
     /// The run that finished.
     pub run_id: String,
@@ -195,7 +195,7 @@ pub struct FinishView {
 }
 
 /// The console's `output` event: bytes of the log up to `offset`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConsoleOutput {
     /// The log offset after this chunk (also the SSE event id).
     pub offset: u64,
@@ -205,7 +205,7 @@ pub struct ConsoleOutput {
 
 /// The console's last event, `done`: how the op ended (only `status`,
 /// `unknown`, when the op is gone).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ConsoleDone {
     /// The op.

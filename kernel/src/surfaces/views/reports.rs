@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::store::Report;
 
 /// `GET /v1/runs/{run}/reports`: the run's reports as served, newest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReportList {
     /// The run whose reports these are.
     pub run_id: String,
@@ -16,7 +16,7 @@ pub struct ReportList {
 }
 
 /// One served report, and whether it was acknowledged.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReportSummary {
     /// The report's id (always set for a served report).
     pub report_id: Option<String>,
@@ -31,7 +31,7 @@ pub struct ReportSummary {
 }
 
 /// `POST /v1/runs/{run}/report/{report_id}/ack`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReportAck {
     /// The report acknowledged.
     pub report_id: String,
@@ -40,7 +40,7 @@ pub struct ReportAck {
 }
 
 /// `POST /v1/runs/{run}/notes`: the note waits for the next report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NoteAdded {
     /// The run the note is for.
     pub run_id: String,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::runs::{Budget, Envelope, RunState, Used};
 
 /// A run as `GET /v1/runs/{run}` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunView {
     /// The run's id.
     pub run_id: String,
@@ -40,7 +40,7 @@ pub struct RunView {
 }
 
 /// A child run, with its state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChildView {
     /// The child's id.
     pub run_id: String,
@@ -51,7 +51,7 @@ pub struct ChildView {
 /// Amounts keyed by the budget's limit names: seconds with millisecond
 /// precision, tokens (input + output) and cost in micro-units. `used`
 /// names every limit; `remaining` only those the budget sets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Amounts {
     /// Op wall time, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,7 +80,7 @@ impl Amounts {
 }
 
 /// `POST /v1/runs`: the new run (or a re-keyed one) and its token.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunCreated {
     /// The run's id.
     pub run_id: String,
@@ -100,14 +100,14 @@ pub struct RunCreated {
 }
 
 /// `GET /v1/runs`: every run the token reaches, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunList {
     /// The runs, oldest first.
     pub runs: Vec<RunSummary>,
 }
 
 /// One run of the run tree.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunSummary {
     /// The run's id.
     pub run_id: String,
@@ -127,7 +127,7 @@ pub struct RunSummary {
 
 /// `POST /v1/runs/{run}/pause|resume|cancel|complete`: the run as it is
 /// now and what the change did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunChangeAnswer {
     /// The run after the change.
     pub run: RunView,
@@ -140,7 +140,7 @@ pub struct RunChangeAnswer {
 }
 
 /// `POST /v1/runs/{run}/usage`: the ledger fact and the run's usage now.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UsageAnswer {
     /// The run the fact is charged to.
     pub run_id: String,

@@ -9,7 +9,7 @@ use crate::timing::{ScheduleState, Timing};
 
 /// A schedule as the API shows it (`GET /v1/runs/{run}/schedules/{id}`,
 /// and the answer of a pause or resume).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduleView {
     /// The schedule's id, a UUID.
     pub schedule_id: String,
@@ -99,7 +99,7 @@ impl ScheduleView {
 }
 
 /// `POST /v1/runs/{run}/schedules`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduleCreated {
     /// The new schedule's id.
     pub schedule_id: String,
@@ -110,14 +110,14 @@ pub struct ScheduleCreated {
 }
 
 /// `GET /v1/runs/{run}/schedules` and `GET /v1/schedules`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduleList {
     /// The schedules, oldest first.
     pub schedules: Vec<ScheduleView>,
 }
 
 /// `DELETE /v1/runs/{run}/schedules/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduleDeleted {
     /// The schedule asked for.
     pub schedule_id: String,
