@@ -129,7 +129,7 @@ fn env_duration(name: &str, default: Duration, invalid: &mut Vec<String>) -> Dur
 /// secret their HMAC-SHA256 signature is made with.
 #[derive(Clone)]
 pub struct Webhook {
-    /// An `http://` or `https://` URL.
+    /// An `http://` URL.
     pub url: String,
     /// The signing key (never printed).
     pub secret: String,
@@ -145,37 +145,45 @@ impl std::fmt::Debug for Webhook {
 }
 
 impl Webhook {
-    /// `OPKERNEL_WEBHOOK_URL` with its `OPKERNEL_WEBHOOK_SECRET` (a URL
-    /// without a secret is refused: unsigned posts could be forged).
+    /// `OPKERNEL_WEBHOOK_URL` with its `OPKERNEL_WEBHOOK_SECRET`.
     fn from_env(invalid: &mut Vec<String>) -> Option<Webhook> {
-        let url = std::env::var("OPKERNEL_WEBHOOK_URL")
-            .ok()?
-            .trim()
-            .to_owned();
-        if url.is_empty() {
-            return None;
-        }
+        let url = std::env::var("OPKERNEL_WEBHOOK_URL").unwrap_or_default();
         let secret = std::env::var("OPKERNEL_WEBHOOK_SECRET").unwrap_or_default();
-        let parsed = reqwest::Url::parse(&url);
+        Webhook::parse(&url, &secret).unwrap_or_else(|e| {
+            invalid.push(e);
+            None
+        })
+    }
+
+    /// A webhook from its settings: none for an empty URL; an http:// URL
+    /// needs a secret of at least 16 characters (unsigned posts could be
+    /// forged); https is refused (the kernel's HTTP client has no TLS).
+    pub fn parse(url: &str, secret: &str) -> Result<Option<Webhook>, String> {
+        let url = url.trim();
+        if url.is_empty() {
+            return Ok(None);
+        }
+        let parsed = reqwest::Url::parse(url);
         if !parsed
             .as_ref()
-            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .is_ok_and(|u| u.scheme() == "http" && u.host().is_some())
         {
-            invalid.push(format!(
-                "OPKERNEL_WEBHOOK_URL: {url:?} is not an http(s) URL"
+            return Err(format!(
+                "OPKERNEL_WEBHOOK_URL: {url:?} is not an http:// URL (https is not supported: \
+                 post to a relay on a trusted network that forwards over TLS)"
             ));
-            return None;
         }
         if secret.trim().len() < 16 {
-            invalid.push(
-                "OPKERNEL_WEBHOOK_SECRET: the webhook needs a signing secret of at least 16 characters".into(),
+            return Err(
+                "OPKERNEL_WEBHOOK_SECRET: the webhook needs a signing secret of at least \
+                 16 characters"
+                    .into(),
             );
-            return None;
         }
-        Some(Webhook {
-            url,
+        Ok(Some(Webhook {
+            url: url.to_owned(),
             secret: secret.trim().to_owned(),
-        })
+        }))
     }
 }
 
@@ -441,6 +449,33 @@ mod tests {
         for bad in ["", "7", "d", "7w", "-1d", "0s", "1.5h", "99999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_webhook_needs_an_http_url_and_a_secret() {
+        let secret = "sixteen-chars-ok";
+        assert!(matches!(Webhook::parse("", ""), Ok(None)));
+        let hook = Webhook::parse(" http://127.0.0.1:9000/hook ", secret);
+        assert_eq!(hook.unwrap().unwrap().url, "http://127.0.0.1:9000/hook");
+        for (url, secret, why) in [
+            ("https://hooks.example/x", secret, "https is not supported"),
+            ("ftp://hooks.example/x", secret, "not an http:// URL"),
+            ("not a url", secret, "not an http:// URL"),
+            ("http://127.0.0.1:9000/hook", "short", "at least"),
+            ("http://127.0.0.1:9000/hook", "", "at least"),
+        ] {
+            let e = Webhook::parse(url, secret).unwrap_err();
+            assert!(e.contains(why), "{url}: {e}");
+            assert!(
+                !e.contains(secret) || secret.is_empty(),
+                "the secret is never shown"
+            );
+        }
+        let shown = format!(
+            "{:?}",
+            Webhook::parse("http://h/x", secret).unwrap().unwrap()
+        );
+        assert!(!shown.contains(secret), "{shown}");
     }
 }
 

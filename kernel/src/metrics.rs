@@ -49,6 +49,8 @@ pub struct Metrics {
     reports_pending: IntGauge,
     webhook_pending: IntGauge,
     containers: IntGaugeVec,
+    /// One render at a time: the levels are set, then gathered.
+    rendering: crate::sync::Lock<()>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -123,6 +125,7 @@ impl Metrics {
                 &["state"],
             )),
             registry,
+            rendering: crate::sync::Lock::new(()),
         };
         m.register();
         for status in Status::TERMINAL {
@@ -181,6 +184,7 @@ impl Metrics {
 
     /// The text exposition of every metric, with `levels` as the gauges.
     pub fn render(&self, levels: &Levels) -> String {
+        let _one = self.rendering.lock();
         self.live_ops.set(levels.live_ops);
         self.reports_pending.set(levels.reports_pending);
         self.webhook_pending.set(levels.webhook_pending);

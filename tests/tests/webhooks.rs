@@ -5,6 +5,7 @@
 //! arrives signed, in order per run, although the receiver answers 503 for
 //! its first seconds; a post cut by a kernel SIGKILL arrives again after
 //! the restart under the same id (at least once, de-duplicated by id);
+//! a redirect is not followed (a POST turned into a GET is no delivery);
 //! `opkernel approvals --follow` prints a waiting approval and its
 //! escalation as they happen.
 
@@ -13,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::post;
 use hmac::{Hmac, Mac};
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
@@ -36,6 +38,9 @@ struct Inbox {
     hold: Duration,
     /// Posts being held right now, by delivery id.
     holding: Vec<String>,
+    /// Posts answered with a redirect, and redirects followed.
+    redirected: usize,
+    followed: usize,
 }
 
 type Shared = Arc<Mutex<Inbox>>;
@@ -82,9 +87,24 @@ async fn receive(
     StatusCode::OK
 }
 
+/// A page a redirected client would land on: counted as a false delivery.
+async fn page(axum::extract::State(inbox): axum::extract::State<Shared>) -> StatusCode {
+    inbox.lock().unwrap().followed += 1;
+    StatusCode::OK
+}
+
+/// A URL that moved: 302 to the receiver.
+async fn moved(
+    axum::extract::State(inbox): axum::extract::State<Shared>,
+) -> axum::response::Response {
+    inbox.lock().unwrap().redirected += 1;
+    axum::response::Redirect::to("/hook").into_response()
+}
+
 async fn receiver(inbox: Shared) -> String {
     let app = axum::Router::new()
-        .route("/hook", post(receive))
+        .route("/hook", post(receive).get(page))
+        .route("/moved", post(moved))
         .with_state(inbox);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
@@ -283,4 +303,36 @@ async fn approvals_follow_prints_a_wait_and_its_escalation() {
         .post(&format!("/v1/runs/{run}/cancel"), &json!({}))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_redirect_is_no_delivery() {
+    let inbox = Shared::default();
+    let url = receiver(inbox.clone()).await;
+    let k = kernel(&url.replace("/hook", "/moved")).await;
+    let run = unique_run("hookmoved");
+    let op = k.start_bg(&run, &["true"], 60).await.unwrap();
+    k.wait_terminal(&op, Duration::from_secs(60)).await.unwrap();
+    until(&inbox, "a redirected post and its retry", |i| {
+        i.redirected >= 2
+    })
+    .await;
+    {
+        let i = inbox.lock().unwrap();
+        assert_eq!((i.followed, i.taken.len()), (0, 0));
+    }
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", k.client.base()))
+        .bearer_auth(k.client.token())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("opkernel_webhook_posts_pending 1"),
+        "{metrics}"
+    );
+    k.remove_containers();
 }

@@ -67,6 +67,14 @@ pub async fn run_pass(k: &Kernel) -> Result<Pass, StoreError> {
         ..Pass::default()
     };
     pass.inbox_files_removed = sweep_inboxes(k).await?;
+    let stale = now_ms() - crate::runtime::webhooks::MAX_AGE.as_millis() as i64;
+    let dropped = k.store.drop_stale_posts(stale).await?;
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            "webhook posts older than a day dropped (recorded in the kernel journal)"
+        );
+    }
     let cutoff = now_ms() - k.config.retention.as_millis() as i64;
     for tree in k.store.purge_finished_trees(cutoff, 100, &k.id).await? {
         tracing::info!(root = %tree.root, runs = tree.runs.len(), ops = tree.ops, "run tree purged");

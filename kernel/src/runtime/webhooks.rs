@@ -1,11 +1,14 @@
 //! The webhook deliverer (SPEC §23): posts the outbox's rows to
 //! `OPKERNEL_WEBHOOK_URL`, signed with HMAC-SHA256 over the exact body
 //! (`X-Opkernel-Signature: sha256=<hex>`), each run's rows in order. A post
-//! the receiver does not take (an error, a timeout, any status but 2xx) is
-//! tried again with backoff (1 s doubling to 60 s), across restarts: the
-//! row leaves the outbox only once taken, so delivery is at least once and
-//! the body's `id` lets the receiver drop a repeat. It runs beside the
-//! kernel and never holds anything else up.
+//! the receiver does not take (an error, a timeout, a redirect, any status
+//! but 2xx) is tried again with backoff (1 s doubling to 60 s), across
+//! restarts: the row leaves the outbox only once taken, so delivery is at
+//! least once and the body's `id` lets the receiver drop a repeat. Two
+//! ends are recorded in the kernel's journal (`webhook.dropped`) instead: a
+//! body the receiver refuses as such (400, 413, 422), and a post older than
+//! [`MAX_AGE`] (the retention pass drops those, with or without a webhook).
+//! It runs beside the kernel and never holds anything else up.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +29,8 @@ const POST_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BACKOFF_MS: i64 = 60_000;
 /// The longest nap while nothing is due (a new event wakes it sooner).
 const IDLE: Duration = Duration::from_millis(500);
+/// How long a post is tried before it is dropped (and recorded).
+pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// The signature header's value for `body`.
 pub fn signature(secret: &str, body: &[u8]) -> String {
@@ -44,8 +49,18 @@ pub fn backoff_ms(attempts: i64) -> i64 {
         .min(MAX_BACKOFF_MS)
 }
 
-/// One post: `Ok` once the receiver answered 2xx.
-async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> Result<(), String> {
+/// What became of one post.
+enum Answer {
+    /// The receiver took it (2xx).
+    Taken,
+    /// It refused this very body (400, 413, 422): no retry can succeed.
+    Refused(String),
+    /// Anything else: tried again later.
+    Failed(String),
+}
+
+/// One post, and what the receiver made of it.
+async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> Answer {
     let answer = client
         .post(&hook.url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -58,17 +73,53 @@ async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> Resul
         .timeout(POST_TIMEOUT)
         .body(p.body.clone())
         .send()
-        .await
-        .map_err(|e| format!("post failed: {e}"))?;
-    match answer.status() {
-        s if s.is_success() => Ok(()),
-        s => Err(format!("the receiver answered {s}")),
+        .await;
+    match answer.map(|a| a.status()) {
+        Ok(s) if s.is_success() => Answer::Taken,
+        Ok(s) if matches!(s.as_u16(), 400 | 413 | 422) => {
+            Answer::Refused(format!("the receiver refused the body: {s}"))
+        }
+        Ok(s) => Answer::Failed(format!("the receiver answered {s}")),
+        Err(e) => Answer::Failed(format!("post failed: {e}")),
+    }
+}
+
+/// Records a post's answer; false when the store did not take it.
+async fn record(k: &Kernel, p: &OutboxPost, answer: Answer) -> bool {
+    let stored = match answer {
+        Answer::Taken => k.store.post_delivered(p).await,
+        Answer::Refused(why) => {
+            tracing::error!(delivery = %p.delivery_id, kind = %p.kind, %why, "webhook post dropped");
+            k.store.drop_post(p, &why).await
+        }
+        Answer::Failed(why) => {
+            tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
+            let next = now_ms() + backoff_ms(p.attempts);
+            k.store.post_failed(p.id, &why, next).await
+        }
+    };
+    if let Err(e) = &stored {
+        // the row stays as it was: posted again, which the id absorbs
+        tracing::warn!(%e, delivery = %p.delivery_id, "webhook outcome not recorded");
+    }
+    stored.is_ok()
+}
+
+/// The deliverer's client: a redirect is not followed (a POST turned into
+/// a GET would answer 2xx for a post never received).
+fn client() -> reqwest::Client {
+    match reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => unreachable!("a client without TLS or proxies always builds: {e}"),
     }
 }
 
 /// Delivers until the housekeeping stops.
 pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
-    let client = reqwest::Client::new();
+    let client = client();
     let mut journal = k.store.journal();
     loop {
         let due = match k.store.due_posts(BATCH).await {
@@ -89,20 +140,14 @@ pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
             continue;
         }
         let tries = due.iter().map(|p| post(&client, &hook, p));
-        let results = futures::future::join_all(tries).await;
-        for (p, result) in due.iter().zip(results) {
-            let stored = match result {
-                Ok(()) => k.store.post_delivered(p.id).await,
-                Err(why) => {
-                    tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
-                    let next = now_ms() + backoff_ms(p.attempts);
-                    k.store.post_failed(p.id, &why, next).await
-                }
-            };
-            if let Err(e) = stored {
-                // the row stays as it was: posted again, which the id absorbs
-                tracing::warn!(%e, delivery = %p.delivery_id, "webhook outcome not recorded");
-            }
+        let answers = futures::future::join_all(tries).await;
+        let mut all_recorded = true;
+        for (p, answer) in due.iter().zip(answers) {
+            all_recorded &= record(&k, p, answer).await;
+        }
+        // an outcome the store did not take is posted again: not at once
+        if !all_recorded && !stop.nap(Duration::from_secs(1)).await {
+            return;
         }
     }
 }

@@ -46,10 +46,24 @@ pub(super) fn enqueue(
         "at": crate::report_text::rfc3339(at),
         "data": data,
     });
+    // due at once (whatever the wall clock does), unless it waits behind
+    // its run's failing post: then as late as that one
     tx.execute(
         "INSERT INTO webhook_outbox (delivery_id, run_id, kind, body, created_at, next_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+         VALUES (?1, ?2, ?3, ?4, ?5, \
+         COALESCE((SELECT MAX(next_at) FROM webhook_outbox WHERE run_id = ?2), 0))",
         vals![delivery_id, run_id, kind, body.to_string(), at],
+    )?;
+    Ok(())
+}
+
+/// A post leaves the outbox; the rows of its run that waited behind it
+/// (never tried: only a run's oldest is posted) are due at once.
+fn leave(tx: &mut dyn Tx, id: i64, run_id: &str) -> StoreResult<()> {
+    tx.execute("DELETE FROM webhook_outbox WHERE id = ?1", vals![id])?;
+    tx.execute(
+        "UPDATE webhook_outbox SET next_at = 0 WHERE run_id = ?1 AND attempts = 0 AND next_at > 0",
+        vals![run_id],
     )?;
     Ok(())
 }
@@ -81,16 +95,15 @@ impl Store {
         .await
     }
 
-    /// The receiver took the post: it leaves the outbox.
-    pub async fn post_delivered(&self, id: i64) -> StoreResult<()> {
-        self.write(move |tx| {
-            tx.execute("DELETE FROM webhook_outbox WHERE id = ?1", vals![id])?;
-            Ok(())
-        })
-        .await
+    /// The receiver took the post: it leaves the outbox, and its run's next
+    /// post is due at once.
+    pub async fn post_delivered(&self, post: &OutboxPost) -> StoreResult<()> {
+        let (id, run_id) = (post.id, post.run_id.clone());
+        self.write(move |tx| leave(tx, id, &run_id)).await
     }
 
-    /// The post failed with `error`: tried again at `next_at` (unix ms).
+    /// The post failed with `error`: tried again at `next_at` (unix ms),
+    /// and its run's later posts wait as long (they go after it).
     pub async fn post_failed(&self, id: i64, error: &str, next_at: i64) -> StoreResult<()> {
         let error: String = error.chars().take(500).collect();
         self.write(move |tx| {
@@ -99,7 +112,55 @@ impl Store {
                  WHERE id = ?1",
                 vals![id, next_at, error],
             )?;
+            tx.execute(
+                "UPDATE webhook_outbox SET next_at = ?2 WHERE next_at < ?2 AND run_id = \
+                 (SELECT run_id FROM webhook_outbox WHERE id = ?1)",
+                vals![id, next_at],
+            )?;
             Ok(())
+        })
+        .await
+    }
+
+    /// Drops a post the receiver will never take (`why`: its refusal, or
+    /// its age), recorded in the kernel's journal with what it carried.
+    pub async fn drop_post(&self, post: &OutboxPost, why: &str) -> StoreResult<()> {
+        let data = json!({
+            "delivery_id": post.delivery_id,
+            "run_id": post.run_id,
+            "type": post.kind,
+            "attempts": post.attempts + 1,
+            "reason": why,
+        });
+        let (id, run_id) = (post.id, post.run_id.clone());
+        self.write(move |tx| {
+            leave(tx, id, &run_id)?;
+            tx.execute(
+                "INSERT INTO kernel_journal (at, kind, data) VALUES (?1, 'webhook.dropped', ?2)",
+                vals![now_ms(), data.to_string()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Drops every post older than `cutoff` (unix ms), recorded as one
+    /// kernel journal entry: a receiver down that long, or a webhook no
+    /// longer set. How many went.
+    pub async fn drop_stale_posts(&self, cutoff: i64) -> StoreResult<u64> {
+        self.write(move |tx| {
+            let n = tx.execute(
+                "DELETE FROM webhook_outbox WHERE created_at < ?1",
+                vals![cutoff],
+            )?;
+            if n > 0 {
+                let data = json!({"posts": n, "created_before": cutoff, "reason": "too old"});
+                tx.execute(
+                    "INSERT INTO kernel_journal (at, kind, data) VALUES (?1, 'webhook.dropped', ?2)",
+                    vals![now_ms(), data.to_string()],
+                )?;
+            }
+            Ok(n)
         })
         .await
     }
@@ -134,23 +195,33 @@ mod tests {
             "rb's first post is b2's: {}",
             due[0].body
         );
-        // a failed head holds its run's later posts back, not other runs'
+        // a failed head holds its run's later posts back (new ones too),
+        // not other runs'
         store
             .post_failed(due[0].id, "503", now_ms() + 60_000)
             .await
             .unwrap();
+        finished_op(&store, "rb", 4).await;
         let due2 = store.due_posts(10).await.unwrap();
         assert_eq!(due2.len(), 1);
         assert_eq!(due2[0].run_id, "rc");
-        store.post_delivered(due2[0].id).await.unwrap();
+        store.post_delivered(&due2[0]).await.unwrap();
         store.post_failed(due[0].id, "503", 0).await.unwrap();
         let again = store.due_posts(10).await.unwrap();
         assert_eq!((again[0].id, again[0].attempts), (due[0].id, 2));
-        store.post_delivered(again[0].id).await.unwrap();
-        let last = store.due_posts(10).await.unwrap();
-        assert!(last.len() == 1 && last[0].body.contains(&b1));
-        let body: serde_json::Value = serde_json::from_str(&last[0].body).unwrap();
-        assert_eq!(body["id"], last[0].delivery_id.as_str());
+        // taken: the run's next post is due at once
+        store.post_delivered(&again[0]).await.unwrap();
+        let next = store.due_posts(10).await.unwrap();
+        assert!(next.len() == 1 && next[0].body.contains(&b1), "{next:?}");
+        let body: serde_json::Value = serde_json::from_str(&next[0].body).unwrap();
+        assert_eq!(body["id"], next[0].delivery_id.as_str());
         assert_eq!(body["data"]["exit_code"], 1);
+        // a refused body and the too old are dropped, and recorded
+        store.drop_post(&next[0], "422").await.unwrap();
+        assert_eq!(store.drop_stale_posts(now_ms() + 1).await.unwrap(), 1);
+        assert!(store.due_posts(10).await.unwrap().is_empty());
+        let journal = store.kernel_journal(0, 10).await.unwrap();
+        let kinds: Vec<&str> = journal.iter().map(|e| e.2.as_str()).collect();
+        assert_eq!(kinds, ["webhook.dropped", "webhook.dropped"]);
     }
 }

@@ -34,7 +34,15 @@ pub struct PurgedTree {
 
 /// The tables a purge empties for a tree's runs, in order (rows of runs
 /// and their ancestry last).
-const PURGED_TABLES: [&str; 6] = ["events", "usage", "ops", "reports", "notes", "schedules"];
+const PURGED_TABLES: [&str; 7] = [
+    "events",
+    "usage",
+    "ops",
+    "reports",
+    "notes",
+    "schedules",
+    "webhook_outbox",
+];
 
 /// Top-level runs (all, or just `only`) whose whole tree is finished and
 /// has been quiet since before `cutoff`: none of its runs has a live op,
