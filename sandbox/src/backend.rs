@@ -61,6 +61,17 @@ pub trait OpBackend: Send + Sync + 'static {
             })
         })
     }
+    /// The process table asked of the run container's resident launcher
+    /// through its inbox; `Ok(None)` when no answer came in `timeout` (or
+    /// the backend has no such path).
+    fn process_table_by_launcher<'a>(
+        &'a self,
+        _scratch_key: &'a str,
+        _host: &'a str,
+        _timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<Vec<ProcessRow>>>> {
+        Box::pin(async { Ok(None) })
+    }
     /// The same listing, asked of the run container's resident launcher
     /// through its inbox; `Ok(None)` when no answer came in `timeout` (or
     /// the backend has no such path).
@@ -134,6 +145,19 @@ impl OpBackend for Sandbox {
         container_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<ProcessRow>>> {
         Box::pin(Sandbox::process_table(self, container_id))
+    }
+    fn process_table_by_launcher<'a>(
+        &'a self,
+        scratch_key: &'a str,
+        host: &'a str,
+        timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<Vec<ProcessRow>>>> {
+        Box::pin(Sandbox::process_table_by_launcher(
+            self,
+            scratch_key,
+            host,
+            timeout,
+        ))
     }
     fn probe_by_launcher<'a>(
         &'a self,

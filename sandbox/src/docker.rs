@@ -457,40 +457,6 @@ impl Sandbox {
         })
     }
 
-    /// A probe answered by the resident launcher of the container with
-    /// hostname `host` through the run's inbox (no `docker exec`). `Ok(None)`: no answer within `timeout` (no
-    /// live launcher); the caller probes by exec instead.
-    pub async fn probe_by_launcher(
-        &self,
-        scratch_key: &str,
-        host: &str,
-        timeout: std::time::Duration,
-    ) -> Result<Option<Vec<MarkedProcess>>> {
-        let ops = self.ops_dir(scratch_key);
-        let nonce = ops
-            .ask_probe(host)
-            .map_err(|e| SandboxError::io(ops.path(), e))?;
-        let began = std::time::Instant::now();
-        let mut pause = std::time::Duration::from_micros(500);
-        loop {
-            tokio::time::sleep(pause).await;
-            if let Some(text) = ops.take_listing(&nonce) {
-                ops.cancel_probe(&nonce);
-                return parse_probe(&text)
-                    .map(Some)
-                    .map_err(|detail| SandboxError::Probe {
-                        container: scratch_key.to_owned(),
-                        detail,
-                    });
-            }
-            if began.elapsed() >= timeout {
-                ops.cancel_probe(&nonce);
-                return Ok(None);
-            }
-            pause = (pause * 2).min(std::time::Duration::from_millis(20));
-        }
-    }
-
     /// The identity probe of one op: is its wrapper alive (pid, start time and
     /// marker all match), and how many of its processes remain.
     pub async fn probe_op(

@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod docker;
 pub mod error;
+pub mod launcher;
 pub mod liveness;
 pub mod opfiles;
 pub mod profile;

@@ -257,6 +257,16 @@ impl OpsDir {
     /// listing: renames `inbox/<nonce>.probe` (holding `host`) into place.
     /// Returns the nonce to collect the answer with.
     pub fn ask_probe(&self, host: &str) -> std::io::Result<String> {
+        self.ask_launcher(host)
+    }
+
+    /// Asks the launcher of `host` for its process table (the shim's `ps`),
+    /// collected like a probe's listing.
+    pub fn ask_ps(&self, host: &str) -> std::io::Result<String> {
+        self.ask_launcher(&format!("{host}\t{}", opkernel_shim::PS_QUESTION))
+    }
+
+    fn ask_launcher(&self, question: &str) -> std::io::Result<String> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
@@ -277,7 +287,7 @@ impl OpsDir {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?
-            .write_all(host.as_bytes())?;
+            .write_all(question.as_bytes())?;
         std::fs::rename(
             &tmp,
             inbox.join(format!("{nonce}.{}", opkernel_shim::PROBE_SUFFIX)),

@@ -218,6 +218,30 @@ async fn a_real_prometheus_scrapes_both_listeners() {
     k.remove_containers();
 }
 
+/// Inspects `target` until a process whose command starts with `command`
+/// shows (at most 20 s).
+async fn inspect_until(k: &KernelProcess, target: &str, command: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = k
+            .client
+            .get(&format!("/v1/containers/{target}"))
+            .await
+            .unwrap();
+        let shows = v["processes"].as_array().is_some_and(|procs| {
+            procs.iter().any(|p| {
+                p["command"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with(command))
+            })
+        });
+        if shows || Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn cli(k: &KernelProcess, args: &[&str]) -> std::process::Output {
     Command::new(kernel_binary().unwrap())
         .args(args)
@@ -238,11 +262,8 @@ async fn inspect_shows_a_live_op_and_its_process() {
         .await
         .unwrap();
     let container = k.container_of(&op).await.unwrap();
-    let v = k
-        .client
-        .get(&format!("/v1/containers/{run}"))
-        .await
-        .unwrap();
+    // until the shell has started its sleep
+    let v = inspect_until(&k, &run, "sleep 40").await;
     assert_eq!(v["container_id"], container.as_str(), "{v}");
     assert_eq!(v["run_id"], run.as_str());
     assert_eq!(v["state"], "running");
@@ -269,6 +290,7 @@ async fn inspect_shows_a_live_op_and_its_process() {
     assert!(sleep["cpu"].as_f64().unwrap() >= 0.0);
     assert_ne!(sleep["user"], "root", "commands run unprivileged: {sleep}");
     assert!(procs.iter().all(|p| p["operation_id"] == op.as_str()));
+    assert_eq!(v["processes_source"], "launcher", "asked through the inbox");
 
     // the same container by id prefix and by name; unknown and run tokens refused
     let by_prefix = k
@@ -323,5 +345,21 @@ async fn inspect_shows_a_live_op_and_its_process() {
         .await
         .unwrap();
     assert_eq!(after["processes"], json!([]), "{after}");
+    k.remove_containers();
+}
+
+#[tokio::test]
+async fn without_a_launcher_inspect_reads_the_table_by_exec() {
+    let env = [("OPKERNEL_LAUNCHER", "off")];
+    let k = KernelProcess::start(&kernel_binary().unwrap(), "inspect-exec", &env)
+        .await
+        .unwrap();
+    let run = unique_run("inspectx");
+    let op = k.start_bg(&run, &["sleep", "30"], 60).await.unwrap();
+    k.container_of(&op).await.unwrap();
+    let v = inspect_until(&k, &run, "sleep 30").await;
+    assert_eq!(v["processes_source"], "exec", "{v}");
+    let procs = v["processes"].as_array().unwrap();
+    assert!(procs.iter().any(|p| p["command"] == "sleep 30"), "{v}");
     k.remove_containers();
 }

@@ -30,6 +30,11 @@ pub const INBOX_DIR: &str = "/scratch/.ops/inbox";
 pub const PROBE_SUFFIX: &str = "probe";
 /// The suffix of the launcher's answer to a probe: `inbox/<nonce>.listing`.
 pub const LISTING_SUFFIX: &str = "listing";
+/// A probe question asking for the process table (`ps`) instead of the
+/// probe listing: `<hostname>` then this, after a tab. A launcher that
+/// predates it answers nothing (the question names no host it knows), and
+/// the kernel asks by `docker exec`.
+pub const PS_QUESTION: &str = "ps";
 
 /// A probe nonce: 1 to 32 lowercase hex digits.
 pub fn valid_nonce(nonce: &str) -> bool {

@@ -26,7 +26,7 @@ use std::process::{Command, Stdio};
 use opkernel_shim::format::MAX_REQUEST;
 use opkernel_shim::{
     valid_nonce, validate_op_id, OpResult, Request, INBOX_DIR, LAUNCHER_RECORD, LISTING_SUFFIX,
-    MARKER_VAR, OPS_DIR, PROBE_SUFFIX, SCRATCH_DIR, SHIM_PATH,
+    MARKER_VAR, OPS_DIR, PROBE_SUFFIX, PS_QUESTION, SCRATCH_DIR, SHIM_PATH,
 };
 
 use crate::launch::{own_identity, write_atomic};
@@ -164,28 +164,36 @@ fn pending_probes(inbox: &Path) -> Vec<String> {
 }
 
 /// Answers probes asked through the inbox: one `/proc` scan serves all of
-/// them (no `docker exec` round trip). The listing is renamed into place,
-/// then the question removed.
+/// them (no `docker exec` round trip), and one process table all the `ps`
+/// questions. The answer is renamed into place, then the question removed.
 fn answer_probes(inbox: &Path, nonces: &[String], host: &str) {
-    // a probe names the container it asks about (its content: the hostname)
-    let nonces: Vec<&String> = nonces
-        .iter()
-        .filter(|n| valid_nonce(n))
-        .filter(|n| {
-            std::fs::read_to_string(inbox.join(format!("{n}.{PROBE_SUFFIX}")))
-                .is_ok_and(|asked| asked == host)
-        })
-        .collect();
-    if nonces.is_empty() {
-        return;
+    // a probe names the container it asks about (its content: the
+    // hostname, then a tab and `ps` for the process table)
+    let ps_question = format!("{host}\t{PS_QUESTION}");
+    let mut asked: Vec<(&String, bool)> = Vec::new();
+    for n in nonces.iter().filter(|n| valid_nonce(n)) {
+        match std::fs::read_to_string(inbox.join(format!("{n}.{PROBE_SUFFIX}"))) {
+            Ok(q) if q == host => asked.push((n, false)),
+            Ok(q) if q == ps_question => asked.push((n, true)),
+            _ => {}
+        }
     }
-    let Ok(listing) = crate::scan::listing() else {
-        return;
-    };
-    for nonce in nonces {
-        let asked = inbox.join(format!("{nonce}.{PROBE_SUFFIX}"));
-        let _ = write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), &listing);
-        let _ = std::fs::remove_file(asked);
+    let listing = asked
+        .iter()
+        .any(|(_, ps)| !ps)
+        .then(crate::scan::listing)
+        .and_then(Result::ok);
+    let table = asked
+        .iter()
+        .any(|(_, ps)| *ps)
+        .then(crate::ps::table)
+        .and_then(Result::ok);
+    for (nonce, ps) in asked {
+        let Some(answer) = (if ps { &table } else { &listing }) else {
+            continue;
+        };
+        let _ = write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), answer);
+        let _ = std::fs::remove_file(inbox.join(format!("{nonce}.{PROBE_SUFFIX}")));
     }
 }
 

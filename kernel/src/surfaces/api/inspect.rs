@@ -17,8 +17,10 @@ use crate::surfaces::views::{
     ContainerInspect, InspectOp, InspectProcess, ProfileView, ReaperVerdict,
 };
 
-/// How long the process table may take.
+/// How long the process table may take by exec.
 const PS_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the launcher has to answer before the table is read by exec.
+const LAUNCHER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Entries counted under a scratch dir at most (a bound on the walk).
 const MAX_SCRATCH_ENTRIES: usize = 200_000;
 /// Recent ops shown beside the live ones.
@@ -71,7 +73,8 @@ pub async fn inspect(
         return Err(ApiError::bad_request("a container id, name or run id"));
     }
     let list = k.backend.list_managed().await?;
-    let c = pick(&list, &wanted)?;
+    // inspected whole: a listing carries no hostname (the launcher's key)
+    let c = &k.backend.inspect(&pick(&list, &wanted)?.id).await?;
     let run_id = c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned();
     let valid_run = run_id
         .clone()
@@ -85,7 +88,9 @@ pub async fn inspect(
         ),
         None => (None, Vec::new()),
     };
-    let (processes, processes_error) = processes(&k, c).await;
+    let scratch_key = valid_run.as_deref().map(sandbox::profile::scratch_key);
+    let (processes, processes_error, processes_source) =
+        processes(&k, c, scratch_key.as_deref()).await;
     let scratch_bytes = match valid_run.as_deref().filter(|_| k.backend.owns(c)) {
         Some(run) => {
             let dir = k
@@ -110,6 +115,7 @@ pub async fn inspect(
         ops,
         processes,
         processes_error,
+        processes_source,
         scratch_bytes,
         reaper: ReaperVerdict {
             verdict: decision.action,
@@ -142,41 +148,62 @@ fn inspect_op(op: &Op, now: i64) -> InspectOp {
     }
 }
 
-/// The container's marked processes, or why they could not be read.
+/// One table row as the view shows it.
+fn process_view(r: sandbox::ProcessRow) -> InspectProcess {
+    InspectProcess {
+        pid: r.pid,
+        operation_id: r.op_id,
+        user: r.user,
+        cpu: r.cpu_ms as f64 / 1000.0,
+        rss: r.rss_kb * 1024,
+        age: r.age_ms as f64 / 1000.0,
+        command: r.command,
+    }
+}
+
+/// What inspect shows of the processes: the table, why it is missing, who
+/// read it.
+type Processes = (Option<Vec<InspectProcess>>, Option<String>, Option<String>);
+
+/// The container's marked processes: asked of its resident launcher
+/// through the run's inbox, else read by `docker exec` of the shim's `ps`.
 async fn processes(
     k: &AppState,
     c: &sandbox::ContainerInfo,
-) -> (Option<Vec<InspectProcess>>, Option<String>) {
+    scratch_key: Option<&str>,
+) -> Processes {
+    let table = |rows: Vec<sandbox::ProcessRow>, source: &str| {
+        let rows = rows.into_iter().map(process_view).collect();
+        (Some(rows), None, Some(source.to_owned()))
+    };
     if !c.running {
-        return (Some(Vec::new()), None);
+        return (Some(Vec::new()), None, None);
     }
     if !c.has_shim {
-        return (
-            None,
-            Some("a container made before the shim has no process table".into()),
-        );
+        let why = "a container made before the shim has no process table";
+        return (None, Some(why.into()), None);
+    }
+    // OPKERNEL_LAUNCHER=off: every probe goes by exec, this one too
+    let ask = k.config.launcher && c.has_launcher && k.backend.owns(c);
+    if let (true, Some(key)) = (ask, scratch_key) {
+        let asked = k
+            .backend
+            .process_table_by_launcher(key, &c.hostname, LAUNCHER_TIMEOUT);
+        match asked.await {
+            Ok(Some(rows)) => return table(rows, "launcher"),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(container = %c.name, %e, "the launcher's process table did not parse; reading it by exec")
+            }
+        }
     }
     match tokio::time::timeout(PS_TIMEOUT, k.backend.process_table(&c.id)).await {
-        Ok(Ok(rows)) => {
-            let rows = rows
-                .into_iter()
-                .map(|r| InspectProcess {
-                    pid: r.pid,
-                    operation_id: r.op_id,
-                    user: r.user,
-                    cpu: r.cpu_ms as f64 / 1000.0,
-                    rss: r.rss_kb * 1024,
-                    age: r.age_ms as f64 / 1000.0,
-                    command: r.command,
-                })
-                .collect();
-            (Some(rows), None)
+        Ok(Ok(rows)) => table(rows, "exec"),
+        Ok(Err(e)) => (None, Some(e.to_string()), None),
+        Err(_) => {
+            let why = format!("no process table in {}s", PS_TIMEOUT.as_secs());
+            (None, Some(why), None)
         }
-        Ok(Err(e)) => (None, Some(e.to_string())),
-        Err(_) => (
-            None,
-            Some(format!("no process table in {}s", PS_TIMEOUT.as_secs())),
-        ),
     }
 }
 

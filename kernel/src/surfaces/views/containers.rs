@@ -110,6 +110,9 @@ pub struct ContainerInspect {
     pub processes: Option<Vec<InspectProcess>>,
     /// Why the process table is missing, when it is.
     pub processes_error: Option<String>,
+    /// Who read the table: `launcher` (the container's resident launcher,
+    /// through the run's inbox) or `exec` (a `docker exec` of the shim).
+    pub processes_source: Option<String>,
     /// Bytes under the run's scratch dir (its files and its op files);
     /// null when the dir is not this kernel's.
     pub scratch_bytes: Option<u64>,
