@@ -18,17 +18,21 @@ use sha2::Sha256;
 
 use crate::config::Webhook;
 use crate::runtime::kernel::Kernel;
-use crate::store::{now_ms, OutboxPost};
+use crate::store::{now_ms, OutboxPost, PostOutcome};
 use crate::sync::Stop;
 
-/// Posts in flight at once (each a different run's oldest).
-const BATCH: u32 = 16;
+/// Due posts taken in one round (runs posted side by side, each run's in
+/// order); their outcomes are recorded in one transaction.
+const BATCH: u32 = 256;
 /// How long one post may take.
 const POST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest pause between two tries of one post.
 const MAX_BACKOFF_MS: i64 = 60_000;
 /// The longest nap while nothing is due (a new event wakes it sooner).
 const IDLE: Duration = Duration::from_millis(500);
+/// After an event's wake-up, the pause before reading: on SQLite the wake
+/// comes at the insert, before its transaction commits.
+const SETTLE: Duration = Duration::from_millis(5);
 /// How long a post is tried before it is dropped (and recorded).
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
@@ -49,18 +53,8 @@ pub fn backoff_ms(attempts: i64) -> i64 {
         .min(MAX_BACKOFF_MS)
 }
 
-/// What became of one post.
-enum Answer {
-    /// The receiver took it (2xx).
-    Taken,
-    /// It refused this very body (400, 413, 422): no retry can succeed.
-    Refused(String),
-    /// Anything else: tried again later.
-    Failed(String),
-}
-
 /// One post, and what the receiver made of it.
-async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> Answer {
+async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> PostOutcome {
     let answer = client
         .post(&hook.url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -74,35 +68,52 @@ async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> Answe
         .body(p.body.clone())
         .send()
         .await;
-    match answer.map(|a| a.status()) {
-        Ok(s) if s.is_success() => Answer::Taken,
+    let why = match answer.map(|a| a.status()) {
+        Ok(s) if s.is_success() => return PostOutcome::Taken,
         Ok(s) if matches!(s.as_u16(), 400 | 413 | 422) => {
-            Answer::Refused(format!("the receiver refused the body: {s}"))
+            let why = format!("the receiver refused the body: {s}");
+            tracing::error!(delivery = %p.delivery_id, kind = %p.kind, %why, "webhook post dropped");
+            return PostOutcome::Refused(why);
         }
-        Ok(s) => Answer::Failed(format!("the receiver answered {s}")),
-        Err(e) => Answer::Failed(format!("post failed: {e}")),
+        Ok(s) => format!("the receiver answered {s}"),
+        Err(e) => format!("post failed: {e}"),
+    };
+    tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
+    PostOutcome::Failed {
+        why,
+        next_at: now_ms() + backoff_ms(p.attempts),
     }
 }
 
-/// Records a post's answer; false when the store did not take it.
-async fn record(k: &Kernel, p: &OutboxPost, answer: Answer) -> bool {
-    let stored = match answer {
-        Answer::Taken => k.store.post_delivered(p).await,
-        Answer::Refused(why) => {
-            tracing::error!(delivery = %p.delivery_id, kind = %p.kind, %why, "webhook post dropped");
-            k.store.drop_post(p, &why).await
+/// Posts one run's due rows in order, each after the one before was
+/// taken; the first not taken ends the run's turn (the rest wait behind it).
+async fn post_run(
+    client: &reqwest::Client,
+    hook: &Webhook,
+    posts: Vec<OutboxPost>,
+) -> Vec<(OutboxPost, PostOutcome)> {
+    let mut done = Vec::with_capacity(posts.len());
+    for p in posts {
+        let outcome = post(client, hook, &p).await;
+        let stop = matches!(outcome, PostOutcome::Failed { .. });
+        done.push((p, outcome));
+        if stop {
+            break;
         }
-        Answer::Failed(why) => {
-            tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
-            let next = now_ms() + backoff_ms(p.attempts);
-            k.store.post_failed(p.id, &why, next).await
-        }
-    };
-    if let Err(e) = &stored {
-        // the row stays as it was: posted again, which the id absorbs
-        tracing::warn!(%e, delivery = %p.delivery_id, "webhook outcome not recorded");
     }
-    stored.is_ok()
+    done
+}
+
+/// The due posts grouped by run, each run's in order.
+fn by_run(due: Vec<OutboxPost>) -> Vec<Vec<OutboxPost>> {
+    let mut runs: Vec<Vec<OutboxPost>> = Vec::new();
+    for p in due {
+        match runs.iter_mut().find(|r| r[0].run_id == p.run_id) {
+            Some(run) => run.push(p),
+            None => runs.push(vec![p]),
+        }
+    }
+    runs
 }
 
 /// The deliverer's client: a redirect is not followed (a POST turned into
@@ -134,20 +145,26 @@ pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
         };
         if due.is_empty() {
             tokio::select! {
-                _ = journal.changed() => {}
+                _ = journal.changed() => tokio::time::sleep(SETTLE).await,
                 awake = stop.nap(IDLE) => if !awake { return },
             }
             continue;
         }
-        let tries = due.iter().map(|p| post(&client, &hook, p));
-        let answers = futures::future::join_all(tries).await;
-        let mut all_recorded = true;
-        for (p, answer) in due.iter().zip(answers) {
-            all_recorded &= record(&k, p, answer).await;
-        }
-        // an outcome the store did not take is posted again: not at once
-        if !all_recorded && !stop.nap(Duration::from_secs(1)).await {
-            return;
+        let turns = by_run(due)
+            .into_iter()
+            .map(|run| post_run(&client, &hook, run));
+        let outcomes: Vec<_> = futures::future::join_all(turns)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Err(e) = k.store.record_posts(outcomes).await {
+            // the rows stay as they were: posted again (the ids absorb the
+            // repeats), but not at once
+            tracing::warn!(%e, "webhook outcomes not recorded; posting them again in a second");
+            if !stop.nap(Duration::from_secs(1)).await {
+                return;
+            }
         }
     }
 }

@@ -36,7 +36,7 @@ pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use journal::{Event, ModelUsage, UsageRecorded};
 pub use levels::StoreLevels;
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
-pub use outbox::OutboxPost;
+pub use outbox::{OutboxPost, PostOutcome};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
 pub use retention::{PrunableOp, PurgedTree};
 pub use runs::{CreatedRun, NewRun, RunChange, RunRecord};

@@ -58,7 +58,7 @@ pub(super) fn enqueue(
 }
 
 /// A post leaves the outbox; the rows of its run that waited behind it
-/// (never tried: only a run's oldest is posted) are due at once.
+/// (never tried) are due at once.
 fn leave(tx: &mut dyn Tx, id: i64, run_id: &str) -> StoreResult<()> {
     tx.execute("DELETE FROM webhook_outbox WHERE id = ?1", vals![id])?;
     tx.execute(
@@ -68,14 +68,67 @@ fn leave(tx: &mut dyn Tx, id: i64, run_id: &str) -> StoreResult<()> {
     Ok(())
 }
 
+/// What became of one post, as the deliverer records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostOutcome {
+    /// The receiver took it: it leaves the outbox.
+    Taken,
+    /// The receiver refused this very body: it leaves, recorded in the
+    /// kernel's journal (`webhook.dropped`) with the reason.
+    Refused(String),
+    /// Not taken: tried again at `next_at` (unix ms); its run's later
+    /// posts wait as long (they go after it).
+    Failed {
+        /// Why, for the row's `last_error`.
+        why: String,
+        /// When to try again.
+        next_at: i64,
+    },
+}
+
+fn record_in(tx: &mut dyn Tx, post: &OutboxPost, outcome: &PostOutcome) -> StoreResult<()> {
+    match outcome {
+        PostOutcome::Taken => leave(tx, post.id, &post.run_id),
+        PostOutcome::Refused(why) => {
+            leave(tx, post.id, &post.run_id)?;
+            let data = json!({
+                "delivery_id": post.delivery_id,
+                "run_id": post.run_id,
+                "type": post.kind,
+                "attempts": post.attempts + 1,
+                "reason": why,
+            });
+            tx.execute(
+                "INSERT INTO kernel_journal (at, kind, data) VALUES (?1, 'webhook.dropped', ?2)",
+                vals![now_ms(), data.to_string()],
+            )?;
+            Ok(())
+        }
+        PostOutcome::Failed { why, next_at } => {
+            let why: String = why.chars().take(500).collect();
+            tx.execute(
+                "UPDATE webhook_outbox SET attempts = attempts + 1, next_at = ?2, last_error = ?3 \
+                 WHERE id = ?1",
+                vals![post.id, *next_at, why],
+            )?;
+            tx.execute(
+                "UPDATE webhook_outbox SET next_at = ?2 WHERE run_id = ?1 AND next_at < ?2",
+                vals![&post.run_id, *next_at],
+            )?;
+            Ok(())
+        }
+    }
+}
+
 impl Store {
-    /// Each run's oldest post, when it is due; oldest first, at most `limit`.
+    /// The due posts, oldest first, at most `limit`: a row is due when it
+    /// and every earlier row of its run are (a run's rows go in order).
     pub async fn due_posts(&self, limit: u32) -> StoreResult<Vec<OutboxPost>> {
         self.read(move |tx| {
             let rows = tx.query(
                 "SELECT id, delivery_id, run_id, kind, body, attempts FROM webhook_outbox o \
-                 WHERE next_at <= ?1 AND NOT EXISTS \
-                 (SELECT 1 FROM webhook_outbox p WHERE p.run_id = o.run_id AND p.id < o.id) \
+                 WHERE next_at <= ?1 AND NOT EXISTS (SELECT 1 FROM webhook_outbox p \
+                 WHERE p.run_id = o.run_id AND p.id < o.id AND p.next_at > ?1) \
                  ORDER BY id LIMIT ?2",
                 vals![now_ms(), limit],
             )?;
@@ -95,50 +148,15 @@ impl Store {
         .await
     }
 
-    /// The receiver took the post: it leaves the outbox, and its run's next
-    /// post is due at once.
-    pub async fn post_delivered(&self, post: &OutboxPost) -> StoreResult<()> {
-        let (id, run_id) = (post.id, post.run_id.clone());
-        self.write(move |tx| leave(tx, id, &run_id)).await
-    }
-
-    /// The post failed with `error`: tried again at `next_at` (unix ms),
-    /// and its run's later posts wait as long (they go after it).
-    pub async fn post_failed(&self, id: i64, error: &str, next_at: i64) -> StoreResult<()> {
-        let error: String = error.chars().take(500).collect();
+    /// Records what became of posts, all in one transaction.
+    pub async fn record_posts(&self, outcomes: Vec<(OutboxPost, PostOutcome)>) -> StoreResult<()> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
         self.write(move |tx| {
-            tx.execute(
-                "UPDATE webhook_outbox SET attempts = attempts + 1, next_at = ?2, last_error = ?3 \
-                 WHERE id = ?1",
-                vals![id, next_at, error],
-            )?;
-            tx.execute(
-                "UPDATE webhook_outbox SET next_at = ?2 WHERE next_at < ?2 AND run_id = \
-                 (SELECT run_id FROM webhook_outbox WHERE id = ?1)",
-                vals![id, next_at],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
-    /// Drops a post the receiver will never take (`why`: its refusal, or
-    /// its age), recorded in the kernel's journal with what it carried.
-    pub async fn drop_post(&self, post: &OutboxPost, why: &str) -> StoreResult<()> {
-        let data = json!({
-            "delivery_id": post.delivery_id,
-            "run_id": post.run_id,
-            "type": post.kind,
-            "attempts": post.attempts + 1,
-            "reason": why,
-        });
-        let (id, run_id) = (post.id, post.run_id.clone());
-        self.write(move |tx| {
-            leave(tx, id, &run_id)?;
-            tx.execute(
-                "INSERT INTO kernel_journal (at, kind, data) VALUES (?1, 'webhook.dropped', ?2)",
-                vals![now_ms(), data.to_string()],
-            )?;
+            for (post, outcome) in &outcomes {
+                record_in(tx, post, outcome)?;
+            }
             Ok(())
         })
         .await
@@ -168,8 +186,21 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use super::PostOutcome;
     use crate::store::reports::tests::{finished_op, new_op, settle};
-    use crate::store::{now_ms, test_store};
+    use crate::store::{now_ms, test_store, OutboxPost, Store};
+
+    async fn record(store: &Store, post: &OutboxPost, outcome: PostOutcome) {
+        let outcomes = vec![(post.clone(), outcome)];
+        store.record_posts(outcomes).await.unwrap();
+    }
+
+    fn failed(next_at: i64) -> PostOutcome {
+        PostOutcome::Failed {
+            why: "503".into(),
+            next_at,
+        }
+    }
 
     #[tokio::test]
     async fn posts_go_out_per_run_in_order_and_only_once_enabled() {
@@ -185,39 +216,35 @@ mod tests {
         settle(&store, &b1, 1).await;
         finished_op(&store, "rc", 3).await;
         let due = store.due_posts(10).await.unwrap();
-        let heads: Vec<(&str, &str)> = due
-            .iter()
-            .map(|p| (p.run_id.as_str(), p.kind.as_str()))
-            .collect();
-        assert_eq!(heads, [("rb", "tool.completed"), ("rc", "tool.completed")]);
+        let runs: Vec<&str> = due.iter().map(|p| p.run_id.as_str()).collect();
+        assert_eq!(runs, ["rb", "rb", "rc"], "oldest first, a run's in order");
         assert!(
             due[0].body.contains(&b2),
             "rb's first post is b2's: {}",
             due[0].body
         );
+        assert!(due[1].body.contains(&b1));
         // a failed head holds its run's later posts back (new ones too),
         // not other runs'
-        store
-            .post_failed(due[0].id, "503", now_ms() + 60_000)
-            .await
-            .unwrap();
+        record(&store, &due[0], failed(now_ms() + 60_000)).await;
         finished_op(&store, "rb", 4).await;
         let due2 = store.due_posts(10).await.unwrap();
         assert_eq!(due2.len(), 1);
         assert_eq!(due2[0].run_id, "rc");
-        store.post_delivered(&due2[0]).await.unwrap();
-        store.post_failed(due[0].id, "503", 0).await.unwrap();
+        record(&store, &due2[0], PostOutcome::Taken).await;
+        record(&store, &due[0], failed(0)).await;
         let again = store.due_posts(10).await.unwrap();
         assert_eq!((again[0].id, again[0].attempts), (due[0].id, 2));
-        // taken: the run's next post is due at once
-        store.post_delivered(&again[0]).await.unwrap();
+        assert_eq!(again.len(), 1, "the rest waits behind its pushed-back head");
+        // taken: the run's next posts are due at once
+        record(&store, &again[0], PostOutcome::Taken).await;
         let next = store.due_posts(10).await.unwrap();
-        assert!(next.len() == 1 && next[0].body.contains(&b1), "{next:?}");
+        assert!(next.len() == 2 && next[0].body.contains(&b1), "{next:?}");
         let body: serde_json::Value = serde_json::from_str(&next[0].body).unwrap();
         assert_eq!(body["id"], next[0].delivery_id.as_str());
         assert_eq!(body["data"]["exit_code"], 1);
         // a refused body and the too old are dropped, and recorded
-        store.drop_post(&next[0], "422").await.unwrap();
+        record(&store, &next[0], PostOutcome::Refused("422".into())).await;
         assert_eq!(store.drop_stale_posts(now_ms() + 1).await.unwrap(), 1);
         assert!(store.due_posts(10).await.unwrap().is_empty());
         let journal = store.kernel_journal(0, 10).await.unwrap();
