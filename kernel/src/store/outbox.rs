@@ -1,8 +1,9 @@
 //! The webhook outbox (SPEC §23): a notified event's post is written in
-//! the event's own transaction; the deliverer takes each run's oldest row
-//! once it is due, deletes it when the receiver took it, and otherwise
-//! pushes it back with the error. A run's rows go out in id order, which
-//! is their commit order (a run's appends hold its tree's lock).
+//! the event's own transaction; the deliverer takes the due rows (a row is
+//! due when every earlier row of its run is), deletes one when the receiver
+//! took it, and otherwise pushes it back, with its run's later rows, with
+//! the error. A run's rows go out in id order, which is their commit order
+//! (a run's appends hold its tree's lock).
 
 use serde_json::{json, Value};
 
