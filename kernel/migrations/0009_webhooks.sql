@@ -2,9 +2,9 @@
 -- every notified event (approval.requested, approval.escalated,
 -- tool.completed, tool.failed, run.paused, run.resumed, run.completed,
 -- run.cancelled) also puts its signed post here, in the event's own
--- transaction. The deliverer posts each run's rows in id order (its oldest
--- first), retries with backoff, and deletes a row once the receiver took
--- it: at least once, in order per run, across restarts.
+-- transaction. The deliverer posts each run's rows in id order, each once
+-- the one before was taken, retries with backoff, and deletes a row once
+-- the receiver took it: at least once, in order per run, across restarts.
 CREATE TABLE webhook_outbox (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     delivery_id TEXT NOT NULL UNIQUE,
@@ -16,7 +16,8 @@ CREATE TABLE webhook_outbox (
     next_at     INTEGER NOT NULL,
     last_error  TEXT
 );
-CREATE INDEX webhook_outbox_by_run ON webhook_outbox (run_id, id);
+-- a run's rows in order, and whether one of them waits (next_at)
+CREATE INDEX webhook_outbox_by_run ON webhook_outbox (run_id, next_at, id);
 -- the due rows: a failed post pushes its whole run's next_at back, so rows
 -- waiting behind a failing head are not scanned until it is due again
 CREATE INDEX webhook_outbox_due ON webhook_outbox (next_at);

@@ -10,7 +10,8 @@ CREATE TABLE webhook_outbox (
     next_at     BIGINT NOT NULL,
     last_error  TEXT
 );
-CREATE INDEX webhook_outbox_by_run ON webhook_outbox (run_id, id);
+-- a run's rows in order, and whether one of them waits (next_at)
+CREATE INDEX webhook_outbox_by_run ON webhook_outbox (run_id, next_at, id);
 -- the due rows: a failed post pushes its whole run's next_at back, so rows
 -- waiting behind a failing head are not scanned until it is due again
 CREATE INDEX webhook_outbox_due ON webhook_outbox (next_at);

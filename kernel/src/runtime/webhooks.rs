@@ -18,21 +18,21 @@ use sha2::Sha256;
 
 use crate::config::Webhook;
 use crate::runtime::kernel::Kernel;
-use crate::store::{now_ms, OutboxPost, PostOutcome};
+use futures::StreamExt;
+
+use crate::store::{OutboxPost, PostOutcome};
 use crate::sync::Stop;
 
-/// Due posts taken in one round (runs posted side by side, each run's in
-/// order); their outcomes are recorded in one transaction.
+/// Due posts taken in one round, and at most of one run: a run's turn
+/// posts its rows in order, and is recorded in one transaction.
 const BATCH: u32 = 256;
+const PER_RUN: u32 = 16;
+/// Runs whose turns are under way at once (connections to the receiver).
+const RUNS_AT_ONCE: usize = 16;
 /// How long one post may take.
 const POST_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest pause between two tries of one post.
-const MAX_BACKOFF_MS: i64 = 60_000;
 /// The longest nap while nothing is due (a new event wakes it sooner).
 const IDLE: Duration = Duration::from_millis(500);
-/// After an event's wake-up, the pause before reading: on SQLite the wake
-/// comes at the insert, before its transaction commits.
-const SETTLE: Duration = Duration::from_millis(5);
 /// How long a post is tried before it is dropped (and recorded).
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
@@ -44,13 +44,6 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     };
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// The pause before the next try of a post tried `attempts` times.
-pub fn backoff_ms(attempts: i64) -> i64 {
-    1000_i64
-        .saturating_mul(1 << attempts.clamp(0, 16))
-        .min(MAX_BACKOFF_MS)
 }
 
 /// One post, and what the receiver made of it.
@@ -79,29 +72,36 @@ async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> PostO
         Err(e) => format!("post failed: {e}"),
     };
     tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
-    PostOutcome::Failed {
-        why,
-        next_at: now_ms() + backoff_ms(p.attempts),
-    }
+    PostOutcome::Failed(why)
 }
 
-/// Posts one run's due rows in order, each after the one before was
-/// taken; the first not taken ends the run's turn (the rest wait behind it).
-async fn post_run(
+/// One run's turn: its due rows posted in order, each after the one before
+/// was taken or refused; the first not taken ends it (the rest wait behind
+/// it). Recorded in one transaction; false when the store did not take it.
+async fn turn(
+    k: &Kernel,
     client: &reqwest::Client,
     hook: &Webhook,
     posts: Vec<OutboxPost>,
-) -> Vec<(OutboxPost, PostOutcome)> {
+) -> bool {
     let mut done = Vec::with_capacity(posts.len());
     for p in posts {
         let outcome = post(client, hook, &p).await;
-        let stop = matches!(outcome, PostOutcome::Failed { .. });
+        let stop = matches!(outcome, PostOutcome::Failed(_));
         done.push((p, outcome));
         if stop {
             break;
         }
     }
-    done
+    match k.store.record_turn(done).await {
+        Ok(()) => true,
+        Err(e) => {
+            // the rows stay as they were: posted again (the ids absorb the
+            // repeats), but not at once
+            tracing::warn!(%e, "webhook outcomes not recorded; posting them again in a second");
+            false
+        }
+    }
 }
 
 /// The due posts grouped by run, each run's in order.
@@ -133,7 +133,7 @@ pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
     let client = client();
     let mut journal = k.store.journal();
     loop {
-        let due = match k.store.due_posts(BATCH).await {
+        let due = match k.store.due_posts(PER_RUN, BATCH).await {
             Ok(due) => due,
             Err(e) => {
                 tracing::warn!(%e, "webhook outbox unreadable; trying again");
@@ -145,26 +145,18 @@ pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
         };
         if due.is_empty() {
             tokio::select! {
-                _ = journal.changed() => tokio::time::sleep(SETTLE).await,
+                _ = journal.changed() => {}
                 awake = stop.nap(IDLE) => if !awake { return },
             }
             continue;
         }
-        let turns = by_run(due)
-            .into_iter()
-            .map(|run| post_run(&client, &hook, run));
-        let outcomes: Vec<_> = futures::future::join_all(turns)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        if let Err(e) = k.store.record_posts(outcomes).await {
-            // the rows stay as they were: posted again (the ids absorb the
-            // repeats), but not at once
-            tracing::warn!(%e, "webhook outcomes not recorded; posting them again in a second");
-            if !stop.nap(Duration::from_secs(1)).await {
-                return;
-            }
+        let all_recorded = futures::stream::iter(by_run(due))
+            .map(|run| turn(&k, &client, &hook, run))
+            .buffer_unordered(RUNS_AT_ONCE)
+            .fold(true, |all, recorded| async move { all && recorded })
+            .await;
+        if !all_recorded && !stop.nap(Duration::from_secs(1)).await {
+            return;
         }
     }
 }
@@ -180,14 +172,5 @@ mod tests {
             signature("Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
-    }
-
-    #[test]
-    fn backoff_doubles_to_a_minute() {
-        assert_eq!(backoff_ms(0), 1000);
-        assert_eq!(backoff_ms(1), 2000);
-        assert_eq!(backoff_ms(5), 32_000);
-        assert_eq!(backoff_ms(6), 60_000);
-        assert_eq!(backoff_ms(1000), 60_000);
     }
 }

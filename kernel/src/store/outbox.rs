@@ -58,15 +58,15 @@ pub(super) fn enqueue(
     Ok(())
 }
 
-/// A post leaves the outbox; the rows of its run that waited behind it
-/// (never tried) are due at once.
-fn leave(tx: &mut dyn Tx, id: i64, run_id: &str) -> StoreResult<()> {
-    tx.execute("DELETE FROM webhook_outbox WHERE id = ?1", vals![id])?;
-    tx.execute(
-        "UPDATE webhook_outbox SET next_at = 0 WHERE run_id = ?1 AND attempts = 0 AND next_at > 0",
-        vals![run_id],
-    )?;
-    Ok(())
+/// The longest pause between two tries of one post.
+const MAX_BACKOFF_MS: i64 = 60_000;
+
+/// The pause before the next try of a post tried `attempts` times: 1 s,
+/// doubling, at most a minute.
+pub fn backoff_ms(attempts: i64) -> i64 {
+    1000_i64
+        .saturating_mul(1 << attempts.clamp(0, 16))
+        .min(MAX_BACKOFF_MS)
 }
 
 /// What became of one post, as the deliverer records it.
@@ -77,61 +77,80 @@ pub enum PostOutcome {
     /// The receiver refused this very body: it leaves, recorded in the
     /// kernel's journal (`webhook.dropped`) with the reason.
     Refused(String),
-    /// Not taken: tried again at `next_at` (unix ms); its run's later
-    /// posts wait as long (they go after it).
-    Failed {
-        /// Why, for the row's `last_error`.
-        why: String,
-        /// When to try again.
-        next_at: i64,
-    },
+    /// Not taken (why): tried again after [`backoff_ms`] from when this is
+    /// recorded; its run's later posts wait as long (they go after it).
+    Failed(String),
 }
 
-fn record_in(tx: &mut dyn Tx, post: &OutboxPost, outcome: &PostOutcome) -> StoreResult<()> {
-    match outcome {
-        PostOutcome::Taken => leave(tx, post.id, &post.run_id),
-        PostOutcome::Refused(why) => {
-            leave(tx, post.id, &post.run_id)?;
-            let data = json!({
-                "delivery_id": post.delivery_id,
-                "run_id": post.run_id,
-                "type": post.kind,
-                "attempts": post.attempts + 1,
-                "reason": why,
-            });
-            tx.execute(
-                "INSERT INTO kernel_journal (at, kind, data) VALUES (?1, 'webhook.dropped', ?2)",
-                vals![now_ms(), data.to_string()],
-            )?;
-            Ok(())
-        }
-        PostOutcome::Failed { why, next_at } => {
-            let why: String = why.chars().take(500).collect();
-            tx.execute(
-                "UPDATE webhook_outbox SET attempts = attempts + 1, next_at = ?2, last_error = ?3 \
-                 WHERE id = ?1",
-                vals![post.id, *next_at, why],
-            )?;
-            tx.execute(
-                "UPDATE webhook_outbox SET next_at = ?2 WHERE run_id = ?1 AND next_at < ?2",
-                vals![&post.run_id, *next_at],
-            )?;
-            Ok(())
+/// Removes a post the receiver took or refused (a refusal recorded).
+fn leave(tx: &mut dyn Tx, post: &OutboxPost, refused: Option<&str>) -> StoreResult<()> {
+    tx.execute("DELETE FROM webhook_outbox WHERE id = ?1", vals![post.id])?;
+    let Some(why) = refused else {
+        return Ok(());
+    };
+    let data = json!({
+        "delivery_id": post.delivery_id,
+        "run_id": post.run_id,
+        "type": post.kind,
+        "attempts": post.attempts + 1,
+        "reason": why,
+    });
+    tx.execute(
+        "INSERT INTO kernel_journal (at, kind, data) VALUES (?1, 'webhook.dropped', ?2)",
+        vals![now_ms(), data.to_string()],
+    )?;
+    Ok(())
+}
+
+/// Records one run's turn: its posts in order, each taken or refused but
+/// perhaps the last, which may have failed. A failure pushes the post and
+/// every later row of its run back; otherwise the run's rows that waited
+/// behind an earlier failure (never tried) are due at once.
+fn record_turn(tx: &mut dyn Tx, turn: &[(OutboxPost, PostOutcome)]) -> StoreResult<()> {
+    let Some(run_id) = turn.first().map(|(p, _)| p.run_id.clone()) else {
+        return Ok(());
+    };
+    for (post, outcome) in turn {
+        match outcome {
+            PostOutcome::Taken => leave(tx, post, None)?,
+            PostOutcome::Refused(why) => leave(tx, post, Some(why))?,
+            PostOutcome::Failed(why) => {
+                let why: String = why.chars().take(500).collect();
+                let next_at = now_ms() + backoff_ms(post.attempts);
+                tx.execute(
+                    "UPDATE webhook_outbox SET attempts = attempts + 1, next_at = ?2, \
+                     last_error = ?3 WHERE id = ?1",
+                    vals![post.id, next_at, why],
+                )?;
+                tx.execute(
+                    "UPDATE webhook_outbox SET next_at = ?2 WHERE run_id = ?1 AND next_at < ?2",
+                    vals![&run_id, next_at],
+                )?;
+                return Ok(());
+            }
         }
     }
+    tx.execute(
+        "UPDATE webhook_outbox SET next_at = 0 WHERE run_id = ?1 AND next_at > 0 AND attempts = 0",
+        vals![run_id],
+    )?;
+    Ok(())
 }
 
 impl Store {
-    /// The due posts, oldest first, at most `limit`: a row is due when it
-    /// and every earlier row of its run are (a run's rows go in order).
-    pub async fn due_posts(&self, limit: u32) -> StoreResult<Vec<OutboxPost>> {
+    /// The due posts, oldest first, at most `per_run` of one run and
+    /// `limit` in all: a row is due when it and every earlier row of its
+    /// run are (a run's rows go in order).
+    pub async fn due_posts(&self, per_run: u32, limit: u32) -> StoreResult<Vec<OutboxPost>> {
         self.read(move |tx| {
             let rows = tx.query(
-                "SELECT id, delivery_id, run_id, kind, body, attempts FROM webhook_outbox o \
-                 WHERE next_at <= ?1 AND NOT EXISTS (SELECT 1 FROM webhook_outbox p \
-                 WHERE p.run_id = o.run_id AND p.id < o.id AND p.next_at > ?1) \
-                 ORDER BY id LIMIT ?2",
-                vals![now_ms(), limit],
+                "SELECT id, delivery_id, run_id, kind, body, attempts FROM \
+                 (SELECT o.*, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id) AS turn \
+                  FROM webhook_outbox o WHERE next_at <= ?1 AND NOT EXISTS \
+                  (SELECT 1 FROM webhook_outbox p \
+                   WHERE p.run_id = o.run_id AND p.next_at > ?1 AND p.id < o.id)) due \
+                 WHERE turn <= ?2 ORDER BY id LIMIT ?3",
+                vals![now_ms(), per_run, limit],
             )?;
             rows.iter()
                 .map(|r| {
@@ -149,18 +168,12 @@ impl Store {
         .await
     }
 
-    /// Records what became of posts, all in one transaction.
-    pub async fn record_posts(&self, outcomes: Vec<(OutboxPost, PostOutcome)>) -> StoreResult<()> {
-        if outcomes.is_empty() {
+    /// Records one run's turn (see [`record_turn`]) in one transaction.
+    pub async fn record_turn(&self, turn: Vec<(OutboxPost, PostOutcome)>) -> StoreResult<()> {
+        if turn.is_empty() {
             return Ok(());
         }
-        self.write(move |tx| {
-            for (post, outcome) in &outcomes {
-                record_in(tx, post, outcome)?;
-            }
-            Ok(())
-        })
-        .await
+        self.write(move |tx| record_turn(tx, &turn)).await
     }
 
     /// Drops every post older than `cutoff` (unix ms), recorded as one
@@ -192,22 +205,22 @@ mod tests {
     use crate::store::{now_ms, test_store, OutboxPost, Store};
 
     async fn record(store: &Store, post: &OutboxPost, outcome: PostOutcome) {
-        let outcomes = vec![(post.clone(), outcome)];
-        store.record_posts(outcomes).await.unwrap();
+        let turn = vec![(post.clone(), outcome)];
+        store.record_turn(turn).await.unwrap();
     }
 
-    fn failed(next_at: i64) -> PostOutcome {
-        PostOutcome::Failed {
-            why: "503".into(),
-            next_at,
-        }
+    fn failed() -> PostOutcome {
+        PostOutcome::Failed("503".into())
     }
 
     #[tokio::test]
     async fn posts_go_out_per_run_in_order_and_only_once_enabled() {
         let store = test_store().await;
         finished_op(&store, "quiet", 0).await;
-        assert!(store.due_posts(10).await.unwrap().is_empty(), "off: none");
+        assert!(
+            store.due_posts(16, 10).await.unwrap().is_empty(),
+            "off: none"
+        );
         store.enable_outbox();
         let (b1, b2) = (
             new_op(&store, "rb", true).await,
@@ -216,7 +229,7 @@ mod tests {
         settle(&store, &b2, 2).await;
         settle(&store, &b1, 1).await;
         finished_op(&store, "rc", 3).await;
-        let due = store.due_posts(10).await.unwrap();
+        let due = store.due_posts(16, 10).await.unwrap();
         let runs: Vec<&str> = due.iter().map(|p| p.run_id.as_str()).collect();
         assert_eq!(runs, ["rb", "rb", "rc"], "oldest first, a run's in order");
         assert!(
@@ -225,31 +238,54 @@ mod tests {
             due[0].body
         );
         assert!(due[1].body.contains(&b1));
-        // a failed head holds its run's later posts back (new ones too),
-        // not other runs'
-        record(&store, &due[0], failed(now_ms() + 60_000)).await;
+        // a mixed turn: b2 taken, b1 failed; the later rows wait behind b1
+        // (a new one too), other runs' do not
+        let turn = vec![
+            (due[0].clone(), PostOutcome::Taken),
+            (due[1].clone(), failed()),
+        ];
+        store.record_turn(turn).await.unwrap();
         finished_op(&store, "rb", 4).await;
-        let due2 = store.due_posts(10).await.unwrap();
+        let due2 = store.due_posts(16, 10).await.unwrap();
         assert_eq!(due2.len(), 1);
         assert_eq!(due2[0].run_id, "rc");
         record(&store, &due2[0], PostOutcome::Taken).await;
-        record(&store, &due[0], failed(0)).await;
-        let again = store.due_posts(10).await.unwrap();
-        assert_eq!((again[0].id, again[0].attempts), (due[0].id, 2));
-        assert_eq!(again.len(), 1, "the rest waits behind its pushed-back head");
-        // taken: the run's next posts are due at once
+        // once b1 is due again (its backoff, 1 s), it goes first, alone
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let again = store.due_posts(16, 10).await.unwrap();
+        assert_eq!((again[0].id, again[0].attempts), (due[1].id, 1));
+        assert_eq!(again.len(), 2, "b1, then the post that waited behind it");
         record(&store, &again[0], PostOutcome::Taken).await;
-        let next = store.due_posts(10).await.unwrap();
-        assert!(next.len() == 2 && next[0].body.contains(&b1), "{next:?}");
+        let next = store.due_posts(16, 10).await.unwrap();
+        assert_eq!(next.len(), 1, "{next:?}");
+        assert_eq!(next[0].id, again[1].id);
         let body: serde_json::Value = serde_json::from_str(&next[0].body).unwrap();
         assert_eq!(body["id"], next[0].delivery_id.as_str());
-        assert_eq!(body["data"]["exit_code"], 1);
+        assert_eq!(body["data"]["exit_code"], 4);
+        // at most `per_run` of a run in one round
+        for code in 5..8 {
+            finished_op(&store, "rb", code).await;
+        }
+        assert_eq!(store.due_posts(2, 10).await.unwrap().len(), 2);
         // a refused body and the too old are dropped, and recorded
         record(&store, &next[0], PostOutcome::Refused("422".into())).await;
-        assert_eq!(store.drop_stale_posts(now_ms() + 1).await.unwrap(), 1);
-        assert!(store.due_posts(10).await.unwrap().is_empty());
+        assert_eq!(store.drop_stale_posts(now_ms() + 1).await.unwrap(), 3);
+        assert!(store.due_posts(16, 10).await.unwrap().is_empty());
         let journal = store.kernel_journal(0, 10).await.unwrap();
         let kinds: Vec<&str> = journal.iter().map(|e| e.2.as_str()).collect();
         assert_eq!(kinds, ["webhook.dropped", "webhook.dropped"]);
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    #[test]
+    fn backoff_doubles_to_a_minute() {
+        use super::backoff_ms;
+        assert_eq!(backoff_ms(0), 1000);
+        assert_eq!(backoff_ms(1), 2000);
+        assert_eq!(backoff_ms(5), 32_000);
+        assert_eq!(backoff_ms(6), 60_000);
+        assert_eq!(backoff_ms(1000), 60_000);
     }
 }
