@@ -64,6 +64,7 @@ impl ApprovalRules {
 #[serde(deny_unknown_fields)]
 pub struct EnvelopeRequest {
     /// Ceiling on an op's `timeout_sec`, in seconds.
+    #[schema(minimum = 1)]
     pub max_timeout_sec: Option<u64>,
     /// The container's memory limit, in bytes.
     pub memory_bytes: Option<i64>,

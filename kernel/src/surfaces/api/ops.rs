@@ -18,11 +18,13 @@ use crate::surfaces::views::{OpList, OpView};
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCommand {
-    /// The argv: a program and its arguments (no shell unless asked for).
-    #[schema(min_items = 1)]
+    #[schema(schema_with = super::openapi::argv)]
     command: Vec<String>,
     #[serde(default)]
     background: bool,
+    /// Seconds from the command's start (at least 1; at most the kernel's
+    /// ceiling: 900 in the foreground and 3600 in the background by default).
+    #[schema(minimum = 1)]
     timeout_sec: Option<u64>,
 }
 
@@ -108,7 +110,7 @@ fn validate(k: &AppState, req: &RunCommand, envelope: &crate::runs::Envelope) ->
     post,
     path = "/v1/runs/{run}/tools/run_command",
     tag = "operations",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried start return the first op")),
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried start return the first op (1 to 128 printable ASCII characters)", pattern = r"^[!-~]{1,128}$")),
     request_body = RunCommand,
     responses((status = 200, description = "Success", body = OpView)),
 )]

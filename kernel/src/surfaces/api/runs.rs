@@ -57,7 +57,7 @@ fn who(principal: &Principal) -> String {
     post,
     path = "/v1/runs",
     tag = "runs",
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first answer")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first answer (1 to 128 printable ASCII characters)", pattern = r"^[!-~]{1,128}$")),
     request_body = CreateRun,
     responses((status = 200, description = "Success", body = RunCreated)),
 )]
@@ -486,7 +486,7 @@ pub struct UsageRequest {
     operation_id = "record_usage",
     path = "/v1/runs/{run}/usage",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry count once")),
+    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry count once (1 to 128 printable ASCII characters)", pattern = r"^[!-~]{1,128}$")),
     request_body = UsageRequest,
     responses((status = 200, description = "Success", body = UsageAnswer)),
 )]

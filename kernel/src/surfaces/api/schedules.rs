@@ -17,11 +17,15 @@ use crate::timing::Timing;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSchedule {
-    /// The argv to run each time.
-    #[schema(min_items = 1)]
+    #[schema(schema_with = super::openapi::argv)]
     command: Vec<String>,
+    /// Seconds from the command's start (at least 1; at most the kernel's
+    /// ceiling: 900 in the foreground and 3600 in the background by default).
+    #[schema(minimum = 1)]
     timeout_sec: Option<u64>,
     cron: Option<String>,
+    /// The period, in seconds (1 to 366 days).
+    #[schema(minimum = 1, maximum = 31_622_400)]
     every_sec: Option<u64>,
     at: Option<String>,
     #[serde(default)]
