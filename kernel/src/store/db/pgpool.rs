@@ -53,8 +53,13 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
 /// Any key for the advisory lock that serializes migrations.
 const MIGRATION_LOCK: i64 = 0x6f70_6b65_726e;
 
-/// How long a connection may take to open, and a pooled one to be free.
+/// How long a connection may take to open.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a transaction waits for a pooled connection to be free: longer
+/// than an open's bound, as a full pool is load (a burst of hundreds of
+/// transactions on one run tree queue behind its lock), not an outage (a
+/// server that is gone fails the opens and the statements themselves).
+const SLOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 /// Server-side bounds of every session: a transaction left idle (its
 /// client gone without a word) or a statement stuck longer than this ends,
 /// releasing its locks, instead of holding a run tree for hours.
@@ -77,7 +82,7 @@ pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
     Pool::builder(manager)
         .max_size(size)
         .runtime(deadpool_postgres::Runtime::Tokio1)
-        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .wait_timeout(Some(SLOT_TIMEOUT))
         .create_timeout(Some(CONNECT_TIMEOUT))
         .build()
         .map_err(|e| StoreError::Postgres(e.to_string()))
