@@ -12,6 +12,7 @@ pub mod panel;
 pub mod reports;
 mod runs;
 pub mod schedules;
+mod schema;
 mod views;
 
 use std::sync::Arc;

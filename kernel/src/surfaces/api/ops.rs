@@ -18,7 +18,7 @@ use crate::surfaces::views::{OpList, OpView};
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCommand {
-    #[schema(schema_with = super::openapi::argv)]
+    #[schema(schema_with = super::schema::argv)]
     command: Vec<String>,
     #[serde(default)]
     background: bool,

@@ -17,7 +17,7 @@ use crate::timing::Timing;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSchedule {
-    #[schema(schema_with = super::openapi::argv)]
+    #[schema(schema_with = super::schema::argv)]
     command: Vec<String>,
     /// Seconds from the command's start (at least 1; at most the kernel's
     /// ceiling: 900 in the foreground and 3600 in the background by default).
