@@ -24,7 +24,7 @@ use crate::store::{OutboxPost, PostOutcome};
 use crate::sync::Stop;
 
 /// Due posts taken in one round, and at most of one run: a run's turn
-/// posts its rows in order, and is recorded in one transaction.
+/// posts its rows in order; a round's turns are recorded in one commit.
 const BATCH: u32 = 256;
 const PER_RUN: u32 = 16;
 /// Runs whose turns are under way at once (connections to the receiver).
@@ -77,13 +77,12 @@ async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> PostO
 
 /// One run's turn: its due rows posted in order, each after the one before
 /// was taken or refused; the first not taken ends it (the rest wait behind
-/// it). Recorded in one transaction; false when the store did not take it.
+/// it).
 async fn turn(
-    k: &Kernel,
     client: &reqwest::Client,
     hook: &Webhook,
     posts: Vec<OutboxPost>,
-) -> bool {
+) -> Vec<(OutboxPost, PostOutcome)> {
     let mut done = Vec::with_capacity(posts.len());
     for p in posts {
         let outcome = post(client, hook, &p).await;
@@ -93,15 +92,7 @@ async fn turn(
             break;
         }
     }
-    match k.store.record_turn(done).await {
-        Ok(()) => true,
-        Err(e) => {
-            // the rows stay as they were: posted again (the ids absorb the
-            // repeats), but not at once
-            tracing::warn!(%e, "webhook outcomes not recorded; posting them again in a second");
-            false
-        }
-    }
+    done
 }
 
 /// The due posts grouped by run, each run's in order.
@@ -150,13 +141,18 @@ pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
             }
             continue;
         }
-        let all_recorded = futures::stream::iter(by_run(due))
-            .map(|run| turn(&k, &client, &hook, run))
+        let turns: Vec<_> = futures::stream::iter(by_run(due))
+            .map(|run| turn(&client, &hook, run))
             .buffer_unordered(RUNS_AT_ONCE)
-            .fold(true, |all, recorded| async move { all && recorded })
+            .collect()
             .await;
-        if !all_recorded && !stop.nap(Duration::from_secs(1)).await {
-            return;
+        // the round's outcomes in one commit; not recorded, the rows stay as
+        // they were: posted again (the ids absorb the repeats), not at once
+        if let Err(e) = k.store.record_turns(turns).await {
+            tracing::warn!(%e, "webhook outcomes not recorded; posting them again in a second");
+            if !stop.nap(Duration::from_secs(1)).await {
+                return;
+            }
         }
     }
 }

@@ -170,10 +170,25 @@ impl Store {
 
     /// Records one run's turn (see [`record_turn`]) in one transaction.
     pub async fn record_turn(&self, turn: Vec<(OutboxPost, PostOutcome)>) -> StoreResult<()> {
-        if turn.is_empty() {
+        self.record_turns(vec![turn]).await
+    }
+
+    /// Records a round's turns, each run's as [`record_turn`] says, all in
+    /// one transaction (one commit for the round).
+    pub async fn record_turns(
+        &self,
+        turns: Vec<Vec<(OutboxPost, PostOutcome)>>,
+    ) -> StoreResult<()> {
+        if turns.iter().all(Vec::is_empty) {
             return Ok(());
         }
-        self.write(move |tx| record_turn(tx, &turn)).await
+        self.write(move |tx| {
+            for turn in &turns {
+                record_turn(tx, turn)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Drops every post older than `cutoff` (unix ms), recorded as one
