@@ -203,15 +203,7 @@ async fn events_arrive_signed_in_order_through_a_receiver_outage() {
         assert_eq!(done["data"]["exit_code"], 5, "{done}");
     }
     // the outbox is empty once all was taken
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", k.client.base()))
-        .bearer_auth(k.client.token())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = String::from_utf8(k.client.get_bytes("/metrics").await.unwrap()).unwrap();
     assert!(
         metrics.contains("opkernel_webhook_posts_pending 0"),
         "{metrics}"
@@ -321,15 +313,7 @@ async fn a_redirect_is_no_delivery() {
         let i = inbox.lock().unwrap();
         assert_eq!((i.followed, i.taken.len()), (0, 0));
     }
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", k.client.base()))
-        .bearer_auth(k.client.token())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = String::from_utf8(k.client.get_bytes("/metrics").await.unwrap()).unwrap();
     assert!(
         metrics.contains("opkernel_webhook_posts_pending 1"),
         "{metrics}"

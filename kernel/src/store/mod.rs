@@ -34,7 +34,6 @@ use db::Tx;
 pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use journal::{Event, ModelUsage, UsageRecorded};
-pub use levels::StoreLevels;
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use outbox::{OutboxPost, PostOutcome};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};

@@ -168,11 +168,6 @@ impl Store {
         .await
     }
 
-    /// Records one run's turn (see [`record_turn`]) in one transaction.
-    pub async fn record_turn(&self, turn: Vec<(OutboxPost, PostOutcome)>) -> StoreResult<()> {
-        self.record_turns(vec![turn]).await
-    }
-
     /// Records a round's turns, each run's as [`record_turn`] says, all in
     /// one transaction (one commit for the round).
     pub async fn record_turns(
@@ -221,7 +216,7 @@ mod tests {
 
     async fn record(store: &Store, post: &OutboxPost, outcome: PostOutcome) {
         let turn = vec![(post.clone(), outcome)];
-        store.record_turn(turn).await.unwrap();
+        store.record_turns(vec![turn]).await.unwrap();
     }
 
     fn failed() -> PostOutcome {
@@ -259,7 +254,7 @@ mod tests {
             (due[0].clone(), PostOutcome::Taken),
             (due[1].clone(), failed()),
         ];
-        store.record_turn(turn).await.unwrap();
+        store.record_turns(vec![turn]).await.unwrap();
         finished_op(&store, "rb", 4).await;
         let due2 = store.due_posts(16, 10).await.unwrap();
         assert_eq!(due2.len(), 1);

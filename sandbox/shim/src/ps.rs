@@ -1,7 +1,7 @@
 //! `opkernel-shim ps`: the process table of every marked process (the
 //! operator's inspect, SPEC §23), read from `/proc` in one pass.
 
-use std::io::{self, Write};
+use std::io;
 
 use opkernel_shim::format::END_LINE;
 use opkernel_shim::table::{
@@ -68,20 +68,5 @@ pub fn table() -> io::Result<String> {
 }
 
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
-    if !args.is_empty() {
-        eprintln!("opkernel-shim ps: takes no arguments");
-        return 2;
-    }
-    let result = table().and_then(|text| {
-        let mut out = io::stdout().lock();
-        out.write_all(text.as_bytes())?;
-        out.flush()
-    });
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("opkernel-shim ps: {e}");
-            1
-        }
-    }
+    crate::scan::print_listing("ps", args, table)
 }

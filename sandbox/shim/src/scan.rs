@@ -30,11 +30,17 @@ pub fn listing() -> io::Result<String> {
 }
 
 pub fn probe(args: Vec<OsString>) -> i32 {
+    print_listing("probe", args, listing)
+}
+
+/// A verb that takes no arguments and prints one listing: 0 once it is
+/// written, 2 for arguments, 1 when it cannot be made or written.
+pub fn print_listing(verb: &str, args: Vec<OsString>, make: fn() -> io::Result<String>) -> i32 {
     if !args.is_empty() {
-        eprintln!("opkernel-shim probe: takes no arguments");
+        eprintln!("opkernel-shim {verb}: takes no arguments");
         return 2;
     }
-    let result = listing().and_then(|text| {
+    let result = make().and_then(|text| {
         let mut out = io::stdout().lock();
         out.write_all(text.as_bytes())?;
         out.flush()
@@ -42,7 +48,7 @@ pub fn probe(args: Vec<OsString>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("opkernel-shim probe: {e}");
+            eprintln!("opkernel-shim {verb}: {e}");
             1
         }
     }

@@ -10,20 +10,13 @@ use axum::routing::get;
 use axum::Router;
 
 use super::{require_operator, ApiResult, AppState};
-use crate::metrics::Levels;
 use crate::surfaces::auth::Principal;
 
 /// The exposition, with the levels read now from the control plane and
 /// Docker (an unreachable Docker leaves the container levels out, as the
 /// rest is still worth a scrape).
 async fn exposition(k: &AppState) -> ApiResult<Response> {
-    let stored = k.store.levels().await?;
-    let mut levels = Levels {
-        live_ops: stored.live_ops,
-        reports_pending: stored.reports_pending,
-        webhook_pending: stored.webhook_pending,
-        ..Levels::default()
-    };
+    let mut levels = k.store.levels().await?;
     match k.backend.list_managed().await {
         Ok(list) => {
             for c in list {
