@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use sandbox::Profile;
 
+#[path = "config_pool.rs"]
+mod pool;
+pub use pool::PoolConfig;
+
 /// The kernel's settings, read once at start ([`Config::from_env`]) and fixed
 /// for the process's life.
 #[derive(Debug, Clone)]
@@ -68,6 +72,8 @@ pub struct Config {
     /// How often the reaper looks for abandoned containers
     /// (`OPKERNEL_REAP_INTERVAL_SECONDS`).
     pub reap_interval: Duration,
+    /// The warm pool: its size and pooled profiles (SPEC §22).
+    pub pool: PoolConfig,
     /// Enables the fault hooks used by recovery drills.
     pub drills: bool,
     /// Bound of one Docker request, seconds. A start request that runs past
@@ -335,7 +341,9 @@ impl Config {
             });
         let metrics_listen = env_addr("OPKERNEL_METRICS_LISTEN", &mut invalid);
         let webhook = Webhook::from_env(&mut invalid);
+        let pool = PoolConfig::from_env(&profile, &mut invalid);
         Config {
+            pool,
             metrics_listen,
             webhook,
             op_files_retention,

@@ -35,6 +35,8 @@ pub struct Levels {
     pub webhook_pending: i64,
     /// Managed containers by Docker state (`running`, `exited`, …).
     pub containers: BTreeMap<String, i64>,
+    /// Warm-pool containers by role (`free`, `adopting`, `bound`, …).
+    pub pool: BTreeMap<String, i64>,
 }
 
 /// One kernel process's metrics.
@@ -49,6 +51,7 @@ pub struct Metrics {
     reports_pending: IntGauge,
     webhook_pending: IntGauge,
     containers: IntGaugeVec,
+    pool_containers: IntGaugeVec,
     /// One render at a time: the levels are set, then gathered.
     rendering: crate::sync::Lock<()>,
 }
@@ -124,6 +127,13 @@ impl Metrics {
                 Opts::new("containers", "Managed run containers, by Docker state."),
                 &["state"],
             )),
+            pool_containers: built(IntGaugeVec::new(
+                Opts::new(
+                    "pool_containers",
+                    "Warm-pool containers, by role (free, adopting, bound, unconfirmed, stray).",
+                ),
+                &["state"],
+            )),
             registry,
             rendering: crate::sync::Lock::new(()),
         };
@@ -138,7 +148,7 @@ impl Metrics {
     }
 
     fn register(&self) {
-        let all: [Box<dyn prometheus::core::Collector>; 9] = [
+        let all: [Box<dyn prometheus::core::Collector>; 10] = [
             Box::new(self.ops.clone()),
             Box::new(self.op_starts.clone()),
             Box::new(self.op_start_seconds.clone()),
@@ -148,6 +158,7 @@ impl Metrics {
             Box::new(self.reports_pending.clone()),
             Box::new(self.webhook_pending.clone()),
             Box::new(self.containers.clone()),
+            Box::new(self.pool_containers.clone()),
         ];
         for c in all {
             built(self.registry.register(c));
@@ -195,6 +206,15 @@ impl Metrics {
         }
         for (state, n) in &levels.containers {
             self.containers.with_label_values(&[state.as_str()]).set(*n);
+        }
+        self.pool_containers.reset();
+        for state in ["free", "bound"] {
+            self.pool_containers.with_label_values(&[state]).set(0);
+        }
+        for (state, n) in &levels.pool {
+            self.pool_containers
+                .with_label_values(&[state.as_str()])
+                .set(*n);
         }
         match TextEncoder::new().encode_to_string(&self.registry.gather()) {
             Ok(text) => text,

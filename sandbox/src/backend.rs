@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use crate::docker::{ContainerInfo, Sandbox, TopProcess};
 use crate::error::Result;
 use crate::opfiles::{OpsDir, PidRecord};
-use crate::profile::{Profile, RunIdentity};
+use crate::profile::{PoolIdentity, Profile, RunIdentity};
 use crate::shim::{MarkedProcess, Signal, WrapperSpec};
 use opkernel_shim::table::ProcessRow;
 use opkernel_shim::RunUser;
@@ -95,6 +95,39 @@ pub trait OpBackend: Send + Sync + 'static {
     fn top<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<TopProcess>>>;
     /// Force-removes a container; `Ok(false)` when it was already gone.
     fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// The id of an image as the engine has it now.
+    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move { Err(no_pool(image)) })
+    }
+    /// Creates and starts a warm-pool container (SPEC §22).
+    fn create_pool_container<'a>(
+        &'a self,
+        identity: &'a PoolIdentity,
+        _profile: &'a Profile,
+    ) -> BoxFuture<'a, Result<ContainerInfo>> {
+        Box::pin(async move { Err(no_pool(&identity.name)) })
+    }
+    /// Writes a run's binding file to a pool container's scratch dir.
+    fn bind_scratch(&self, _run_key: &str, pool_key: &str) -> Result<()> {
+        Err(no_pool(pool_key))
+    }
+    /// The pool key a run's scratch is bound to (its binding file).
+    fn scratch_binding(&self, _run_key: &str) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// Every binding file: (run key, pool key).
+    fn scratch_bindings(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// Whether a run's scratch path exists (a dir or a binding file).
+    fn scratch_exists(&self, _scratch_key: &str) -> bool {
+        false
+    }
+}
+
+/// What a backend without a warm pool answers to the pool's calls.
+fn no_pool(what: &str) -> crate::SandboxError {
+    crate::SandboxError::Invalid(format!("this backend keeps no warm pool ({what})"))
 }
 
 impl OpBackend for Sandbox {
@@ -187,5 +220,27 @@ impl OpBackend for Sandbox {
     }
     fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>> {
         Box::pin(Sandbox::remove(self, container_id))
+    }
+    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
+        Box::pin(Sandbox::image_id(self, image))
+    }
+    fn create_pool_container<'a>(
+        &'a self,
+        identity: &'a PoolIdentity,
+        profile: &'a Profile,
+    ) -> BoxFuture<'a, Result<ContainerInfo>> {
+        Box::pin(Sandbox::create_pool_container(self, identity, profile))
+    }
+    fn bind_scratch(&self, run_key: &str, pool_key: &str) -> Result<()> {
+        Sandbox::bind_scratch(self, run_key, pool_key)
+    }
+    fn scratch_binding(&self, run_key: &str) -> Result<Option<String>> {
+        Sandbox::scratch_binding(self, run_key)
+    }
+    fn scratch_bindings(&self) -> Vec<(String, String)> {
+        Sandbox::scratch_bindings(self)
+    }
+    fn scratch_exists(&self, scratch_key: &str) -> bool {
+        Sandbox::scratch_exists(self, scratch_key)
     }
 }

@@ -78,9 +78,9 @@ pub struct TopProcess {
 /// run's scratch dir and the installed shim every run container mounts.
 #[derive(Clone)]
 pub struct Sandbox {
-    docker: Docker,
+    pub(crate) docker: Docker,
     scratch_root: PathBuf,
-    shim: PathBuf,
+    pub(crate) shim: PathBuf,
 }
 
 impl Sandbox {
@@ -123,6 +123,11 @@ impl Sandbox {
     pub async fn ping(&self) -> Result<()> {
         self.docker.ping().await?;
         Ok(())
+    }
+
+    /// The host directory holding every run's scratch dir.
+    pub fn scratch_root(&self) -> &Path {
+        &self.scratch_root
     }
 
     /// The host directory of a run's scratch: `<scratch root>/<key>`.
@@ -183,14 +188,19 @@ impl Sandbox {
             .ok_or_else(|| SandboxError::NotFound(format!("exec {exec_id} has no exit status")))
     }
 
-    /// Removes a run's scratch dir (only ever the dir of the given key).
+    /// Removes a run's scratch dir (only ever the dir of the given key):
+    /// when it is a binding to a pool container's dir, that dir, then the
+    /// binding.
     pub fn remove_scratch(&self, scratch_key: &str) -> Result<()> {
         let dir = self.scratch_dir(scratch_key);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(SandboxError::io(dir, e)),
+        if let Some(pool_key) = self.scratch_binding(scratch_key)? {
+            remove_tree(&self.scratch_dir(&pool_key))?;
+            return match std::fs::remove_file(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SandboxError::io(dir, e)),
+                _ => Ok(()),
+            };
         }
+        remove_tree(&dir)
     }
 
     /// The run container of `identity`: reused when it exists (after checking
@@ -222,20 +232,23 @@ impl Sandbox {
                     if info.running {
                         return Ok(info);
                     }
-                    self.start_as_run(&info.id, identity, profile).await?;
+                    self.start_as_run(&info.id, &identity.scratch_key, profile)
+                        .await?;
                     return self.inspect(&info.id).await;
                 }
                 Err(SandboxError::NotFound(_)) => {}
                 Err(err) => return Err(err),
             }
             let scratch = self.prepare_scratch(&identity.scratch_key)?;
-            let config = container_config(identity, profile, &scratch, &self.shim, unix_now());
+            let labels = identity.labels(unix_now());
+            let config = container_config(labels, profile, &scratch, &self.shim);
             let options = CreateContainerOptionsBuilder::default()
                 .name(&identity.name)
                 .build();
             match self.docker.create_container(Some(options), config).await {
                 Ok(created) => {
-                    self.start_as_run(&created.id, identity, profile).await?;
+                    self.start_as_run(&created.id, &identity.scratch_key, profile)
+                        .await?;
                     return self.inspect(&created.id).await;
                 }
                 // someone (a lost earlier response, a concurrent call) made it: check and reuse
@@ -254,10 +267,10 @@ impl Sandbox {
     /// Starts a run container once its scratch dir belongs to the run user.
     /// An image without that user: the container is removed and the error
     /// says what to set.
-    async fn start_as_run(
+    pub(crate) async fn start_as_run(
         &self,
         id: &str,
-        identity: &RunIdentity,
+        scratch_key: &str,
         profile: &Profile,
     ) -> Result<()> {
         let owner = match self.run_user(id, profile).await {
@@ -268,8 +281,8 @@ impl Sandbox {
             }
             Err(e) => return Err(e),
         };
-        self.prepare_scratch(&identity.scratch_key)?;
-        self.hand_scratch_to(&identity.scratch_key, owner)?;
+        self.prepare_scratch(scratch_key)?;
+        self.hand_scratch_to(scratch_key, owner)?;
         self.start(id).await
     }
 
@@ -523,6 +536,14 @@ impl Sandbox {
                 other => Err(other),
             },
         }
+    }
+}
+
+fn remove_tree(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(SandboxError::io(dir, e)),
     }
 }
 

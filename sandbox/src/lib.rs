@@ -13,6 +13,7 @@ pub mod error;
 pub mod launcher;
 pub mod liveness;
 pub mod opfiles;
+mod pool;
 pub mod profile;
 pub mod shim;
 
@@ -25,7 +26,7 @@ pub use opfiles::{
 };
 pub use opkernel_shim::table::ProcessRow;
 pub use opkernel_shim::{passwd_lookup, RunAs, RunUser};
-pub use profile::{Profile, RunIdentity};
+pub use profile::{PoolIdentity, Profile, RunIdentity};
 pub use shim::{MarkedProcess, Signal, WrapperSpec};
 
 #[cfg(test)]

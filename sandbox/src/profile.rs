@@ -24,6 +24,17 @@ pub const LABEL_FINGERPRINT: &str = "opkernel.run_fingerprint";
 /// reaper).
 pub const LABEL_CREATED_AT: &str = "opkernel.created_at";
 
+/// Label: on a warm-pool container, the fingerprint of the profile it was
+/// made for ([`pool_fingerprint`]). A pool container has no run label: a
+/// run adopts it later, and the binding (control plane + binding file)
+/// says whose it is (SPEC §22).
+pub const LABEL_POOL: &str = "opkernel.pool";
+/// Label: on a warm-pool container, the id of the image it was made from
+/// (a rebuilt image drains the pool).
+pub const LABEL_POOL_IMAGE: &str = "opkernel.pool_image";
+/// How a pool container's scratch key begins (a run's key is hex only).
+pub const POOL_KEY_PREFIX: &str = "pool-";
+
 /// Where the run's scratch directory is mounted inside the container.
 pub const SCRATCH_MOUNT: &str = "/scratch";
 /// Where the op files live inside the container (a separate, root-owned mount).
@@ -155,6 +166,61 @@ pub fn container_name(scratch_key: &str, fingerprint: &str) -> String {
     format!("opkernel-{}-{}", scratch_key, &fingerprint[..12])
 }
 
+/// sha256 over the container contract + canonical profile: which pool a
+/// container belongs to, and which runs may adopt it (those whose profile
+/// has this fingerprint).
+pub fn pool_fingerprint(profile: &Profile) -> String {
+    let mut canonical = profile.clone();
+    canonical.env.sort();
+    let json = serde_json::to_vec(&canonical).unwrap_or_default();
+    sha256_hex(&[b"opkernel-pool", CONTAINER_CONTRACT, &json])
+}
+
+/// Whether a scratch key is a pool container's (`pool-<hex>`).
+pub fn is_pool_key(key: &str) -> bool {
+    key.strip_prefix(POOL_KEY_PREFIX).is_some_and(|hex| {
+        !hex.is_empty() && hex.len() <= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+/// What identifies a warm-pool container: its own scratch key (random), the
+/// profile and image it was made for, and its name. It names no run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolIdentity {
+    /// Its scratch key: `pool-` and 20 random hex digits.
+    pub scratch_key: String,
+    /// [`pool_fingerprint`] of its profile.
+    pub fingerprint: String,
+    /// The image id it was made from.
+    pub image_id: String,
+    /// `opkernel-pool-<hex>`.
+    pub name: String,
+}
+
+impl PoolIdentity {
+    /// A fresh pool identity for `profile` on image `image_id`.
+    pub fn new(profile: &Profile, image_id: &str) -> PoolIdentity {
+        let hex = uuid::Uuid::new_v4().simple().to_string()[..20].to_owned();
+        PoolIdentity {
+            scratch_key: format!("{POOL_KEY_PREFIX}{hex}"),
+            fingerprint: pool_fingerprint(profile),
+            image_id: image_id.to_owned(),
+            name: format!("opkernel-pool-{hex}"),
+        }
+    }
+
+    /// The durable labels of a new pool container.
+    pub fn labels(&self, created_at_unix: u64) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_POOL.to_owned(), self.fingerprint.clone()),
+            (LABEL_POOL_IMAGE.to_owned(), self.image_id.clone()),
+            (LABEL_SCRATCH_KEY.to_owned(), self.scratch_key.clone()),
+            (LABEL_CREATED_AT.to_owned(), created_at_unix.to_string()),
+        ])
+    }
+}
+
 /// What identifies a run container: checked against its labels before any use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunIdentity {
@@ -220,15 +286,14 @@ impl RunIdentity {
     }
 }
 
-/// The full create body of a hardened run container. Its main process is
-/// the shim's resident launcher (under Docker's init), so the image needs
-/// no shell at all.
+/// The full create body of a hardened run (or pool) container, carrying
+/// `labels`. Its main process is the shim's resident launcher (under
+/// Docker's init), so the image needs no shell at all.
 pub fn container_config(
-    identity: &RunIdentity,
+    labels: HashMap<String, String>,
     profile: &Profile,
     scratch_dir: &Path,
     shim: &Path,
-    created_at_unix: u64,
 ) -> ContainerCreateBody {
     let scratch = scratch_dir.display().to_string();
     let host_config = HostConfig {
@@ -263,7 +328,7 @@ pub fn container_config(
             LAUNCHER_CMD.to_owned()
         }]),
         env: Some(profile.env.clone()),
-        labels: Some(identity.labels(created_at_unix)),
+        labels: Some(labels),
         working_dir: Some(SCRATCH_MOUNT.to_owned()),
         user: Some("0".to_owned()),
         network_disabled: Some(profile.network == "none"),
@@ -336,6 +401,26 @@ mod tests {
     }
 
     #[test]
+    fn pool_identities_are_fresh_and_name_no_run() {
+        let profile = Profile::default();
+        let a = PoolIdentity::new(&profile, "sha256:1");
+        let b = PoolIdentity::new(&profile, "sha256:1");
+        assert_ne!(a.scratch_key, b.scratch_key);
+        assert!(is_pool_key(&a.scratch_key), "{}", a.scratch_key);
+        assert!(!is_pool_key(&scratch_key("run-1")));
+        assert!(!is_pool_key("pool-../x"));
+        assert_eq!(a.fingerprint, b.fingerprint);
+        let labels = a.labels(5);
+        assert!(!labels.contains_key(LABEL_RUN_ID));
+        assert_eq!(labels[LABEL_POOL], pool_fingerprint(&profile));
+        let narrower = Profile {
+            memory_bytes: 1 << 30,
+            ..Profile::default()
+        };
+        assert_ne!(pool_fingerprint(&narrower), a.fingerprint);
+    }
+
+    #[test]
     fn container_name_is_deterministic() {
         let id = RunIdentity::new("run-1", &Profile::default()).unwrap();
         let again = RunIdentity::new("run-1", &Profile::default()).unwrap();
@@ -350,11 +435,10 @@ mod tests {
         let profile = Profile::default();
         let id = RunIdentity::new("run-1", &profile).unwrap();
         let cfg = container_config(
-            &id,
+            id.labels(5),
             &profile,
             Path::new("/h/scratch/k"),
             Path::new("/h/bin/shim"),
-            5,
         );
         let host = cfg.host_config.unwrap();
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));

@@ -113,11 +113,10 @@ async fn a_container_made_before_the_launcher_runs_ops_by_exec() {
         .unwrap();
     let shim = sandbox::shim::install_shim(&k.home.join("bin")).unwrap();
     let mut config = sandbox::profile::container_config(
-        &identity,
+        identity.labels(sandbox::unix_now()),
         &profile,
         &scratch,
         &shim,
-        sandbox::unix_now(),
     );
     config.cmd = Some(vec!["idle".to_owned()]);
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();

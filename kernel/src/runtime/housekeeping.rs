@@ -1,6 +1,7 @@
 //! The kernel's background loops, owned by one set with one stop: the
 //! heartbeat, approval timeouts, the reaper, the retention pass, the
-//! observers' watchdog, the webhook deliverer and the scheduler. Each loop naps through a
+//! observers' watchdog, the warm pool's upkeep, the webhook deliverer and
+//! the scheduler. Each loop naps through a
 //! [`Stop`]. Stopping the set lets the scheduler record the batch under way
 //! (each fire is one transaction; bounded by [`SCHEDULER_GRACE`]) and
 //! aborts the other loops at once: a reap or retention pass is safe to
@@ -44,6 +45,10 @@ impl Housekeeping {
         loops.spawn(approval_timeouts(k.clone(), stopped.clone()));
         loops.spawn(crate::runtime::reaper::periodic(k.clone(), stopped.clone()));
         loops.spawn(crate::runtime::retention::periodic(
+            k.clone(),
+            stopped.clone(),
+        ));
+        loops.spawn(crate::runtime::pool::upkeep::run(
             k.clone(),
             stopped.clone(),
         ));

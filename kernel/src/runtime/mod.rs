@@ -13,6 +13,7 @@ pub mod housekeeping;
 pub mod inbox;
 pub mod kernel;
 pub mod observer;
+pub mod pool;
 pub mod probes;
 pub mod reaper;
 pub mod retention;

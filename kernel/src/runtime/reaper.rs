@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::kernel::Kernel;
+use crate::runtime::pool::{upkeep, PoolRole};
 use crate::store::{now_ms, StoreError};
 
 /// How long the reaper waits for one container's probe or process table.
@@ -211,15 +212,21 @@ async fn facts(
     c: &sandbox::ContainerInfo,
     live_ops: &[crate::store::Op],
 ) -> Result<ReapFacts, StoreError> {
+    // an adopted pool container is its run's by the binding, not a label
+    let bound = match k.pool.role(c) {
+        Some(PoolRole::Bound(run)) => Some(run),
+        _ => None,
+    };
+    let run_label = bound
+        .clone()
+        .or_else(|| c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned());
     let mut f = ReapFacts {
         container_id: c.id.clone(),
         name: c.name.clone(),
-        run_label: c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned(),
-        run_id: c
-            .labels
-            .get(sandbox::profile::LABEL_RUN_ID)
-            .filter(|r| sandbox::profile::validate_run_id(r).is_ok())
-            .cloned(),
+        run_id: run_label
+            .clone()
+            .filter(|r| sandbox::profile::validate_run_id(r).is_ok()),
+        run_label,
         ttl_ms: k.config.reap_ttl.as_millis() as i64,
         ..ReapFacts::default()
     };
@@ -227,7 +234,8 @@ async fn facts(
         return Ok(f);
     };
     let key = sandbox::profile::scratch_key(&run);
-    f.scratch_key_matches = c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) == Some(&key);
+    f.scratch_key_matches =
+        bound.is_some() || c.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) == Some(&key);
     if !k.backend.owns(c) {
         f.owned = Err(c
             .scratch_source
@@ -311,20 +319,65 @@ pub async fn reap(k: &Kernel, dry_run: bool) -> Result<Vec<ReapDecision>, StoreE
         }
     };
     let live_ops = k.store.live_ops().await?;
-    let mut all = Vec::with_capacity(containers.len());
+    let (mut pooled, mut all, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
     for c in &containers {
-        all.push(facts(k, c, &live_ops).await?);
-    }
-    let mut decisions = decide_reap(&all);
-    if dry_run {
-        return Ok(decisions);
-    }
-    for ((decision, f), c) in decisions.iter_mut().zip(&all).zip(&containers) {
-        if let (true, Some(run)) = (decision.action == ReapAction::Remove, f.run_id.as_deref()) {
-            remove_under_gate(k, c, run, decision).await?;
+        match pool_decision(k, c) {
+            Some(d) => pooled.push((d, c)),
+            None => {
+                all.push(facts(k, c, &live_ops).await?);
+                theirs.push(c);
+            }
         }
     }
+    let mut decisions = decide_reap(&all);
+    if !dry_run {
+        for ((decision, f), c) in decisions.iter_mut().zip(&all).zip(&theirs) {
+            if let (true, Some(run)) = (decision.action == ReapAction::Remove, f.run_id.as_deref())
+            {
+                remove_under_gate(k, c, run, decision).await?;
+            }
+        }
+    }
+    for (mut d, c) in pooled {
+        if !dry_run && d.action == ReapAction::Remove {
+            match upkeep::remove_unbound(k, c, &d.reason).await {
+                Ok(removed) => d.removed = removed,
+                Err(e) => {
+                    tracing::warn!(container = %c.name, %e, "reaper could not remove a pool container")
+                }
+            }
+        }
+        decisions.push(d);
+    }
     Ok(decisions)
+}
+
+/// The verdict on a pool container that serves no run (a bound one is
+/// judged as its run's): free ones stay up to the pool's size; strays,
+/// a surplus and containers of a profile or image no longer pooled go;
+/// one a binding file names without a row stays, never reused.
+fn pool_decision(k: &Kernel, c: &sandbox::ContainerInfo) -> Option<ReapDecision> {
+    let role = k.pool.role(c)?;
+    let (action, reason) = match (&role, k.pool.must_go(k, c)) {
+        (PoolRole::Bound(_), _) => return None,
+        (_, Some(why)) => (ReapAction::Remove, format!("warm pool: {why}")),
+        _ if !k.backend.owns(c) => (ReapAction::Keep, "a pool container of another kernel home".into()),
+        (PoolRole::Free, None) => (ReapAction::Keep, "warm pool: free, for a new run".into()),
+        (PoolRole::Adopting, None) => (ReapAction::Keep, "warm pool: being adopted".into()),
+        (PoolRole::Unconfirmed(run_key), None) => (
+            ReapAction::Keep,
+            format!("a binding file (run key {run_key}) names it but the control plane binds it to no run: identity unconfirmed, never reused"),
+        ),
+        (PoolRole::Stray, None) => (ReapAction::Keep, "warm pool: not yet sorted".into()),
+    };
+    Some(ReapDecision {
+        container_id: c.id.clone(),
+        name: c.name.clone(),
+        run_id: None,
+        action,
+        reason,
+        removed: false,
+    })
 }
 
 /// The reaper's verdict on one container now, as a dry run gives it
@@ -378,10 +431,12 @@ async fn remove_under_gate(
     let others = k.backend.list_managed().await.ok().map(|list| {
         list.iter().any(|o| {
             o.id != c.id
-                && o.labels
+                && (o
+                    .labels
                     .get(sandbox::profile::LABEL_RUN_ID)
                     .map(String::as_str)
                     == Some(run)
+                    || k.pool.bound_run(&o.id).as_deref() == Some(run))
         })
     });
     match scratch_fate(others, k.store.run_delivered(run).await?) {
@@ -392,9 +447,14 @@ async fn remove_under_gate(
             let key = sandbox::profile::scratch_key(run);
             k.watcher.unwatch(k.backend.ops_dir(&key).path());
             match k.backend.remove_scratch(&key) {
-                Ok(()) => decision
-                    .reason
-                    .push_str("; scratch dir removed (every result delivered)"),
+                Ok(()) => {
+                    decision
+                        .reason
+                        .push_str("; scratch dir removed (every result delivered)");
+                    if k.pool.binding(run).is_some() {
+                        k.forget_binding(run).await;
+                    }
+                }
                 Err(e) => tracing::warn!(%e, "reaper could not remove a scratch dir"),
             }
         }

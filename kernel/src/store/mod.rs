@@ -5,6 +5,7 @@
 mod admission;
 mod admit;
 mod approvals;
+mod bindings;
 mod change;
 mod claims;
 pub mod db;
@@ -33,6 +34,7 @@ use db::Tx;
 
 pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
+pub use bindings::{Binding, Bound};
 pub use journal::{Event, ModelUsage, UsageRecorded};
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use outbox::{OutboxPost, PostOutcome};
@@ -102,6 +104,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("../../migrations/0007_leftovers.sql")),
     (8, include_str!("../../migrations/0008_retention.sql")),
     (9, include_str!("../../migrations/0009_webhooks.sql")),
+    (10, include_str!("../../migrations/0010_pool.sql")),
 ];
 
 /// The control plane: its database (SQLite or PostgreSQL) and the

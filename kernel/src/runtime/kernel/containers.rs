@@ -1,40 +1,130 @@
 //! A run's container on the kernel's side: created once per run (the
-//! registry's create lock serializes a run's first ops), and removed with
-//! its scratch dir when a one-shot run ends.
+//! registry's create lock serializes a run's first ops), or adopted from
+//! the warm pool by a new run, and removed with its scratch dir when a
+//! one-shot run ends.
 
-use sandbox::{ContainerInfo, RunIdentity};
+use sandbox::profile::{pool_fingerprint, LABEL_POOL, LABEL_RUN_ID, LABEL_SCRATCH_KEY};
+use sandbox::{ContainerInfo, RunIdentity, SandboxError};
 
 use super::Kernel;
+use crate::runtime::pool::AdoptError;
 
 impl Kernel {
-    /// The run container for `identity`, created on first use. Calls for one
-    /// run are serialized; a known container is reused without a round trip.
+    /// The run container for `identity`: the one it has (its own, or the
+    /// pool container it adopted), else a free pool container adopted when
+    /// the run is new and its profile pooled, else a container created for
+    /// it. Calls for one run are serialized; a known container is reused
+    /// without a round trip.
     pub async fn ensure_container(
         &self,
         identity: &RunIdentity,
         profile: &sandbox::Profile,
     ) -> sandbox::Result<ContainerInfo> {
-        if let Some(info) = self.registry.running(&identity.name) {
+        if let Some(info) = self.known_container(identity, profile) {
             return Ok(info);
         }
         let lock = self.registry.create_lock(&identity.run_id);
         let _guard = lock.lock().await;
-        if let Some(info) = self.registry.running(&identity.name) {
+        if let Some(info) = self.known_container(identity, profile) {
             return Ok(info);
+        }
+        if let Some(info) = self.bound_container(identity, profile).await? {
+            self.remember_container(&info);
+            return Ok(info);
+        }
+        if self.may_adopt(identity, profile) {
+            let adopted = self.adopt(&identity.run_id, profile).await;
+            match adopted.map_err(|e| match e {
+                AdoptError::Store(e) => {
+                    SandboxError::Unreachable(format!("the control plane: {e}"))
+                }
+                AdoptError::File(e) => e,
+            })? {
+                Some(info) => {
+                    self.remember_container(&info);
+                    return Ok(info);
+                }
+                // bound meanwhile (by an earlier kernel's lost answer)
+                None => {
+                    if let Some(info) = self.bound_container(identity, profile).await? {
+                        self.remember_container(&info);
+                        return Ok(info);
+                    }
+                }
+            }
         }
         let info = self.backend.ensure_container(identity, profile).await?;
         self.remember_container(&info);
         Ok(info)
     }
 
-    /// Removes every container of a run and its scratch dir (one-shot runs).
+    /// The run's container when this kernel knows it running: its own
+    /// (by name), or the pool container it adopted, made for its profile.
+    fn known_container(
+        &self,
+        identity: &RunIdentity,
+        profile: &sandbox::Profile,
+    ) -> Option<ContainerInfo> {
+        self.registry.running(&identity.name).or_else(|| {
+            let b = self.pool.binding(&identity.run_id)?;
+            let info = self.registry.running_id(&b.container_id)?;
+            (info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile))).then_some(info)
+        })
+    }
+
+    /// The pool container the run adopted, when it still serves it: it
+    /// runs, is this home's, was made for the run's profile, and the run's
+    /// binding file leads to its scratch dir (written again when missing).
+    /// `None` sends the run to a container of its own, with the same
+    /// `/scratch` (the binding file leads there).
+    async fn bound_container(
+        &self,
+        identity: &RunIdentity,
+        profile: &sandbox::Profile,
+    ) -> sandbox::Result<Option<ContainerInfo>> {
+        let Some(b) = self.pool.binding(&identity.run_id) else {
+            return Ok(None);
+        };
+        let info = match self.backend.inspect(&b.container_id).await {
+            Ok(info) => info,
+            Err(SandboxError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let fits = info.running
+            && self.backend.owns(&info)
+            && info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile))
+            && info.labels.get(LABEL_SCRATCH_KEY) == Some(&b.scratch_key);
+        if !fits {
+            return Ok(None);
+        }
+        match self
+            .backend
+            .bind_scratch(&identity.scratch_key, &b.scratch_key)
+        {
+            Ok(()) => Ok(Some(info)),
+            Err(e) => {
+                tracing::warn!(run = %identity.run_id, %e, "the adopted container's binding file cannot be confirmed; the run gets a container of its own");
+                Ok(None)
+            }
+        }
+    }
+
+    /// A run adopts from the pool only when it is new (no scratch dir yet,
+    /// so no container ever) and its profile is pooled.
+    fn may_adopt(&self, identity: &RunIdentity, profile: &sandbox::Profile) -> bool {
+        self.pool.pools(profile)
+            && self.pool.binding(&identity.run_id).is_none()
+            && !self.backend.scratch_exists(&identity.scratch_key)
+    }
+
+    /// Removes every container of a run (its own and the pool container it
+    /// adopted), its scratch dir and its binding (one-shot runs).
     pub async fn remove_run_container(&self, run_id: &str) {
+        let bound = self.pool.binding(run_id).map(|b| b.container_id);
         if let Ok(list) = self.backend.list_managed().await {
             for c in list.iter().filter(|c| {
-                c.labels
-                    .get(sandbox::profile::LABEL_RUN_ID)
-                    .map(String::as_str)
-                    == Some(run_id)
+                c.labels.get(LABEL_RUN_ID).map(String::as_str) == Some(run_id)
+                    || Some(&c.id) == bound.as_ref()
             }) {
                 if let Err(e) = self.backend.remove(&c.id).await {
                     tracing::warn!(container = %c.name, %e, "cannot remove one-shot container");
@@ -47,6 +137,29 @@ impl Kernel {
         self.watcher.unwatch(self.backend.ops_dir(&key).path());
         if let Err(e) = self.backend.remove_scratch(&key) {
             tracing::warn!(%e, "cannot remove one-shot scratch dir");
+            return;
+        }
+        if bound.is_some() {
+            self.forget_binding(run_id).await;
+        }
+    }
+
+    /// The run a container serves: its run label, or the run that adopted
+    /// it from the pool.
+    pub fn run_of(&self, c: &ContainerInfo) -> Option<String> {
+        c.labels
+            .get(LABEL_RUN_ID)
+            .cloned()
+            .or_else(|| self.pool.bound_run(&c.id))
+    }
+
+    /// Forgets a run's binding once its container and scratch are gone.
+    pub async fn forget_binding(&self, run_id: &str) {
+        match self.store.unbind(run_id).await {
+            Ok(_) => self.pool.forget_run(run_id),
+            Err(e) => {
+                tracing::warn!(run = %run_id, %e, "binding not forgotten; kept until a later pass")
+            }
         }
     }
 }

@@ -62,6 +62,8 @@ pub struct Kernel {
     pub gates: gates::RunGates,
     /// Runs' immutable facts and wake-up channels.
     pub runs: runcache::RunCache,
+    /// The warm pool: free containers and every run's binding (SPEC §22).
+    pub pool: crate::runtime::pool::Pool,
     /// `OPKERNEL_APPROVAL_MATCH`, compiled.
     approval_match: Vec<Pattern>,
     /// The home's lock, and the control plane's on PostgreSQL.
@@ -112,6 +114,7 @@ impl Kernel {
         let ticks = Ticks::new(config.probe_interval);
         Ok(Arc::new(Kernel {
             monitors: Monitors::new(backend.clone(), probes.clone(), ticks),
+            pool: crate::runtime::pool::Pool::new(config.pool.clone()),
             config,
             store,
             backend,
@@ -135,7 +138,8 @@ impl Kernel {
         self.ownership.lost().await
     }
 
-    /// Rebuilds the container registry from container labels (at start).
+    /// Rebuilds the container registry from container labels and the
+    /// pool's bindings (at start, after the pool's recovery).
     pub async fn recover_registry(&self) {
         let list = match self.backend.list_managed().await {
             Ok(list) => list,
@@ -145,6 +149,16 @@ impl Kernel {
             }
         };
         for info in list {
+            // pool containers: the bound ones serve their runs; the
+            // others are the pool upkeep's
+            if let Some(role) = self.pool.role(&info) {
+                if matches!(role, crate::runtime::pool::PoolRole::Bound(_))
+                    && self.backend.owns(&info)
+                {
+                    self.remember_container(&info);
+                }
+                continue;
+            }
             let run_ok = info
                 .labels
                 .get(sandbox::profile::LABEL_RUN_ID)
@@ -209,6 +223,21 @@ impl Kernel {
     /// has no observer here.
     pub fn inject_supervisor_end(&self, op_id: &str) -> bool {
         self.config.drills && self.post(op_id, Wake::Abandon)
+    }
+
+    /// Drill hook: with drills on and `OPKERNEL_DRILL_CRASH_AT` naming this
+    /// point, the kernel SIGKILLs itself here (the `pool-adopt-crash` drill
+    /// kills it at each step of an adoption).
+    pub fn crash_point(&self, point: &str) {
+        if self.config.drills && std::env::var("OPKERNEL_DRILL_CRASH_AT").is_ok_and(|p| p == point)
+        {
+            tracing::warn!(point, "drill: the kernel kills itself here");
+            let pid = std::process::id().to_string();
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+            std::process::abort();
+        }
     }
 
     /// Whether this kernel observes the op now.

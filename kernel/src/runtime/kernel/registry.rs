@@ -24,6 +24,12 @@ impl ContainerRegistry {
         map.values().find(|c| c.name == name && c.running).cloned()
     }
 
+    /// The container of that id, when known running.
+    pub fn running_id(&self, id: &str) -> Option<ContainerInfo> {
+        let map = self.containers.lock();
+        map.get(id).filter(|c| c.running).cloned()
+    }
+
     /// The lock serializing container creation for one run.
     pub fn create_lock(&self, run_id: &str) -> Arc<Mutex<()>> {
         self.create_locks

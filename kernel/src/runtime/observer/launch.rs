@@ -144,7 +144,7 @@ impl ObserverAttempt {
                     return Ok(true);
                 }
                 LaunchVerdict::Refused(error) => {
-                    k.forget_container(&identity.name);
+                    k.forget_container(&container_id);
                     return self.fail(error).await;
                 }
                 LaunchVerdict::StaleContainer => {

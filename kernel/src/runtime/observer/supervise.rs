@@ -30,9 +30,11 @@ fn spawn_supervisor(k: &Arc<Kernel>, op_id: String, fresh: Option<Op>) {
     }
 }
 
-/// Rebuilds the container registry and starts an observer for every
-/// non-terminal op. Returns how many were attached.
+/// Loads the pool's bindings (their files re-written), rebuilds the
+/// container registry and starts an observer for every non-terminal op.
+/// Returns how many were attached.
 pub async fn recover(k: &Arc<Kernel>) -> Result<usize, StartError> {
+    crate::runtime::pool::upkeep::recover(k).await?;
     k.recover_registry().await;
     let live = k.store.observed_ops().await?;
     for op in &live {

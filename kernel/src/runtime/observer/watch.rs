@@ -272,8 +272,10 @@ impl ObserverAttempt {
         let facts = ContainerFacts {
             identity_matches: k.backend.owns(&info)
                 && label(sandbox::profile::LABEL_MANAGED) == Some("true")
-                && label(sandbox::profile::LABEL_RUN_ID) == Some(self.op.run_id.as_str())
-                && label(sandbox::profile::LABEL_SCRATCH_KEY) == Some(self.op.scratch_key.as_str()),
+                && (label(sandbox::profile::LABEL_RUN_ID) == Some(self.op.run_id.as_str())
+                    && label(sandbox::profile::LABEL_SCRATCH_KEY)
+                        == Some(self.op.scratch_key.as_str())
+                    || k.pool.bound_run(&info.id).as_deref() == Some(self.op.run_id.as_str())),
             hostname: info.hostname.clone(),
         };
         let verdict = decide::judge_container(&facts, self.op.pid.as_ref());

@@ -48,6 +48,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../../../migrations/postgres/0009_webhooks.sql"),
     ),
+    (
+        10,
+        include_str!("../../../migrations/postgres/0010_pool.sql"),
+    ),
 ];
 
 /// Any key for the advisory lock that serializes migrations.

@@ -29,10 +29,11 @@ const RECENT_OPS: u32 = 20;
 /// The one container `wanted` names: its id, a unique id prefix, its name
 /// or its run.
 fn pick<'a>(
+    k: &AppState,
     list: &'a [sandbox::ContainerInfo],
     wanted: &str,
 ) -> ApiResult<&'a sandbox::ContainerInfo> {
-    let run_of = |c: &sandbox::ContainerInfo| c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned();
+    let run_of = |c: &sandbox::ContainerInfo| k.run_of(c);
     let exact = list
         .iter()
         .find(|c| c.id == wanted || c.name == wanted)
@@ -74,8 +75,8 @@ pub async fn inspect(
     }
     let list = k.backend.list_managed().await?;
     // inspected whole: a listing carries no hostname (the launcher's key)
-    let c = &k.backend.inspect(&pick(&list, &wanted)?.id).await?;
-    let run_id = c.labels.get(sandbox::profile::LABEL_RUN_ID).cloned();
+    let c = &k.backend.inspect(&pick(&k, &list, &wanted)?.id).await?;
+    let run_id = k.run_of(c);
     let valid_run = run_id
         .clone()
         .filter(|r| sandbox::profile::validate_run_id(r).is_ok());

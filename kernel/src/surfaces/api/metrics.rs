@@ -20,6 +20,9 @@ async fn exposition(k: &AppState) -> ApiResult<Response> {
     match k.backend.list_managed().await {
         Ok(list) => {
             for c in list {
+                if let Some(role) = k.pool.role(&c) {
+                    *levels.pool.entry(role.as_str().to_owned()).or_default() += 1;
+                }
                 *levels.containers.entry(c.state).or_default() += 1;
             }
         }

@@ -11,9 +11,14 @@ pub struct ContainerView {
     pub name: String,
     /// Docker's state (`running`, `exited`, ...).
     pub state: String,
-    /// Its `opkernel.run_id` label: the run it serves; null when unlabelled
-    /// (a pool container).
+    /// The run it serves: its `opkernel.run_id` label, or the run that
+    /// adopted it from the warm pool; null for a free pool container.
     pub run_id: Option<String>,
+    /// For a warm-pool container: `free`, `adopting`, `bound` (adopted by
+    /// `run_id`), `unconfirmed` (a binding file names it, the control plane
+    /// does not: never reused) or `stray` (about to be removed); null for a
+    /// container made for its run.
+    pub pool: Option<String>,
     /// Its `opkernel.scratch_key` label: whose scratch dir it mounts.
     pub scratch_key: Option<String>,
     /// Its `opkernel.run_fingerprint` label: sha256 over the run id and

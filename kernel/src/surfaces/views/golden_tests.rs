@@ -199,6 +199,7 @@ fn container_list() {
             name: "opkernel-agent-1".into(),
             state: "running".into(),
             run_id: Some("agent-1".into()),
+            pool: None,
             scratch_key: Some("agent-1-1a2b".into()),
             run_fingerprint: None,
             created_at: Some("2026-11-29T00:00:00.000Z".into()),
@@ -209,7 +210,7 @@ fn container_list() {
         &list,
         concat!(
             r#"{"containers":[{"container_id":"c0ffee","name":"opkernel-agent-1","state":"running","#,
-            r#""run_id":"agent-1","scratch_key":"agent-1-1a2b","run_fingerprint":null,"#,
+            r#""run_id":"agent-1","pool":null,"scratch_key":"agent-1-1a2b","run_fingerprint":null,"#,
             r#""created_at":"2026-11-29T00:00:00.000Z","registered":true}]}"#
         ),
     );

@@ -1,0 +1,116 @@
+//! The warm pool's settings (SPEC §22): `OPKERNEL_POOL` containers kept
+//! ready for the kernel's default profile, and for each profile listed in
+//! `OPKERNEL_POOL_PROFILES`.
+
+use sandbox::Profile;
+
+/// How many unbound containers the pool keeps, and of which profiles.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// Unbound containers kept per pooled profile (`OPKERNEL_POOL`,
+    /// default 2; 0 turns the pool off).
+    pub size: usize,
+    /// The pooled profiles: the kernel's default first, then those of
+    /// `OPKERNEL_POOL_PROFILES`, without repeats.
+    pub profiles: Vec<Profile>,
+}
+
+impl PoolConfig {
+    /// From `OPKERNEL_POOL` and `OPKERNEL_POOL_PROFILES` over the kernel's
+    /// `base` profile; what does not parse goes to `invalid`.
+    pub fn from_env(base: &Profile, invalid: &mut Vec<String>) -> PoolConfig {
+        let size = match std::env::var("OPKERNEL_POOL") {
+            Err(_) => 2,
+            Ok(v) => v.trim().parse::<usize>().unwrap_or_else(|_| {
+                invalid.push(format!(
+                    "OPKERNEL_POOL must be a count (0 turns the pool off), got {v:?}"
+                ));
+                0
+            }),
+        };
+        let listed = std::env::var("OPKERNEL_POOL_PROFILES").unwrap_or_default();
+        let profiles = PoolConfig::profiles(base, &listed).unwrap_or_else(|e| {
+            invalid.push(format!("OPKERNEL_POOL_PROFILES: {e}"));
+            vec![base.clone()]
+        });
+        PoolConfig { size, profiles }
+    }
+
+    /// The default profile, then each `;`-separated entry of `listed`: a
+    /// `,`-separated list of `memory_bytes=N`, `cpus=F`, `pids_limit=N`,
+    /// `network=NAME` over `base` (the limits a child envelope narrows).
+    pub fn profiles(base: &Profile, listed: &str) -> Result<Vec<Profile>, String> {
+        let mut out = vec![base.clone()];
+        for entry in listed.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+            let mut p = base.clone();
+            for pair in entry.split(',').map(str::trim) {
+                let (key, value) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("{pair:?} is not key=value"))?;
+                set(&mut p, key.trim(), value.trim())?;
+            }
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn set(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
+    let count = |v: &str| {
+        v.parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("{key} must be a positive integer, got {v:?}"))
+    };
+    match key {
+        "memory_bytes" => p.memory_bytes = count(value)?,
+        "pids_limit" => p.pids_limit = count(value)?,
+        "cpus" => {
+            let cpus = value
+                .parse::<f64>()
+                .ok()
+                .filter(|c| c.is_finite() && *c > 0.0)
+                .ok_or_else(|| format!("cpus must be a positive number, got {value:?}"))?;
+            p.nano_cpus = (cpus * 1e9).round() as i64;
+        }
+        "network" if !value.is_empty() => p.network = value.to_owned(),
+        _ => {
+            return Err(format!(
+                "unknown setting {key:?} (memory_bytes, cpus, pids_limit, network)"
+            ))
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listed_profiles_narrow_the_default_and_bad_ones_are_named() {
+        let base = Profile::default();
+        let got = PoolConfig::profiles(
+            &base,
+            " memory_bytes=1073741824, cpus=0.5 ;; pids_limit=64;",
+        )
+        .unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], base);
+        assert_eq!(got[1].memory_bytes, 1 << 30);
+        assert_eq!(got[1].nano_cpus, 500_000_000);
+        assert_eq!(got[2].pids_limit, 64);
+        assert_eq!(PoolConfig::profiles(&base, "").unwrap(), vec![base.clone()]);
+        for bad in [
+            "memory=1",
+            "cpus=-1",
+            "pids_limit=x",
+            "network=",
+            "memory_bytes",
+        ] {
+            assert!(PoolConfig::profiles(&base, bad).is_err(), "{bad}");
+        }
+    }
+}

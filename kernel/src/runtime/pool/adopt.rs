@@ -1,0 +1,99 @@
+//! Adoption: a new run's first op takes a free pool container, writes the
+//! binding row (one transaction), then the binding file. A kernel killed
+//! at any step leaves the container the run's (the row landed) or the
+//! pool's stray (it did not), never both: the row decides.
+
+use sandbox::profile::LABEL_SCRATCH_KEY;
+use sandbox::ContainerInfo;
+
+use crate::runtime::kernel::Kernel;
+use crate::store::{Binding, Bound, StoreError};
+
+/// Why an adoption failed after its container was taken.
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    /// The control plane did not answer the binding's write.
+    #[error("the control plane did not record the binding: {0}")]
+    Store(#[from] StoreError),
+    /// The binding file could not be written (the row stands: the run's
+    /// next op writes it again).
+    #[error("the binding file could not be written: {0}")]
+    File(#[from] sandbox::SandboxError),
+}
+
+impl Kernel {
+    /// A new run's first op adopts a free pool container of its profile:
+    /// the binding row in one transaction, then the binding file. `None`:
+    /// no free container (or the run turned out bound already: the caller
+    /// looks its binding up again).
+    pub async fn adopt(
+        &self,
+        run_id: &str,
+        profile: &sandbox::Profile,
+    ) -> Result<Option<ContainerInfo>, AdoptError> {
+        let Some(c) = self.pool.take(profile) else {
+            self.pool.wake.notify_one();
+            return Ok(None);
+        };
+        self.pool.wake.notify_one();
+        let key = c.labels.get(LABEL_SCRATCH_KEY).cloned().unwrap_or_default();
+        let binding = Binding {
+            run_id: run_id.to_owned(),
+            container_id: c.id.clone(),
+            scratch_key: key.clone(),
+        };
+        self.crash_point("pool.before_bind");
+        match self.store.bind_container(binding.clone()).await {
+            Ok(Bound::Bound) => {}
+            Ok(Bound::Taken(existing)) => {
+                self.pool.abandon(&c.id);
+                if let Some(b) = existing {
+                    self.pool.remember(b);
+                }
+                return Ok(None);
+            }
+            Err(e) => match self.read_back(&binding).await {
+                Some(true) => {}
+                Some(false) => return Err(e.into()),
+                None => return Ok(None),
+            },
+        }
+        self.pool.remember(binding);
+        self.crash_point("pool.after_bind");
+        self.backend
+            .bind_scratch(&sandbox::profile::scratch_key(run_id), &key)?;
+        self.crash_point("pool.after_file");
+        Ok(Some(c))
+    }
+}
+
+impl Kernel {
+    /// After a bind whose answer was lost: the control plane's word, once
+    /// it answers. `Some(true)`: the binding landed; `Some(false)`: it did
+    /// not (the container becomes a stray); `None`: the run is bound
+    /// elsewhere. A store that answers with anything but an outage leaves
+    /// the container taken (never free again; sorted at the next start).
+    async fn read_back(&self, binding: &Binding) -> Option<bool> {
+        loop {
+            match self.store.binding_of_run(&binding.run_id).await {
+                Ok(Some(b)) if b == *binding => return Some(true),
+                Ok(Some(b)) => {
+                    self.pool.abandon(&binding.container_id);
+                    self.pool.remember(b);
+                    return None;
+                }
+                Ok(None) => {
+                    self.pool.abandon(&binding.container_id);
+                    return Some(false);
+                }
+                Err(StoreError::Unavailable(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await
+                }
+                Err(e) => {
+                    tracing::warn!(%e, container = %binding.container_id, "binding not read back; the pool container stays taken");
+                    return Some(false);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The warm pool (SPEC §22): running, unbound containers of the pooled
+//! profiles, each with its own scratch dir and resident launcher; a new
+//! run's first op adopts one instead of creating a container.
+//!
+//! Whose a pool container is: the control plane's `container_bindings` row
+//! (one transaction; both run and container unique) is the authority; the
+//! binding file (the run's scratch path, a root-owned symlink to the pool
+//! container's dir) mirrors it, written after the commit and re-written
+//! from the rows at start. A pool container is free only when no row and
+//! no binding file name it and this process put it in the free list; one
+//! taken for adoption is never given back (an adoption that does not
+//! settle leaves it to the upkeep, which removes it unless a row binds it).
+//! This module holds the process-local state; [`upkeep`] refills, drains
+//! and trims it.
+
+mod adopt;
+pub mod upkeep;
+
+pub use adopt::AdoptError;
+
+use std::collections::{HashMap, HashSet};
+
+use sandbox::profile::{pool_fingerprint, LABEL_POOL};
+use sandbox::ContainerInfo;
+
+use crate::config::PoolConfig;
+use crate::store::Binding;
+use crate::sync::Lock;
+
+/// Whose a pool-labelled container is, as this kernel knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolRole {
+    /// Ready in the free list, for a run of its profile.
+    Free,
+    /// Taken for an adoption whose binding is being written.
+    Adopting,
+    /// Bound to this run (its control-plane row).
+    Bound(String),
+    /// A binding file names it (for this run key) but no row does: its
+    /// identity cannot be confirmed, so it is never reused.
+    Unconfirmed(String),
+    /// None of the above: left from an earlier process, a failed fill or
+    /// an adoption that did not settle; the upkeep removes it.
+    Stray,
+}
+
+impl PoolRole {
+    /// Its name in views: `free`, `adopting`, `bound`, `unconfirmed`, `stray`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PoolRole::Free => "free",
+            PoolRole::Adopting => "adopting",
+            PoolRole::Bound(_) => "bound",
+            PoolRole::Unconfirmed(_) => "unconfirmed",
+            PoolRole::Stray => "stray",
+        }
+    }
+}
+
+/// The pool's process-local state.
+#[derive(Default)]
+struct State {
+    /// Free containers, oldest first.
+    free: Vec<ContainerInfo>,
+    /// Container ids taken for an adoption not yet settled.
+    adopting: HashSet<String>,
+    /// Every binding, by run (loaded at start, added to by adoptions).
+    by_run: HashMap<String, Binding>,
+    /// Run id by bound container id.
+    by_container: HashMap<String, String>,
+    /// Pool keys named by a binding file without a row, with its run key.
+    unconfirmed: HashMap<String, String>,
+    /// The image id of the default profile's image, as last seen.
+    image_id: Option<String>,
+}
+
+/// The warm pool of one kernel.
+pub struct Pool {
+    config: PoolConfig,
+    state: Lock<State>,
+    /// Wakes the upkeep (after an adoption, to refill at once).
+    pub(crate) wake: tokio::sync::Notify,
+    /// The pooled profiles' fingerprints, in [`PoolConfig::profiles`] order.
+    fingerprints: Vec<String>,
+}
+
+impl Pool {
+    /// An empty pool for these settings (filled by [`upkeep`]).
+    pub fn new(config: PoolConfig) -> Pool {
+        let fingerprints = config.profiles.iter().map(pool_fingerprint).collect();
+        Pool {
+            config,
+            state: Lock::default(),
+            wake: tokio::sync::Notify::new(),
+            fingerprints,
+        }
+    }
+
+    /// Unbound containers kept per pooled profile.
+    pub fn size(&self) -> usize {
+        self.config.size
+    }
+
+    /// Whether runs of `profile` adopt from the pool.
+    pub fn pools(&self, profile: &sandbox::Profile) -> bool {
+        self.config.size > 0 && self.fingerprints.contains(&pool_fingerprint(profile))
+    }
+
+    /// The binding of a run, if it adopted a pool container.
+    pub fn binding(&self, run_id: &str) -> Option<Binding> {
+        self.state.lock().by_run.get(run_id).cloned()
+    }
+
+    /// The run a container is bound to, if any.
+    pub fn bound_run(&self, container_id: &str) -> Option<String> {
+        self.state.lock().by_container.get(container_id).cloned()
+    }
+
+    /// The role of a pool-labelled container (`None`: not a pool container).
+    pub fn role(&self, c: &ContainerInfo) -> Option<PoolRole> {
+        c.labels.get(LABEL_POOL)?;
+        let s = self.state.lock();
+        Some(self.role_locked(&s, c))
+    }
+
+    /// Free containers now, and bound ones known.
+    pub fn counts(&self) -> (usize, usize) {
+        let s = self.state.lock();
+        (s.free.len(), s.by_container.len())
+    }
+
+    /// Records a binding (loaded at start, or just written).
+    pub(crate) fn remember(&self, b: Binding) {
+        let mut s = self.state.lock();
+        s.adopting.remove(&b.container_id);
+        s.free.retain(|f| f.id != b.container_id);
+        s.by_container
+            .insert(b.container_id.clone(), b.run_id.clone());
+        s.by_run.insert(b.run_id.clone(), b);
+    }
+
+    /// Forgets a run's binding (its container and scratch are gone).
+    pub fn forget_run(&self, run_id: &str) {
+        let mut s = self.state.lock();
+        if let Some(b) = s.by_run.remove(run_id) {
+            s.by_container.remove(&b.container_id);
+        }
+    }
+
+    /// Takes a free container of `profile` out of the free list, for an
+    /// adoption: from now on it is never free again.
+    pub(super) fn take(&self, profile: &sandbox::Profile) -> Option<ContainerInfo> {
+        let fingerprint = pool_fingerprint(profile);
+        let mut s = self.state.lock();
+        let at = s
+            .free
+            .iter()
+            .position(|c| c.labels.get(LABEL_POOL) == Some(&fingerprint))?;
+        let c = s.free.remove(at);
+        s.adopting.insert(c.id.clone());
+        Some(c)
+    }
+
+    /// Gives up an adoption that did not settle: the container is a stray
+    /// from now on (the upkeep asks the control plane before removing it).
+    pub(super) fn abandon(&self, container_id: &str) {
+        self.state.lock().adopting.remove(container_id);
+    }
+}

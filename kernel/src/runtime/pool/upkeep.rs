@@ -1,0 +1,204 @@
+//! The pool's upkeep. At start: the bindings loaded from the control plane
+//! (their binding files re-written), binding files without a row set apart
+//! (never reused), and the pool containers an earlier process left sorted:
+//! the current ones are free again. Then a loop, woken by every adoption
+//! and at least every few seconds, that removes what may not stay (strays,
+//! containers of a profile or image no longer pooled, a surplus), then
+//! refills each pooled profile to the configured size, one container at a
+//! time, off the path of any start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox::profile::{scratch_key, LABEL_POOL, LABEL_POOL_IMAGE, LABEL_SCRATCH_KEY};
+use sandbox::{ContainerInfo, PoolIdentity};
+
+use super::{Pool, PoolRole};
+use crate::runtime::kernel::Kernel;
+use crate::store::StoreError;
+use crate::sync::Stop;
+
+/// The upkeep's cadence when nothing wakes it.
+const EVERY: Duration = Duration::from_secs(5);
+/// Pause after a failed fill (an image that will not start, Docker away).
+const FAILED_FILL_PAUSE: Duration = Duration::from_secs(30);
+
+/// Loads the bindings and sorts the pool containers Docker has (at start,
+/// before any observer looks at a container).
+pub async fn recover(k: &Kernel) -> Result<(), StoreError> {
+    for b in k.store.bindings().await? {
+        // the row stands; its file may be missing (killed after the commit)
+        let run_key = scratch_key(&b.run_id);
+        if let Err(e) = k.backend.bind_scratch(&run_key, &b.scratch_key) {
+            tracing::warn!(run = %b.run_id, %e, "binding file not re-written; the run's next op tries again");
+        }
+        k.pool.remember(b);
+    }
+    {
+        let mut s = k.pool.state.lock();
+        let bound: std::collections::HashSet<String> =
+            s.by_run.values().map(|b| b.scratch_key.clone()).collect();
+        for (run_key, pool_key) in k.backend.scratch_bindings() {
+            if !bound.contains(&pool_key) {
+                tracing::warn!(%run_key, %pool_key, "a binding file without a control-plane row: that pool container is never reused");
+                s.unconfirmed.insert(pool_key, run_key);
+            }
+        }
+    }
+    let Ok(list) = k.backend.list_managed().await else {
+        return Ok(());
+    };
+    let image = k.backend.image_id(&k.config.profile.image).await.ok();
+    k.pool.state.lock().image_id = image;
+    for c in list {
+        if k.pool.role(&c) == Some(PoolRole::Stray) && k.pool.fresh(k, &c) {
+            // the list has no hostname: the launcher is addressed by it
+            if let Ok(info) = k.backend.inspect(&c.id).await {
+                k.pool.state.lock().free.push(info);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The upkeep loop (one per kernel, in the housekeeping set).
+pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
+    loop {
+        let pause = match tick(&k).await {
+            Ok(()) => EVERY,
+            Err(e) => {
+                tracing::warn!(%e, "warm pool: upkeep failed; trying again later");
+                FAILED_FILL_PAUSE
+            }
+        };
+        tokio::select! {
+            _ = k.pool.wake.notified() => {}
+            alive = stop.nap(pause) => if !alive { return },
+        }
+    }
+}
+
+/// One round: the removals, then the refill.
+async fn tick(k: &Kernel) -> Result<(), sandbox::SandboxError> {
+    let image = k.backend.image_id(&k.config.profile.image).await?;
+    k.pool.state.lock().image_id = Some(image.clone());
+    let list = k.backend.list_managed().await?;
+    k.pool.drop_vanished(&list);
+    for c in list.iter().filter(|c| c.labels.contains_key(LABEL_POOL)) {
+        if let Some(reason) = k.pool.must_go(k, c) {
+            remove_unbound(k, c, &reason).await?;
+        }
+    }
+    for profile in &k.pool.config.profiles {
+        while k.pool.free_of(profile) < k.pool.size() {
+            let identity = PoolIdentity::new(profile, &image);
+            let info = k.backend.create_pool_container(&identity, profile).await?;
+            tracing::debug!(container = %info.name, "warm pool: container ready");
+            k.pool.state.lock().free.push(info);
+        }
+    }
+    Ok(())
+}
+
+/// Removes an unbound pool container (and its scratch dir) when it still
+/// is: taken out of the free list first, so no adoption can have it.
+/// False when it was not removable (adopted meanwhile, bound, unconfirmed).
+pub async fn remove_unbound(
+    k: &Kernel,
+    c: &ContainerInfo,
+    reason: &str,
+) -> Result<bool, sandbox::SandboxError> {
+    {
+        let mut s = k.pool.state.lock();
+        match k.pool.role_locked(&s, c) {
+            PoolRole::Free => s.free.retain(|f| f.id != c.id),
+            PoolRole::Stray => {}
+            _ => return Ok(false),
+        }
+    }
+    k.backend.remove(&c.id).await?;
+    if let Some(key) = c.labels.get(LABEL_SCRATCH_KEY) {
+        if sandbox::profile::is_pool_key(key) {
+            k.backend.remove_scratch(key)?;
+        }
+    }
+    tracing::info!(container = %c.name, reason, "warm pool: container removed");
+    Ok(true)
+}
+
+impl Pool {
+    /// Whether an unbound pool container may serve a new run: running,
+    /// this home's, of a pooled profile and the current image.
+    fn fresh(&self, k: &Kernel, c: &ContainerInfo) -> bool {
+        let s = self.state.lock();
+        let pooled = c
+            .labels
+            .get(LABEL_POOL)
+            .is_some_and(|f| self.fingerprints.contains(f));
+        pooled
+            && c.running
+            && k.backend.owns(c)
+            && s.image_id.is_some()
+            && c.labels.get(LABEL_POOL_IMAGE) == s.image_id.as_ref()
+    }
+
+    /// Why an unbound pool container must go now (`None`: it stays, or it
+    /// serves a run).
+    pub fn must_go(&self, k: &Kernel, c: &ContainerInfo) -> Option<String> {
+        if !k.backend.owns(c) {
+            return None;
+        }
+        match self.role(c)? {
+            PoolRole::Stray => Some("not in the free list and bound to no run".into()),
+            PoolRole::Free if !self.fresh(k, c) => {
+                Some("its profile or image is no longer pooled, or it stopped".into())
+            }
+            PoolRole::Free => {
+                let fingerprint = c.labels.get(LABEL_POOL)?;
+                let s = self.state.lock();
+                let same: Vec<&ContainerInfo> = s
+                    .free
+                    .iter()
+                    .filter(|f| f.labels.get(LABEL_POOL) == Some(fingerprint))
+                    .collect();
+                // the newest beyond the configured size go
+                let rank = same.iter().position(|f| f.id == c.id)?;
+                (rank >= self.size()).then(|| format!("beyond the pool's size ({})", self.size()))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Pool::role`] with the state already locked.
+    pub(super) fn role_locked(&self, s: &super::State, c: &ContainerInfo) -> PoolRole {
+        let key = c.labels.get(LABEL_SCRATCH_KEY).cloned().unwrap_or_default();
+        if let Some(run) = s.by_container.get(&c.id) {
+            PoolRole::Bound(run.clone())
+        } else if let Some(run_key) = s.unconfirmed.get(&key) {
+            PoolRole::Unconfirmed(run_key.clone())
+        } else if s.adopting.contains(&c.id) {
+            PoolRole::Adopting
+        } else if s.free.iter().any(|f| f.id == c.id) {
+            PoolRole::Free
+        } else {
+            PoolRole::Stray
+        }
+    }
+
+    /// Free containers whose Docker listing is gone leave the free list.
+    fn drop_vanished(&self, list: &[ContainerInfo]) {
+        let mut s = self.state.lock();
+        s.free
+            .retain(|f| list.iter().any(|c| c.id == f.id && c.running));
+    }
+
+    /// Free containers of `profile` now.
+    fn free_of(&self, profile: &sandbox::Profile) -> usize {
+        let fingerprint = sandbox::profile::pool_fingerprint(profile);
+        let s = self.state.lock();
+        s.free
+            .iter()
+            .filter(|f| f.labels.get(LABEL_POOL) == Some(&fingerprint))
+            .count()
+    }
+}
