@@ -83,3 +83,5 @@ drills!(
 // the suite's store; its subject is the control plane's database, not the
 // run image: the default image only
 drill_tests!(store_outage => "store-outage" on default_image: Default);
+// the pool's adoption does not depend on the image: the default one only
+drill_tests!(pool_adopt_crash => "pool-adopt-crash" on default_image: Default);

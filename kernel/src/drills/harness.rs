@@ -71,6 +71,9 @@ impl KernelProcess {
             ("OPKERNEL_START_EVIDENCE_MS".into(), "3000".into()),
             ("OPKERNEL_HEARTBEAT_MS".into(), "1000".into()),
             ("OPKERNEL_REAP_INTERVAL_SECONDS".into(), "3600".into()),
+            // no warm pool unless a test or drill of the pool asks for one:
+            // every other test counts and judges its own containers
+            ("OPKERNEL_POOL".into(), "0".into()),
         ];
         for (k, v) in env {
             all.retain(|(key, _)| key != k);
@@ -173,6 +176,34 @@ impl KernelProcess {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    /// Sets (or, with `None`, removes) a setting for the next start.
+    pub fn set_env(&mut self, name: &str, value: Option<&str>) {
+        self.env.retain(|(key, _)| key != name);
+        if let Some(v) = value {
+            self.env.push((name.to_owned(), v.to_owned()));
+        }
+    }
+
+    /// Waits until the kernel process ends on its own (a drill's crash
+    /// point); an error when it still runs after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ended = match self.child.as_mut() {
+                None => true,
+                Some(child) => child.try_wait()?.is_some(),
+            };
+            if ended {
+                self.child = None;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the kernel still runs after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -8,6 +8,7 @@ mod faults;
 pub mod harness;
 mod launcher;
 pub mod pgserver;
+mod pool;
 pub mod proxy;
 mod review;
 mod runs;
@@ -56,6 +57,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("cancel-interrupted", "a run with a child cancelled (10 live ops), the kernel SIGKILLed mid-cancel: all killed once, reported once"),
     ("scheduler-crash", "the kernel SIGKILLed while a schedule's claim is held: the op ends once, no due time fires twice"),
     ("approval-restart", "an op awaiting approval across a kernel SIGKILL: still waiting, nothing ran; approved, it runs once"),
+    ("pool-adopt-crash", "the kernel SIGKILLed at each step of a warm-pool adoption (before the binding row, after it, after the binding file): the container is the run's or the pool's, never both; the op runs once; no other run gets it"),
     ("store-outage", "the PostgreSQL control plane crashed (pg_ctl -m immediate) for 20 s under 100 live ops: starts get 503, then every op settles with its real code, ran once, delivered once"),
 ];
 
@@ -106,6 +108,7 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
         "scheduler-crash" => Box::pin(async move { runs::scheduler_crash(&kit).await }),
         "approval-restart" => Box::pin(async move { runs::approval_restart(&kit).await }),
         "store-outage" => Box::pin(async move { store::store_outage(&kit).await }),
+        "pool-adopt-crash" => Box::pin(async move { pool::pool_adopt_crash(&kit).await }),
         _ => return None,
     })
 }

@@ -37,9 +37,10 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
         }
     }
     // commands keep running in their containers; the next start re-attaches.
+    // The warm pool's free containers go (they serve no run).
     // A second signal ends the wait for the scheduler's batch at once.
     tokio::select! {
-        () = housekeeping.stop() => {}
+        () = housekeeping.stop() => crate::runtime::pool::upkeep::drain(&kernel).await,
         signal = stop_signal() => tracing::warn!(signal, "second signal: stopping now"),
     }
     Ok(())

@@ -100,6 +100,29 @@ async fn tick(k: &Kernel) -> Result<(), sandbox::SandboxError> {
     Ok(())
 }
 
+/// At a graceful stop: the free containers go (they serve no run, and a
+/// stopped kernel should leave no idle container behind; a SIGKILLed
+/// kernel's are reused or removed at its next start). Bounded: what is not
+/// removed in time is sorted at the next start.
+pub async fn drain(k: &Kernel) {
+    let free = std::mem::take(&mut k.pool.state.lock().free);
+    let removals = async {
+        for c in &free {
+            if k.backend.remove(&c.id).await.is_ok() {
+                if let Some(key) = c.labels.get(LABEL_SCRATCH_KEY) {
+                    let _ = k.backend.remove_scratch(key);
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), removals)
+        .await
+        .is_err()
+    {
+        tracing::warn!("warm pool: not every free container was removed at the stop");
+    }
+}
+
 /// Removes an unbound pool container (and its scratch dir) when it still
 /// is: taken out of the free list first, so no adoption can have it.
 /// False when it was not removable (adopted meanwhile, bound, unconfirmed).
