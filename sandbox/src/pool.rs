@@ -140,9 +140,7 @@ mod tests {
         let root = std::env::temp_dir().join(format!("pool-bind-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("scratch")).unwrap();
-        let sb = Sandbox::connect(Some("/nonexistent.sock"), root.join("scratch"))
-            .await
-            .unwrap();
+        let sb = Sandbox::connect(None, root.join("scratch")).await.unwrap();
         sb.prepare_scratch("pool-abc").unwrap();
         assert_eq!(sb.scratch_binding("run1").unwrap(), None);
         assert!(!sb.scratch_exists("run1"));
