@@ -130,7 +130,7 @@ impl Metrics {
             pool_containers: built(IntGaugeVec::new(
                 Opts::new(
                     "pool_containers",
-                    "Warm-pool containers, by role (free, adopting, bound, unconfirmed, stray).",
+                    "Warm-pool containers, by role (free, making, adopting, bound, unconfirmed, stray).",
                 ),
                 &["state"],
             )),

@@ -364,6 +364,7 @@ fn pool_decision(k: &Kernel, c: &sandbox::ContainerInfo) -> Option<ReapDecision>
         _ if !k.backend.owns(c) => (ReapAction::Keep, "a pool container of another kernel home".into()),
         (PoolRole::Free, None) => (ReapAction::Keep, "warm pool: free, for a new run".into()),
         (PoolRole::Adopting, None) => (ReapAction::Keep, "warm pool: being adopted".into()),
+        (PoolRole::Making, None) => (ReapAction::Keep, "warm pool: being made".into()),
         (PoolRole::Unconfirmed(run_key), None) => (
             ReapAction::Keep,
             format!("a binding file (run key {run_key}) names it but the control plane binds it to no run: identity unconfirmed, never reused"),

@@ -32,6 +32,8 @@ use crate::sync::Lock;
 pub enum PoolRole {
     /// Ready in the free list, for a run of its profile.
     Free,
+    /// Being made by the upkeep (not yet in the free list).
+    Making,
     /// Taken for an adoption whose binding is being written.
     Adopting,
     /// Bound to this run (its control-plane row).
@@ -49,6 +51,7 @@ impl PoolRole {
     pub fn as_str(&self) -> &'static str {
         match self {
             PoolRole::Free => "free",
+            PoolRole::Making => "making",
             PoolRole::Adopting => "adopting",
             PoolRole::Bound(_) => "bound",
             PoolRole::Unconfirmed(_) => "unconfirmed",
@@ -64,6 +67,8 @@ struct State {
     free: Vec<ContainerInfo>,
     /// Container ids taken for an adoption not yet settled.
     adopting: HashSet<String>,
+    /// Scratch keys of the containers the upkeep is making.
+    making: HashSet<String>,
     /// Every binding, by run (loaded at start, added to by adoptions).
     by_run: HashMap<String, Binding>,
     /// Run id by bound container id.

@@ -92,9 +92,18 @@ async fn tick(k: &Kernel) -> Result<(), sandbox::SandboxError> {
     for profile in &k.pool.config.profiles {
         while k.pool.free_of(profile) < k.pool.size() {
             let identity = PoolIdentity::new(profile, &image);
-            let info = k.backend.create_pool_container(&identity, profile).await?;
+            // listed as being made: a reaper pass meanwhile keeps it
+            k.pool
+                .state
+                .lock()
+                .making
+                .insert(identity.scratch_key.clone());
+            let made = k.backend.create_pool_container(&identity, profile).await;
+            let mut s = k.pool.state.lock();
+            s.making.remove(&identity.scratch_key);
+            let info = made?;
             tracing::debug!(container = %info.name, "warm pool: container ready");
-            k.pool.state.lock().free.push(info);
+            s.free.push(info);
         }
     }
     Ok(())
@@ -201,6 +210,8 @@ impl Pool {
             PoolRole::Unconfirmed(run_key.clone())
         } else if s.adopting.contains(&c.id) {
             PoolRole::Adopting
+        } else if s.making.contains(&key) {
+            PoolRole::Making
         } else if s.free.iter().any(|f| f.id == c.id) {
             PoolRole::Free
         } else {

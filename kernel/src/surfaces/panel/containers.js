@@ -15,7 +15,10 @@ import { isOperator } from "./session.js";
  * @returns {HTMLElement}
  */
 function containerRow(c, live) {
-  const owner = `run ${c.run_id || "-"}${c.registered ? "" : " · not registered"}`;
+  const pool = c.pool ? ` · warm pool: ${c.pool}` : "";
+  const owner = c.pool === "free"
+    ? "warm pool: free, for a new run"
+    : `run ${c.run_id || "-"}${pool}${c.registered || c.pool ? "" : " · not registered"}`;
   return el("li", { "data-container": c.container_id },
     el("span", { class: "grow mono" }, c.name, el("br"), el("span", { class: "muted" }, owner)),
     status(c.state), el("span", { class: "muted" }, `${live} live ops`),

@@ -94,7 +94,8 @@
  * @property {string} container_id
  * @property {string} name
  * @property {string} state
- * @property {string | null} run_id
+ * @property {string | null} run_id the run it serves (by label, or the run that adopted it)
+ * @property {string | null} pool warm pool role: free, making, adopting, bound, unconfirmed, stray; null otherwise
  * @property {string | null} scratch_key
  * @property {string | null} run_fingerprint
  * @property {string | null} created_at

@@ -14,7 +14,7 @@ pub struct ContainerView {
     /// The run it serves: its `opkernel.run_id` label, or the run that
     /// adopted it from the warm pool; null for a free pool container.
     pub run_id: Option<String>,
-    /// For a warm-pool container: `free`, `adopting`, `bound` (adopted by
+    /// For a warm-pool container: `free`, `making`, `adopting`, `bound` (adopted by
     /// `run_id`), `unconfirmed` (a binding file names it, the control plane
     /// does not: never reused) or `stray` (about to be removed); null for a
     /// container made for its run.

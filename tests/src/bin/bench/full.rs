@@ -7,7 +7,7 @@ use std::path::Path;
 use opkernel::drills::harness::KernelProcess;
 use serde_json::{json, Value};
 
-use crate::{abuse, fallbacks, latency, pct, scale, storecost, Checks, BENCH_ENV};
+use crate::{abuse, fallbacks, latency, pct, pool, scale, storecost, Checks, BENCH_ENV};
 
 /// Every measurement of one full (or quick) run.
 pub struct Run {
@@ -22,6 +22,7 @@ pub struct Run {
     pub(crate) conc: scale::Concurrent,
     pub(crate) rec: scale::Recovery,
     pub(crate) abuse: abuse::Abuse,
+    pub(crate) pool: pool::PoolFigures,
     /// Ops started by `docker exec`, per phase: latency, concurrency,
     /// recovery, abuse.
     pub(crate) fallbacks: [usize; 4],
@@ -56,7 +57,9 @@ pub async fn measure(bin: &Path, quick: bool) -> anyhow::Result<Run> {
     let abuse = abuse::measure(&k).await?;
     let abuse_fallbacks = fallbacks(&k)?;
     drop(k);
+    let pool = pool::measure(bin, if quick { 10 } else { 30 }).await?;
     Ok(Run {
+        pool,
         samples,
         lat,
         notify,
@@ -94,12 +97,17 @@ impl Run {
         checks.zero("recovery_fallback_ops", rec);
         checks.abuse(&self.abuse);
         checks.zero("abuse_fallback_ops", abuse);
+        checks.zero("pool_first_commands_not_adopted", self.pool.not_adopted);
     }
 
     /// Every figure, as the JSON line prints them.
     pub fn figures(&self, quick: bool, store: &str) -> Value {
         let mut figures = self.latency_figures();
-        let more = [self.scale_figures(), self.abuse_figures()];
+        let more = [
+            self.scale_figures(),
+            self.abuse_figures(),
+            self.pool_figures(),
+        ];
         if let Some(map) = figures.as_object_mut() {
             map.insert("mode".into(), json!(if quick { "quick" } else { "full" }));
             map.insert("store".into(), json!(store));
@@ -181,6 +189,19 @@ impl Run {
             "abuse_other_run_start_p50_before_ms": abuse.start_p50_before_ms,
             "abuse_other_run_start_p50_during_ms": abuse.start_p50_during_ms,
             "abuse_start_ratio": abuse.start_p50_during_ms / abuse.start_p50_before_ms,
+        })
+    }
+
+    fn pool_figures(&self) -> Value {
+        let pool = &self.pool;
+        json!({
+            "new_run_first_command_p50_ms": p50(&pool.first_command),
+            "new_run_first_command_p90_ms": pct(&pool.first_command, 90.0),
+            "new_run_first_command_nopool_p50_ms": p50(&pool.first_command_nopool),
+            "new_run_first_command_nopool_p90_ms": pct(&pool.first_command_nopool, 90.0),
+            "pool_refill_p50_ms": p50(&pool.refill),
+            "pool_idle_container_mib": pool.idle_container_mib,
+            "pool_first_commands_not_adopted": pool.not_adopted,
         })
     }
 }

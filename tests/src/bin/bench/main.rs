@@ -3,7 +3,8 @@
 //! of `--json` output is one JSON object with every figure.
 //! `--recovery-only OPS CONTAINERS` runs only the recovery measurement;
 //! `--concurrent-only OPS RUNS` only the concurrency one;
-//! `--latency-only [SAMPLES]` only the start and running latencies.
+//! `--latency-only [SAMPLES]` only the start and running latencies;
+//! `--pool-only [SAMPLES]` only a new run's first command, pool on and off.
 //! `--check` exits non-zero when a correctness figure is off (see
 //! [`Checks`]); timings are reported, never asserted (the machine is noisy).
 
@@ -13,6 +14,7 @@ mod abuse;
 mod full;
 mod latency;
 mod only;
+mod pool;
 mod report;
 mod scale;
 mod storecost;
@@ -214,6 +216,8 @@ async fn main() -> anyhow::Result<()> {
         only::concurrent(&bin, ops, runs, &mut checks).await?;
     } else if flag("--latency-only") {
         only::latency(&bin, num("--latency-only", 1).unwrap_or(100), &mut checks).await?;
+    } else if flag("--pool-only") {
+        only::pool(&bin, num("--pool-only", 1).unwrap_or(30), &mut checks).await?;
     } else if flag("--abuse-only") {
         only::abuse(&bin, &mut checks).await?;
     } else {

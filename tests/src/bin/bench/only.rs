@@ -71,3 +71,17 @@ pub async fn latency(bin: &Path, samples: usize, checks: &mut Checks) -> anyhow:
     checks.zero("latency_fallback_ops", fallbacks(&k)?);
     Ok(())
 }
+
+/// New runs' first commands with the warm pool on and off.
+pub async fn pool(bin: &Path, samples: usize, checks: &mut Checks) -> anyhow::Result<()> {
+    let p = crate::pool::measure(bin, samples).await?;
+    row("new run, 1st cmd (pool)", &p.first_command);
+    row("new run, 1st cmd (no pool)", &p.first_command_nopool);
+    row("pool refill", &p.refill);
+    println!(
+        "an idle pool container holds {:.1} MiB; first commands not in a pool container: {}",
+        p.idle_container_mib, p.not_adopted
+    );
+    checks.zero("pool_first_commands_not_adopted", p.not_adopted);
+    Ok(())
+}

@@ -19,6 +19,12 @@ impl Run {
         row("running (docker exec -d)", &lat.cli);
         row("first output (in the log)", &lat.first_output);
         row("notify (exit -> report)", &self.notify);
+        row("new run, 1st cmd (pool)", &self.pool.first_command);
+        row(
+            "new run, 1st cmd (no pool)",
+            &self.pool.first_command_nopool,
+        );
+        row("pool refill", &self.pool.refill);
         let f = |name: &str| figures[name].as_f64().unwrap_or(f64::NAN);
         println!(
             "ratios: start/cli {:.3}  running/api {:.3}  running/cli {:.3}",
@@ -42,6 +48,10 @@ impl Run {
                 c.ops, c.commits_per_op
             );
         }
+        println!(
+            "warm pool: an idle pool container holds {:.1} MiB; first commands not in a pool container: {}",
+            self.pool.idle_container_mib, self.pool.not_adopted
+        );
         self.print_scale();
         if self.notify_missing > 0 {
             println!(
