@@ -157,6 +157,11 @@ impl Sandbox {
     /// 0711: no other host user can plant anything in it.
     pub fn prepare_scratch(&self, scratch_key: &str) -> Result<PathBuf> {
         let dir = self.scratch_dir(scratch_key);
+        // a binding file whose pool dir is gone binds nothing: a plain dir
+        // takes its place
+        if std::fs::read_link(&dir).is_ok() && !dir.exists() {
+            std::fs::remove_file(&dir).map_err(|e| SandboxError::io(&dir, e))?;
+        }
         let ops = dir.join(".ops");
         let inbox = ops.join("inbox");
         std::fs::create_dir_all(&inbox).map_err(|e| SandboxError::io(&inbox, e))?;
@@ -194,11 +199,15 @@ impl Sandbox {
     pub fn remove_scratch(&self, scratch_key: &str) -> Result<()> {
         let dir = self.scratch_dir(scratch_key);
         if let Some(pool_key) = self.scratch_binding(scratch_key)? {
-            remove_tree(&self.scratch_dir(&pool_key))?;
-            return match std::fs::remove_file(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SandboxError::io(dir, e)),
-                _ => Ok(()),
-            };
+            // the binding first: a kill in between leaves an orphaned pool
+            // dir (swept), never a binding to a missing dir
+            match std::fs::remove_file(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(SandboxError::io(dir, e))
+                }
+                _ => {}
+            }
+            return remove_tree(&self.scratch_dir(&pool_key));
         }
         remove_tree(&dir)
     }

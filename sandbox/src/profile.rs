@@ -41,6 +41,8 @@ pub const SCRATCH_MOUNT: &str = "/scratch";
 pub const OPS_MOUNT: &str = opkernel_shim::OPS_DIR;
 /// Where the shim is mounted (read-only) in every run container.
 pub const SHIM_MOUNT: &str = opkernel_shim::SHIM_PATH;
+/// The resident launcher's record in `.ops` (its pid and start time).
+pub const LAUNCHER_RECORD: &str = opkernel_shim::LAUNCHER_RECORD;
 /// The run container's main process: the shim's resident launcher.
 pub const LAUNCHER_CMD: &str = "serve";
 

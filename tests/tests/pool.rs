@@ -316,3 +316,69 @@ async fn a_one_shot_command_adopts_and_leaves_nothing_behind() {
     assert!(std::fs::symlink_metadata(link).is_err());
     free_exactly(&k, 1).await;
 }
+
+/// Waits until the control plane holds no binding.
+async fn no_bindings_within(k: &KernelProcess, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let rows = k
+            .offline_rows("SELECT run_id FROM container_bindings", &[])
+            .unwrap();
+        if rows.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{} binding(s) left", rows.len());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_binding_whose_container_or_scratch_went_is_forgotten_and_the_run_goes_on() {
+    let mut k = kernel("pool-gone", &[("OPKERNEL_POOL", "1")]).await;
+    free_exactly(&k, 1).await;
+    let home = k.home.clone();
+    let link = move |run: &str| {
+        home.join("scratch")
+            .join(sandbox::profile::scratch_key(run))
+    };
+    // 1. the adopted container removed from outside, every result delivered:
+    // its scratch and binding go within an upkeep round or two
+    let gone = unique_run("pool-gone");
+    let c = run_fg(&k, &gone, &["true"]).await["container_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pool_dir = link(&gone).with_file_name(std::fs::read_link(link(&gone)).unwrap());
+    std::process::Command::new("docker")
+        .args(["rm", "-f", &c])
+        .output()
+        .unwrap();
+    no_bindings_within(&k, Duration::from_secs(30)).await;
+    assert!(std::fs::symlink_metadata(link(&gone)).is_err());
+    assert!(!pool_dir.exists());
+    // 2. a kill after the reaper removed a scratch, before it forgot the
+    // binding: at the next start the binding goes, and the run goes on
+    let cut = unique_run("pool-cut");
+    let c = run_fg(&k, &cut, &["true"]).await["container_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pool_dir = link(&cut).with_file_name(std::fs::read_link(link(&cut)).unwrap());
+    k.sigkill();
+    std::process::Command::new("docker")
+        .args(["rm", "-f", &c])
+        .output()
+        .unwrap();
+    std::fs::remove_file(link(&cut)).unwrap();
+    std::fs::remove_dir_all(&pool_dir).unwrap();
+    k.spawn().await.unwrap();
+    no_bindings_within(&k, Duration::from_secs(5)).await;
+    let again = run_fg(
+        &k,
+        &cut,
+        &["sh", "-c", "echo on > /scratch/f; cat /scratch/f"],
+    )
+    .await;
+    assert_eq!(again["exit_code"], 0, "{again}");
+    assert_eq!(again["output"].as_str().unwrap(), "on\n");
+}

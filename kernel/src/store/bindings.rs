@@ -77,6 +77,20 @@ impl Store {
         .await
     }
 
+    /// The binding that names a container, if any.
+    pub async fn binding_of_container(&self, container_id: &str) -> StoreResult<Option<Binding>> {
+        let id = container_id.to_owned();
+        self.read(move |tx| {
+            tx.query_opt(
+                "SELECT run_id, container_id, scratch_key FROM container_bindings WHERE container_id = ?1",
+                vals![id],
+            )?
+            .map(|r| binding_of(&r))
+            .transpose()
+        })
+        .await
+    }
+
     /// Forgets a run's binding once its container and scratch dir are
     /// gone (nothing of the run is left to confirm).
     pub async fn unbind(&self, run_id: &str) -> StoreResult<bool> {
@@ -133,6 +147,11 @@ mod tests {
                 Some(b("r1", "c1"))
             );
             assert_eq!(store.binding_of_run("r2").await.unwrap(), None);
+            assert_eq!(
+                store.binding_of_container("c1").await.unwrap(),
+                Some(b("r1", "c1"))
+            );
+            assert_eq!(store.binding_of_container("c2").await.unwrap(), None);
             assert_eq!(store.bindings().await.unwrap(), vec![b("r1", "c1")]);
             assert!(store.unbind("r1").await.unwrap());
             assert!(!store.unbind("r1").await.unwrap());

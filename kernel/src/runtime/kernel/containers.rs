@@ -68,7 +68,11 @@ impl Kernel {
         self.registry.running(&identity.name).or_else(|| {
             let b = self.pool.binding(&identity.run_id)?;
             let info = self.registry.running_id(&b.container_id)?;
-            (info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile))).then_some(info)
+            // its binding file must lead there (else bound_container
+            // writes it again)
+            let linked = self.backend.scratch_binding(&identity.scratch_key).ok()?;
+            let fits = info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile));
+            (fits && linked.as_ref() == Some(&b.scratch_key)).then_some(info)
         })
     }
 
@@ -118,20 +122,30 @@ impl Kernel {
     }
 
     /// Removes every container of a run (its own and the pool container it
-    /// adopted), its scratch dir and its binding (one-shot runs).
+    /// adopted), then, once all are gone, its scratch dir and its binding
+    /// (one-shot runs).
     pub async fn remove_run_container(&self, run_id: &str) {
         let bound = self.pool.binding(run_id).map(|b| b.container_id);
-        if let Ok(list) = self.backend.list_managed().await {
-            for c in list.iter().filter(|c| {
-                c.labels.get(LABEL_RUN_ID).map(String::as_str) == Some(run_id)
-                    || Some(&c.id) == bound.as_ref()
-            }) {
-                if let Err(e) = self.backend.remove(&c.id).await {
-                    tracing::warn!(container = %c.name, %e, "cannot remove one-shot container");
-                }
-                self.forget_container(&c.id);
-                self.probes.forget(&c.id);
+        let Ok(list) = self.backend.list_managed().await else {
+            // its scratch and binding stay for the reaper: a container
+            // may still use them
+            tracing::warn!(run = %run_id, "cannot list one-shot containers; left to the reaper");
+            return;
+        };
+        let mut all_gone = true;
+        for c in list.iter().filter(|c| {
+            c.labels.get(LABEL_RUN_ID).map(String::as_str) == Some(run_id)
+                || Some(&c.id) == bound.as_ref()
+        }) {
+            if let Err(e) = self.backend.remove(&c.id).await {
+                tracing::warn!(container = %c.name, %e, "cannot remove one-shot container; left to the reaper");
+                all_gone = false;
             }
+            self.forget_container(&c.id);
+            self.probes.forget(&c.id);
+        }
+        if !all_gone {
+            return;
         }
         let key = sandbox::profile::scratch_key(run_id);
         self.watcher.unwatch(self.backend.ops_dir(&key).path());

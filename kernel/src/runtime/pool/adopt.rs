@@ -45,17 +45,23 @@ impl Kernel {
         self.crash_point("pool.before_bind");
         match self.store.bind_container(binding.clone()).await {
             Ok(Bound::Bound) => {}
+            // the run is bound already (or the container is, which this
+            // kernel's memory did not know): nothing written, the
+            // container is a stray from now on, never free again
             Ok(Bound::Taken(existing)) => {
-                self.pool.abandon(&c.id);
-                if let Some(b) = existing {
-                    self.pool.remember(b);
-                }
+                self.pool.release_taken(&c.id, existing);
                 return Ok(None);
             }
             Err(e) => match self.read_back(&binding).await {
-                Some(true) => {}
-                Some(false) => return Err(e.into()),
-                None => return Ok(None),
+                ReadBack::Landed => {}
+                ReadBack::Elsewhere(b) => {
+                    self.pool.release_taken(&c.id, Some(b));
+                    return Ok(None);
+                }
+                ReadBack::Uncertain => {
+                    self.pool.uncertain(&c.id);
+                    return Err(e.into());
+                }
             },
         }
         self.pool.remember(binding);
@@ -67,31 +73,32 @@ impl Kernel {
     }
 }
 
+/// The control plane's word on a bind whose answer was lost.
+enum ReadBack {
+    /// The binding landed.
+    Landed,
+    /// The run is bound to another container.
+    Elsewhere(Binding),
+    /// No binding is visible (a commit may still land) or the store
+    /// answered with an error: the container stays taken, and the upkeep
+    /// asks again later.
+    Uncertain,
+}
+
 impl Kernel {
-    /// After a bind whose answer was lost: the control plane's word, once
-    /// it answers. `Some(true)`: the binding landed; `Some(false)`: it did
-    /// not (the container becomes a stray); `None`: the run is bound
-    /// elsewhere. A store that answers with anything but an outage leaves
-    /// the container taken (never free again; sorted at the next start).
-    async fn read_back(&self, binding: &Binding) -> Option<bool> {
+    /// Reads a lost bind back, once the control plane answers.
+    async fn read_back(&self, binding: &Binding) -> ReadBack {
         loop {
             match self.store.binding_of_run(&binding.run_id).await {
-                Ok(Some(b)) if b == *binding => return Some(true),
-                Ok(Some(b)) => {
-                    self.pool.abandon(&binding.container_id);
-                    self.pool.remember(b);
-                    return None;
-                }
-                Ok(None) => {
-                    self.pool.abandon(&binding.container_id);
-                    return Some(false);
-                }
+                Ok(Some(b)) if b == *binding => return ReadBack::Landed,
+                Ok(Some(b)) => return ReadBack::Elsewhere(b),
+                Ok(None) => return ReadBack::Uncertain,
                 Err(StoreError::Unavailable(_)) => {
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await
                 }
                 Err(e) => {
                     tracing::warn!(%e, container = %binding.container_id, "binding not read back; the pool container stays taken");
-                    return Some(false);
+                    return ReadBack::Uncertain;
                 }
             }
         }

@@ -14,6 +14,7 @@
 //! and trims it.
 
 mod adopt;
+mod reconcile;
 pub mod upkeep;
 
 pub use adopt::AdoptError;
@@ -67,6 +68,9 @@ struct State {
     free: Vec<ContainerInfo>,
     /// Container ids taken for an adoption not yet settled.
     adopting: HashSet<String>,
+    /// Containers taken by an adoption whose bind's answer was lost, and
+    /// since when: neither free nor removable until the control plane says.
+    uncertain: HashMap<String, std::time::Instant>,
     /// Scratch keys of the containers the upkeep is making.
     making: HashSet<String>,
     /// Every binding, by run (loaded at start, added to by adoptions).
@@ -138,6 +142,7 @@ impl Pool {
     pub(crate) fn remember(&self, b: Binding) {
         let mut s = self.state.lock();
         s.adopting.remove(&b.container_id);
+        s.uncertain.remove(&b.container_id);
         s.free.retain(|f| f.id != b.container_id);
         s.by_container
             .insert(b.container_id.clone(), b.run_id.clone());
@@ -166,9 +171,27 @@ impl Pool {
         Some(c)
     }
 
-    /// Gives up an adoption that did not settle: the container is a stray
-    /// from now on (the upkeep asks the control plane before removing it).
-    pub(super) fn abandon(&self, container_id: &str) {
-        self.state.lock().adopting.remove(container_id);
+    /// Ends an adoption that wrote nothing: the container leaves the
+    /// adopting set as a stray (the upkeep removes it after asking the
+    /// control plane), and the binding found instead, if any, is recorded
+    /// in the same step.
+    pub(super) fn release_taken(&self, container_id: &str, found: Option<Binding>) {
+        let mut s = self.state.lock();
+        s.adopting.remove(container_id);
+        if let Some(b) = found {
+            s.free.retain(|f| f.id != b.container_id);
+            s.by_container
+                .insert(b.container_id.clone(), b.run_id.clone());
+            s.by_run.insert(b.run_id.clone(), b);
+        }
+    }
+
+    /// An adoption whose bind may or may not have landed: the container
+    /// stays taken, and the upkeep asks the control plane again later.
+    pub(super) fn uncertain(&self, container_id: &str) {
+        let mut s = self.state.lock();
+        s.adopting.remove(container_id);
+        s.uncertain
+            .insert(container_id.to_owned(), std::time::Instant::now());
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use sandbox::profile::{scratch_key, LABEL_POOL, LABEL_POOL_IMAGE, LABEL_SCRATCH_KEY};
 use sandbox::{ContainerInfo, PoolIdentity};
 
-use super::{Pool, PoolRole};
+use super::{reconcile, Pool, PoolRole};
 use crate::runtime::kernel::Kernel;
 use crate::store::StoreError;
 use crate::sync::Stop;
@@ -27,8 +27,15 @@ const FAILED_FILL_PAUSE: Duration = Duration::from_secs(30);
 /// before any observer looks at a container).
 pub async fn recover(k: &Kernel) -> Result<(), StoreError> {
     for b in k.store.bindings().await? {
-        // the row stands; its file may be missing (killed after the commit)
         let run_key = scratch_key(&b.run_id);
+        if !k.backend.scratch_exists(&b.scratch_key) {
+            // its scratch went (a kill while the reaper removed it): the
+            // binding has nothing left to bind; its file goes too
+            let _ = k.backend.remove_scratch(&run_key);
+            k.store.unbind(&b.run_id).await?;
+            continue;
+        }
+        // the row stands; its file may be missing (killed after the commit)
         if let Err(e) = k.backend.bind_scratch(&run_key, &b.scratch_key) {
             tracing::warn!(run = %b.run_id, %e, "binding file not re-written; the run's next op tries again");
         }
@@ -51,7 +58,9 @@ pub async fn recover(k: &Kernel) -> Result<(), StoreError> {
     let image = k.backend.image_id(&k.config.profile.image).await.ok();
     k.pool.state.lock().image_id = image;
     for c in list {
-        if k.pool.role(&c) == Some(PoolRole::Stray) && k.pool.fresh(k, &c) {
+        let key = c.labels.get(LABEL_SCRATCH_KEY).cloned().unwrap_or_default();
+        let fresh = k.pool.fresh(k, &c) && reconcile::untouched(k, &key);
+        if k.pool.role(&c) == Some(PoolRole::Stray) && fresh {
             // the list has no hostname: the launcher is addressed by it
             if let Ok(info) = k.backend.inspect(&c.id).await {
                 k.pool.state.lock().free.push(info);
@@ -86,8 +95,13 @@ async fn tick(k: &Kernel) -> Result<(), sandbox::SandboxError> {
     k.pool.drop_vanished(&list);
     for c in list.iter().filter(|c| c.labels.contains_key(LABEL_POOL)) {
         if let Some(reason) = k.pool.must_go(k, c) {
-            remove_unbound(k, c, &reason).await?;
+            if let Err(e) = remove_unbound(k, c, &reason).await {
+                tracing::warn!(container = %c.name, %e, "warm pool: not removed; tried again next round");
+            }
         }
+    }
+    if let Err(e) = reconcile::pass(k, &list).await {
+        tracing::warn!(%e, "warm pool: bindings not reconciled this round");
     }
     for profile in &k.pool.config.profiles {
         while k.pool.free_of(profile) < k.pool.size() {
@@ -140,12 +154,27 @@ pub async fn remove_unbound(
     c: &ContainerInfo,
     reason: &str,
 ) -> Result<bool, sandbox::SandboxError> {
-    {
+    let stray = {
         let mut s = k.pool.state.lock();
         match k.pool.role_locked(&s, c) {
-            PoolRole::Free => s.free.retain(|f| f.id != c.id),
-            PoolRole::Stray => {}
+            PoolRole::Free => {
+                s.free.retain(|f| f.id != c.id);
+                false
+            }
+            PoolRole::Stray => true,
             _ => return Ok(false),
+        }
+    };
+    // a stray may be bound by a commit this kernel never heard of: the
+    // control plane's word first (unreachable: kept for now)
+    if stray {
+        match k.store.binding_of_container(&c.id).await {
+            Ok(None) => {}
+            Ok(Some(b)) => {
+                k.pool.remember(b);
+                return Ok(false);
+            }
+            Err(_) => return Ok(false),
         }
     }
     k.backend.remove(&c.id).await?;
@@ -208,7 +237,7 @@ impl Pool {
             PoolRole::Bound(run.clone())
         } else if let Some(run_key) = s.unconfirmed.get(&key) {
             PoolRole::Unconfirmed(run_key.clone())
-        } else if s.adopting.contains(&c.id) {
+        } else if s.adopting.contains(&c.id) || s.uncertain.contains_key(&c.id) {
             PoolRole::Adopting
         } else if s.making.contains(&key) {
             PoolRole::Making
