@@ -2,7 +2,8 @@
 # One-run benchmark of opkernel against raw Docker (release build):
 # start/running latency vs bare API exec and `docker exec -d`, exit-to-report
 # delay, 1,000 concurrent ops (CPU, RSS, exactly-once), and recovery of 500
-# running ops over 50 containers after SIGKILL.
+# running ops over 50 containers after SIGKILL, and a new run's first command
+# with the warm pool on and off.
 # Usage: [OPKERNEL_STORE=postgres://…] scripts/bench.sh [--quick] [--json] [--check]
 # (with a PostgreSQL URL each kernel it starts gets a fresh database there;
 # the JSON says "store": "sqlite" or "postgres")
