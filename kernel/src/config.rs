@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use sandbox::Profile;
 
+#[path = "config_node.rs"]
+mod node;
 #[path = "config_pool.rs"]
 mod pool;
+pub use node::NodeConfig;
 pub use pool::PoolConfig;
 
 /// The kernel's settings, read once at start ([`Config::from_env`]) and fixed
@@ -74,6 +77,9 @@ pub struct Config {
     pub reap_interval: Duration,
     /// The warm pool: its size and pooled profiles (SPEC §22).
     pub pool: PoolConfig,
+    /// This kernel as a cluster node (`serve --node`, SPEC §20); `None`:
+    /// a single kernel.
+    pub node: Option<NodeConfig>,
     /// Enables the fault hooks used by recovery drills.
     pub drills: bool,
     /// Bound of one Docker request, seconds. A start request that runs past
@@ -221,6 +227,29 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// `OPKERNEL_APPROVAL_MATCH`: one regex per line, blank lines skipped.
+fn approval_match_from_env() -> Vec<String> {
+    std::env::var("OPKERNEL_APPROVAL_MATCH")
+        .map(|v| {
+            v.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `OPKERNEL_NODE`, `OPKERNEL_ADVERTISE` and `OPKERNEL_NODE_TTL_SEC` (the
+/// first two also `serve --node`, `--advertise`, which override them).
+fn node_from_env(invalid: &mut Vec<String>) -> Option<NodeConfig> {
+    let name = std::env::var("OPKERNEL_NODE").ok()?;
+    let url = std::env::var("OPKERNEL_ADVERTISE").unwrap_or_default();
+    NodeConfig::new(&name, &url, env_u64("OPKERNEL_NODE_TTL_SEC", 10))
+        .map_err(|e| invalid.push(e))
+        .ok()
+}
+
 /// The kernel's base container profile: defaults, overridden by
 /// `OPKERNEL_IMAGE`, `OPKERNEL_RUN_AS`, `OPKERNEL_NETWORK`,
 /// `OPKERNEL_MEMORY_BYTES` and `OPKERNEL_PIDS_LIMIT`.
@@ -342,8 +371,10 @@ impl Config {
         let metrics_listen = env_addr("OPKERNEL_METRICS_LISTEN", &mut invalid);
         let webhook = Webhook::from_env(&mut invalid);
         let pool = PoolConfig::from_env(&profile, &mut invalid);
+        let node = node_from_env(&mut invalid);
         Config {
             pool,
+            node,
             metrics_listen,
             webhook,
             op_files_retention,
@@ -380,15 +411,7 @@ impl Config {
             max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384),
             max_children: env_u64("OPKERNEL_MAX_CHILDREN", crate::runs::DEFAULT_MAX_CHILDREN),
             max_depth: env_u64("OPKERNEL_MAX_DEPTH", 4) as usize,
-            approval_match: std::env::var("OPKERNEL_APPROVAL_MATCH")
-                .map(|v| {
-                    v.lines()
-                        .map(str::trim)
-                        .filter(|l| !l.is_empty())
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            approval_match: approval_match_from_env(),
             reap_ttl: Duration::from_secs(env_u64("OPKERNEL_REAP_TTL_SECONDS", 3600)),
             reap_interval: Duration::from_secs(
                 env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300).max(1),

@@ -26,6 +26,8 @@ fn main() {
                 home,
                 allow_remote,
                 store,
+                node,
+                advertise,
                 drills,
             } => {
                 run_serve(ServeArgs {
@@ -33,6 +35,7 @@ fn main() {
                     home,
                     allow_remote,
                     store,
+                    node: node.zip(advertise),
                     drills,
                 })
                 .await

@@ -40,7 +40,7 @@ async fn a_second_kernel_on_one_database_is_refused_and_the_owner_restarts_at_on
         refused.err().expect("a second kernel must be refused")
     );
     assert!(
-        why.contains("another opkernel serve owns this PostgreSQL control plane"),
+        why.contains("another opkernel serve holds this PostgreSQL control plane's ownership lock"),
         "{why}"
     );
     assert!(

@@ -228,7 +228,7 @@ pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
     };
     check(
         store
-            .claim_exec(&claimed.id, "dead-kernel", &orphan.id, false)
+            .claim_exec(&claimed.id, "dead-kernel", &orphan.id, (false, None))
             .await?,
         || "claim failed".into(),
     )?;

@@ -4,7 +4,8 @@
 //! and wakes the run's report waiters, so no caller can leave an op in
 //! `starting` without an observer. The API, the scheduler and (through the
 //! API) MCP call only this; observers are spawned from nowhere else but
-//! recovery and the watchdog (`limits_tests`' check names the allowed
+//! recovery, the watchdog and a cluster node's hand-off (`limits_tests`'
+//! check names the allowed
 //! places). Results that need no observer (settlements, notes, acks, an
 //! approval's timeout) wake their waiters where they are written.
 

@@ -156,13 +156,26 @@ pub(crate) async fn open_store(
     use std::os::unix::fs::PermissionsExt;
     if let crate::config::StoreLocation::Postgres(url) = &config.store {
         tracing::info!(store = %config.store.shown(), "control plane on PostgreSQL");
-        use crate::store::db::pgowner::{lock_key, Owner, START_PATIENCE};
-        let owner = Owner::take(url, lock_key("kernel"), START_PATIENCE).await?;
+        use crate::store::db::pgowner::{lock_key, Keys, Owner, START_PATIENCE};
+        // one single kernel per database, or any number of nodes, each name once
+        let keys = match &config.node {
+            None => Keys::from(lock_key("kernel")),
+            Some(node) => Keys {
+                own: lock_key(&format!("node:{}", node.name)),
+                shared: Some(lock_key("kernel")),
+            },
+        };
+        let owner = Owner::take(url, keys, START_PATIENCE).await?;
         let ownership = Ownership {
             _home: home_lock,
             store: Some(owner),
         };
         return Ok((ownership, Store::connect(url).await?));
+    }
+    if config.node.is_some() {
+        return Err(StartError::Config(
+            "a cluster node (--node) needs a PostgreSQL control plane its nodes share (--store postgres://…)".into(),
+        ));
     }
     let home = &config.home;
     let db = home.join("kernel.db");

@@ -1,5 +1,5 @@
 //! The kernel's background loops, owned by one set with one stop: the
-//! heartbeat, approval timeouts, the reaper, the retention pass, the
+//! heartbeat (a cluster node's lease, sweep and hand-off instead), approval timeouts, the reaper, the retention pass, the
 //! observers' watchdog, the warm pool's upkeep, the webhook deliverer and
 //! the scheduler. Each loop naps through a
 //! [`Stop`]. Stopping the set lets the scheduler record the batch under way
@@ -41,7 +41,12 @@ impl Housekeeping {
         crate::runtime::scheduler::at_start(k).await?;
         let (stop, stopped) = Stop::new();
         let mut loops = JoinSet::new();
-        loops.spawn(heartbeat(k.clone(), stopped.clone()));
+        // a cluster node's liveness is its lease (one write per TTL/5),
+        // not a write per op
+        match k.node {
+            None => loops.spawn(heartbeat(k.clone(), stopped.clone())),
+            Some(_) => loops.spawn(crate::runtime::node::run(k.clone(), stopped.clone())),
+        };
         loops.spawn(approval_timeouts(k.clone(), stopped.clone()));
         loops.spawn(crate::runtime::reaper::periodic(k.clone(), stopped.clone()));
         loops.spawn(crate::runtime::retention::periodic(

@@ -12,6 +12,7 @@ pub mod home;
 pub mod housekeeping;
 pub mod inbox;
 pub mod kernel;
+pub mod node;
 pub mod observer;
 pub mod pool;
 pub mod probes;

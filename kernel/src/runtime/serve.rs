@@ -11,6 +11,7 @@ use crate::runtime::kernel::Kernel;
 pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     let listen = config.listen;
     let kernel = Kernel::open(config).await?;
+    crate::runtime::node::join(&kernel).await?;
     let started = std::time::Instant::now();
     let attached = crate::runtime::observer::recover(&kernel).await?;
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");

@@ -56,6 +56,9 @@ pub enum Refusal {
     Budget(LimitUse),
     /// The run is not recorded (purged) and may not be created here (404).
     NoRun(String),
+    /// No cluster node can take the run's tree: none is active with a
+    /// live lease (503).
+    NoNode(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -73,6 +76,10 @@ impl std::fmt::Display for Refusal {
                 }
             ),
             Refusal::Budget(e) => e.fmt(f),
+            Refusal::NoNode(run) => write!(
+                f,
+                "no active cluster node can take run {run}: every node is draining, dead or without a lease"
+            ),
             Refusal::NoRun(run) => write!(
                 f,
                 "run {run} does not exist (a finished run tree is purged after OPKERNEL_RETENTION)"

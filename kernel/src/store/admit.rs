@@ -67,7 +67,7 @@ pub(super) fn insert_in(
 ) -> StoreResult<NewOp> {
     // locks the tree of the op's run (its root's row): the admissions,
     // settlements, cancels and drains of one tree are serialized
-    super::tree::lock_tree_of(tx, &req.run_id)?;
+    let root = super::tree::lock_tree_of(tx, &req.run_id)?;
     let request_sha = req.fingerprint();
     if let Some(key) = &req.idempotency_key {
         let seen = tx.query_opt(
@@ -106,14 +106,27 @@ pub(super) fn insert_in(
             vals![&req.run_id],
         )?;
     }
-    let op = insert_row(tx, req, &request_sha, now)?;
+    // in a cluster the tree lives on one node, placed at its first use
+    let node = match tx.cluster() {
+        false => None,
+        true => match super::nodes::place(tx, &root)? {
+            Some(node) => Some(node),
+            None => return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone()))),
+        },
+    };
+    let op = insert_row(tx, req, (&request_sha, node.as_deref()), now)?;
     started_events(tx, &op.id, req)?;
     Ok(NewOp::Created(op))
 }
 
 /// The row of an admitted start, as inserted (`RETURNING` it: no second
 /// read).
-fn insert_row(tx: &mut dyn Tx, req: &StartRequest, request_sha: &str, now: i64) -> StoreResult<Op> {
+fn insert_row(
+    tx: &mut dyn Tx,
+    req: &StartRequest,
+    (request_sha, node): (&str, Option<&str>),
+    now: i64,
+) -> StoreResult<Op> {
     let id = uuid::Uuid::new_v4().to_string();
     let status = match req.approval {
         Some(_) => Status::AwaitingApproval,
@@ -125,8 +138,8 @@ fn insert_row(tx: &mut dyn Tx, req: &StartRequest, request_sha: &str, now: i64) 
     let sql = format!(
         "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
          created_at, idempotency_key, request_sha256, approval_rule, approval_timeout_sec, \
-         approval_on_timeout, schedule_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING {COLUMNS}"
+         approval_on_timeout, schedule_id, node) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) RETURNING {COLUMNS}"
     );
     let row = tx.query_one(
         &sql,
@@ -145,6 +158,7 @@ fn insert_row(tx: &mut dyn Tx, req: &StartRequest, request_sha: &str, now: i64) 
             hold.and_then(|h| h.timeout_sec).map(|t| t as i64),
             hold.map(|h| h.on_timeout.as_str()),
             &req.schedule_id,
+            node,
         ],
     )?;
     tx.note_fact(super::db::Fact::Admitted);

@@ -104,17 +104,27 @@ fn approve_in(tx: &mut dyn Tx, id: &str) -> StoreResult<Result<Option<Op>, super
     // locks the tree of the op's run: an approval starts the op, so its
     // run (and every ancestor) must still admit it, as at its admission,
     // serialized with the tree's admissions and cancels; read after the lock
-    lock_tree_of(tx, &run_id)?;
+    let root = lock_tree_of(tx, &run_id)?;
     let now = now_ms();
     if let Some(op) = get(tx, id)?.filter(|op| op.status == Status::AwaitingApproval) {
         if let Some(refusal) = super::admission::run_refusal(tx, &op.run_id)? {
             return Ok(Err(refusal));
         }
     }
+    // in a cluster it runs on its tree's node now (placed again if that
+    // node died while it waited)
+    let node = match tx.cluster() {
+        false => None,
+        true => match super::nodes::place(tx, &root)? {
+            Some(node) => Some(node),
+            None => return Ok(Err(super::Refusal::NoNode(run_id))),
+        },
+    };
     let n = tx.execute(
         "UPDATE ops SET status = 'starting', approval_decided_by = 'operator', \
-         approval_decided_at = ?2 WHERE id = ?1 AND status = 'awaiting_approval'",
-        vals![id, now],
+         approval_decided_at = ?2, node = COALESCE(?3, node) \
+         WHERE id = ?1 AND status = 'awaiting_approval'",
+        vals![id, now, node],
     )?;
     if n != 1 {
         return Ok(Ok(None));

@@ -14,26 +14,38 @@ impl Store {
     /// `starting` op that was never claimed and has no kill request (a kill
     /// that arrives before the exec wins: the op never runs). The caller
     /// that wins is the only one allowed to create the exec.
+    ///
+    /// On a cluster node, `fence` (the node and its epoch) also holds the
+    /// claim to the node's own ops while its lease is live at that epoch,
+    /// judged inside the statement on the database's clock (SPEC §20).
     pub async fn claim_exec(
         &self,
         id: &str,
         kernel_id: &str,
         container_id: &str,
-        handover: bool,
+        (handover, fence): (bool, Option<(String, i64)>),
     ) -> StoreResult<bool> {
         let (id, kernel_id, container_id) =
             (id.to_owned(), kernel_id.to_owned(), container_id.to_owned());
         self.write(move |tx| {
             let now = now_ms();
-            let n = tx.execute(
+            let fenced = match &fence {
+                Some(_) => super::nodes::claim_fence(tx),
+                None => String::new(),
+            };
+            let sql = format!(
                 "UPDATE ops SET exec_claimed_at = ?2, kernel_id = ?3, container_id = ?4, \
                  attempt = CASE WHEN attempt > 1 THEN attempt ELSE 1 END, heartbeat_at = ?2, \
                  handed_over_at = ?5 \
                  WHERE id = ?1 AND status = 'starting' AND exec_claimed_at IS NULL \
-                 AND kill_requested_at IS NULL",
-                vals![id, now, kernel_id, container_id, handover.then_some(now)],
-            )?;
-            Ok(n == 1)
+                 AND kill_requested_at IS NULL{fenced}"
+            );
+            let mut params =
+                vals![id, now, kernel_id, container_id, handover.then_some(now)].to_vec();
+            if let Some((node, epoch)) = fence {
+                params.extend(vals![node, epoch].iter().cloned());
+            }
+            Ok(tx.execute(&sql, &params)? == 1)
         })
         .await
     }

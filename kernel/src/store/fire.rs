@@ -47,7 +47,7 @@ fn refused_in(
     let kind = match why {
         Refusal::State { state, .. } if state.is_final() => FireRefusal::RunOver,
         Refusal::NoRun(_) => FireRefusal::RunGone,
-        Refusal::State { .. } | Refusal::Limit(_) => FireRefusal::Passing,
+        Refusal::State { .. } | Refusal::Limit(_) | Refusal::NoNode(_) => FireRefusal::Passing,
         Refusal::Budget(_) => FireRefusal::Budget,
     };
     match after_refusal(kind, s.timing.is_recurring()) {

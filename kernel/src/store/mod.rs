@@ -12,6 +12,9 @@ pub mod db;
 mod fire;
 mod journal;
 mod levels;
+mod nodes;
+#[cfg(test)]
+mod nodes_tests;
 mod ops;
 mod outbox;
 mod reports;
@@ -36,6 +39,7 @@ pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use bindings::{Binding, Bound};
 pub use journal::{Event, ModelUsage, UsageRecorded};
+pub use nodes::{NodeRow, Swept};
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use outbox::{OutboxPost, PostOutcome};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
@@ -77,8 +81,9 @@ pub enum StoreError {
     /// Another kernel holds this PostgreSQL control plane (its ownership
     /// lock stayed taken through the start's patience).
     #[error(
-        "another opkernel serve owns this PostgreSQL control plane (its ownership lock is held); \
-         stop it first, or point this kernel at another database"
+        "another opkernel serve holds this PostgreSQL control plane's ownership lock (a single \
+         kernel owns its database alone; a cluster node's name is held by one kernel at a time); \
+         stop it first, or point this kernel at another database or node name"
     )]
     Owned,
 }
@@ -105,6 +110,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("../../migrations/0008_retention.sql")),
     (9, include_str!("../../migrations/0009_webhooks.sql")),
     (10, include_str!("../../migrations/0010_pool.sql")),
+    (11, include_str!("../../migrations/0011_cluster.sql")),
 ];
 
 /// The control plane: its database (SQLite or PostgreSQL) and the
@@ -124,6 +130,12 @@ pub struct Store {
     /// Notified events also go to the webhook outbox (set once the kernel
     /// knows it has a webhook URL).
     outbox: Arc<std::sync::atomic::AtomicBool>,
+    /// Admissions place their run tree on a cluster node (set once the
+    /// kernel runs as a node).
+    cluster: Arc<std::sync::atomic::AtomicBool>,
+    /// This kernel's cluster node: its recovery, watchdog and hand-off see
+    /// only the ops placed on it.
+    node: Arc<std::sync::OnceLock<String>>,
 }
 
 /// The database behind a [`Store`].
@@ -179,6 +191,8 @@ impl Store {
             journal,
             metrics: Default::default(),
             outbox: Default::default(),
+            cluster: Default::default(),
+            node: Default::default(),
         })
     }
 
@@ -204,6 +218,8 @@ impl Store {
             journal,
             metrics: Default::default(),
             outbox: Default::default(),
+            cluster: Default::default(),
+            node: Default::default(),
         })
     }
 
@@ -242,6 +258,19 @@ impl Store {
         self.transaction(true, f).await
     }
 
+    /// From now on, every admission places its run tree on a cluster node
+    /// (the kernel runs as one).
+    pub fn enable_cluster(&self, node: &str) {
+        let _ = self.node.set(node.to_owned());
+        self.cluster
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The cluster node this kernel runs as, if any.
+    pub fn node(&self) -> Option<&str> {
+        self.node.get().map(String::as_str)
+    }
+
     /// From now on, every notified event also puts its post in the webhook
     /// outbox, in the event's own transaction.
     pub fn enable_outbox(&self) {
@@ -263,8 +292,9 @@ impl Store {
     {
         let began = std::time::Instant::now();
         let outbox = self.outbox.load(std::sync::atomic::Ordering::Relaxed);
+        let cluster = self.cluster.load(std::sync::atomic::Ordering::Relaxed);
         let noted = move |tx: &mut dyn Tx| {
-            let mut noting = db::Noting::new(tx, outbox);
+            let mut noting = db::Noting::new(tx, outbox, cluster);
             let value = f(&mut noting)?;
             Ok((value, noting.into_facts()))
         };

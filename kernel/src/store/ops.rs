@@ -103,6 +103,9 @@ pub struct Op {
     pub approval_decided_at: Option<i64>,
     /// The schedule that fired it, if one did.
     pub schedule_id: Option<String>,
+    /// The cluster node its run was placed on when it was admitted (SPEC
+    /// §20): only that node claims and runs it; `None` without a cluster.
+    pub node: Option<String>,
 }
 
 impl Op {
@@ -131,7 +134,7 @@ pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, 
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, kill_intent, exec_id, \
     handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, leftovers, kernel_id, report_id, delivered_inline, \
     approval_rule, approval_timeout_sec, approval_on_timeout, approval_escalated_at, approval_decided_by, \
-    approval_decided_at, schedule_id";
+    approval_decided_at, schedule_id, node";
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
 pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
@@ -205,6 +208,7 @@ pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
         approval_decided_by: row.get("approval_decided_by")?,
         approval_decided_at: row.get("approval_decided_at")?,
         schedule_id: row.get("schedule_id")?,
+        node: row.get("node")?,
     })
 }
 
@@ -293,6 +297,22 @@ pub struct Settlement {
     pub charge_cap_ms: Option<i64>,
 }
 
+impl Settlement {
+    /// A settlement with nothing recorded but its outcome (no log, no
+    /// usage: the op's node is gone).
+    pub fn of(outcome: Outcome) -> Settlement {
+        Settlement {
+            outcome,
+            output_tail: None,
+            log: None,
+            usage: None,
+            leftovers: 0,
+            ended_at: None,
+            charge_cap_ms: Some(0),
+        }
+    }
+}
+
 pub(super) fn get(tx: &mut dyn Tx, id: &str) -> StoreResult<Option<Op>> {
     tx.query_opt(
         &format!("SELECT {COLUMNS} FROM ops WHERE id = ?1"),
@@ -314,12 +334,14 @@ impl Store {
     /// Every observed (starting or running) op: id and creation time only
     /// (the watchdog's look, every few seconds, reads no command).
     pub async fn observed_op_ids(&self) -> StoreResult<Vec<(String, i64)>> {
-        self.read(|tx| {
+        let mine = self.node_filter();
+        self.read(move |tx| {
             let sql = format!(
-                "SELECT id, created_at FROM ops WHERE status IN ({})",
-                crate::lifecycle::observed_sql()
+                "SELECT id, created_at FROM ops WHERE status IN ({}){}",
+                crate::lifecycle::observed_sql(),
+                mine.0
             );
-            tx.query(&sql, &[])?
+            tx.query(&sql, &mine.1)?
                 .iter()
                 .map(|r| Ok((r.get("id")?, r.get("created_at")?)))
                 .collect()
@@ -346,11 +368,41 @@ impl Store {
     }
 
     async fn ops_in(&self, statuses: String) -> StoreResult<Vec<Op>> {
+        let mine = self.node_filter();
         self.read(move |tx| {
             let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE status IN ({statuses}) ORDER BY created_at"
+                "SELECT {COLUMNS} FROM ops WHERE status IN ({statuses}){} ORDER BY created_at",
+                mine.0
             );
-            ops_of(tx, &sql, &[])
+            ops_of(tx, &sql, &mine.1)
+        })
+        .await
+    }
+
+    /// On a cluster node, the condition that keeps a read of observed ops
+    /// to this node's (`?1` its name), with its parameter.
+    fn node_filter(&self) -> (&'static str, Vec<Value>) {
+        match self.node() {
+            Some(node) => (" AND node = ?1", vals![node].to_vec()),
+            None => ("", Vec::new()),
+        }
+    }
+
+    /// This node's observed ops with a kill request (the node that took
+    /// the kill may be another one: the observer here is woken by it).
+    pub async fn node_kill_requests(&self) -> StoreResult<Vec<String>> {
+        let Some(node) = self.node().map(str::to_owned) else {
+            return Ok(Vec::new());
+        };
+        self.read(move |tx| {
+            let sql = format!(
+                "SELECT id FROM ops WHERE node = ?1 AND status IN ({}) AND kill_requested_at IS NOT NULL",
+                observed_sql()
+            );
+            tx.query(&sql, vals![node])?
+                .iter()
+                .map(|r| r.get("id"))
+                .collect()
         })
         .await
     }

@@ -86,7 +86,10 @@ async fn a_kill_before_the_claim_wins() {
     let store = test_store().await;
     let op = created(&store, req(None, "true")).await;
     store.request_kill(&op.id, KillReason::Kill).await.unwrap();
-    assert!(!store.claim_exec(&op.id, "k", "c1", false).await.unwrap());
+    assert!(!store
+        .claim_exec(&op.id, "k", "c1", (false, None))
+        .await
+        .unwrap());
     let row = store.get_op(&op.id).await.unwrap().unwrap();
     assert_eq!(row.exec_claimed_at, None, "nothing may be executed");
 }
@@ -95,8 +98,14 @@ async fn a_kill_before_the_claim_wins() {
 async fn exec_claim_is_won_once() {
     let store = test_store().await;
     let op = created(&store, req(None, "true")).await;
-    assert!(store.claim_exec(&op.id, "k", "c1", false).await.unwrap());
-    assert!(!store.claim_exec(&op.id, "k", "c2", true).await.unwrap());
+    assert!(store
+        .claim_exec(&op.id, "k", "c1", (false, None))
+        .await
+        .unwrap());
+    assert!(!store
+        .claim_exec(&op.id, "k", "c2", (true, None))
+        .await
+        .unwrap());
     let row = store.get_op(&op.id).await.unwrap().unwrap();
     assert_eq!((row.attempt, row.container_id.as_deref()), (1, Some("c1")));
     assert!(store.mark_running(&op.id, 5).await.unwrap());

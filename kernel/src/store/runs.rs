@@ -45,6 +45,9 @@ pub struct RunRecord {
     pub idempotency_key: Option<String>,
     /// When `POST /v1/runs/{run}/finish` first returned for it (unix ms).
     pub finished_at: Option<i64>,
+    /// The cluster node a top-level run's tree is placed on (SPEC §20);
+    /// `None` for a child (its root's node holds) or without a cluster.
+    pub node: Option<String>,
 }
 
 impl RunRecord {
@@ -56,7 +59,7 @@ impl RunRecord {
 }
 
 const RUN_COLUMNS: &str = "run_id, parent_run_id, chain, principal, state, envelope, budget, \
-    created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at";
+    created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at, node";
 
 fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
     let corrupt = |what: String| StoreError::Corrupt(what);
@@ -83,6 +86,7 @@ fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
         paused_by: row.get("paused_by")?,
         idempotency_key: row.get("idempotency_key")?,
         finished_at: row.get("finished_at")?,
+        node: row.get("node")?,
     })
 }
 

@@ -38,7 +38,7 @@ fn settled_event(op: &Op) -> EventKind {
 }
 
 /// The settle transaction script (see [`Store::settle`]).
-fn settle_in(tx: &mut dyn Tx, id: &str, s: &Settlement) -> StoreResult<bool> {
+pub(super) fn settle_in(tx: &mut dyn Tx, id: &str, s: &Settlement) -> StoreResult<bool> {
     let Some(run_id) = run_of(tx, id)? else {
         return Ok(false);
     };

@@ -131,7 +131,10 @@ async fn runs_and_ops(store: &Store) {
     conflict.timeout_sec = 61;
     let conflict = store.insert_op(conflict, LIMITS).await.unwrap();
     assert!(matches!(conflict, NewOp::KeyConflict(_)), "{conflict:?}");
-    assert!(store.claim_exec(&a.id, "k1", "c1", true).await.unwrap());
+    assert!(store
+        .claim_exec(&a.id, "k1", "c1", (true, None))
+        .await
+        .unwrap());
     store.set_container(&a.id, "c2").await.unwrap();
     let pid = sandbox::PidRecord {
         pid: 7,

@@ -9,6 +9,7 @@
 mod containers;
 pub mod gates;
 pub mod handles;
+pub mod node;
 pub mod registry;
 pub mod runcache;
 mod settle;
@@ -64,6 +65,8 @@ pub struct Kernel {
     pub runs: runcache::RunCache,
     /// The warm pool: free containers and every run's binding (SPEC §22).
     pub pool: crate::runtime::pool::Pool,
+    /// This kernel as a cluster node (`None`: a single kernel).
+    pub node: Option<node::NodeState>,
     /// `OPKERNEL_APPROVAL_MATCH`, compiled.
     approval_match: Vec<Pattern>,
     /// The home's lock, and the control plane's on PostgreSQL.
@@ -109,12 +112,16 @@ impl Kernel {
         if config.webhook.is_some() {
             store.enable_outbox();
         }
+        if let Some(node) = &config.node {
+            store.enable_cluster(&node.name);
+        }
         store.register_kernel(&id).await?;
         let probes = Arc::new(ProbeCache::default());
         let ticks = Ticks::new(config.probe_interval);
         Ok(Arc::new(Kernel {
             monitors: Monitors::new(backend.clone(), probes.clone(), ticks),
             pool: crate::runtime::pool::Pool::new(config.pool.clone()),
+            node: config.node.clone().map(node::NodeState::new),
             config,
             store,
             backend,

@@ -573,7 +573,7 @@ async fn a_request_left_by_a_dead_kernel_runs_exactly_once() {
         assert!(h
             .kernel
             .store
-            .claim_exec(&op.id, "dead-kernel", &container.id, true)
+            .claim_exec(&op.id, "dead-kernel", &container.id, (true, None))
             .await
             .unwrap());
         let request = sandbox::Request {

@@ -204,7 +204,7 @@ impl ObserverAttempt {
             let tried_at = now_ms();
             let answer = k
                 .store
-                .claim_exec(&self.op.id, &k.id, container_id, handover)
+                .claim_exec(&self.op.id, &k.id, container_id, (handover, k.fence()))
                 .await;
             let away = matches!(answer, Err(StoreError::Unavailable(_)));
             if !uncertain && !away {

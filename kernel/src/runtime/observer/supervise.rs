@@ -76,6 +76,9 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
     // the handle goes with the supervisor, also when it panics: the
     // watchdog can then take the op over
     let _release = Release(k.clone(), op_id.clone());
+    if !placed_here(&k, &op_id, fresh.as_ref()).await {
+        return;
+    }
     loop {
         let op = match begin(&k, &op_id, fresh.take(), start).await {
             Ok(Some(op)) => op,
@@ -120,6 +123,24 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
         start = attempt_start_after_failure(began.elapsed(), k.config.attempt_healthy);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Whether this kernel observes the op: always for a single kernel; on a
+/// cluster node, only an op placed on this node (another node's observer
+/// runs it; a kill or a cancel taken here wakes it through the hand-off).
+/// An op not read (the store away) is left to the next hand-off round.
+async fn placed_here(k: &Kernel, op_id: &str, fresh: Option<&Op>) -> bool {
+    if k.node.is_none() {
+        return true;
+    }
+    let node = match fresh {
+        Some(op) => op.node.clone(),
+        None => match k.store.get_op(op_id).await {
+            Ok(Some(op)) => op.node,
+            _ => return false,
+        },
+    };
+    k.runs_here(node.as_deref())
 }
 
 /// The supervision's one clock reading, shared by its attempts.

@@ -68,6 +68,12 @@ pub trait Tx {
     fn outbox(&self) -> bool {
         false
     }
+
+    /// Whether the control plane is a cluster's (SPEC §20): admissions
+    /// place their run tree on a node.
+    fn cluster(&self) -> bool {
+        false
+    }
 }
 
 /// What a committed transaction did, for the metrics.
@@ -90,16 +96,18 @@ pub struct Noting<'t> {
     inner: &'t mut dyn Tx,
     facts: Vec<Fact>,
     outbox: bool,
+    cluster: bool,
 }
 
 impl<'t> Noting<'t> {
     /// Wraps an open transaction; `outbox`: notified events go to the
-    /// webhook outbox too.
-    pub fn new(inner: &'t mut dyn Tx, outbox: bool) -> Noting<'t> {
+    /// webhook outbox too; `cluster`: admissions place their run tree.
+    pub fn new(inner: &'t mut dyn Tx, outbox: bool, cluster: bool) -> Noting<'t> {
         Noting {
             inner,
             facts: Vec::new(),
             outbox,
+            cluster,
         }
     }
 
@@ -144,6 +152,10 @@ impl Tx for Noting<'_> {
 
     fn outbox(&self) -> bool {
         self.outbox
+    }
+
+    fn cluster(&self) -> bool {
+        self.cluster
     }
 }
 

@@ -45,6 +45,23 @@ pub fn lock_key(name: &str) -> i64 {
     i64::from_be_bytes(bytes)
 }
 
+/// The locks an owner holds in its session: its own key, exclusive, and,
+/// for a cluster node, the single kernel's key shared (so a single kernel
+/// and nodes never run on one database together, while nodes do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keys {
+    /// Held exclusively.
+    pub own: i64,
+    /// Held shared, beside it.
+    pub shared: Option<i64>,
+}
+
+impl From<i64> for Keys {
+    fn from(own: i64) -> Keys {
+        Keys { own, shared: None }
+    }
+}
+
 /// The held lock: dropping it ends the session, which frees the lock.
 pub struct Owner {
     lost: tokio::sync::watch::Receiver<Option<String>>,
@@ -61,7 +78,8 @@ impl Owner {
     /// Takes the lock `key` on the database at `url`, waiting up to
     /// `patience` (a start: [`START_PATIENCE`]) for a previous holder's
     /// session to end; refuses with [`StoreError::Owned`] if it does not.
-    pub async fn take(url: &str, key: i64, patience: Duration) -> StoreResult<Owner> {
+    pub async fn take(url: &str, key: impl Into<Keys>, patience: Duration) -> StoreResult<Owner> {
+        let key = key.into();
         let deadline = tokio::time::Instant::now() + patience;
         let client = loop {
             let client = session(url).await?;
@@ -108,11 +126,24 @@ async fn session(url: &str) -> StoreResult<Client> {
     Ok(client)
 }
 
-async fn try_lock(client: &Client, key: i64) -> StoreResult<bool> {
-    let row = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-        .await
-        .map_err(pg_error)?;
+async fn try_lock(client: &Client, key: Keys) -> StoreResult<bool> {
+    // a refusal drops the session, and with it a lock taken half
+    let row = match key.shared {
+        None => {
+            client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key.own])
+                .await
+        }
+        Some(shared) => {
+            client
+                .query_one(
+                    "SELECT pg_try_advisory_lock_shared($2) AND pg_try_advisory_lock($1)",
+                    &[&key.own, &shared],
+                )
+                .await
+        }
+    }
+    .map_err(pg_error)?;
     Ok(row.get(0))
 }
 
@@ -122,7 +153,7 @@ async fn try_lock(client: &Client, key: i64) -> StoreResult<bool> {
 /// of this kernel's own dropped session), another kernel holds it: lost.
 async fn hold(
     url: String,
-    key: i64,
+    key: Keys,
     mut client: Client,
     tell: tokio::sync::watch::Sender<Option<String>>,
 ) {
@@ -148,7 +179,7 @@ async fn hold(
 /// Reconnects with backoff until the lock is taken (`Some`) or has been
 /// refused for [`START_PATIENCE`] (`None`). An unreachable server is waited
 /// for without limit: nobody else can take the lock meanwhile either.
-async fn retake(url: &str, key: i64) -> Option<Client> {
+async fn retake(url: &str, key: Keys) -> Option<Client> {
     let mut backoff = Duration::from_millis(100);
     let mut refused_since = None;
     loop {

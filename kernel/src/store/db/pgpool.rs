@@ -52,6 +52,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../../../migrations/postgres/0010_pool.sql"),
     ),
+    (
+        11,
+        include_str!("../../../migrations/postgres/0011_cluster.sql"),
+    ),
 ];
 
 /// Any key for the advisory lock that serializes migrations.

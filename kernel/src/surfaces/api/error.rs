@@ -66,6 +66,7 @@ impl ApiError {
             Refusal::Budget(_) => Self::new(StatusCode::CONFLICT, "budget_exhausted", message),
             Refusal::State { state, .. } => Self::run_state(*state, message),
             Refusal::NoRun(_) => Self::not_found(message),
+            Refusal::NoNode(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "no_node", message),
         }
     }
     /// 409 naming a run state that forbids the request.

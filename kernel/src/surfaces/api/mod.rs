@@ -6,6 +6,7 @@ pub mod error;
 mod events;
 mod inspect;
 pub mod metrics;
+mod nodes;
 pub mod openapi;
 mod ops;
 pub mod panel;
@@ -90,6 +91,8 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/runs/{run}/finish", post(reports::finish))
         .route("/v1/ops", get(views::list_ops))
         .route("/v1/containers", get(views::containers))
+        .route("/v1/nodes", get(nodes::nodes))
+        .route("/v1/nodes/{name}/drain", post(nodes::drain))
         .route("/v1/containers/{id}", get(inspect::inspect))
         .route("/v1/reap", post(views::reap));
     if kernel.config.drills {

@@ -97,6 +97,8 @@ impl Modify for Conventions {
         super::views::containers,
         super::views::reap,
         super::inspect::inspect,
+        super::nodes::nodes,
+        super::nodes::drain,
         super::metrics::metrics,
         super::runs::create_run,
         super::runs::list_runs,

@@ -200,10 +200,22 @@ async fn start_and_answer(
 /// out (it still lives): whichever comes first.
 async fn after_observer(k: &AppState, id: &str, budget: Duration) -> ApiResult<Op> {
     let _ = tokio::time::timeout(budget, k.wait_observer_done(id)).await;
-    k.store
-        .get_op(id)
-        .await?
-        .ok_or_else(|| ApiError::internal("operation vanished"))
+    let deadline = tokio::time::Instant::now() + budget;
+    loop {
+        let op = k
+            .store
+            .get_op(id)
+            .await?
+            .ok_or_else(|| ApiError::internal("operation vanished"))?;
+        // another cluster node runs it: its end is read from the control plane
+        if op.status.is_terminal()
+            || k.runs_here(op.node.as_deref())
+            || tokio::time::Instant::now() >= deadline
+        {
+            return Ok(op);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
@@ -213,12 +225,16 @@ async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
     if op.status.is_terminal() {
         k.store.mark_delivered_inline(&op.id).await?;
     }
-    let output = k
-        .backend
-        .ops_dir(&op.scratch_key)
-        .log_tail(&op.id, 64 * 1024)
-        .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default();
+    // another node's op: its log is there; the row keeps its output's end
+    let output = match k.runs_here(op.node.as_deref()) {
+        true => k
+            .backend
+            .ops_dir(&op.scratch_key)
+            .log_tail(&op.id, 64 * 1024)
+            .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default(),
+        false => op.output_tail.clone().unwrap_or_default(),
+    };
     Ok(OpView {
         output: Some(output),
         ..OpView::of(&op)

@@ -211,7 +211,13 @@ async fn run_view(k: &AppState, record: RunRecord) -> ApiResult<RunView> {
         .map(|(run_id, state)| ChildView { run_id, state })
         .collect();
     let (used, remaining) = amounts(used, &record.budget)?;
+    // a tree lives on its root's node
+    let node = match record.chain.first() {
+        None => record.node.clone(),
+        Some(root) => k.store.get_run(root).await?.and_then(|r| r.node),
+    };
     Ok(RunView {
+        node,
         state: record.state,
         parent_run_id: record.parent_run_id,
         chain: record.chain,

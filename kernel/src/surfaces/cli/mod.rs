@@ -2,6 +2,7 @@
 //! a client of its HTTP API.
 
 pub mod client;
+mod nodes;
 mod runs;
 mod serve;
 mod verbs;
@@ -48,6 +49,12 @@ pub enum Command {
         /// postgres:// URL [default: $OPKERNEL_STORE or sqlite]
         #[arg(long)]
         store: Option<String>,
+        /// Run as this cluster node (needs --store postgres://…) [default: $OPKERNEL_NODE]
+        #[arg(long, requires = "advertise")]
+        node: Option<String>,
+        /// The URL other nodes reach this node's API at [default: $OPKERNEL_ADVERTISE]
+        #[arg(long)]
+        advertise: Option<String>,
         /// Enable the fault hooks used by recovery drills
         #[arg(long, hide = true)]
         drills: bool,
@@ -251,6 +258,18 @@ pub enum Command {
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
+    },
+    /// List the cluster's nodes
+    Nodes {
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Act on one cluster node
+    Node {
+        /// What to do to it
+        #[command(subcommand)]
+        action: nodes::NodeAction,
     },
     /// Remove abandoned run containers
     Reap {
@@ -486,6 +505,8 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
         }
         Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
         Command::Containers { json } => verbs::containers(&client, json).await,
+        Command::Nodes { json } => nodes::list(&client, json).await,
+        Command::Node { action } => nodes::act(&client, action).await,
         Command::Inspect { target, json } => verbs::inspect(&client, &target, json).await,
         Command::Reap { dry_run, json } => verbs::reap(&client, dry_run, json).await,
         Command::Mcp { run } => {

@@ -18,6 +18,9 @@ pub struct ServeArgs {
     pub allow_remote: bool,
     /// `--store`: overrides `OPKERNEL_STORE`.
     pub store: Option<String>,
+    /// `--node NAME --advertise URL`: overrides `OPKERNEL_NODE` and
+    /// `OPKERNEL_ADVERTISE`.
+    pub node: Option<(String, String)>,
     /// Whether the drills' fault hooks are on.
     pub drills: bool,
 }
@@ -29,6 +32,7 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
         home,
         allow_remote,
         store,
+        node,
         drills,
     } = args;
     if !listen.ip().is_loopback() {
@@ -42,6 +46,15 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
     config.drills |= drills;
     if let Some(store) = store {
         config.store = crate::config::StoreLocation::parse(&store).map_err(anyhow::Error::msg)?;
+    }
+    if let Some((name, url)) = node {
+        let ttl = config.node.as_ref().map_or(10, |n| n.ttl.as_secs());
+        let ttl = std::env::var("OPKERNEL_NODE_TTL_SEC")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ttl);
+        config.node =
+            Some(crate::config::NodeConfig::new(&name, &url, ttl).map_err(anyhow::Error::msg)?);
     }
     crate::runtime::serve::serve(config, |addr| {
         eprintln!(

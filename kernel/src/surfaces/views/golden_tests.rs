@@ -287,6 +287,7 @@ fn run_view() -> RunView {
         state_changed_at: Some(1_795_910_401_000),
         summary: None,
         decided_by: None,
+        node: None,
     }
 }
 
@@ -298,7 +299,7 @@ fn run_view_wire() -> String {
             r#""budget":{{"op_seconds":60,"tokens":1000}},"#,
             r#""used":{{"op_seconds":1.5,"cpu_seconds":0.0,"tokens":10,"cost_micros":0}},"#,
             r#""remaining":{{"op_seconds":58.5,"tokens":990}},"created_at":1795910400000,"#,
-            r#""state_changed_at":1795910401000,"summary":null,"decided_by":null}}"#
+            r#""state_changed_at":1795910401000,"summary":null,"decided_by":null,"node":null}}"#
         ),
         ENVELOPE
     )

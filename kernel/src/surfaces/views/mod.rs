@@ -7,6 +7,7 @@
 mod containers;
 mod daemon;
 mod events;
+mod nodes;
 mod ops;
 mod reports;
 mod runs;
@@ -22,6 +23,7 @@ pub use daemon::{
     ClockStepped, DrillFault, DrillWoken, Health, PrincipalKind, ToolDefinition, ToolsView, WhoAmI,
 };
 pub use events::{Event, EventKind, EventsPage};
+pub use nodes::{NodeDrained, NodeList, NodeView};
 pub use ops::{ApprovalView, ConsoleDone, ConsoleOutput, FinishView, OpList, OpView};
 pub use reports::{NoteAdded, Report, ReportAck, ReportList, ReportSummary};
 pub use runs::{

@@ -37,6 +37,9 @@ pub struct RunView {
     pub summary: Option<String>,
     /// Who completed or cancelled it.
     pub decided_by: Option<String>,
+    /// The cluster node its tree lives on (placed at its first use; a
+    /// child's is its root's); null without a cluster or before any op.
+    pub node: Option<String>,
 }
 
 /// A child run, with its state.

@@ -1,0 +1,84 @@
+//! A cluster node's settings (SPEC §20): its name, the URL other nodes
+//! reach its API at, and its lease's time to live.
+
+use std::time::Duration;
+
+/// How this kernel takes part in a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// The node's name (`serve --node`, `OPKERNEL_NODE`):
+    /// `[A-Za-z0-9_.-]{1,64}`, unique in the cluster.
+    pub name: String,
+    /// Where the other nodes reach this node's API (`serve --advertise`,
+    /// `OPKERNEL_ADVERTISE`): an `http://` URL.
+    pub advertise_url: String,
+    /// The lease's time to live (`OPKERNEL_NODE_TTL_SEC`, default 10 s);
+    /// renewed every fifth of it.
+    pub ttl: Duration,
+}
+
+impl NodeConfig {
+    /// Checks a node's name and advertised URL; `ttl_sec` must be 2..=600.
+    pub fn new(name: &str, advertise_url: &str, ttl_sec: u64) -> Result<NodeConfig, String> {
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !name_ok {
+            return Err(format!(
+                "a node name matches [A-Za-z0-9_.-]{{1,64}}, got {name:?}"
+            ));
+        }
+        let rest = advertise_url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("--advertise must be an http:// URL, got {advertise_url:?}"))?;
+        if rest.is_empty() || rest.contains(char::is_whitespace) {
+            return Err(format!("--advertise names no host: {advertise_url:?}"));
+        }
+        if !(2..=600).contains(&ttl_sec) {
+            return Err(format!(
+                "OPKERNEL_NODE_TTL_SEC must be 2 to 600, got {ttl_sec}"
+            ));
+        }
+        Ok(NodeConfig {
+            name: name.to_owned(),
+            advertise_url: advertise_url.trim_end_matches('/').to_owned(),
+            ttl: Duration::from_secs(ttl_sec),
+        })
+    }
+
+    /// The lease's time to live in milliseconds.
+    pub fn ttl_ms(&self) -> i64 {
+        self.ttl.as_millis() as i64
+    }
+
+    /// How often the lease is renewed (and lapsed nodes swept): TTL/5.
+    pub fn renew_every(&self) -> Duration {
+        self.ttl / 5
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_urls_and_ttls_are_checked() {
+        let n = NodeConfig::new("n1", "http://10.0.0.2:7878/", 10).unwrap();
+        assert_eq!(n.advertise_url, "http://10.0.0.2:7878");
+        assert_eq!(n.renew_every(), Duration::from_secs(2));
+        for (name, url, ttl) in [
+            ("", "http://h:1", 10),
+            ("a/b", "http://h:1", 10),
+            ("n1", "https://h:1", 10),
+            ("n1", "http://", 10),
+            ("n1", "http://h:1", 1),
+        ] {
+            assert!(
+                NodeConfig::new(name, url, ttl).is_err(),
+                "{name} {url} {ttl}"
+            );
+        }
+    }
+}

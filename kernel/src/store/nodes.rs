@@ -1,0 +1,248 @@
+//! The cluster's membership and placement (SPEC §20): a node is a lease
+//! row renewed on the database's clock; any node's sweeper turns a lapsed
+//! one `dead` with a new epoch and settles its ops in the same
+//! transaction; a top-level run is placed on the active node with the
+//! fewest live ops; the exec claim is fenced by the claiming node's epoch.
+
+use super::db::{Dialect, Tx};
+use super::ops::{ops_of, Op, Settlement, COLUMNS};
+use super::{Store, StoreResult};
+use crate::lifecycle::{live_sql, observed_sql, Outcome};
+use crate::vals;
+
+/// The database's clock in unix milliseconds, as SQL: leases are judged by
+/// it alone, so the nodes' own clocks may drift.
+pub(super) fn db_now(tx: &dyn Tx) -> &'static str {
+    match tx.dialect() {
+        Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+    }
+}
+
+/// A node as the control plane has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    /// Its name (`serve --node`).
+    pub name: String,
+    /// Where other nodes reach its API (`serve --advertise`).
+    pub advertise_url: String,
+    /// Its current epoch: bumped at each join and when it is declared dead.
+    pub epoch: i64,
+    /// `active`, `draining` or `dead`.
+    pub state: String,
+    /// Milliseconds since its last renewal, on the database's clock.
+    pub lease_age_ms: i64,
+    /// Its ops not yet terminal.
+    pub live_ops: i64,
+    /// Its managed containers, as it counted them at its last renewal.
+    pub containers: i64,
+}
+
+/// A node declared dead by a sweep, with what became of its ops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swept {
+    /// The node.
+    pub name: String,
+    /// Its ops settled (claimed → `lost`, unclaimed → `failed`), with their runs.
+    pub settled: Vec<(String, String)>,
+}
+
+impl Store {
+    /// Joins (or rejoins) the cluster as `name`: a new epoch, a fresh
+    /// lease of `ttl_ms`, `active` (a draining node stays draining).
+    /// Returns the epoch every claim of this node is fenced by.
+    pub async fn join_node(&self, name: &str, url: &str, ttl_ms: i64) -> StoreResult<i64> {
+        let (name, url) = (name.to_owned(), url.to_owned());
+        self.write(move |tx| {
+            let now = db_now(tx);
+            let sql = format!(
+                "INSERT INTO nodes (name, advertise_url, epoch, lease_until, renewed_at, joined_at, state) \
+                 VALUES (?1, ?2, 1, {now} + ?3, {now}, {now}, 'active') \
+                 ON CONFLICT (name) DO UPDATE SET epoch = nodes.epoch + 1, \
+                 advertise_url = excluded.advertise_url, lease_until = excluded.lease_until, \
+                 renewed_at = excluded.renewed_at, joined_at = excluded.joined_at, \
+                 state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'active' END \
+                 RETURNING epoch"
+            );
+            tx.query_one(&sql, vals![name, url, ttl_ms])?.get("epoch")
+        })
+        .await
+    }
+
+    /// Renews the lease of `name` at `epoch`; false when it lapsed, the
+    /// node was declared dead, or its epoch changed (then the node stops
+    /// claiming and joins again). Records its container count.
+    pub async fn renew_lease(
+        &self,
+        name: &str,
+        epoch: i64,
+        ttl_ms: i64,
+        containers: i64,
+    ) -> StoreResult<bool> {
+        let name = name.to_owned();
+        self.write(move |tx| {
+            let now = db_now(tx);
+            let sql = format!(
+                "UPDATE nodes SET lease_until = {now} + ?3, renewed_at = {now}, containers = ?4 \
+                 WHERE name = ?1 AND epoch = ?2 AND state <> 'dead' AND lease_until > {now}"
+            );
+            Ok(tx.execute(&sql, vals![name, epoch, ttl_ms, containers])? == 1)
+        })
+        .await
+    }
+
+    /// Stops new placement on a node (its ops finish where they are);
+    /// false when no such live node.
+    pub async fn drain_node(&self, name: &str) -> StoreResult<bool> {
+        let name = name.to_owned();
+        self.write(move |tx| {
+            let n = tx.execute(
+                "UPDATE nodes SET state = 'draining' WHERE name = ?1 AND state = 'active'",
+                vals![name],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    /// Every node, by name.
+    pub async fn nodes(&self) -> StoreResult<Vec<NodeRow>> {
+        self.read(|tx| {
+            let sql = format!(
+                "SELECT n.name, n.advertise_url, n.epoch, n.state, {now} - n.renewed_at AS lease_age_ms, \
+                 n.containers, (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})) AS live_ops \
+                 FROM nodes n ORDER BY n.name",
+                now = db_now(tx),
+                live = live_sql()
+            );
+            tx.query(&sql, vals![])?
+                .iter()
+                .map(|r| {
+                    Ok(NodeRow {
+                        name: r.get("name")?,
+                        advertise_url: r.get("advertise_url")?,
+                        epoch: r.get("epoch")?,
+                        state: r.get("state")?,
+                        lease_age_ms: r.get("lease_age_ms")?,
+                        live_ops: r.get("live_ops")?,
+                        containers: r.get("containers")?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Declares every node whose lease lapsed `dead`, each in one
+    /// transaction with its ops' settlement (see [`sweep_one`]). Safe on
+    /// every node at once: the node's row is the compare-and-set.
+    pub async fn sweep_nodes(&self) -> StoreResult<Vec<Swept>> {
+        let lapsed: Vec<String> = self
+            .read(|tx| {
+                let sql = format!(
+                    "SELECT name FROM nodes WHERE state <> 'dead' AND lease_until <= {}",
+                    db_now(tx)
+                );
+                tx.query(&sql, vals![])?
+                    .iter()
+                    .map(|r| r.get("name"))
+                    .collect()
+            })
+            .await?;
+        let mut swept = Vec::new();
+        for name in lapsed {
+            if let Some(s) = self.write(move |tx| sweep_one(tx, &name)).await? {
+                swept.push(s);
+            }
+        }
+        Ok(swept)
+    }
+}
+
+/// One lapsed node, in one transaction: its row turns `dead` with a new
+/// epoch (compare-and-set on the lapse: a renewal or another sweeper that
+/// came first wins); its observed ops, locked, are settled through the
+/// ordinary compare-and-set: claimed → `lost` (the command may have run),
+/// never claimed → `failed` (nothing ran). Ops awaiting approval keep
+/// waiting, unplaced (the approval places them again).
+fn sweep_one(tx: &mut dyn Tx, name: &str) -> StoreResult<Option<Swept>> {
+    let now = db_now(tx);
+    let sql = format!(
+        "UPDATE nodes SET epoch = epoch + 1, state = 'dead' \
+         WHERE name = ?1 AND state <> 'dead' AND lease_until <= {now}"
+    );
+    if tx.execute(&sql, vals![name])? != 1 {
+        return Ok(None);
+    }
+    // locked: a claim of the dead node committed meanwhile is seen as such
+    let lock = match tx.dialect() {
+        Dialect::Postgres => " FOR UPDATE",
+        Dialect::Sqlite => "",
+    };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM ops WHERE node = ?1 AND status IN ({}) ORDER BY id{lock}",
+        observed_sql()
+    );
+    let ops: Vec<Op> = ops_of(tx, &sql, vals![name])?;
+    let mut settled = Vec::new();
+    for op in ops {
+        let outcome = match op.exec_claimed_at {
+            Some(_) => Outcome::Lost {
+                reason: format!("node {name} lost"),
+            },
+            None => Outcome::Failed {
+                error: "node lost before start".into(),
+                killed: false,
+            },
+        };
+        if super::settle::settle_in(tx, &op.id, &Settlement::of(outcome))? {
+            settled.push((op.id, op.run_id));
+        }
+    }
+    tx.execute(
+        "UPDATE ops SET node = NULL WHERE node = ?1 AND status = 'awaiting_approval'",
+        vals![name],
+    )?;
+    Ok(Some(Swept {
+        name: name.to_owned(),
+        settled,
+    }))
+}
+
+/// The node of a run tree (placed on `root`), placing it when it has none
+/// or its node is dead: the `active` node with a live lease and the fewest
+/// live ops. `None` when no node can take it. Called with the tree locked.
+pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> {
+    let now = db_now(tx);
+    let sql = "SELECT r.node FROM runs r JOIN nodes n ON n.name = r.node \
+         WHERE r.run_id = ?1 AND n.state <> 'dead'";
+    if let Some(row) = tx.query_opt(sql, vals![root])? {
+        return row.get("node");
+    }
+    let sql = format!(
+        "SELECT n.name FROM nodes n WHERE n.state = 'active' AND n.lease_until > {now} \
+         ORDER BY (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})), n.name \
+         LIMIT 1",
+        live = live_sql()
+    );
+    let Some(row) = tx.query_opt(&sql, vals![])? else {
+        return Ok(None);
+    };
+    let node: String = row.get("name")?;
+    tx.execute(
+        "UPDATE runs SET node = ?2 WHERE run_id = ?1",
+        vals![root, &node],
+    )?;
+    Ok(Some(node))
+}
+
+/// The fence of a node's exec claim, as a condition on the claimed op row
+/// (`?6` the node, `?7` its epoch): the op is the node's, and the node's
+/// lease is live at that epoch, on the database's clock.
+pub(super) fn claim_fence(tx: &dyn Tx) -> String {
+    format!(
+        " AND node = ?6 AND EXISTS (SELECT 1 FROM nodes WHERE name = ?6 AND epoch = ?7 \
+         AND state <> 'dead' AND lease_until > {})",
+        db_now(tx)
+    )
+}

@@ -1,0 +1,136 @@
+//! The cluster's membership, fencing, sweep and placement (SPEC §20), on
+//! the suite's store (both dialects: `scripts/test.sh` runs these on
+//! PostgreSQL too).
+
+use crate::lifecycle::Status;
+use crate::store::{test_store, Admission, NewOp, Op, StartRequest, Store};
+
+fn start(run: &str) -> StartRequest {
+    StartRequest {
+        run_id: run.into(),
+        scratch_key: "k".into(),
+        command: vec!["true".into()],
+        background: true,
+        timeout_sec: 60,
+        idempotency_key: None,
+        approval: None,
+        schedule_id: None,
+    }
+}
+
+async fn admit(store: &Store, run: &str) -> Op {
+    match store
+        .insert_op(start(run), Admission::UNLIMITED)
+        .await
+        .unwrap()
+    {
+        NewOp::Created(op) => op,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A store in cluster mode as node `me`, with `me` joined (epoch returned).
+async fn node(store: &Store, me: &str, ttl_ms: i64) -> i64 {
+    store.enable_cluster(me);
+    store
+        .join_node(me, &format!("http://{me}:7878"), ttl_ms)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_lease_fences_claims_and_a_lapsed_node_is_swept_once() {
+    let store = test_store().await;
+    let epoch = node(&store, "n1", 60_000).await;
+    assert_eq!(epoch, 1);
+    let a = admit(&store, "ra").await;
+    assert_eq!(a.node.as_deref(), Some("n1"));
+    let b = admit(&store, "ra").await;
+    // only the node's current epoch claims, and only its own ops
+    let fence = |node: &str, epoch| Some((node.to_owned(), epoch));
+    assert!(!store
+        .claim_exec(&a.id, "k", "c", (false, fence("n1", 0)))
+        .await
+        .unwrap());
+    assert!(!store
+        .claim_exec(&a.id, "k", "c", (false, fence("n2", 1)))
+        .await
+        .unwrap());
+    assert!(store
+        .claim_exec(&a.id, "k", "c", (false, fence("n1", epoch)))
+        .await
+        .unwrap());
+    assert!(store.renew_lease("n1", epoch, 60_000, 3).await.unwrap());
+    // the lease lapses: renewals fail, the sweep declares it dead once and
+    // settles its ops: the claimed one lost, the unclaimed one failed
+    assert!(store.renew_lease("n1", epoch, -1, 3).await.unwrap());
+    assert!(!store.renew_lease("n1", epoch, 60_000, 3).await.unwrap());
+    let swept = store.sweep_nodes().await.unwrap();
+    assert_eq!(swept.len(), 1);
+    assert_eq!(swept[0].settled.len(), 2);
+    assert!(store.sweep_nodes().await.unwrap().is_empty(), "swept twice");
+    let a = store.get_op(&a.id).await.unwrap().unwrap();
+    let b = store.get_op(&b.id).await.unwrap().unwrap();
+    assert_eq!(
+        (a.status, a.effect.as_deref()),
+        (Status::Lost, Some("uncertain"))
+    );
+    assert_eq!(a.error.as_deref(), Some("node n1 lost"));
+    assert_eq!(
+        (b.status, b.error.as_deref()),
+        (Status::Failed, Some("node lost before start"))
+    );
+    // a fenced claim after the sweep: nothing
+    let c = {
+        // the run is placed again: on no node (n1 is dead)
+        let refused = store
+            .insert_op(start("ra"), Admission::UNLIMITED)
+            .await
+            .unwrap();
+        assert!(
+            matches!(refused, NewOp::Refused(crate::store::Refusal::NoNode(_))),
+            "{refused:?}"
+        );
+        // n1 rejoins with a new epoch, and the run lands on it again
+        let again = store
+            .join_node("n1", "http://n1:7878", 60_000)
+            .await
+            .unwrap();
+        assert_eq!(again, epoch + 2, "join and death each bump the epoch");
+        admit(&store, "ra").await
+    };
+    assert_eq!(c.node.as_deref(), Some("n1"));
+    let nodes = store.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!((nodes[0].state.as_str(), nodes[0].live_ops), ("active", 1));
+}
+
+#[tokio::test]
+async fn a_tree_is_placed_on_the_least_loaded_active_node_and_stays_there() {
+    let store = test_store().await;
+    node(&store, "n1", 60_000).await;
+    store
+        .join_node("n2", "http://n2:7878", 60_000)
+        .await
+        .unwrap();
+    let first = admit(&store, "r1").await;
+    let second = admit(&store, "r2").await;
+    assert_ne!(
+        first.node, second.node,
+        "the second run goes to the idle node"
+    );
+    // the tree stays where it was placed
+    assert_eq!(admit(&store, "r1").await.node, first.node);
+    // a draining node takes no new run, but keeps its own
+    let drained = first.node.clone().unwrap();
+    assert!(store.drain_node(&drained).await.unwrap());
+    assert!(!store.drain_node(&drained).await.unwrap());
+    assert_eq!(admit(&store, "r1").await.node, first.node);
+    let r3 = admit(&store, "r3").await;
+    assert_ne!(r3.node.as_deref(), Some(drained.as_str()));
+    let rows = store.nodes().await.unwrap();
+    assert_eq!(
+        rows.iter().find(|n| n.name == drained).unwrap().state,
+        "draining"
+    );
+}
