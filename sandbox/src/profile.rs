@@ -252,6 +252,14 @@ impl RunIdentity {
         })
     }
 
+    /// The same identity with the cluster node's name in the container's
+    /// name: nodes sharing one Docker engine never collide on a run's name
+    /// (a run placed again on another node makes its container there).
+    pub fn on_node(mut self, node: &str) -> Self {
+        self.name = format!("opkernel-{node}-{}-{}", self.scratch_key, &self.fingerprint[..12]);
+        self
+    }
+
     /// The durable labels a new container carries; `created_at_unix` in
     /// seconds.
     pub fn labels(&self, created_at_unix: u64) -> HashMap<String, String> {

@@ -117,7 +117,13 @@ impl KernelProcess {
         let seen = log.metadata()?.len();
         let began = Instant::now();
         let mut cmd = Command::new(&self.bin);
-        cmd.args(["serve", "--drills", "--listen", "127.0.0.1:0", "--home"])
+        // a cluster node's test gives a fixed address (its advertised URL)
+        let listen = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "OPKERNEL_TEST_LISTEN")
+            .map_or("127.0.0.1:0".to_owned(), |(_, v)| v.clone());
+        cmd.args(["serve", "--drills", "--listen", &listen, "--home"])
             .arg(&self.home)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
