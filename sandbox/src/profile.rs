@@ -256,7 +256,11 @@ impl RunIdentity {
     /// name: nodes sharing one Docker engine never collide on a run's name
     /// (a run placed again on another node makes its container there).
     pub fn on_node(mut self, node: &str) -> Self {
-        self.name = format!("opkernel-{node}-{}-{}", self.scratch_key, &self.fingerprint[..12]);
+        self.name = format!(
+            "opkernel-{node}-{}-{}",
+            self.scratch_key,
+            &self.fingerprint[..12]
+        );
         self
     }
 

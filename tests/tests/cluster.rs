@@ -100,6 +100,14 @@ async fn two_nodes_share_the_work_and_a_killed_nodes_ops_are_settled_by_the_othe
         .unwrap();
     assert_eq!(fg["exit_code"], 0, "{fg}");
     assert_eq!(fg["output"], "from-n2\n", "{fg}");
+    // its log lives on n2: read through n1, forwarded with the caller's token
+    let fg_id = fg["operation_id"].as_str().unwrap();
+    let log = n1
+        .client
+        .get_bytes(&format!("/v1/operations/{fg_id}/log"))
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&log), "from-n2\n");
     // a kill taken by n1 reaches the op on n2
     let (_, killed) = &on_n2[1];
     n1.client
@@ -129,6 +137,16 @@ async fn two_nodes_share_the_work_and_a_killed_nodes_ops_are_settled_by_the_othe
     assert!(
         detected < Duration::from_secs(10),
         "dead after {detected:?}"
+    );
+    // its logs went with it: a clear 503, not an empty log
+    let gone = n1
+        .client
+        .get_bytes(&format!("/v1/operations/{fg_id}/log"))
+        .await;
+    let why = format!("{:#}", gone.unwrap_err());
+    assert!(
+        why.contains("node_unavailable") || why.contains("503"),
+        "{why}"
     );
     let dead = nodes(&n1).await;
     assert_eq!(

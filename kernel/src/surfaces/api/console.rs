@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use axum::body::Body as HttpBody;
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, Uri};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::Stream;
 use serde::Deserialize;
 
 use super::{visible_op, ApiResult, AppState, Params, Seg};
@@ -72,8 +71,12 @@ pub async fn raw_log(
     principal: Principal,
     Seg(id): Seg<String>,
     Params(q): Params<OffsetQuery>,
+    (uri, headers): (Uri, HeaderMap),
 ) -> ApiResult<Response> {
     let op = visible_op(&k, &principal, &id).await?;
+    if let Some(there) = super::proxy::elsewhere(&k, &op, &headers, &path_of(&uri)).await? {
+        return Ok(there);
+    }
     refuse_pruned(&k, &op.id).await?;
     let state = (
         k,
@@ -215,9 +218,12 @@ pub async fn console(
     principal: Principal,
     Seg(id): Seg<String>,
     Params(q): Params<OffsetQuery>,
-    headers: HeaderMap,
-) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    (uri, headers): (Uri, HeaderMap),
+) -> ApiResult<Response> {
     let op = visible_op(&k, &principal, &id).await?;
+    if let Some(there) = super::proxy::elsewhere(&k, &op, &headers, &path_of(&uri)).await? {
+        return Ok(there);
+    }
     refuse_pruned(&k, &op.id).await?;
     let resume = headers
         .get("last-event-id")
@@ -235,7 +241,15 @@ pub async fn console(
     };
     let stream = futures::stream::unfold(state, |mut s| async move {
         let event = s.next_event().await?;
-        Some((Ok(event), s))
+        Some((Ok::<_, Infallible>(event), s))
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// A request's path with its query, as forwarded to another node.
+fn path_of(uri: &Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned())
 }

@@ -10,6 +10,7 @@ mod nodes;
 pub mod openapi;
 mod ops;
 pub mod panel;
+mod proxy;
 pub mod reports;
 mod runs;
 pub mod schedules;

@@ -1,0 +1,85 @@
+//! A read of another cluster node's op (SPEC §20): its log and console live
+//! on that node, so the call is forwarded to the node's advertised URL
+//! with the caller's own token (checked again there) and its answer
+//! streamed back. A forwarded call is never forwarded again.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use futures::TryStreamExt;
+
+use super::{ApiError, ApiResult, AppState};
+use crate::store::Op;
+
+/// Marks a call one node forwarded to another.
+const FORWARDED: &str = "x-opkernel-forwarded-by";
+
+/// `Some(answer)` when `op` runs on another node: the same call (`path`
+/// with its query) answered by that node; `None` when it is this node's
+/// to answer (a single kernel, its own op, or a call already forwarded).
+pub(super) async fn elsewhere(
+    k: &AppState,
+    op: &Op,
+    headers: &HeaderMap,
+    path: &str,
+) -> ApiResult<Option<Response>> {
+    let (Some(me), Some(node)) = (&k.node, op.node.as_deref()) else {
+        return Ok(None);
+    };
+    if k.runs_here(Some(node)) || headers.contains_key(FORWARDED) {
+        return Ok(None);
+    }
+    let row = k.store.nodes().await?.into_iter().find(|n| n.name == node);
+    let unavailable =
+        |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "node_unavailable", why);
+    let Some(row) = row.filter(|n| n.state != "dead") else {
+        return Err(unavailable(format!(
+            "op {} ran on node {node}, which is dead: its log was on it",
+            op.id
+        )));
+    };
+    let mut req = client()
+        .get(format!("{}{path}", row.advertise_url))
+        .header(FORWARDED, me.config.name.as_str());
+    for name in [
+        header::AUTHORIZATION,
+        header::HeaderName::from_static("last-event-id"),
+    ] {
+        if let Some(v) = headers.get(&name) {
+            req = req.header(name, v);
+        }
+    }
+    let answer = req.send().await.map_err(|e| {
+        unavailable(format!(
+            "node {node} at {} did not answer: {e}",
+            row.advertise_url
+        ))
+    })?;
+    let mut out = Response::builder().status(answer.status().as_u16());
+    if let Some(v) = answer.headers().get(header::CONTENT_TYPE) {
+        out = out.header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_bytes(v.as_bytes())
+                .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+        );
+    }
+    let body = Body::from_stream(answer.bytes_stream().map_err(std::io::Error::other));
+    out.body(body)
+        .map(Some)
+        .map_err(|e| ApiError::internal(format!("forwarded answer: {e}")))
+}
+
+/// The forwarding client: no redirects, no overall timeout (a console
+/// follows its op), a bounded connect.
+fn client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(std::time::Duration::from_secs(5))
+                .build()
+                .unwrap_or_default()
+        })
+        .clone()
+}
