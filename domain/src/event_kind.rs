@@ -38,6 +38,10 @@ pub enum EventKind {
     /// `tool.failed`: An op ended any other way.
     #[serde(rename = "tool.failed")]
     ToolFailed(ToolFailed),
+    /// `tool.late_result`: A real exit code found for an op already
+    /// settled `lost` (its node came back): recorded, the op unchanged.
+    #[serde(rename = "tool.late_result")]
+    ToolLateResult(ToolLateResult),
     /// `note.received`: A note arrived for the next report.
     #[serde(rename = "note.received")]
     NoteReceived(NoteReceived),
@@ -89,6 +93,7 @@ impl EventKind {
             EventKind::ToolStarted(_) => "tool.started",
             EventKind::ToolCompleted(_) => "tool.completed",
             EventKind::ToolFailed(_) => "tool.failed",
+            EventKind::ToolLateResult(_) => "tool.late_result",
             EventKind::NoteReceived(_) => "note.received",
             EventKind::ReportDelivered(_) => "report.delivered",
             EventKind::RunPaused(_) => "run.paused",
@@ -177,6 +182,20 @@ pub struct ToolCompleted {
     pub op_seconds: Option<f64>,
     /// CPU seconds of its process tree, when the shim measured them.
     pub cpu_seconds: Option<f64>,
+}
+
+/// `tool.late_result`: the real end of an op settled `lost` before it was
+/// known (its node's lease lapsed; the node came back and found the code).
+/// Terminal stays terminal: the op and its delivered result do not change.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct ToolLateResult {
+    /// The exit code the command recorded.
+    pub exit_code: i32,
+    /// When it ended, unix milliseconds (its code record's time).
+    pub ended_at: i64,
+    /// The node that found it.
+    pub node: String,
 }
 
 /// `tool.failed`: every other end (lost, failed, timed out, denied).

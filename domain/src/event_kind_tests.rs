@@ -167,6 +167,15 @@ fn every_kind() -> Vec<(EventKind, &'static str, &'static str)> {
             r#"{"still_waiting":true,"waited_sec":60}"#,
         ),
         (
+            EventKind::ToolLateResult(ToolLateResult {
+                exit_code: 0,
+                ended_at: 1_795_910_400_000,
+                node: "n2".into(),
+            }),
+            "tool.late_result",
+            r#"{"ended_at":1795910400000,"exit_code":0,"node":"n2"}"#,
+        ),
+        (
             EventKind::ScheduleFired(ScheduleFired {
                 schedule_id: "s".into(),
                 due_at: "2026-11-29T00:00:00.000Z".into(),

@@ -17,6 +17,6 @@ CREATE TABLE nodes (
 );
 ALTER TABLE runs ADD COLUMN node TEXT;
 ALTER TABLE ops ADD COLUMN node TEXT;
--- a node's live ops: placement counts them, recovery and hand-off take them
-CREATE INDEX ops_live_by_node ON ops (node, status)
-    WHERE status IN ('awaiting_approval', 'starting', 'running');
+-- a node's ops by status: placement counts the live ones, recovery and
+-- hand-off take them, a node back from the dead looks up those it lost
+CREATE INDEX ops_by_node ON ops (node, status);

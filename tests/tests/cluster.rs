@@ -74,9 +74,16 @@ async fn two_nodes_share_the_work_and_a_killed_nodes_ops_are_settled_by_the_othe
     assert!(listed.iter().all(|n| n["state"] == "active"), "{listed:?}");
     // four runs, every start sent to n1: two are placed on each node
     let runs: Vec<String> = (0..4).map(|i| unique_run(&format!("c{i}"))).collect();
+    // each op runs until a file appears in its run's scratch: the test
+    // decides when it ends (also while its node is down)
+    let gated = [
+        "sh",
+        "-c",
+        "while [ ! -e /scratch/go ]; do sleep 0.2; done; exit 7",
+    ];
     let mut ops = Vec::new();
     for run in &runs {
-        ops.push(n1.start_bg(run, &["sleep", "300"], 600).await.unwrap());
+        ops.push(n1.start_bg(run, &gated, 600).await.unwrap());
     }
     let mut on_n2 = Vec::new();
     for (run, op) in runs.iter().zip(&ops) {
@@ -174,8 +181,39 @@ async fn two_nodes_share_the_work_and_a_killed_nodes_ops_are_settled_by_the_othe
         .await
         .unwrap();
     assert_eq!(delivered.len(), 2, "{delivered:?}");
-    // n2 comes back with a new epoch and claims nothing of what was settled
+    // the lost op ends for real while n2 is down; n2 comes back with a new
+    // epoch, claims nothing of what was settled, and records the real end
+    // as tool.late_result: the op stays lost
+    let go = n2
+        .home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(&run_a))
+        .join("go");
+    std::fs::write(&go, b"").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
     n2.spawn().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let late = loop {
+        let page = n1
+            .client
+            .get(&format!("/v1/runs/{run_a}/events?limit=500"))
+            .await
+            .unwrap();
+        let found = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "tool.late_result")
+            .cloned();
+        if let Some(e) = found {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "no late result: {page}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(late["operation_id"], op_a.as_str(), "{late}");
+    assert_eq!(late["data"]["exit_code"], 7, "{late}");
+    assert_eq!(late["data"]["node"], "n2", "{late}");
     let back = nodes(&n1).await;
     let n2row = back.iter().find(|n| n["name"] == "n2").unwrap();
     assert_eq!(n2row["state"], "active", "{n2row}");

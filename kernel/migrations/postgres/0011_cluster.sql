@@ -12,5 +12,4 @@ CREATE TABLE nodes (
 );
 ALTER TABLE runs ADD COLUMN node TEXT;
 ALTER TABLE ops ADD COLUMN node TEXT;
-CREATE INDEX ops_live_by_node ON ops (node, status)
-    WHERE status IN ('awaiting_approval', 'starting', 'running');
+CREATE INDEX ops_by_node ON ops (node, status);

@@ -3,14 +3,17 @@
 //! node has joined again with a new epoch); the sweep of lapsed nodes
 //! (theirs ops settled, their runs' waiters woken); and the hand-off: the
 //! ops placed on this node by another one get an observer here within a
-//! second, and a kill taken by another node wakes the observer here.
+//! second, and a kill taken by another node wakes the observer here; and
+//! the late results: a node back from the dead watches the ops it lost for
+//! a real `.code`, recorded as `tool.late_result` (the op stays `lost`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::event_kind::ToolLateResult;
 use crate::runtime::kernel::Kernel;
-use crate::store::StoreError;
+use crate::store::{Op, StoreError};
 use crate::sync::Stop;
 
 /// How often the hand-off looks for this node's ops without an observer.
@@ -43,24 +46,31 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
     let every = node.config.renew_every();
     let mut renewed = Instant::now();
     let mut poked = HashSet::new();
+    let mut late = LateWatch::default();
+    let mut load_late = true;
     while stop.nap(HAND_OFF_EVERY.min(every)).await {
         if renewed.elapsed() >= every {
             renewed = Instant::now();
-            if let Err(e) = lease_and_sweep(&k).await {
-                tracing::warn!(%e, "cluster: lease or sweep not done this round");
+            match lease_and_sweep(&k).await {
+                Ok(rejoined) => load_late |= rejoined,
+                Err(e) => tracing::warn!(%e, "cluster: lease or sweep not done this round"),
             }
         }
         if let Err(e) = hand_off(&k, &mut poked).await {
             tracing::warn!(%e, "cluster: hand-off not done this round");
         }
+        if load_late {
+            load_late = late.load(&k).await.is_err();
+        }
+        late.look(&k).await;
     }
 }
 
-/// Renews the lease (rejoining with a new epoch when it lapsed), then
-/// sweeps the lapsed nodes.
-async fn lease_and_sweep(k: &Kernel) -> Result<(), StoreError> {
+/// Renews the lease (rejoining with a new epoch when it lapsed: then
+/// true), then sweeps the lapsed nodes.
+async fn lease_and_sweep(k: &Kernel) -> Result<bool, StoreError> {
     let Some(node) = &k.node else {
-        return Ok(());
+        return Ok(false);
     };
     let c = &node.config;
     let containers = k.registered_containers().len() as i64;
@@ -80,7 +90,81 @@ async fn lease_and_sweep(k: &Kernel) -> Result<(), StoreError> {
             k.bump_run(run);
         }
     }
-    Ok(())
+    Ok(!held)
+}
+
+/// How far back a node looks for the ops it lost (a day: no op outlives
+/// its timeout that long).
+const LATE_SINCE_MS: i64 = 86_400_000;
+
+/// The ops this node lost while it was away, watched for their real end
+/// until it comes or can no longer come (past the op's timeout).
+#[derive(Default)]
+struct LateWatch {
+    /// Op id → the op, and when its `.code` can no longer appear (unix ms).
+    ops: HashMap<String, (Op, i64)>,
+}
+
+impl LateWatch {
+    /// Loads the ops this node lost (at start, and after a rejoin). A
+    /// command run as root can forge its own `.code`: no late result is
+    /// believed from one.
+    async fn load(&mut self, k: &Kernel) -> Result<(), StoreError> {
+        let Some(node) = &k.node else {
+            return Ok(());
+        };
+        if k.config.profile.runs_as_root() {
+            return Ok(());
+        }
+        let since = crate::store::now_ms() - LATE_SINCE_MS;
+        for op in k.store.lost_with_node(&node.config.name, since).await? {
+            let began = op
+                .started_at
+                .or(op.exec_claimed_at)
+                .unwrap_or(op.created_at);
+            let slack = (k.config.kill_grace * 3).as_millis() as i64 + 60_000;
+            let until = began + op.timeout_sec as i64 * 1000 + slack;
+            self.ops.insert(op.id.clone(), (op, until));
+        }
+        Ok(())
+    }
+
+    /// Looks for each watched op's `.code` (a small local read); a real
+    /// one is recorded once as `tool.late_result`.
+    async fn look(&mut self, k: &Kernel) {
+        let Some(node) = &k.node else {
+            return;
+        };
+        let now = crate::store::now_ms();
+        let mut done = Vec::new();
+        for (id, (op, until)) in &self.ops {
+            let found = k.backend.ops_dir(&op.scratch_key).read_code_written(id);
+            let Ok((sandbox::OpResult::Exited(rec), written)) = found else {
+                if now > *until {
+                    done.push(id.clone());
+                }
+                continue;
+            };
+            let late = ToolLateResult {
+                exit_code: rec.code,
+                ended_at: written.unwrap_or(now),
+                node: node.config.name.clone(),
+            };
+            match k.store.record_late_result(id, late).await {
+                Ok(_) => {
+                    tracing::info!(op = %id, code = rec.code, "cluster: a lost op's real end found: tool.late_result");
+                    k.bump_run(&op.run_id);
+                    done.push(id.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(op = %id, %e, "cluster: late result not recorded; tried again")
+                }
+            }
+        }
+        for id in done {
+            self.ops.remove(&id);
+        }
+    }
 }
 
 /// Observers for this node's ops placed by other nodes, and wake-ups for

@@ -7,6 +7,7 @@
 use super::db::{Dialect, Tx};
 use super::ops::{ops_of, Op, Settlement, COLUMNS};
 use super::{Store, StoreResult};
+use crate::event_kind::{EventKind, ToolLateResult};
 use crate::lifecycle::{live_sql, observed_sql, Outcome};
 use crate::vals;
 
@@ -245,4 +246,46 @@ pub(super) fn claim_fence(tx: &dyn Tx) -> String {
          AND state <> 'dead' AND lease_until > {})",
         db_now(tx)
     )
+}
+
+impl Store {
+    /// This node's ops settled `lost` by a sweep of it since `since_ms`
+    /// (unix ms) with no `tool.late_result` yet: the ops whose real end it
+    /// may still find on its disk.
+    pub async fn lost_with_node(&self, node: &str, since_ms: i64) -> StoreResult<Vec<Op>> {
+        let node = node.to_owned();
+        self.read(move |tx| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM ops WHERE node = ?1 AND status = 'lost' AND error = ?2 \
+                 AND finished_at >= ?3 AND NOT EXISTS (SELECT 1 FROM events e \
+                 WHERE e.run_id = ops.run_id AND e.operation_id = ops.id AND e.kind = 'tool.late_result')"
+            );
+            ops_of(tx, &sql, vals![&node, format!("node {node} lost"), since_ms])
+        })
+        .await
+    }
+
+    /// Records the real end of an op already settled `lost`: a
+    /// `tool.late_result` event, once; the op itself does not change
+    /// (terminal stays terminal). False when it was recorded before.
+    pub async fn record_late_result(&self, id: &str, late: ToolLateResult) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.write(move |tx| {
+            let Some(run_id) = super::ops::run_of(tx, &id)? else {
+                return Ok(false);
+            };
+            super::tree::lock_tree_of(tx, &run_id)?;
+            let seen = tx.query_opt(
+                "SELECT 1 AS seen FROM events WHERE run_id = ?1 AND operation_id = ?2 \
+                 AND kind = 'tool.late_result'",
+                vals![&run_id, &id],
+            )?;
+            if seen.is_some() {
+                return Ok(false);
+            }
+            super::journal::append_event(tx, &run_id, Some(&id), EventKind::ToolLateResult(late))?;
+            Ok(true)
+        })
+        .await
+    }
 }
