@@ -220,3 +220,65 @@ async fn two_nodes_share_the_work_and_a_killed_nodes_ops_are_settled_by_the_othe
     assert!(n2row["epoch"].as_i64().unwrap() >= 3, "{n2row}");
     assert_eq!(n1.state(&op_a).await.unwrap()["status"], "lost");
 }
+
+/// The op's state through `k`, waiting out the store's 503s.
+async fn state_through_outage(k: &KernelProcess, op: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match k.state(op).await {
+            Ok(s) => return s,
+            Err(e) => assert!(Instant::now() < deadline, "{e:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_store_outage_longer_than_the_lease_loses_nothing() {
+    let pg = opkernel::drills::pgserver::PgServer::start().unwrap();
+    let store = pg.url();
+    let n1 = node("n1", &store, None).await;
+    let token = std::fs::read_to_string(n1.home.join("operator.token")).unwrap();
+    let n2 = node("n2", &store, Some(token.trim())).await;
+    let gated = [
+        "sh",
+        "-c",
+        "while [ ! -e /scratch/go ]; do sleep 0.2; done; exit 7",
+    ];
+    let mut ops = Vec::new();
+    for i in 0..4 {
+        let run = unique_run(&format!("o{i}"));
+        let op = n1.start_bg(&run, &gated, 600).await.unwrap();
+        wait_op(&n1, &op, |s| s["status"] == "running").await;
+        let placed = n1.client.get(&format!("/v1/runs/{run}")).await.unwrap()["node"].clone();
+        ops.push((run, op, placed));
+    }
+    // the database gone for more than twice the lease: every node finds
+    // its lease lapsed, joins again, and none is declared dead for it
+    pg.kill().unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    pg.resume().unwrap();
+    // a few lease rounds after the return: every op still runs
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for (_, op, _) in &ops {
+        let s = state_through_outage(&n2, op).await;
+        assert_eq!(s["status"], "running", "{s}");
+    }
+    let listed = nodes(&n1).await;
+    assert!(listed.iter().all(|n| n["state"] == "active"), "{listed:?}");
+    // each ends with its real code, on its own node
+    for (run, op, placed) in &ops {
+        let home = if placed == "n1" { &n1.home } else { &n2.home };
+        let go = home
+            .join("scratch")
+            .join(sandbox::profile::scratch_key(run))
+            .join("go");
+        std::fs::write(go, b"").unwrap();
+        let done = n1.wait_terminal(op, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(
+            (done["status"].clone(), done["exit_code"].clone()),
+            (json!("completed"), json!(7)),
+            "{done}"
+        );
+    }
+}

@@ -18,9 +18,6 @@ use crate::sync::Stop;
 
 /// How often the hand-off looks for this node's ops without an observer.
 const HAND_OFF_EVERY: Duration = Duration::from_secs(1);
-/// An op admitted this recently by this node gets its observer from the
-/// admission itself.
-const FRESH_MS: i64 = 300;
 
 /// Joins the cluster at start (a new epoch), before recovery.
 pub async fn join(k: &Kernel) -> Result<(), StoreError> {
@@ -28,11 +25,14 @@ pub async fn join(k: &Kernel) -> Result<(), StoreError> {
         return Ok(());
     };
     let c = &node.config;
+    let asked = Instant::now();
+    node.broken();
     let epoch = k
         .store
         .join_node(&c.name, &c.advertise_url, c.ttl_ms())
         .await?;
     node.set_epoch(epoch);
+    node.renewed(asked);
     tracing::info!(node = %c.name, epoch, url = %c.advertise_url, "joined the cluster");
     Ok(())
 }
@@ -74,15 +74,27 @@ async fn lease_and_sweep(k: &Kernel) -> Result<bool, StoreError> {
     };
     let c = &node.config;
     let containers = k.registered_containers().len() as i64;
-    let held = node.epoch() != 0
-        && k.store
-            .renew_lease(&c.name, node.epoch(), c.ttl_ms(), containers)
-            .await?;
-    if !held {
+    let asked = Instant::now();
+    let renewal = match node.epoch() {
+        0 => Ok(false),
+        epoch => {
+            k.store
+                .renew_lease(&c.name, epoch, c.ttl_ms(), containers)
+                .await
+        }
+    };
+    let held = renewal.inspect_err(|_| node.broken())?;
+    if held {
+        node.renewed(asked);
+    } else {
         // fenced: no claim matches epoch 0 until the join below lands
         node.set_epoch(0);
         tracing::warn!(node = %c.name, "cluster: this node's lease lapsed or its epoch changed; it claims nothing until it has joined again");
         join(k).await?;
+    }
+    // only a node that held its own lease a whole TTL judges the others
+    if !node.may_sweep() {
+        return Ok(!held);
     }
     for swept in k.store.sweep_nodes().await? {
         tracing::warn!(node = %swept.name, ops = swept.settled.len(), "cluster: a node's lease lapsed: declared dead, its ops settled");
@@ -170,10 +182,13 @@ impl LateWatch {
 /// Observers for this node's ops placed by other nodes, and wake-ups for
 /// the kills other nodes took.
 async fn hand_off(k: &Arc<Kernel>, poked: &mut HashSet<String>) -> Result<(), StoreError> {
-    let fresh_after = crate::store::now_ms() - FRESH_MS;
-    for (id, created_at) in k.store.observed_op_ids().await? {
-        if created_at < fresh_after && !k.observes(&id) {
-            crate::runtime::observer::spawn(k, id);
+    // a fenced node starts no observer for an unclaimed op (its claim
+    // would be refused); one already observing goes on
+    if k.may_start() {
+        for (id, _) in k.store.observed_op_ids().await? {
+            if !k.observes(&id) {
+                crate::runtime::observer::spawn(k, id);
+            }
         }
     }
     let killing = k.store.node_kill_requests().await?;

@@ -96,8 +96,20 @@ pub(super) fn insert_in(
         Err(refusal) => return Ok(NewOp::Refused(super::Refusal::Limit(refusal))),
         Ok(run) => run,
     };
+    // in a cluster the tree lives on one node, placed at its first use;
+    // none can take it: refused before anything is written
+    let node = match tx.cluster() {
+        false => None,
+        true => match super::nodes::place(tx, &root)? {
+            Some(node) => Some(node),
+            None => return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone()))),
+        },
+    };
     if !run.recorded {
         super::runs::ensure_top_level(tx, &req.run_id, now)?;
+        if let Some(node) = &node {
+            super::nodes::record_placement(tx, &root, node)?;
+        }
     }
     // a new op reopens a finished run: its container is needed again
     if run.finished {
@@ -106,14 +118,6 @@ pub(super) fn insert_in(
             vals![&req.run_id],
         )?;
     }
-    // in a cluster the tree lives on one node, placed at its first use
-    let node = match tx.cluster() {
-        false => None,
-        true => match super::nodes::place(tx, &root)? {
-            Some(node) => Some(node),
-            None => return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone()))),
-        },
-    };
     let op = insert_row(tx, req, (&request_sha, node.as_deref()), now)?;
     started_events(tx, &op.id, req)?;
     Ok(NewOp::Created(op))

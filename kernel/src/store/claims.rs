@@ -118,14 +118,17 @@ impl Store {
     }
 
     /// Records the Docker exec that runs the op's wrapper.
-    pub async fn record_exec(&self, id: &str, exec_id: &str) -> StoreResult<()> {
+    ///
+    /// False when the op is no longer `starting` (settled meanwhile, as a
+    /// sweep of this node's lapsed lease does): then it is not started.
+    pub async fn record_exec(&self, id: &str, exec_id: &str) -> StoreResult<bool> {
         let (id, exec_id) = (id.to_owned(), exec_id.to_owned());
         self.write(move |tx| {
-            tx.execute(
-                "UPDATE ops SET exec_id = ?2 WHERE id = ?1",
+            let n = tx.execute(
+                "UPDATE ops SET exec_id = ?2 WHERE id = ?1 AND status = 'starting'",
                 vals![id, exec_id],
             )?;
-            Ok(())
+            Ok(n == 1)
         })
         .await
     }

@@ -50,8 +50,9 @@ pub struct Swept {
 
 impl Store {
     /// Joins (or rejoins) the cluster as `name`: a new epoch, a fresh
-    /// lease of `ttl_ms`, `active` (a draining node stays draining).
-    /// Returns the epoch every claim of this node is fenced by.
+    /// lease of `ttl_ms`, `active` (a draining node stays draining); live
+    /// ops a single kernel left unplaced are taken over. Returns the epoch
+    /// every claim of this node is fenced by.
     pub async fn join_node(&self, name: &str, url: &str, ttl_ms: i64) -> StoreResult<i64> {
         let (name, url) = (name.to_owned(), url.to_owned());
         self.write(move |tx| {
@@ -65,7 +66,16 @@ impl Store {
                  state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'active' END \
                  RETURNING epoch"
             );
-            tx.query_one(&sql, vals![name, url, ttl_ms])?.get("epoch")
+            let epoch = tx.query_one(&sql, vals![&name, url, ttl_ms])?.get("epoch")?;
+            // a single kernel's live ops (the database turned into a
+            // cluster's): the first node to join, on that kernel's home,
+            // takes them over
+            let sql = format!(
+                "UPDATE ops SET node = ?1 WHERE node IS NULL AND status IN ({})",
+                observed_sql()
+            );
+            tx.execute(&sql, vals![&name])?;
+            Ok(epoch)
         })
         .await
     }
@@ -156,16 +166,35 @@ impl Store {
                 swept.push(s);
             }
         }
+        let leftover: Vec<String> = self
+            .read(|tx| {
+                let sql = format!(
+                    "SELECT DISTINCT o.node FROM ops o JOIN nodes n ON n.name = o.node \
+                     WHERE n.state = 'dead' AND o.status IN ({})",
+                    crate::lifecycle::live_sql()
+                );
+                tx.query(&sql, vals![])?
+                    .iter()
+                    .map(|r| r.get("node"))
+                    .collect()
+            })
+            .await?;
+        for name in leftover {
+            let n = name.clone();
+            let settled = self.write(move |tx| settle_leftovers(tx, &n)).await?;
+            if !settled.is_empty() {
+                swept.push(Swept { name, settled });
+            }
+        }
         Ok(swept)
     }
 }
 
 /// One lapsed node, in one transaction: its row turns `dead` with a new
 /// epoch (compare-and-set on the lapse: a renewal or another sweeper that
-/// came first wins); its observed ops, locked, are settled through the
-/// ordinary compare-and-set: claimed → `lost` (the command may have run),
-/// never claimed → `failed` (nothing ran). Ops awaiting approval keep
-/// waiting, unplaced (the approval places them again).
+/// came first wins); its observed ops are settled ([`settle_orphans`]);
+/// ops awaiting approval keep waiting, unplaced (the approval places them
+/// again).
 fn sweep_one(tx: &mut dyn Tx, name: &str) -> StoreResult<Option<Swept>> {
     let now = db_now(tx);
     let sql = format!(
@@ -175,7 +204,29 @@ fn sweep_one(tx: &mut dyn Tx, name: &str) -> StoreResult<Option<Swept>> {
     if tx.execute(&sql, vals![name])? != 1 {
         return Ok(None);
     }
-    // locked: a claim of the dead node committed meanwhile is seen as such
+    let settled = settle_orphans(tx, name)?;
+    Ok(Some(Swept {
+        name: name.to_owned(),
+        settled,
+    }))
+}
+
+/// A dead node's observed ops, settled through the ordinary compare-and-
+/// set: claimed → `lost` (the command may have run), never claimed →
+/// `failed` (nothing ran). The trees are locked first, in order (as every
+/// tree write takes them), then the rows (`FOR UPDATE`: a claim that
+/// committed meanwhile is seen as such). Its waiting ops lose their node.
+fn settle_orphans(tx: &mut dyn Tx, name: &str) -> StoreResult<Vec<(String, String)>> {
+    let sql = format!(
+        "SELECT DISTINCT run_id FROM ops WHERE node = ?1 AND status IN ({})",
+        observed_sql()
+    );
+    let runs: Vec<String> = tx
+        .query(&sql, vals![name])?
+        .iter()
+        .map(|r| r.get("run_id"))
+        .collect::<StoreResult<_>>()?;
+    super::tree::lock_trees_of(tx, runs)?;
     let lock = match tx.dialect() {
         Dialect::Postgres => " FOR UPDATE",
         Dialect::Sqlite => "",
@@ -184,9 +235,8 @@ fn sweep_one(tx: &mut dyn Tx, name: &str) -> StoreResult<Option<Swept>> {
         "SELECT {COLUMNS} FROM ops WHERE node = ?1 AND status IN ({}) ORDER BY id{lock}",
         observed_sql()
     );
-    let ops: Vec<Op> = ops_of(tx, &sql, vals![name])?;
     let mut settled = Vec::new();
-    for op in ops {
+    for op in ops_of(tx, &sql, vals![name])? {
         let outcome = match op.exec_claimed_at {
             Some(_) => Outcome::Lost {
                 reason: format!("node {name} lost"),
@@ -204,20 +254,42 @@ fn sweep_one(tx: &mut dyn Tx, name: &str) -> StoreResult<Option<Swept>> {
         "UPDATE ops SET node = NULL WHERE node = ?1 AND status = 'awaiting_approval'",
         vals![name],
     )?;
-    Ok(Some(Swept {
-        name: name.to_owned(),
-        settled,
-    }))
+    Ok(settled)
+}
+
+/// Ops placed on a node that is dead now (admitted or approved in the
+/// moment its sweep ran), settled as its sweep would have; one
+/// transaction per node, which must still be dead.
+fn settle_leftovers(tx: &mut dyn Tx, name: &str) -> StoreResult<Vec<(String, String)>> {
+    let lock = match tx.dialect() {
+        Dialect::Postgres => " FOR UPDATE",
+        Dialect::Sqlite => "",
+    };
+    let sql = format!("SELECT state FROM nodes WHERE name = ?1{lock}");
+    let state: Option<String> = tx
+        .query_opt(&sql, vals![name])?
+        .map(|r| r.get("state"))
+        .transpose()?;
+    if state.as_deref() != Some("dead") {
+        return Ok(Vec::new());
+    }
+    settle_orphans(tx, name)
 }
 
 /// The node of a run tree (placed on `root`), placing it when it has none
-/// or its node is dead: the `active` node with a live lease and the fewest
-/// live ops. `None` when no node can take it. Called with the tree locked.
+/// or its node's lease lapsed: the `active` node with a live lease and the
+/// fewest live ops. `None` when no node can take it (then nothing was
+/// written). Called with the tree locked; the root's row may not exist yet
+/// (see [`record_placement`]).
 pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> {
     let now = db_now(tx);
-    let sql = "SELECT r.node FROM runs r JOIN nodes n ON n.name = r.node \
-         WHERE r.run_id = ?1 AND n.state <> 'dead'";
-    if let Some(row) = tx.query_opt(sql, vals![root])? {
+    // its node, while that node's lease is live (a lapsed one is about to
+    // be declared dead: the tree moves on)
+    let sql = format!(
+        "SELECT r.node FROM runs r JOIN nodes n ON n.name = r.node \
+         WHERE r.run_id = ?1 AND n.state <> 'dead' AND n.lease_until > {now}"
+    );
+    if let Some(row) = tx.query_opt(&sql, vals![root])? {
         return row.get("node");
     }
     let sql = format!(
@@ -230,11 +302,18 @@ pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> 
         return Ok(None);
     };
     let node: String = row.get("name")?;
+    record_placement(tx, root, &node)?;
+    Ok(Some(node))
+}
+
+/// Records a tree's node on its root's row (again, once an admission
+/// created that row).
+pub(super) fn record_placement(tx: &mut dyn Tx, root: &str, node: &str) -> StoreResult<()> {
     tx.execute(
         "UPDATE runs SET node = ?2 WHERE run_id = ?1",
-        vals![root, &node],
+        vals![root, node],
     )?;
-    Ok(Some(node))
+    Ok(())
 }
 
 /// The fence of a node's exec claim, as a condition on the claimed op row

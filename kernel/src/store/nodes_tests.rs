@@ -134,3 +134,76 @@ async fn a_tree_is_placed_on_the_least_loaded_active_node_and_stays_there() {
         "draining"
     );
 }
+
+#[tokio::test]
+async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
+    let store = test_store().await;
+    // a single kernel's live op, unplaced: the first node to join takes it
+    let legacy = admit(&store, "old").await;
+    assert_eq!(legacy.node, None);
+    node(&store, "n1", 60_000).await;
+    let legacy = store.get_op(&legacy.id).await.unwrap().unwrap();
+    assert_eq!(legacy.node.as_deref(), Some("n1"));
+    // no node can take a new tree: refused, and no run row left behind
+    assert!(store.drain_node("n1").await.unwrap());
+    let refused = store
+        .insert_op(start("new"), Admission::UNLIMITED)
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, NewOp::Refused(crate::store::Refusal::NoNode(_))),
+        "{refused:?}"
+    );
+    assert!(
+        store.get_run("new").await.unwrap().is_none(),
+        "a refused admission wrote its run"
+    );
+    // n2 active; n1's lease lapses and it is swept; an op that reached n1
+    // in the moment of its sweep (placed, then committed after the sweep)
+    // is settled by the next sweep round
+    store
+        .join_node("n2", "http://n2:7878", 60_000)
+        .await
+        .unwrap();
+    let late = admit(&store, "late").await;
+    assert_eq!(late.node.as_deref(), Some("n2"));
+    store.renew_lease("n1", 1, -1, 0).await.unwrap();
+    assert_eq!(store.sweep_nodes().await.unwrap().len(), 1);
+    let id = late.id.clone();
+    store
+        .write(move |tx| {
+            tx.execute("UPDATE ops SET node = 'n1' WHERE id = ?1", crate::vals![id])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let swept = store.sweep_nodes().await.unwrap();
+    assert_eq!(swept.len(), 1, "{swept:?}");
+    let late = store.get_op(&late.id).await.unwrap().unwrap();
+    assert_eq!(
+        (late.status, late.error.as_deref()),
+        (Status::Failed, Some("node lost before start"))
+    );
+    // a settled op's launch is never recorded (so never started)
+    assert!(!store.record_exec(&late.id, "e1").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_tree_whose_node_lapsed_moves_on_at_its_next_op() {
+    let store = test_store().await;
+    node(&store, "n1", 60_000).await;
+    let first = admit(&store, "r").await;
+    assert_eq!(first.node.as_deref(), Some("n1"));
+    store
+        .join_node("n2", "http://n2:7878", 60_000)
+        .await
+        .unwrap();
+    // n1 lapsed but not yet swept: the tree's next op goes to n2
+    store.renew_lease("n1", 1, -1, 0).await.unwrap();
+    let next = admit(&store, "r").await;
+    assert_eq!(next.node.as_deref(), Some("n2"));
+    assert_eq!(
+        store.get_run("r").await.unwrap().unwrap().node.as_deref(),
+        Some("n2")
+    );
+}

@@ -149,16 +149,19 @@ fn purge_tree(tx: &mut dyn Tx, root: &str, cutoff: i64) -> StoreResult<Option<Pu
 impl Store {
     /// Ops whose files may go: terminal, delivered (in a report, inline, or
     /// a foreground op's), ended before `cutoff`, files still there.
+    /// On a cluster node, only its own ops' (their files are on its disk).
     pub async fn prunable_ops(&self, cutoff: i64, limit: u32) -> StoreResult<Vec<PrunableOp>> {
+        let node = self.node().map(str::to_owned);
         self.read(move |tx| {
             let sql = format!(
                 "SELECT id, scratch_key FROM ops WHERE files_pruned_at IS NULL \
                  AND finished_at IS NOT NULL AND finished_at < ?1 AND status IN ({}) \
                  AND (background = 0 OR report_id IS NOT NULL OR delivered_inline = 1) \
+                 AND (CAST(?3 AS TEXT) IS NULL OR node = ?3) \
                  ORDER BY finished_at LIMIT ?2",
                 terminal_sql()
             );
-            tx.query(&sql, vals![cutoff, limit])?
+            tx.query(&sql, vals![cutoff, limit, node])?
                 .iter()
                 .map(|r| {
                     Ok(PrunableOp {

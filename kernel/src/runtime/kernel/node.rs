@@ -2,6 +2,7 @@
 //! holds now, which fences every exec claim it makes.
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Instant;
 
 use super::Kernel;
 use crate::config::NodeConfig;
@@ -14,6 +15,12 @@ pub struct NodeState {
     /// The epoch of its current membership (0 until it joined, and while
     /// it knows itself fenced: no claim can match 0).
     epoch: AtomicI64,
+    /// Until when its lease surely holds, by this host's monotonic clock:
+    /// the start of the last successful renewal (or join) plus the TTL.
+    held_until: crate::sync::Lock<Option<Instant>>,
+    /// Since when it has held its lease without a break (no failed
+    /// renewal, no rejoin): it sweeps others only after a full TTL of it.
+    held_since: crate::sync::Lock<Option<Instant>>,
 }
 
 impl NodeState {
@@ -22,7 +29,40 @@ impl NodeState {
         NodeState {
             config,
             epoch: AtomicI64::new(0),
+            held_until: Default::default(),
+            held_since: Default::default(),
         }
+    }
+
+    /// A join or renewal asked at `asked` succeeded: the lease holds until
+    /// `asked` + TTL at least.
+    pub fn renewed(&self, asked: Instant) {
+        *self.held_until.lock() = Some(asked + self.config.ttl);
+        self.held_since.lock().get_or_insert(asked);
+    }
+
+    /// A renewal failed or the node rejoined: the unbroken hold ends.
+    pub fn broken(&self) {
+        *self.held_since.lock() = None;
+    }
+
+    /// Whether the lease surely still holds for another fifth of the TTL
+    /// (a command is started only then: the sweep of a lapsed node must
+    /// never meet a command it did not know of).
+    pub fn lease_fresh(&self) -> bool {
+        let margin = self.config.renew_every();
+        self.held_until
+            .lock()
+            .is_some_and(|until| Instant::now() + margin < until)
+    }
+
+    /// Whether it has held its lease without a break for a full TTL: only
+    /// then does it judge other nodes' leases (after a store outage every
+    /// node rejoins first, and none is swept for the outage).
+    pub fn may_sweep(&self) -> bool {
+        self.held_since
+            .lock()
+            .is_some_and(|since| since.elapsed() >= self.config.ttl)
     }
 
     /// The epoch it holds (0: none).
@@ -44,6 +84,15 @@ impl Kernel {
         self.node
             .as_ref()
             .map(|n| (n.config.name.clone(), n.epoch()))
+    }
+
+    /// Whether this kernel may start a command now: always for a single
+    /// kernel; a node only while its lease surely holds (see
+    /// [`NodeState::lease_fresh`]).
+    pub fn may_start(&self) -> bool {
+        self.node
+            .as_ref()
+            .is_none_or(|n| n.epoch() != 0 && n.lease_fresh())
     }
 
     /// Whether an op placed on `node` is this kernel's to run (always, for

@@ -56,8 +56,18 @@ impl ObserverAttempt {
         // the container, the first attempt and the handover in one write,
         // and loses to a kill request recorded before it
         let handover = k.hands_over_to(&container);
+        if !k.may_start() {
+            return Err(ObserverError::Fenced);
+        }
         let Some(claimed_at) = self.claim(&container.id, handover).await? else {
-            return Ok(!self.settled_before_start().await?);
+            if self.settled_before_start().await? {
+                return Ok(false);
+            }
+            // on a node, a refusal of a claim nobody holds is the fence's
+            if k.node.is_some() && self.op.exec_claimed_at.is_none() {
+                return Err(ObserverError::Fenced);
+            }
+            return Ok(true);
         };
         // the row now, without reading it back
         self.op.exec_claimed_at = Some(claimed_at);
@@ -66,6 +76,12 @@ impl ObserverAttempt {
         self.op.container_id = Some(container.id.clone());
         let ops = k.backend.ops_dir(&identity.scratch_key);
         k.watcher.watch(ops.path());
+        // the lease may have lapsed during the claim's round trip: no
+        // command starts unless it surely holds (the claimed op, not
+        // started, is lost by evidence or by the sweep, never run late)
+        if !k.may_start() {
+            return Err(ObserverError::Fenced);
+        }
         if handover {
             self.op.handed_over_at = Some(claimed_at);
             if self.hand_over(&ops, &container.hostname).await? {
@@ -179,8 +195,11 @@ impl ObserverAttempt {
             Ok(id) => id,
             Err(e) => return Ok(Err(e)),
         };
-        // created, not started: nothing runs while the store is away
-        until_stored(|| k.store.record_exec(&self.op.id, &launch_id)).await?;
+        // created, not started: nothing runs while the store is away, nor
+        // once the op was settled meanwhile (a sweep of a lapsed node)
+        if !until_stored(|| k.store.record_exec(&self.op.id, &launch_id)).await? || !k.may_start() {
+            return Err(ObserverError::Fenced);
+        }
         Ok(k.backend.start_launch(&launch_id).await)
     }
 

@@ -42,6 +42,11 @@ pub enum ObserverError {
     /// the op is left without an observer.
     #[error("the supervisor was told to give up by a drill")]
     Abandoned,
+    /// This cluster node's lease is not surely held: it starts no command
+    /// now. The op is left as it is (unclaimed, or claimed and not started)
+    /// for this node once it holds its lease again, or for the sweep.
+    #[error("this node's lease is not held: nothing is started")]
+    Fenced,
 }
 
 type Step = Result<(), ObserverError>;

@@ -117,6 +117,10 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
                 tracing::warn!(op = %op_id, "supervisor gives up; the watchdog takes the op over");
                 break;
             }
+            Some(AttemptEnd::Fenced) => {
+                tracing::info!(op = %op_id, "this node's lease is not held: the op waits");
+                break;
+            }
             None => break,
         }
         tracing::warn!(op = %op_id, attempt, error = %last_error, "observer attempt failed; restarting");
@@ -163,6 +167,9 @@ enum AttemptEnd {
     StoreAway(String),
     /// The supervisor gives up (a drill's fault): the watchdog takes over.
     GiveUp,
+    /// The node is fenced: the supervisor ends; the node's hand-off starts
+    /// another once it holds its lease again.
+    Fenced,
 }
 
 /// How often the watchdog looks for observed ops without an observer.
@@ -222,6 +229,7 @@ async fn run_attempt(
             _ => None,
         },
         Ok(Err(super::ObserverError::Abandoned)) => Some(AttemptEnd::GiveUp),
+        Ok(Err(super::ObserverError::Fenced)) => Some(AttemptEnd::Fenced),
         Ok(Err(super::ObserverError::Store(crate::store::StoreError::Unavailable(e)))) => {
             Some(AttemptEnd::StoreAway(e))
         }
