@@ -121,7 +121,14 @@ struct Follow {
     settled: tokio::sync::watch::Receiver<u64>,
     /// The op's status must be read (first pass, or after a settle).
     check_status: bool,
+    /// When the status was last read: on a cluster node it is read again
+    /// every [`CLUSTER_RECHECK`] (another node may settle the op, and
+    /// its settle wakes only that node's waiters).
+    checked_at: std::time::Instant,
 }
+
+/// How often a cluster node's console re-reads its op's status.
+const CLUSTER_RECHECK: Duration = Duration::from_secs(2);
 
 impl Follow {
     /// Up to a chunk of the log from the current offset.
@@ -158,6 +165,9 @@ impl Follow {
                     .data(data);
                 return Some(event);
             }
+            if self.k.node.is_some() && self.checked_at.elapsed() >= CLUSTER_RECHECK {
+                self.check_status = true;
+            }
             if !self.check_status {
                 // new output is looked for in the file; the status only
                 // after a settle notification of the op's run
@@ -171,6 +181,7 @@ impl Follow {
                 continue;
             }
             self.check_status = false;
+            self.checked_at = std::time::Instant::now();
             self.settled.borrow_and_update();
             let Ok(Some(op)) = self.k.store.get_op(&self.op_id).await else {
                 self.finished = true;
@@ -238,6 +249,7 @@ pub async fn console(
         offset: resume,
         finished: false,
         check_status: true,
+        checked_at: std::time::Instant::now(),
     };
     let stream = futures::stream::unfold(state, |mut s| async move {
         let event = s.next_event().await?;

@@ -1,7 +1,8 @@
 //! A read of another cluster node's op (SPEC §20): its log and console live
 //! on that node, so the call is forwarded to the node's advertised URL
 //! with the caller's own token (checked again there) and its answer
-//! streamed back. A forwarded call is never forwarded again.
+//! streamed back. A forwarded call (its mark proven with the cluster's
+//! operator token) is never forwarded again.
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -11,8 +12,17 @@ use futures::TryStreamExt;
 use super::{ApiError, ApiResult, AppState};
 use crate::store::Op;
 
-/// Marks a call one node forwarded to another.
-const FORWARDED: &str = "x-opkernel-forwarded-by";
+/// Marks a call one node forwarded to another, with its proof: sha256 of
+/// the cluster's operator token and the path (a client cannot forge it,
+/// and a forged mark is ignored: the call is forwarded as any other).
+const FORWARDED: &str = "x-opkernel-forwarded";
+
+/// The proof a forwarded call of `path` carries.
+fn proof(k: &AppState, path: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("opkernel-forward\n{}\n{path}", k.operator_token));
+    hex::encode(digest)
+}
 
 /// `Some(answer)` when `op` runs on another node: the same call (`path`
 /// with its query) answered by that node; `None` when it is this node's
@@ -23,10 +33,13 @@ pub(super) async fn elsewhere(
     headers: &HeaderMap,
     path: &str,
 ) -> ApiResult<Option<Response>> {
-    let (Some(me), Some(node)) = (&k.node, op.node.as_deref()) else {
+    let (Some(_), Some(node)) = (&k.node, op.node.as_deref()) else {
         return Ok(None);
     };
-    if k.runs_here(Some(node)) || headers.contains_key(FORWARDED) {
+    let forwarded = headers
+        .get(FORWARDED)
+        .is_some_and(|v| v.as_bytes() == proof(k, path).as_bytes());
+    if k.runs_here(Some(node)) || forwarded {
         return Ok(None);
     }
     let row = k.store.nodes().await?.into_iter().find(|n| n.name == node);
@@ -40,7 +53,7 @@ pub(super) async fn elsewhere(
     };
     let mut req = client()
         .get(format!("{}{path}", row.advertise_url))
-        .header(FORWARDED, me.config.name.as_str());
+        .header(FORWARDED, proof(k, path));
     for name in [
         header::AUTHORIZATION,
         header::HeaderName::from_static("last-event-id"),
