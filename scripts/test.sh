@@ -66,6 +66,7 @@ cargo test --workspace -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"
 # control plane's own tests, and every end-to-end test and drill on the
 # default image (store-outage crashes a server of its own: it ran above;
 # the panel's browser test and the API document's fuzz exercise the HTTP
-# surfaces, the same on either store, and ran above)
+# surfaces, the same on either store, and ran above; the cluster's tests
+# always run on PostgreSQL, and ran above)
 OPKERNEL_TEST_STORE=postgres cargo test -p opkernel --lib store:: -- --test-threads "${OPKERNEL_TEST_THREADS:-4}"
-OPKERNEL_TEST_STORE=postgres cargo test -p opkernel-tests -- --test-threads "${OPKERNEL_TEST_THREADS:-4}" --skip debian_image --skip store_outage --skip the_panel_in_a_real_browser --skip the_document_is_valid
+OPKERNEL_TEST_STORE=postgres cargo test -p opkernel-tests -- --test-threads "${OPKERNEL_TEST_THREADS:-4}" --skip debian_image --skip store_outage --skip the_panel_in_a_real_browser --skip the_document_is_valid --skip two_nodes_share_the_work --skip a_store_outage_longer_than_the_lease
