@@ -13,7 +13,10 @@ CREATE TABLE nodes (
     renewed_at    INTEGER NOT NULL,
     joined_at     INTEGER NOT NULL,
     state         TEXT NOT NULL CHECK (state IN ('active', 'draining', 'dead')),
-    containers    INTEGER NOT NULL DEFAULT 0
+    containers    INTEGER NOT NULL DEFAULT 0,
+    -- free warm-pool containers at its last renewal: placement prefers a
+    -- node with one (SPEC §22)
+    pool_free     INTEGER NOT NULL DEFAULT 0
 );
 ALTER TABLE runs ADD COLUMN node TEXT;
 ALTER TABLE ops ADD COLUMN node TEXT;

@@ -8,7 +8,8 @@ CREATE TABLE nodes (
     renewed_at    BIGINT NOT NULL,
     joined_at     BIGINT NOT NULL,
     state         TEXT NOT NULL CHECK (state IN ('active', 'draining', 'dead')),
-    containers    BIGINT NOT NULL DEFAULT 0
+    containers    BIGINT NOT NULL DEFAULT 0,
+    pool_free     BIGINT NOT NULL DEFAULT 0
 );
 ALTER TABLE runs ADD COLUMN node TEXT;
 ALTER TABLE ops ADD COLUMN node TEXT;

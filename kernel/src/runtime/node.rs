@@ -73,13 +73,16 @@ async fn lease_and_sweep(k: &Kernel) -> Result<bool, StoreError> {
         return Ok(false);
     };
     let c = &node.config;
-    let containers = k.registered_containers().len() as i64;
+    let counts = (
+        k.registered_containers().len() as i64,
+        k.pool.counts().0 as i64,
+    );
     let asked = Instant::now();
     let renewal = match node.epoch() {
         0 => Ok(false),
         epoch => {
             k.store
-                .renew_lease(&c.name, epoch, c.ttl_ms(), containers)
+                .renew_lease(&c.name, epoch, c.ttl_ms(), counts)
                 .await
         }
     };

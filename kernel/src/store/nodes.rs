@@ -83,21 +83,25 @@ impl Store {
     /// Renews the lease of `name` at `epoch`; false when it lapsed, the
     /// node was declared dead, or its epoch changed (then the node stops
     /// claiming and joins again). Records its container count.
+    ///
+    /// `(containers, pool_free)`: its managed containers and free warm-pool
+    /// containers now (placement prefers a node with a free one).
     pub async fn renew_lease(
         &self,
         name: &str,
         epoch: i64,
         ttl_ms: i64,
-        containers: i64,
+        (containers, pool_free): (i64, i64),
     ) -> StoreResult<bool> {
         let name = name.to_owned();
         self.write(move |tx| {
             let now = db_now(tx);
             let sql = format!(
-                "UPDATE nodes SET lease_until = {now} + ?3, renewed_at = {now}, containers = ?4 \
+                "UPDATE nodes SET lease_until = {now} + ?3, renewed_at = {now}, containers = ?4, \
+                 pool_free = ?5 \
                  WHERE name = ?1 AND epoch = ?2 AND state <> 'dead' AND lease_until > {now}"
             );
-            Ok(tx.execute(&sql, vals![name, epoch, ttl_ms, containers])? == 1)
+            Ok(tx.execute(&sql, vals![name, epoch, ttl_ms, containers, pool_free])? == 1)
         })
         .await
     }
@@ -277,8 +281,9 @@ fn settle_leftovers(tx: &mut dyn Tx, name: &str) -> StoreResult<Vec<(String, Str
 }
 
 /// The node of a run tree (placed on `root`), placing it when it has none
-/// or its node's lease lapsed: the `active` node with a live lease and the
-/// fewest live ops. `None` when no node can take it (then nothing was
+/// or its node's lease lapsed: the `active` node with a live lease, one
+/// with a free warm-pool container first (SPEC §22), then the fewest live
+/// ops. `None` when no node can take it (then nothing was
 /// written). Called with the tree locked; the root's row may not exist yet
 /// (see [`record_placement`]).
 pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> {
@@ -294,7 +299,8 @@ pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> 
     }
     let sql = format!(
         "SELECT n.name FROM nodes n WHERE n.state = 'active' AND n.lease_until > {now} \
-         ORDER BY (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})), n.name \
+         ORDER BY CASE WHEN n.pool_free > 0 THEN 0 ELSE 1 END, \
+         (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})), n.name \
          LIMIT 1",
         live = live_sql()
     );

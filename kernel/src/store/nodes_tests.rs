@@ -60,11 +60,17 @@ async fn a_lease_fences_claims_and_a_lapsed_node_is_swept_once() {
         .claim_exec(&a.id, "k", "c", (false, fence("n1", epoch)))
         .await
         .unwrap());
-    assert!(store.renew_lease("n1", epoch, 60_000, 3).await.unwrap());
+    assert!(store
+        .renew_lease("n1", epoch, 60_000, (3, 0))
+        .await
+        .unwrap());
     // the lease lapses: renewals fail, the sweep declares it dead once and
     // settles its ops: the claimed one lost, the unclaimed one failed
-    assert!(store.renew_lease("n1", epoch, -1, 3).await.unwrap());
-    assert!(!store.renew_lease("n1", epoch, 60_000, 3).await.unwrap());
+    assert!(store.renew_lease("n1", epoch, -1, (3, 0)).await.unwrap());
+    assert!(!store
+        .renew_lease("n1", epoch, 60_000, (3, 0))
+        .await
+        .unwrap());
     let swept = store.sweep_nodes().await.unwrap();
     assert_eq!(swept.len(), 1);
     assert_eq!(swept[0].settled.len(), 2);
@@ -132,7 +138,16 @@ async fn a_tree_is_placed_on_the_least_loaded_active_node_and_stays_there() {
     assert_eq!(
         rows.iter().find(|n| n.name == drained).unwrap().state,
         "draining"
-    );
+    ); // a node with a free warm-pool container is preferred for a new tree
+    let epoch = store
+        .join_node("n3", "http://n3:7878", 60_000)
+        .await
+        .unwrap();
+    assert!(store
+        .renew_lease("n3", epoch, 60_000, (2, 1))
+        .await
+        .unwrap());
+    assert_eq!(admit(&store, "r4").await.node.as_deref(), Some("n3"));
 }
 
 #[tokio::test]
@@ -167,7 +182,7 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
         .unwrap();
     let late = admit(&store, "late").await;
     assert_eq!(late.node.as_deref(), Some("n2"));
-    store.renew_lease("n1", 1, -1, 0).await.unwrap();
+    store.renew_lease("n1", 1, -1, (0, 0)).await.unwrap();
     assert_eq!(store.sweep_nodes().await.unwrap().len(), 1);
     let id = late.id.clone();
     store
@@ -199,7 +214,7 @@ async fn a_tree_whose_node_lapsed_moves_on_at_its_next_op() {
         .await
         .unwrap();
     // n1 lapsed but not yet swept: the tree's next op goes to n2
-    store.renew_lease("n1", 1, -1, 0).await.unwrap();
+    store.renew_lease("n1", 1, -1, (0, 0)).await.unwrap();
     let next = admit(&store, "r").await;
     assert_eq!(next.node.as_deref(), Some("n2"));
     assert_eq!(
