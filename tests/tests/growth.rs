@@ -84,7 +84,10 @@ async fn poll<F: Fn() -> bool>(what: &str, limit: Duration, ok: F) {
 /// 256 KiB of argv) for the life of its container.
 #[tokio::test]
 async fn handover_files_leave_the_inbox_when_their_op_settles() {
-    let k = kernel("inbox", &[]).await;
+    // a short files' retention makes the retention pass (and its inbox
+    // sweep) run every 2 s instead of every minute; no op here is delivered,
+    // so none of their files is pruned
+    let k = kernel("inbox", &[("OPKERNEL_OP_FILES_RETENTION", "4s")]).await;
     let run = unique_run("inbox");
     let mut ops = Vec::new();
     for i in 0..5 {
@@ -113,7 +116,7 @@ async fn handover_files_leave_the_inbox_when_their_op_settles() {
     std::fs::write(inbox.join(format!("{}.claimed", ops[0])), b"x").unwrap();
     poll(
         "the sweep of a stale claim",
-        Duration::from_secs(70),
+        Duration::from_secs(15),
         || names(&inbox).is_empty(),
     )
     .await;
