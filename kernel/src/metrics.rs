@@ -37,6 +37,9 @@ pub struct Levels {
     pub containers: BTreeMap<String, i64>,
     /// Warm-pool containers by role (`free`, `adopting`, `bound`, …).
     pub pool: BTreeMap<String, i64>,
+    /// A cluster's nodes: milliseconds since each renewed its lease (the
+    /// database's clock); empty for a single kernel.
+    pub node_lease_age_ms: BTreeMap<String, i64>,
 }
 
 /// One kernel process's metrics.
@@ -52,6 +55,7 @@ pub struct Metrics {
     webhook_pending: IntGauge,
     containers: IntGaugeVec,
     pool_containers: IntGaugeVec,
+    node_lease_age: prometheus::GaugeVec,
     /// One render at a time: the levels are set, then gathered.
     rendering: crate::sync::Lock<()>,
 }
@@ -134,6 +138,13 @@ impl Metrics {
                 ),
                 &["state"],
             )),
+            node_lease_age: built(prometheus::GaugeVec::new(
+                Opts::new(
+                    "node_lease_age_seconds",
+                    "Seconds since each cluster node renewed its lease (the database's clock).",
+                ),
+                &["node"],
+            )),
             registry,
             rendering: crate::sync::Lock::new(()),
         };
@@ -148,7 +159,7 @@ impl Metrics {
     }
 
     fn register(&self) {
-        let all: [Box<dyn prometheus::core::Collector>; 10] = [
+        let all: [Box<dyn prometheus::core::Collector>; 11] = [
             Box::new(self.ops.clone()),
             Box::new(self.op_starts.clone()),
             Box::new(self.op_start_seconds.clone()),
@@ -159,6 +170,7 @@ impl Metrics {
             Box::new(self.webhook_pending.clone()),
             Box::new(self.containers.clone()),
             Box::new(self.pool_containers.clone()),
+            Box::new(self.node_lease_age.clone()),
         ];
         for c in all {
             built(self.registry.register(c));
@@ -216,6 +228,12 @@ impl Metrics {
                 .with_label_values(&[state.as_str()])
                 .set(*n);
         }
+        self.node_lease_age.reset();
+        for (node, age) in &levels.node_lease_age_ms {
+            self.node_lease_age
+                .with_label_values(&[node.as_str()])
+                .set(seconds(*age));
+        }
         match TextEncoder::new().encode_to_string(&self.registry.gather()) {
             Ok(text) => text,
             Err(e) => format!("# the metrics could not be encoded: {e}\n"),
@@ -247,6 +265,7 @@ mod tests {
             ..Levels::default()
         };
         levels.containers.insert("running".into(), 2);
+        levels.node_lease_age_ms.insert("n1".into(), 1500);
         let text = m.render(&levels);
         for name in [
             "opkernel_ops_total",
@@ -258,6 +277,7 @@ mod tests {
             "opkernel_reports_pending",
             "opkernel_webhook_posts_pending",
             "opkernel_containers",
+            "opkernel_node_lease_age_seconds",
         ] {
             assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
             assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
@@ -266,6 +286,7 @@ mod tests {
         assert!(text.contains("opkernel_ops_total{status=\"lost\"} 0"));
         assert!(text.contains("opkernel_live_ops 3"));
         assert!(text.contains("opkernel_containers{state=\"running\"} 2"));
+        assert!(text.contains("opkernel_node_lease_age_seconds{node=\"n1\"} 1.5"));
         assert!(text.contains("opkernel_containers{state=\"exited\"} 0"));
         assert!(text.contains("opkernel_op_start_seconds_count 1"));
         assert!(text.contains("opkernel_store_transaction_seconds_count{kind=\"write\"} 1"));

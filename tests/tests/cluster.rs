@@ -72,6 +72,11 @@ async fn two_nodes_share_the_work_and_a_killed_nodes_ops_are_settled_by_the_othe
     let listed = nodes(&n2).await;
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert!(listed.iter().all(|n| n["state"] == "active"), "{listed:?}");
+    let metrics = String::from_utf8(n1.client.get_bytes("/metrics").await.unwrap()).unwrap();
+    assert!(
+        metrics.contains("opkernel_node_lease_age_seconds{node=\"n2\"}"),
+        "{metrics}"
+    );
     // four runs, every start sent to n1: two are placed on each node
     let runs: Vec<String> = (0..4).map(|i| unique_run(&format!("c{i}"))).collect();
     // each op runs until a file appears in its run's scratch: the test

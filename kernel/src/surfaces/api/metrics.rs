@@ -28,6 +28,11 @@ async fn exposition(k: &AppState) -> ApiResult<Response> {
         }
         Err(e) => tracing::warn!(%e, "metrics: containers not listed"),
     }
+    if k.node.is_some() {
+        for n in k.store.nodes().await? {
+            levels.node_lease_age_ms.insert(n.name, n.lease_age_ms);
+        }
+    }
     let text = k.store.metrics().render(&levels);
     Ok(([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
