@@ -72,6 +72,19 @@ async fn two_nodes_share_the_work_and_a_killed_nodes_ops_are_settled_by_the_othe
     let listed = nodes(&n2).await;
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert!(listed.iter().all(|n| n["state"] == "active"), "{listed:?}");
+    // the operator drains a node (no new runs there) and lets it take runs again
+    let drained = n1
+        .client
+        .post("/v1/nodes/n2/drain", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(drained["state"], "draining", "{drained}");
+    let back = n2
+        .client
+        .post("/v1/nodes/n2/activate", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(back["state"], "active", "{back}");
     let metrics = String::from_utf8(n1.client.get_bytes("/metrics").await.unwrap()).unwrap();
     assert!(
         metrics.contains("opkernel_node_lease_age_seconds{node=\"n2\"}"),

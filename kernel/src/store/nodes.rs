@@ -120,6 +120,20 @@ impl Store {
         .await
     }
 
+    /// Lets new runs be placed on a draining node again; false when no
+    /// such draining node.
+    pub async fn activate_node(&self, name: &str) -> StoreResult<bool> {
+        let name = name.to_owned();
+        self.write(move |tx| {
+            let n = tx.execute(
+                "UPDATE nodes SET state = 'active' WHERE name = ?1 AND state = 'draining'",
+                vals![name],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
     /// Every node, by name.
     pub async fn nodes(&self) -> StoreResult<Vec<NodeRow>> {
         self.read(|tx| {

@@ -138,7 +138,12 @@ async fn a_tree_is_placed_on_the_least_loaded_active_node_and_stays_there() {
     assert_eq!(
         rows.iter().find(|n| n.name == drained).unwrap().state,
         "draining"
-    ); // a node with a free warm-pool container is preferred for a new tree
+    );
+    // drained, then active again: it takes new trees again
+    assert!(store.activate_node(&drained).await.unwrap());
+    assert!(!store.activate_node(&drained).await.unwrap());
+    assert!(store.drain_node(&drained).await.unwrap());
+    // a node with a free warm-pool container is preferred for a new tree
     let epoch = store
         .join_node("n3", "http://n3:7878", 60_000)
         .await

@@ -94,6 +94,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/containers", get(views::containers))
         .route("/v1/nodes", get(nodes::nodes))
         .route("/v1/nodes/{name}/drain", post(nodes::drain))
+        .route("/v1/nodes/{name}/activate", post(nodes::activate))
         .route("/v1/containers/{id}", get(inspect::inspect))
         .route("/v1/reap", post(views::reap));
     if kernel.config.drills {

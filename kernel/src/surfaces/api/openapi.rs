@@ -99,6 +99,7 @@ impl Modify for Conventions {
         super::inspect::inspect,
         super::nodes::nodes,
         super::nodes::drain,
+        super::nodes::activate,
         super::metrics::metrics,
         super::runs::create_run,
         super::runs::list_runs,

@@ -18,6 +18,14 @@ pub enum NodeAction {
         #[arg(long)]
         json: bool,
     },
+    /// Let new runs be placed on a drained node again
+    Activate {
+        /// The node's name
+        name: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `opkernel nodes`: every node, its state, lease age and load.
@@ -41,20 +49,22 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<i32> {
 
 /// `opkernel node ACTION`.
 pub(super) async fn act(client: &Client, action: NodeAction) -> anyhow::Result<i32> {
-    match action {
-        NodeAction::Drain { name, json } => {
-            let drained: NodeDrained = client
-                .post_as(&format!("/v1/nodes/{name}/drain"), &json!({}), None)
-                .await?;
-            if json {
-                print_json(&drained);
-            } else {
-                println!(
-                    "node {} is {}: no new run is placed there",
-                    drained.name, drained.state
-                );
-            }
-            Ok(0)
-        }
+    let (name, json, verb) = match action {
+        NodeAction::Drain { name, json } => (name, json, "drain"),
+        NodeAction::Activate { name, json } => (name, json, "activate"),
+    };
+    let now: NodeDrained = client
+        .post_as(&format!("/v1/nodes/{name}/{verb}"), &json!({}), None)
+        .await?;
+    if json {
+        print_json(&now);
+    } else if now.state == "draining" {
+        println!("node {} is draining: no new run is placed there", now.name);
+    } else {
+        println!(
+            "node {} is {}: new runs may be placed there",
+            now.name, now.state
+        );
     }
+    Ok(0)
 }

@@ -42,11 +42,12 @@ pub struct NodeList {
     pub nodes: Vec<NodeView>,
 }
 
-/// `POST /v1/nodes/{name}/drain`.
+/// `POST /v1/nodes/{name}/drain` and `/activate`: the node's state now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeDrained {
     /// The node.
     pub name: String,
-    /// `draining`: no new run is placed there; its ops finish where they are.
+    /// `draining` (no new run is placed there; its ops finish where they
+    /// are) or `active`.
     pub state: String,
 }
