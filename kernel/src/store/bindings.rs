@@ -65,28 +65,28 @@ impl Store {
 
     /// The binding of one run, if it adopted a pool container.
     pub async fn binding_of_run(&self, run_id: &str) -> StoreResult<Option<Binding>> {
-        let run_id = run_id.to_owned();
-        self.read(move |tx| {
-            tx.query_opt(
-                "SELECT run_id, container_id, scratch_key FROM container_bindings WHERE run_id = ?1",
-                vals![run_id],
-            )?
-            .map(|r| binding_of(&r))
-            .transpose()
-        })
-        .await
+        self.binding_where("run_id", run_id).await
     }
 
     /// The binding that names a container, if any.
     pub async fn binding_of_container(&self, container_id: &str) -> StoreResult<Option<Binding>> {
-        let id = container_id.to_owned();
+        self.binding_where("container_id", container_id).await
+    }
+
+    /// The binding whose `column` (a unique one) is `value`.
+    async fn binding_where(
+        &self,
+        column: &'static str,
+        value: &str,
+    ) -> StoreResult<Option<Binding>> {
+        let value = value.to_owned();
         self.read(move |tx| {
-            tx.query_opt(
-                "SELECT run_id, container_id, scratch_key FROM container_bindings WHERE container_id = ?1",
-                vals![id],
-            )?
-            .map(|r| binding_of(&r))
-            .transpose()
+            let sql = format!(
+                "SELECT run_id, container_id, scratch_key FROM container_bindings WHERE {column} = ?1"
+            );
+            tx.query_opt(&sql, vals![value])?
+                .map(|r| binding_of(&r))
+                .transpose()
         })
         .await
     }

@@ -3,20 +3,8 @@
 //! PostgreSQL too).
 
 use crate::lifecycle::Status;
-use crate::store::{test_store, Admission, NewOp, Op, StartRequest, Store};
-
-fn start(run: &str) -> StartRequest {
-    StartRequest {
-        run_id: run.into(),
-        scratch_key: "k".into(),
-        command: vec!["true".into()],
-        background: true,
-        timeout_sec: 60,
-        idempotency_key: None,
-        approval: None,
-        schedule_id: None,
-    }
-}
+use crate::store::runs::tests::start;
+use crate::store::{test_store, Admission, NewOp, Op, Store};
 
 async fn admit(store: &Store, run: &str) -> Op {
     match store

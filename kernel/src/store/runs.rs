@@ -447,4 +447,4 @@ impl Store {
 
 #[cfg(test)]
 #[path = "runs_tests.rs"]
-mod tests;
+pub(super) mod tests;

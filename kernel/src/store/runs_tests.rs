@@ -5,7 +5,8 @@ use crate::store::{
     StartRequest, Store,
 };
 
-fn start(run: &str) -> StartRequest {
+/// A background `true` for `run` (the store's tests share it).
+pub(in crate::store) fn start(run: &str) -> StartRequest {
     StartRequest {
         run_id: run.into(),
         scratch_key: "k".into(),

@@ -67,12 +67,10 @@ impl Kernel {
     ) -> Option<ContainerInfo> {
         self.registry.running(&identity.name).or_else(|| {
             let b = self.pool.binding(&identity.run_id)?;
+            // registered only while its binding file leads there
+            // (remember_container)
             let info = self.registry.running_id(&b.container_id)?;
-            // its binding file must lead there (else bound_container
-            // writes it again)
-            let linked = self.backend.scratch_binding(&identity.scratch_key).ok()?;
-            let fits = info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile));
-            (fits && linked.as_ref() == Some(&b.scratch_key)).then_some(info)
+            (info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile))).then_some(info)
         })
     }
 

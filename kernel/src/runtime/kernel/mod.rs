@@ -379,7 +379,19 @@ impl Kernel {
     }
 
     /// Records a run container (its probes go by its launcher when ops do).
+    ///
+    /// An adopted pool container is recorded only while its run's binding
+    /// file leads to it (every path to it goes through that file; a missing
+    /// one is written again by the run's next op): a registered container
+    /// is used without a second look.
     pub fn remember_container(&self, info: &ContainerInfo) {
+        if let Some(crate::runtime::pool::PoolRole::Bound(run)) = self.pool.role(info) {
+            let run_key = sandbox::profile::scratch_key(&run);
+            let linked = self.backend.scratch_binding(&run_key).ok().flatten();
+            if linked.as_ref() != info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) {
+                return;
+            }
+        }
         // a root command could write the inbox: then probes go by exec only
         if self.hands_over_to(info) {
             if let Some(key) = info.labels.get(sandbox::profile::LABEL_SCRATCH_KEY) {

@@ -21,7 +21,7 @@ pub use adopt::AdoptError;
 
 use std::collections::{HashMap, HashSet};
 
-use sandbox::profile::{pool_fingerprint, LABEL_POOL};
+use sandbox::profile::{pool_fingerprint, LABEL_POOL, LABEL_SCRATCH_KEY};
 use sandbox::ContainerInfo;
 
 use crate::config::PoolConfig;
@@ -83,6 +83,19 @@ struct State {
     image_id: Option<String>,
 }
 
+impl State {
+    /// Records a binding: its container is the run's, taken or free no
+    /// longer.
+    fn record(&mut self, b: Binding) {
+        self.adopting.remove(&b.container_id);
+        self.uncertain.remove(&b.container_id);
+        self.free.retain(|f| f.id != b.container_id);
+        self.by_container
+            .insert(b.container_id.clone(), b.run_id.clone());
+        self.by_run.insert(b.run_id.clone(), b);
+    }
+}
+
 /// The warm pool of one kernel.
 pub struct Pool {
     config: PoolConfig,
@@ -140,13 +153,25 @@ impl Pool {
 
     /// Records a binding (loaded at start, or just written).
     pub(crate) fn remember(&self, b: Binding) {
-        let mut s = self.state.lock();
-        s.adopting.remove(&b.container_id);
-        s.uncertain.remove(&b.container_id);
-        s.free.retain(|f| f.id != b.container_id);
-        s.by_container
-            .insert(b.container_id.clone(), b.run_id.clone());
-        s.by_run.insert(b.run_id.clone(), b);
+        self.state.lock().record(b);
+    }
+
+    /// [`Pool::role`] with the state already locked.
+    fn role_locked(&self, s: &State, c: &ContainerInfo) -> PoolRole {
+        let key = c.labels.get(LABEL_SCRATCH_KEY).cloned().unwrap_or_default();
+        if let Some(run) = s.by_container.get(&c.id) {
+            PoolRole::Bound(run.clone())
+        } else if let Some(run_key) = s.unconfirmed.get(&key) {
+            PoolRole::Unconfirmed(run_key.clone())
+        } else if s.adopting.contains(&c.id) || s.uncertain.contains_key(&c.id) {
+            PoolRole::Adopting
+        } else if s.making.contains(&key) {
+            PoolRole::Making
+        } else if s.free.iter().any(|f| f.id == c.id) {
+            PoolRole::Free
+        } else {
+            PoolRole::Stray
+        }
     }
 
     /// Forgets a run's binding (its container and scratch are gone).
@@ -179,10 +204,7 @@ impl Pool {
         let mut s = self.state.lock();
         s.adopting.remove(container_id);
         if let Some(b) = found {
-            s.free.retain(|f| f.id != b.container_id);
-            s.by_container
-                .insert(b.container_id.clone(), b.run_id.clone());
-            s.by_run.insert(b.run_id.clone(), b);
+            s.record(b);
         }
     }
 

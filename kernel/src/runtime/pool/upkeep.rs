@@ -230,24 +230,6 @@ impl Pool {
         }
     }
 
-    /// [`Pool::role`] with the state already locked.
-    pub(super) fn role_locked(&self, s: &super::State, c: &ContainerInfo) -> PoolRole {
-        let key = c.labels.get(LABEL_SCRATCH_KEY).cloned().unwrap_or_default();
-        if let Some(run) = s.by_container.get(&c.id) {
-            PoolRole::Bound(run.clone())
-        } else if let Some(run_key) = s.unconfirmed.get(&key) {
-            PoolRole::Unconfirmed(run_key.clone())
-        } else if s.adopting.contains(&c.id) || s.uncertain.contains_key(&c.id) {
-            PoolRole::Adopting
-        } else if s.making.contains(&key) {
-            PoolRole::Making
-        } else if s.free.iter().any(|f| f.id == c.id) {
-            PoolRole::Free
-        } else {
-            PoolRole::Stray
-        }
-    }
-
     /// Free containers whose Docker listing is gone leave the free list.
     fn drop_vanished(&self, list: &[ContainerInfo]) {
         let mut s = self.state.lock();

@@ -35,24 +35,14 @@ pub async fn drain(
     Seg(name): Seg<String>,
 ) -> ApiResult<Json<NodeDrained>> {
     require_operator(&principal)?;
-    if k.store.drain_node(&name).await? {
-        return Ok(Json(NodeDrained {
-            name,
-            state: "draining".into(),
-        }));
-    }
-    let known = k.store.nodes().await?.into_iter().find(|n| n.name == name);
-    match known {
-        Some(n) if n.state == "draining" => Ok(Json(NodeDrained {
-            name,
-            state: n.state,
-        })),
-        Some(n) => Err(ApiError::conflict(format!(
-            "node {name} is {}: only an active node is drained",
-            n.state
-        ))),
-        None => Err(ApiError::not_found(format!("no node {name}"))),
-    }
+    let drained = k.store.drain_node(&name).await?;
+    now_in(
+        &k,
+        name,
+        drained,
+        ("draining", "only an active node is drained"),
+    )
+    .await
 }
 
 #[utoipa::path(
@@ -68,22 +58,32 @@ pub async fn activate(
     Seg(name): Seg<String>,
 ) -> ApiResult<Json<NodeDrained>> {
     require_operator(&principal)?;
-    if k.store.activate_node(&name).await? {
-        return Ok(Json(NodeDrained {
-            name,
-            state: "active".into(),
-        }));
-    }
-    let known = k.store.nodes().await?.into_iter().find(|n| n.name == name);
-    match known {
-        Some(n) if n.state == "active" => Ok(Json(NodeDrained {
-            name,
-            state: n.state,
-        })),
-        Some(n) => Err(ApiError::conflict(format!(
-            "node {name} is {}: only a draining node is activated (a dead one joins again by itself)",
-            n.state
-        ))),
-        None => Err(ApiError::not_found(format!("no node {name}"))),
-    }
+    let activated = k.store.activate_node(&name).await?;
+    let refused = "only a draining node is activated (a dead one joins again by itself)";
+    now_in(&k, name, activated, ("active", refused)).await
+}
+
+/// The answer to a state change of a node: done (`changed`), already in
+/// `want` (the same answer: the call is idempotent), else a conflict naming
+/// its state, or 404 for no such node.
+async fn now_in(
+    k: &AppState,
+    name: String,
+    changed: bool,
+    (want, refused): (&str, &str),
+) -> ApiResult<Json<NodeDrained>> {
+    let state = match changed {
+        true => want.to_owned(),
+        false => match k.store.nodes().await?.into_iter().find(|n| n.name == name) {
+            Some(n) if n.state == want => n.state,
+            Some(n) => {
+                return Err(ApiError::conflict(format!(
+                    "node {name} is {}: {refused}",
+                    n.state
+                )))
+            }
+            None => return Err(ApiError::not_found(format!("no node {name}"))),
+        },
+    };
+    Ok(Json(NodeDrained { name, state }))
 }
