@@ -12,16 +12,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-build_debian() {
-  local image=opkernel-sandbox:debian
-  local packages=python3,git,procps,ca-certificates
-  local recipe current work="$root/target/debian-image"
-  recipe=$(printf 'bookworm minbase %s\n' "$packages" | cat - "$0" | sha256sum | cut -c1-16)
-  current=$(docker image inspect -f '{{ index .Config.Labels "opkernel.recipe" }}' "$image" 2>/dev/null || true)
-  if [ "$current" = "$recipe" ]; then
-    echo "image $image is up to date (recipe $recipe)"
-    return 0
-  fi
+# a Debian bookworm (minbase plus $2) in $1/rootfs, by debootstrap
+debootstrap_rootfs() {
+  local work=$1 packages=$2
   if ! command -v debootstrap >/dev/null; then
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   fi
@@ -31,6 +24,19 @@ build_debian() {
     tail -20 "$work/debootstrap.log" >&2
     exit 1
   }
+}
+
+build_debian() {
+  local image=opkernel-sandbox:debian
+  local packages=python3,git,procps,ca-certificates
+  local recipe current work="$root/target/debian-image"
+  recipe=$(printf 'bookworm minbase %s\n' "$packages" | cat - <(declare -f build_debian debootstrap_rootfs) | sha256sum | cut -c1-16)
+  current=$(docker image inspect -f '{{ index .Config.Labels "opkernel.recipe" }}' "$image" 2>/dev/null || true)
+  if [ "$current" = "$recipe" ]; then
+    echo "image $image is up to date (recipe $recipe)"
+    return 0
+  fi
+  debootstrap_rootfs "$work" "$packages"
   # the run user, as the project's own image has it; nothing else is added
   chroot "$work/rootfs" /usr/sbin/groupadd -g 1000 agent
   chroot "$work/rootfs" /usr/sbin/useradd -u 1000 -g 1000 -d /scratch -s /bin/bash -M agent
@@ -44,10 +50,36 @@ build_debian() {
   echo "built $image (recipe $recipe, $(docker image inspect -f '{{ .Size }}' "$image") bytes)"
 }
 
-if [ "${1:-}" = "--debian" ]; then
-  build_debian
-  exit 0
-fi
+# scripts/build-image.sh --node builds opkernel-node:latest, the image of a
+# cluster node (scripts/cluster.sh): a Debian bookworm with Debian's
+# docker.io (each node runs its own engine) and postgresql (the cluster's
+# shared store runs in the same image); cached by the same recipe hash.
+build_node() {
+  local image=opkernel-node:latest
+  local packages=docker.io,postgresql,procps,iptables,ca-certificates
+  local recipe current work="$root/target/node-image"
+  recipe=$(printf 'node bookworm minbase %s\n' "$packages" | cat - <(declare -f build_node debootstrap_rootfs) | sha256sum | cut -c1-16)
+  current=$(docker image inspect -f '{{ index .Config.Labels "opkernel.recipe" }}' "$image" 2>/dev/null || true)
+  if [ "$current" = "$recipe" ]; then
+    echo "image $image is up to date (recipe $recipe)"
+    return 0
+  fi
+  debootstrap_rootfs "$work" "$packages"
+  # the package's own cluster is not used: the store's entry makes its own
+  rm -rf "$work/rootfs/var/lib/postgresql/15/main" "$work/rootfs/etc/postgresql/15/main"
+  rm -rf "$work/rootfs"/var/cache/apt/archives/*.deb "$work/rootfs"/var/lib/apt/lists/*
+  tar -C "$work/rootfs" -c . | docker import \
+    --change "LABEL opkernel.recipe=$recipe" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/lib/postgresql/15/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/bin/sh"]' - "$image" >/dev/null
+  rm -rf "$work"
+  echo "built $image (recipe $recipe, $(docker image inspect -f '{{ .Size }}' "$image") bytes)"
+}
+
+case "${1:-}" in
+  --debian) build_debian; exit 0 ;;
+  --node) build_node; exit 0 ;;
+esac
 
 image=${OPKERNEL_IMAGE:-opkernel-sandbox:latest}
 packages=(busybox-static bash-static)

@@ -1,6 +1,8 @@
 //! Shared helpers of the end-to-end tests: a sandbox on a throwaway home,
 //! unique run ids, and polling with a deadline instead of fixed sleeps.
 
+pub mod cluster;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# A real opkernel cluster on this machine (SPEC §20):
+#
+#   scripts/cluster.sh up N    N nodes (1..9) and the PostgreSQL they share
+#   scripts/cluster.sh down    removes everything `up` made
+#
+# Each node is a Docker-in-Docker container of opkernel-node:latest (a
+# Debian bookworm with Debian's docker.io, built once by build-image.sh
+# --node and cached by its recipe hash): its own dockerd (vfs storage
+# driver), the sandbox image moved in by `docker save | docker load`, and
+# the host's kernel binary ($OPKERNEL_BIN, default target/debug/opkernel)
+# mounted in and run as `opkernel serve --node nI`. The store is a
+# PostgreSQL container of the same image. All sit on a private network the
+# script creates (static addresses, so a cut and healed link keeps its
+# address); each node's API and the store are published on host loopback
+# ports. The last line of `up` is one JSON object:
+#   {"store", "operator_token", "network", "nodes": [{"name", "container", "url"}]}
+# OPKERNEL_NODE_TTL_SEC and OPKERNEL_POOL, when set, are passed to every node.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+name=${OPKERNEL_CLUSTER:-opkernel-cluster}
+net=$name
+subnet_prefix=${OPKERNEL_CLUSTER_SUBNET:-10.213.7}
+state="$root/target/cluster"
+bin=${OPKERNEL_BIN:-$root/target/debug/opkernel}
+label="opkernel.cluster=$name"
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+down() {
+  local ids
+  ids=$(docker ps -aq --filter "label=$label")
+  # shellcheck disable=SC2086 # one id per word
+  [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
+  docker network rm "$net" >/dev/null 2>&1 || true
+  rm -rf "$state"
+}
+
+# waits up to $2 seconds for the command $1 (a string) to succeed
+wait_for() {
+  local deadline=$((SECONDS + $2))
+  until eval "$1" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "cluster: gave up waiting for: $1" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+start_store() {
+  local port=$1 password=$2
+  docker run -d --name "$name-pg" --hostname pg --label "$label" \
+    --network "$net" --ip "$subnet_prefix.2" --network-alias pg \
+    -p "127.0.0.1:$port:5432" -e "PGPASSWORD=$password" \
+    -v "$root/docker/cluster/store-entry.sh:/entry.sh:ro" \
+    opkernel-node:latest /entry.sh >/dev/null
+  wait_for "docker exec $name-pg pg_isready -q -h 127.0.0.1 -U opkernel -d opkernel" 60 || {
+    docker logs "$name-pg" >&2
+    return 1
+  }
+}
+
+start_node() {
+  local node=$1 index=$2 port=$3 store=$4
+  local pass=()
+  [ -z "${OPKERNEL_NODE_TTL_SEC:-}" ] || pass+=(-e "OPKERNEL_NODE_TTL_SEC=$OPKERNEL_NODE_TTL_SEC")
+  [ -z "${OPKERNEL_POOL:-}" ] || pass+=(-e "OPKERNEL_POOL=$OPKERNEL_POOL")
+  docker run -d --name "$name-$node" --hostname "$node" --label "$label" \
+    --network "$net" --ip "$subnet_prefix.$((10 + index))" --network-alias "$node" \
+    -p "127.0.0.1:$port:7700" \
+    --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    --cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
+    --tmpfs /run:rw,exec,size=64m \
+    -e "NODE=$node" -e "ADVERTISE=http://$node:7700" -e "OPKERNEL_STORE=$store" \
+    "${pass[@]}" \
+    -v "$bin:/usr/local/bin/opkernel:ro" \
+    -v "$root/docker/cluster/node-entry.sh:/entry.sh:ro" \
+    -v "$state/images:/images:ro" \
+    -v "$state/operator.token:/run/cluster/operator.token:ro" \
+    opkernel-node:latest /entry.sh >/dev/null
+}
+
+up() {
+  local n=$1
+  case $n in [1-9]) ;; *) echo "cluster: up takes a node count from 1 to 9, not '$n'" >&2; exit 2 ;; esac
+  [ -x "$bin" ] || { echo "cluster: no kernel binary at $bin (cargo build first, or set OPKERNEL_BIN)" >&2; exit 1; }
+  down
+  scripts/docker-up.sh >&2
+  scripts/build-image.sh >&2
+  scripts/build-image.sh --node >&2
+  mkdir -p "$state/images"
+  docker save opkernel-sandbox:latest -o "$state/images/sandbox.tar"
+  local token password pg_port
+  token=$(random_hex 32)
+  password=$(random_hex 16)
+  (umask 077 && echo "$token" >"$state/operator.token")
+  docker network create --subnet "$subnet_prefix.0/24" --label "$label" "$net" >/dev/null
+  pg_port=$(free_port)
+  start_store "$pg_port" "$password"
+  local i ports=()
+  for i in $(seq 1 "$n"); do
+    ports[i]=$(free_port)
+    start_node "n$i" "$i" "${ports[i]}" "postgres://opkernel:$password@pg:5432/opkernel"
+  done
+  local nodes="" sep=""
+  for i in $(seq 1 "$n"); do
+    local url="http://127.0.0.1:${ports[i]}"
+    wait_for "curl -fsS $url/v1/health" 120 || {
+      docker logs "$name-n$i" >&2
+      docker exec "$name-n$i" tail -30 /var/lib/opkernel/serve.out >&2 || true
+      exit 1
+    }
+    nodes+="$sep{\"name\": \"n$i\", \"container\": \"$name-n$i\", \"url\": \"$url\"}"
+    sep=", "
+  done
+  # every node sees every other as an active member
+  wait_for "[ \$(curl -fsS -H 'Authorization: Bearer $token' http://127.0.0.1:${ports[1]}/v1/nodes | grep -o '\"state\":\"active\"' | wc -l) -eq $n ]" 60
+  echo "{\"store\": \"postgres://opkernel:$password@127.0.0.1:$pg_port/opkernel\", \"operator_token\": \"$token\", \"network\": \"$net\", \"nodes\": [$nodes]}"
+}
+
+case "${1:-}" in
+  up) up "${2:-3}" ;;
+  down) down ;;
+  *) echo "usage: scripts/cluster.sh up N | down" >&2; exit 2 ;;
+esac
