@@ -12,6 +12,12 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 
+# one build of an image at a time (.ci/run starts them in the background
+# while the kernel compiles; test.sh then finds them built)
+mkdir -p "$root/target"
+exec 9>"$root/target/build-image${1:-}.lock"
+flock 9
+
 # a Debian bookworm (minbase plus $2) in $1/rootfs, by debootstrap
 debootstrap_rootfs() {
   local work=$1 packages=$2

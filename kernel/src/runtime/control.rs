@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::lifecycle::KillReason;
 use crate::runs::RunAction;
 use crate::runtime::kernel::Kernel;
+use crate::store::hints::HintKind;
 use crate::store::{
     Admission, ApprovalHold, Fire, NewOp, Op, Refusal, RunChange, StartRequest, StoreError,
     StoreResult,
@@ -21,12 +22,27 @@ use crate::store::{
 
 /// Hands an op the store just inserted (`fresh`: its launch is ours) or
 /// found again to its supervised observer; a held or terminal op has none.
+/// An op placed on another cluster node is hinted to that node (its
+/// observer there launches it; the one here finds it is not its own).
 fn observe(k: &Arc<Kernel>, op: &Op, fresh: bool) {
+    if op.status.is_observed() {
+        hint(k, op, HintKind::Start);
+    }
     match (op.status.is_observed(), fresh) {
         (false, _) => {}
         (true, true) => crate::runtime::observer::spawn_fresh(k, op.clone()),
         (true, false) => crate::runtime::observer::spawn(k, op.id.clone()),
     }
+}
+
+/// Tells the node an op is placed on, when that is another node, what to
+/// look at (in the background: a hint, the node's poll covers its loss).
+fn hint(k: &Arc<Kernel>, op: &Op, kind: HintKind) {
+    if k.runs_here(op.node.as_deref()) {
+        return;
+    }
+    let (store, node, id) = (k.store.clone(), op.node.clone(), op.id.clone());
+    tokio::spawn(async move { store.hint(node.as_deref(), kind, &id).await });
 }
 
 /// Admits a start (one transaction: idempotency, run state, budgets,
@@ -55,6 +71,9 @@ pub async fn kill(k: &Arc<Kernel>, op_id: &str, reason: KillReason) -> StoreResu
             k.poke_kill(op_id)
         }
     })?;
+    if let Some(op) = &op {
+        hint(k, op, HintKind::Kill);
+    }
     crate::runtime::observer::spawn(k, op_id.to_owned());
     k.poke_kill(op_id);
     Ok(op)
@@ -104,7 +123,7 @@ pub async fn approve(k: &Arc<Kernel>, op_id: &str) -> StoreResult<Result<Option<
     let approved = k.store.approve_op(op_id).await?;
     if let Ok(Some(op)) = &approved {
         tracing::info!(op = %op.id, run = %op.run_id, "approved");
-        crate::runtime::observer::spawn_fresh(k, op.clone());
+        observe(k, op, true);
     }
     Ok(approved)
 }

@@ -4,7 +4,8 @@
 //! (theirs ops settled, their runs' waiters woken); and the hand-off: the
 //! ops placed on this node by another one get an observer here within a
 //! second, and a kill taken by another node wakes the observer here; and
-//! the late results: a node back from the dead watches the ops it lost for
+//! the late results (hand-off and kills are also hinted by the node that
+//! took them, and acted on at once): a node back from the dead watches the ops it lost for
 //! a real `.code`, recorded as `tool.late_result` (the op stays `lost`).
 
 use std::collections::{HashMap, HashSet};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::event_kind::ToolLateResult;
 use crate::runtime::kernel::Kernel;
+use crate::store::hints::HintKind;
 use crate::store::{Op, StoreError};
 use crate::sync::Stop;
 
@@ -44,11 +46,21 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
         return;
     };
     let every = node.config.renew_every();
-    let mut renewed = Instant::now();
+    let look_every = HAND_OFF_EVERY.min(every);
+    let (mut renewed, mut looked) = (Instant::now(), Instant::now());
     let mut poked = HashSet::new();
     let mut late = LateWatch::default();
     let mut load_late = true;
-    while stop.nap(HAND_OFF_EVERY.min(every)).await {
+    loop {
+        let hinted = tokio::select! {
+            hinted = k.store.hints().wait(look_every.saturating_sub(looked.elapsed())) => hinted,
+            () = stop.stopped() => return,
+        };
+        take_hints(&k, hinted);
+        if looked.elapsed() < look_every {
+            continue;
+        }
+        looked = Instant::now();
         if renewed.elapsed() >= every {
             renewed = Instant::now();
             match lease_and_sweep(&k).await {
@@ -178,6 +190,21 @@ impl LateWatch {
         }
         for id in done {
             self.ops.remove(&id);
+        }
+    }
+}
+
+/// What other nodes hinted at once (SPEC §20): an observer for an op
+/// placed here (it re-reads the row: one not placed here, or fenced, is
+/// left alone), a wake-up for a kill taken elsewhere.
+fn take_hints(k: &Arc<Kernel>, hinted: Vec<(HintKind, String)>) {
+    for (kind, id) in hinted {
+        match kind {
+            HintKind::Start if k.may_start() && !k.observes(&id) => {
+                crate::runtime::observer::spawn(k, id)
+            }
+            HintKind::Start => {}
+            HintKind::Kill => k.poke_kill(&id),
         }
     }
 }

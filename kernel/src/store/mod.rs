@@ -10,6 +10,7 @@ mod change;
 mod claims;
 pub mod db;
 mod fire;
+pub mod hints;
 mod journal;
 mod levels;
 mod nodes;
@@ -136,6 +137,8 @@ pub struct Store {
     /// This kernel's cluster node: its recovery, watchdog and hand-off see
     /// only the ops placed on it.
     node: Arc<std::sync::OnceLock<String>>,
+    /// Hand-off hints heard for this node (PostgreSQL only).
+    hints: Arc<hints::Hints>,
 }
 
 /// The database behind a [`Store`].
@@ -193,6 +196,7 @@ impl Store {
             outbox: Default::default(),
             cluster: Default::default(),
             node: Default::default(),
+            hints: Default::default(),
         })
     }
 
@@ -206,8 +210,15 @@ impl Store {
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
         let (listening, stop) = crate::sync::Stop::new();
         let hook = journal.clone();
-        let on_event: db::pglisten::OnEvent = Arc::new(move |_run: &str| {
-            hook.send_modify(|n| *n += 1);
+        let hints = Arc::new(hints::Hints::default());
+        let heard = hints.clone();
+        let on_event: db::pglisten::OnEvent = Arc::new(move |channel: &str, payload: &str| {
+            if channel != hints::CHANNEL {
+                hook.send_modify(|n| *n += 1);
+            }
+            if channel != db::pglisten::CHANNEL {
+                heard.heard(payload);
+            }
         });
         tokio::spawn(db::pglisten::listen(url.to_owned(), on_event, stop));
         Ok(Store {
@@ -220,6 +231,7 @@ impl Store {
             outbox: Default::default(),
             cluster: Default::default(),
             node: Default::default(),
+            hints,
         })
     }
 
@@ -262,6 +274,7 @@ impl Store {
     /// (the kernel runs as one).
     pub fn enable_cluster(&self, node: &str) {
         let _ = self.node.set(node.to_owned());
+        self.hints.set_node(node);
         self.cluster
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }

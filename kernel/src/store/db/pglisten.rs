@@ -1,17 +1,20 @@
-//! Wake-ups from a PostgreSQL control plane (SPEC §19): one connection
-//! that `LISTEN`s on `opkernel_events` (each new event row notifies its run
-//! id, migration 0005) and hands each run id to the kernel. A hint only:
-//! waiters also re-read on their own timer, and after every (re)connect
-//! everyone is woken once (`""`), so a notification lost while the
-//! connection was down delays a reader and never loses an event.
+//! Wake-ups from a PostgreSQL control plane (SPEC §19, §20): one
+//! connection that `LISTEN`s on `opkernel_events` (each new event row
+//! notifies its run id, migration 0005) and on the cluster's hand-off
+//! hints (`opkernel_nodes`), and hands each (channel, payload) to the
+//! kernel. A hint only: waiters also re-read on their own timer, and after
+//! every (re)connect everyone is woken once (`("", "")`), so a notification
+//! lost while the connection was down delays a reader and never loses an
+//! event.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::{AsyncMessage, NoTls};
 
-/// Called with the run id of each event notified; `""` wakes everyone.
-pub type OnEvent = Arc<dyn Fn(&str) + Send + Sync>;
+/// Called with the channel and payload of each notification (an event's
+/// run id, a hand-off hint); `("", "")` wakes everyone.
+pub type OnEvent = Arc<dyn Fn(&str, &str) + Send + Sync>;
 
 /// The channel the events' trigger notifies.
 pub const CHANNEL: &str = "opkernel_events";
@@ -32,7 +35,7 @@ pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::sync::Stop)
             Err(e) => tracing::warn!(%e, "store notifications unavailable; readers poll meanwhile"),
         }
         // whatever was missed while down: everyone re-reads
-        on_event("");
+        on_event("", "");
         if !stop.nap(backoff).await {
             return;
         }
@@ -41,14 +44,16 @@ pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::sync::Stop)
 }
 
 /// One connection's life: LISTEN, then every notification until it drops.
-async fn session(url: &str, on_event: &OnEvent) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
+async fn session(url: &str, on_event: &OnEvent) -> Result<(), String> {
+    let config = super::pgpool::config(url).map_err(|e| e.to_string())?;
+    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                 Some(Ok(AsyncMessage::Notification(n))) => {
-                    if tx.send(n.payload().to_owned()).is_err() {
+                    let heard = (n.channel().to_owned(), n.payload().to_owned());
+                    if tx.send(heard).is_err() {
                         return Ok(());
                     }
                 }
@@ -58,11 +63,15 @@ async fn session(url: &str, on_event: &OnEvent) -> Result<(), tokio_postgres::Er
             }
         }
     });
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
-    on_event("");
-    while let Some(run) = rx.recv().await {
-        on_event(&run);
+    let hints = crate::store::hints::CHANNEL;
+    client
+        .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {hints}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    on_event("", "");
+    while let Some((channel, payload)) = rx.recv().await {
+        on_event(&channel, &payload);
     }
     drop(client);
-    driver.await.unwrap_or(Ok(()))
+    driver.await.unwrap_or(Ok(())).map_err(|e| e.to_string())
 }

@@ -4,13 +4,15 @@
 //! `--recovery-only OPS CONTAINERS` runs only the recovery measurement;
 //! `--concurrent-only OPS RUNS` only the concurrency one;
 //! `--latency-only [SAMPLES]` only the start and running latencies;
-//! `--pool-only [SAMPLES]` only a new run's first command, pool on and off.
+//! `--pool-only [SAMPLES]` only a new run's first command, pool on and off;
+//! `--cluster` the cluster's figures on `scripts/cluster.sh` nodes.
 //! `--check` exits non-zero when a correctness figure is off (see
 //! [`Checks`]); timings are reported, never asserted (the machine is noisy).
 
 #![recursion_limit = "256"]
 
 mod abuse;
+mod cluster;
 mod full;
 mod latency;
 mod only;
@@ -220,6 +222,12 @@ async fn main() -> anyhow::Result<()> {
         only::pool(&bin, num("--pool-only", 1).unwrap_or(30), &mut checks).await?;
     } else if flag("--abuse-only") {
         only::abuse(&bin, &mut checks).await?;
+    } else if flag("--cluster") {
+        let figures = cluster::measure(quick, &mut checks).await?;
+        println!("{figures:#}");
+        if as_json {
+            println!("{figures}");
+        }
     } else {
         eprintln!(
             "bench: kernel {} ({} mode, store {store})",

@@ -1,0 +1,118 @@
+//! Hand-off hints between cluster nodes (SPEC §20): a node that inserts an
+//! op placed on another node, or takes a kill for one, notifies the
+//! channel `opkernel_nodes` with `"<node> start|kill <op id>"` after its
+//! commit; the addressed node's loop looks at that op at once instead of
+//! at its next poll. A hint only: the poll (every second) finds every op a
+//! lost hint would have named, and a hint names nothing the op's row does
+//! not say again (the addressed node re-reads the row before it acts).
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use super::{Store, StoreResult};
+use crate::vals;
+
+/// The channel of the hints.
+pub const CHANNEL: &str = "opkernel_nodes";
+
+/// Most hints held between two looks (more are dropped: the poll finds
+/// their ops).
+const MAX_HELD: usize = 10_000;
+
+/// What a hint asks of the addressed node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintKind {
+    /// An op was placed on it: observe it (which claims and starts it).
+    Start,
+    /// A kill was taken for one of its ops: wake that op's observer.
+    Kill,
+}
+
+impl HintKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            HintKind::Start => "start",
+            HintKind::Kill => "kill",
+        }
+    }
+}
+
+/// The hints heard for this kernel's node, until its loop takes them.
+#[derive(Default)]
+pub struct Hints {
+    node: OnceLock<String>,
+    held: Mutex<Vec<(HintKind, String)>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Hints {
+    pub(super) fn set_node(&self, node: &str) {
+        let _ = self.node.set(node.to_owned());
+    }
+
+    /// A notification's payload: kept when it is addressed to this node;
+    /// `""` (the listener reconnected: something may have been missed)
+    /// wakes the loop for a full look.
+    pub(super) fn heard(&self, payload: &str) {
+        let Some(me) = self.node.get() else {
+            return;
+        };
+        if !payload.is_empty() {
+            let mut words = payload.splitn(3, ' ');
+            let (node, kind, op) = (words.next(), words.next(), words.next());
+            let kind = match kind {
+                Some("start") => HintKind::Start,
+                Some("kill") => HintKind::Kill,
+                _ => return,
+            };
+            let (Some(node), Some(op)) = (node, op) else {
+                return;
+            };
+            if node != me {
+                return;
+            }
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if held.len() < MAX_HELD {
+                held.push((kind, op.to_owned()));
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// Waits up to `d` for a hint; then takes every hint held.
+    pub async fn wait(&self, d: Duration) -> Vec<(HintKind, String)> {
+        let _ = tokio::time::timeout(d, self.wake.notified()).await;
+        std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Store {
+    /// The hints heard for this node.
+    pub fn hints(&self) -> &Hints {
+        &self.hints
+    }
+
+    /// Tells `node` about `op` when it is another node than this one (a
+    /// hint only: a failure is logged, the poll covers it).
+    pub async fn hint(&self, node: Option<&str>, kind: HintKind, op: &str) {
+        let Some(node) = node else {
+            return;
+        };
+        if self.node().is_none_or(|me| me == node) {
+            return;
+        }
+        let payload = format!("{node} {} {op}", kind.as_str());
+        let sent: StoreResult<()> = self
+            .write(move |tx| {
+                tx.query(
+                    &format!("SELECT pg_notify('{CHANNEL}', ?1)"),
+                    vals![payload],
+                )?;
+                Ok(())
+            })
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(%e, "cluster: hand-off hint not sent; the poll finds the op");
+        }
+    }
+}
