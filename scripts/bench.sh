@@ -8,6 +8,10 @@
 # (with a PostgreSQL URL each kernel it starts gets a fresh database there;
 # the JSON says "store": "sqlite" or "postgres")
 #        scripts/bench.sh --recovery-only OPS CONTAINERS
+#        scripts/bench.sh --cluster [--quick] [--json]: the cluster's figures on
+#        scripts/cluster.sh nodes (start on the run's node vs through another,
+#        throughput of 3,000 ops over 30 runs on 1 node vs 3, docker kill to
+#        dead over 10 trials, ops lost on a kill, PostgreSQL commits per op)
 # --check: exit non-zero when a correctness figure is off (an op lost or
 # duplicated, an op started by docker exec in the launcher path, kernel
 # peak RSS over 150 MB, a measuring client that failed); timings are

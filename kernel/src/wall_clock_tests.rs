@@ -34,7 +34,7 @@ const SQL_CLOCK: &[&str] = &[
 /// many times, and why it is not a deadline's clock.
 const ALLOWED: &[(&str, &str, usize, &str)] = &[
     (
-        "kernel/src/store/nodes.rs",
+        "kernel/src/store/lease.rs",
         "'now'",
         1,
         "the database's clock for cluster leases (SPEC §20), in SQLite's spelling: a lease is judged by the store's clock, never a node's; no op deadline",

@@ -104,15 +104,16 @@ impl Store {
         let payload = format!("{node} {} {op}", kind.as_str());
         let sent: StoreResult<()> = self
             .write(move |tx| {
+                // pg_notify returns void: selected through a subquery
                 tx.query(
-                    &format!("SELECT pg_notify('{CHANNEL}', ?1)"),
+                    &format!("SELECT 1 AS sent FROM (SELECT pg_notify('{CHANNEL}', ?1)) AS n"),
                     vals![payload],
                 )?;
                 Ok(())
             })
             .await;
         if let Err(e) = sent {
-            tracing::debug!(%e, "cluster: hand-off hint not sent; the poll finds the op");
+            tracing::warn!(%e, "cluster: hand-off hint not sent; the poll finds the op");
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod db;
 mod fire;
 pub mod hints;
 mod journal;
+mod lease;
 mod levels;
 mod nodes;
 #[cfg(test)]

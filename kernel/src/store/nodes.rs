@@ -5,20 +5,12 @@
 //! fewest live ops; the exec claim is fenced by the claiming node's epoch.
 
 use super::db::{Dialect, Tx};
+pub(super) use super::lease::db_now;
 use super::ops::{ops_of, Op, Settlement, COLUMNS};
 use super::{Store, StoreResult};
 use crate::event_kind::{EventKind, ToolLateResult};
 use crate::lifecycle::{live_sql, observed_sql, Outcome};
 use crate::vals;
-
-/// The database's clock in unix milliseconds, as SQL: leases are judged by
-/// it alone, so the nodes' own clocks may drift.
-pub(super) fn db_now(tx: &dyn Tx) -> &'static str {
-    match tx.dialect() {
-        Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-        Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
-    }
-}
 
 /// A node as the control plane has it.
 #[derive(Debug, Clone, PartialEq, Eq)]

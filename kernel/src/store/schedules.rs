@@ -557,12 +557,21 @@ impl Store {
     /// comment). Idempotent: a second run changes nothing.
     pub async fn schedules_at_start(&self, kernel_id: &str) -> StoreResult<StartupReport> {
         let kernel_id = kernel_id.to_owned();
+        let node = self.node().map(str::to_owned);
         self.write(move |tx| {
             let now = now_ms();
             let mut report = StartupReport::default();
             lock_trees_at_start(tx, now)?;
             claims_at_start(tx, &kernel_id, &mut report)?;
-            overdue_at_start(tx, now, &mut report)?;
+            // a node starting beside live ones finds nothing missed: the
+            // cluster was up, and its schedulers fire what is due
+            let cluster_up = match &node {
+                Some(me) => super::lease::others_live(tx, me)?,
+                None => false,
+            };
+            if !cluster_up {
+                overdue_at_start(tx, now, &mut report)?;
+            }
             Ok(report)
         })
         .await

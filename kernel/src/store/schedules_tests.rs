@@ -404,3 +404,29 @@ async fn a_corrupt_row_never_stops_the_others() {
     let a = store.get_schedule(&advancing.id).await.unwrap().unwrap();
     assert!(a.next_due_at.unwrap() > now_ms() - 50);
 }
+
+#[tokio::test]
+async fn a_node_starting_beside_a_live_one_finds_nothing_missed() {
+    let store = test_store().await;
+    store.enable_cluster("n1");
+    let n2 = store
+        .join_node("n2", "http://n2:7878", 60_000)
+        .await
+        .unwrap();
+    store
+        .join_node("n1", "http://n1:7878", 60_000)
+        .await
+        .unwrap();
+    let s = create(&store, every("r", 1, false)).await;
+    let overdue = now_ms() - 3_500;
+    set_due(&store, &s.id, overdue).await;
+    // n2 is up: the cluster missed nothing, its schedulers fire what is due
+    let report = store.schedules_at_start("k-n1").await.unwrap();
+    assert_eq!((report.advanced, report.skipped), (0, 0), "{report:?}");
+    let left = store.get_schedule(&s.id).await.unwrap().unwrap();
+    assert_eq!(left.next_due_at, Some(overdue));
+    // n2's lease lapsed too: the whole cluster was down, the rules apply
+    assert!(store.renew_lease("n2", n2, -1, (0, 0)).await.unwrap());
+    let report = store.schedules_at_start("k-n1").await.unwrap();
+    assert_eq!(report.advanced, 1, "{report:?}");
+}

@@ -105,3 +105,42 @@ impl Kernel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn node() -> NodeState {
+        NodeState::new(NodeConfig::new("n1", "http://n1:7700", 2).unwrap())
+    }
+
+    #[test]
+    fn a_lease_is_fresh_only_with_a_fifth_of_it_to_spare() {
+        let n = node();
+        assert!(!n.lease_fresh(), "not joined: nothing is held");
+        n.renewed(Instant::now());
+        assert!(n.lease_fresh());
+        // asked 1.7 s ago with a 2 s lease: 0.3 s left, less than a fifth
+        n.renewed(Instant::now() - Duration::from_millis(1700));
+        assert!(
+            !n.lease_fresh(),
+            "too close to the lapse to start a command"
+        );
+    }
+
+    #[test]
+    fn a_node_sweeps_only_after_holding_its_lease_a_whole_ttl() {
+        let n = node();
+        let long_ago = Instant::now() - Duration::from_secs(3);
+        n.renewed(long_ago);
+        n.renewed(Instant::now());
+        assert!(n.may_sweep(), "held without a break since 3 s ago");
+        // a failed renewal (a store outage) breaks the hold: a fresh
+        // renewal does not make it a judge again before a whole TTL
+        n.broken();
+        n.renewed(Instant::now());
+        assert!(!n.may_sweep());
+        assert!(n.lease_fresh());
+    }
+}

@@ -433,3 +433,60 @@ async fn a_runs_events_commit_in_the_order_of_their_numbers() {
         "the later event committed before the earlier one"
     );
 }
+
+/// Collects `store`'s hints for up to `d`.
+async fn hints_within(
+    store: &crate::store::Store,
+    d: std::time::Duration,
+) -> Vec<(crate::store::hints::HintKind, String)> {
+    let deadline = std::time::Instant::now() + d;
+    let mut got = Vec::new();
+    while std::time::Instant::now() < deadline {
+        got.extend(
+            store
+                .hints()
+                .wait(std::time::Duration::from_millis(100))
+                .await,
+        );
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_hand_off_hint_reaches_the_node_it_names_and_no_other() {
+    use crate::store::hints::HintKind::{Kill, Start};
+    use crate::store::Store;
+    let Some(url) = fresh_url().await else { return };
+    let (n1, n2, n3) = (
+        Store::connect(&url).await.unwrap(),
+        Store::connect(&url).await.unwrap(),
+        Store::connect(&url).await.unwrap(),
+    );
+    n1.enable_cluster("n1");
+    n2.enable_cluster("n2");
+    n3.enable_cluster("n3");
+    // the listeners connect in the background: hint until n2 hears one
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        n1.hint(Some("n2"), Start, "op-a").await;
+        let got = hints_within(&n2, std::time::Duration::from_millis(200)).await;
+        if got.contains(&(Start, "op-a".to_owned())) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "n2 never heard a hint"
+        );
+    }
+    let _ = hints_within(&n3, std::time::Duration::from_millis(300)).await;
+    n1.hint(Some("n1"), Start, "op-own").await;
+    n1.hint(None, Start, "op-unplaced").await;
+    n1.hint(Some("n2"), Kill, "op-a").await;
+    let got = hints_within(&n2, std::time::Duration::from_millis(800)).await;
+    assert!(got.contains(&(Kill, "op-a".to_owned())), "{got:?}");
+    assert!(got.iter().all(|(_, op)| op == "op-a"), "{got:?}");
+    let own = hints_within(&n1, std::time::Duration::from_millis(300)).await;
+    assert!(own.is_empty(), "a node does not hint itself: {own:?}");
+    let none = hints_within(&n3, std::time::Duration::from_millis(300)).await;
+    assert!(none.is_empty(), "n3 keeps no hint for n2: {none:?}");
+}
