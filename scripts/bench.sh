@@ -21,6 +21,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/docker-up.sh
 scripts/build-image.sh >&2
-cargo build --release --quiet -p opkernel -p opkernel-tests --bins
-export OPKERNEL_BIN="$root/target/release/opkernel"
-exec "$root/target/release/opkernel-bench" "$@"
+# OPKERNEL_BENCH_BUILD=debug measures the debug build instead (as .ci/run
+# does, whose test run built it already: the correctness figures hold for
+# any build; its timings are not the release figures and say so)
+profile=release
+if [ "${OPKERNEL_BENCH_BUILD:-release}" = debug ]; then
+  profile=debug
+  cargo build --quiet -p opkernel -p opkernel-tests --bins
+  echo "bench: the debug build (correctness figures; timings are not the release build's)" >&2
+else
+  cargo build --release --quiet -p opkernel -p opkernel-tests --bins
+fi
+export OPKERNEL_BIN="$root/target/$profile/opkernel"
+exec "$root/target/$profile/opkernel-bench" "$@"

@@ -22,11 +22,12 @@ use crate::store::{
 
 /// Hands an op the store just inserted (`fresh`: its launch is ours) or
 /// found again to its supervised observer; a held or terminal op has none.
-/// An op placed on another cluster node is hinted to that node (its
-/// observer there launches it; the one here finds it is not its own).
+/// An op placed on another cluster node is only hinted to that node (its
+/// observer there launches it).
 fn observe(k: &Arc<Kernel>, op: &Op, fresh: bool) {
-    if op.status.is_observed() {
+    if op.status.is_observed() && !k.runs_here(op.node.as_deref()) {
         hint(k, op, HintKind::Start);
+        return;
     }
     match (op.status.is_observed(), fresh) {
         (false, _) => {}

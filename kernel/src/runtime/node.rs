@@ -21,7 +21,8 @@ use crate::sync::Stop;
 /// How often the hand-off looks for this node's ops without an observer.
 const HAND_OFF_EVERY: Duration = Duration::from_secs(1);
 
-/// Joins the cluster at start (a new epoch), before recovery.
+/// Joins the cluster (a new epoch): at start, before recovery (then
+/// `keep_lease` keeps it), and again whenever the lease lapsed.
 pub async fn join(k: &Kernel) -> Result<(), StoreError> {
     let Some(node) = &k.node else {
         return Ok(());
@@ -35,54 +36,31 @@ pub async fn join(k: &Kernel) -> Result<(), StoreError> {
         .await?;
     node.set_epoch(epoch);
     node.renewed(asked);
+    node.joined();
     tracing::info!(node = %c.name, epoch, url = %c.advertise_url, "joined the cluster");
     Ok(())
 }
 
-/// The node's loop (in the housekeeping set); returns at once for a
-/// single kernel.
-pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
+/// Keeps the lease from the join on, apart from everything else (a task
+/// of its own on a connection of its own: neither recovery nor load delays
+/// a renewal): renewed every TTL/5, joined again with a new epoch when it
+/// lapsed. Returns once `stop` is pulled (after the kernel's stop), or at
+/// once for a single kernel.
+pub async fn keep_lease(k: Arc<Kernel>, mut stop: Stop) {
     let Some(node) = &k.node else {
         return;
     };
-    let every = node.config.renew_every();
-    let look_every = HAND_OFF_EVERY.min(every);
-    let (mut renewed, mut looked) = (Instant::now(), Instant::now());
-    let mut poked = HashSet::new();
-    let mut late = LateWatch::default();
-    let mut load_late = true;
-    loop {
-        let hinted = tokio::select! {
-            hinted = k.store.hints().wait(look_every.saturating_sub(looked.elapsed())) => hinted,
-            () = stop.stopped() => return,
-        };
-        take_hints(&k, hinted);
-        if looked.elapsed() < look_every {
-            continue;
+    while stop.nap(node.config.renew_every()).await {
+        if let Err(e) = renew(&k).await {
+            tracing::warn!(%e, "cluster: lease not renewed this round");
         }
-        looked = Instant::now();
-        if renewed.elapsed() >= every {
-            renewed = Instant::now();
-            match lease_and_sweep(&k).await {
-                Ok(rejoined) => load_late |= rejoined,
-                Err(e) => tracing::warn!(%e, "cluster: lease or sweep not done this round"),
-            }
-        }
-        if let Err(e) = hand_off(&k, &mut poked).await {
-            tracing::warn!(%e, "cluster: hand-off not done this round");
-        }
-        if load_late {
-            load_late = late.load(&k).await.is_err();
-        }
-        late.look(&k).await;
     }
 }
 
-/// Renews the lease (rejoining with a new epoch when it lapsed: then
-/// true), then sweeps the lapsed nodes.
-async fn lease_and_sweep(k: &Kernel) -> Result<bool, StoreError> {
+/// Renews the lease; rejoins with a new epoch when it lapsed.
+async fn renew(k: &Kernel) -> Result<(), StoreError> {
     let Some(node) = &k.node else {
-        return Ok(false);
+        return Ok(());
     };
     let c = &node.config;
     let counts = (
@@ -98,18 +76,63 @@ async fn lease_and_sweep(k: &Kernel) -> Result<bool, StoreError> {
                 .await
         }
     };
-    let held = renewal.inspect_err(|_| node.broken())?;
-    if held {
+    if renewal.inspect_err(|_| node.broken())? {
         node.renewed(asked);
-    } else {
-        // fenced: no claim matches epoch 0 until the join below lands
-        node.set_epoch(0);
-        tracing::warn!(node = %c.name, "cluster: this node's lease lapsed or its epoch changed; it claims nothing until it has joined again");
-        join(k).await?;
+        return Ok(());
     }
-    // only a node that held its own lease a whole TTL judges the others
-    if !node.may_sweep() {
-        return Ok(!held);
+    // fenced: no claim matches epoch 0 until the join below lands
+    node.set_epoch(0);
+    tracing::warn!(node = %c.name, "cluster: this node's lease lapsed or its epoch changed; it claims nothing until it has joined again");
+    join(k).await
+}
+
+/// The node's loop (in the housekeeping set): the sweep of lapsed nodes,
+/// the hand-off and the late results; returns at once for a single kernel.
+pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
+    let Some(node) = &k.node else {
+        return;
+    };
+    let every = node.config.renew_every();
+    let look_every = HAND_OFF_EVERY.min(every);
+    let (mut swept, mut looked) = (Instant::now(), Instant::now());
+    let mut poked = HashSet::new();
+    let mut late = LateWatch::default();
+    let mut late_loaded = None;
+    loop {
+        let hinted = tokio::select! {
+            hinted = k.store.hints().wait(look_every.saturating_sub(looked.elapsed())) => hinted,
+            () = stop.stopped() => return,
+        };
+        take_hints(&k, hinted);
+        if looked.elapsed() < look_every {
+            continue;
+        }
+        if swept.elapsed() >= every {
+            swept = Instant::now();
+            if let Err(e) = sweep(&k).await {
+                tracing::warn!(%e, "cluster: sweep not done this round");
+            }
+        }
+        if let Err(e) = hand_off(&k, &mut poked).await {
+            tracing::warn!(%e, "cluster: hand-off not done this round");
+        }
+        // after each join (a new epoch), the ops lost meanwhile are loaded
+        let joins = node.joins();
+        if late_loaded != Some(joins) && late.load(&k).await.is_ok() {
+            late_loaded = Some(joins);
+        }
+        late.look(&k).await;
+        // from the round's end: a slow round (a slow store) is followed by
+        // a whole nap, not by the next round at once
+        looked = Instant::now();
+    }
+}
+
+/// Sweeps the lapsed nodes: only a node that held its own lease a whole
+/// TTL judges the others.
+async fn sweep(k: &Kernel) -> Result<(), StoreError> {
+    if !k.node.as_ref().is_some_and(|n| n.may_sweep()) {
+        return Ok(());
     }
     for swept in k.store.sweep_nodes().await? {
         tracing::warn!(node = %swept.name, ops = swept.settled.len(), "cluster: a node's lease lapsed: declared dead, its ops settled");
@@ -117,7 +140,7 @@ async fn lease_and_sweep(k: &Kernel) -> Result<bool, StoreError> {
             k.bump_run(run);
         }
     }
-    Ok(!held)
+    Ok(())
 }
 
 /// How far back a node looks for the ops it lost (a day: no op outlives

@@ -12,6 +12,9 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     let listen = config.listen;
     let kernel = Kernel::open(config).await?;
     crate::runtime::node::join(&kernel).await?;
+    // a node's lease is kept from here on, whatever else is under way
+    let (keeping, keep) = crate::sync::Stop::new();
+    tokio::spawn(crate::runtime::node::keep_lease(kernel.clone(), keep));
     let started = std::time::Instant::now();
     let attached = crate::runtime::observer::recover(&kernel).await?;
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
@@ -44,6 +47,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
         () = housekeeping.stop() => crate::runtime::pool::upkeep::drain(&kernel).await,
         signal = stop_signal() => tracing::warn!(signal, "second signal: stopping now"),
     }
+    let _ = keeping.send(true);
     Ok(())
 }
 

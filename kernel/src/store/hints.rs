@@ -52,7 +52,8 @@ impl Hints {
 
     /// A notification's payload: kept when it is addressed to this node;
     /// `""` (the listener reconnected: something may have been missed)
-    /// wakes the loop for a full look.
+    /// only wakes the loop (its next full look, within a second, finds
+    /// what was missed).
     pub(super) fn heard(&self, payload: &str) {
         let Some(me) = self.node.get() else {
             return;

@@ -15,12 +15,20 @@ pub(super) fn db_now(tx: &dyn Tx) -> &'static str {
     }
 }
 
-/// Whether a node other than `me` holds a live lease (the cluster is up
-/// without `me`).
-pub(super) fn others_live(tx: &mut dyn Tx, me: &str) -> StoreResult<bool> {
+/// Since when (unix ms, on this kernel's clock) a node other than `me`
+/// has held a live lease without a break (its last join), the earliest of
+/// them; `None` when no other node holds one. A due time after it was seen
+/// by that node's scheduler: the cluster missed nothing.
+pub(super) fn others_up_since(tx: &mut dyn Tx, me: &str) -> StoreResult<Option<i64>> {
+    let now = db_now(tx);
     let sql = format!(
-        "SELECT name FROM nodes WHERE name <> ?1 AND state <> 'dead' AND lease_until > {} LIMIT 1",
-        db_now(tx)
+        "SELECT MIN(joined_at) AS since, {now} AS db_now FROM nodes \
+         WHERE name <> ?1 AND state <> 'dead' AND lease_until > {now}"
     );
-    Ok(tx.query_opt(&sql, vals![me])?.is_some())
+    let Some(row) = tx.query_opt(&sql, vals![me])? else {
+        return Ok(None);
+    };
+    let since: Option<i64> = row.get("since")?;
+    let db_now: i64 = row.get("db_now")?;
+    Ok(since.map(|s| s - db_now + super::now_ms()))
 }

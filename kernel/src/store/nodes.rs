@@ -47,7 +47,7 @@ impl Store {
     /// every claim of this node is fenced by.
     pub async fn join_node(&self, name: &str, url: &str, ttl_ms: i64) -> StoreResult<i64> {
         let (name, url) = (name.to_owned(), url.to_owned());
-        self.write(move |tx| {
+        self.lease_write(move |tx| {
             let now = db_now(tx);
             let sql = format!(
                 "INSERT INTO nodes (name, advertise_url, epoch, lease_until, renewed_at, joined_at, state) \
@@ -86,7 +86,7 @@ impl Store {
         (containers, pool_free): (i64, i64),
     ) -> StoreResult<bool> {
         let name = name.to_owned();
-        self.write(move |tx| {
+        self.lease_write(move |tx| {
             let now = db_now(tx);
             let sql = format!(
                 "UPDATE nodes SET lease_until = {now} + ?3, renewed_at = {now}, containers = ?4, \
@@ -340,6 +340,25 @@ pub(super) fn claim_fence(tx: &dyn Tx) -> String {
 }
 
 impl Store {
+    /// Places the new top-level run `run` on `node` before its first op,
+    /// while that node is active with a live lease (a foreground one-shot
+    /// runs on the node that took the call, which then removes its
+    /// container; a draining node takes none: placement decides).
+    pub async fn pin_run(&self, run: &str, node: &str) -> StoreResult<()> {
+        let (run, node) = (run.to_owned(), node.to_owned());
+        self.write(move |tx| {
+            super::runs::ensure_top_level(tx, &run, super::now_ms())?;
+            let sql = format!(
+                "UPDATE runs SET node = ?2 WHERE run_id = ?1 AND EXISTS (SELECT 1 FROM nodes \
+                 WHERE name = ?2 AND state = 'active' AND lease_until > {})",
+                db_now(tx)
+            );
+            tx.execute(&sql, vals![run, node])?;
+            Ok(())
+        })
+        .await
+    }
+
     /// This node's ops settled `lost` by a sweep of it since `since_ms`
     /// (unix ms) with no `tool.late_result` yet: the ops whose real end it
     /// may still find on its disk.

@@ -443,13 +443,21 @@ fn claims_at_start(
 }
 
 /// Start-up's overdue schedules, by `catch_up` ([`startup`]).
-fn overdue_at_start(tx: &mut dyn Tx, now: i64, report: &mut StartupReport) -> StoreResult<()> {
+fn overdue_at_start(
+    tx: &mut dyn Tx,
+    now: i64,
+    covered_since: Option<i64>,
+    report: &mut StartupReport,
+) -> StoreResult<()> {
     let sql = format!(
         "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND paused = 0 \
          AND claimed_at IS NULL AND next_due_at <= ?1"
     );
     for s in readable(tx, &sql, vals![now])? {
         let Some(due) = s.next_due_at else { continue };
+        if covered_since.is_some_and(|since| since <= due) {
+            continue;
+        }
         match startup(&s.timing, s.catch_up, due, now) {
             Startup::NotOverdue => {}
             Startup::FireOnce { .. } => report.catching_up += 1,
@@ -563,15 +571,13 @@ impl Store {
             let mut report = StartupReport::default();
             lock_trees_at_start(tx, now)?;
             claims_at_start(tx, &kernel_id, &mut report)?;
-            // a node starting beside live ones finds nothing missed: the
-            // cluster was up, and its schedulers fire what is due
-            let cluster_up = match &node {
-                Some(me) => super::lease::others_live(tx, me)?,
-                None => false,
+            // a node starting beside nodes up since before a due time
+            // finds nothing missed there: their schedulers fire it
+            let covered_since = match &node {
+                Some(me) => super::lease::others_up_since(tx, me)?,
+                None => None,
             };
-            if !cluster_up {
-                overdue_at_start(tx, now, &mut report)?;
-            }
+            overdue_at_start(tx, now, covered_since, &mut report)?;
             Ok(report)
         })
         .await

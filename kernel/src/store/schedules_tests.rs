@@ -406,7 +406,7 @@ async fn a_corrupt_row_never_stops_the_others() {
 }
 
 #[tokio::test]
-async fn a_node_starting_beside_a_live_one_finds_nothing_missed() {
+async fn a_node_starting_beside_a_live_one_misses_only_what_it_missed_too() {
     let store = test_store().await;
     store.enable_cluster("n1");
     let n2 = store
@@ -417,15 +417,31 @@ async fn a_node_starting_beside_a_live_one_finds_nothing_missed() {
         .join_node("n1", "http://n1:7878", 60_000)
         .await
         .unwrap();
-    let s = create(&store, every("r", 1, false)).await;
-    let overdue = now_ms() - 3_500;
-    set_due(&store, &s.id, overdue).await;
-    // n2 is up: the cluster missed nothing, its schedulers fire what is due
+    // n2 has been up for 10 s
+    store
+        .write(|tx| {
+            tx.execute(
+                "UPDATE nodes SET joined_at = joined_at - 10000 WHERE name = 'n2'",
+                vals![],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let seen = create(&store, every("r", 1, false)).await;
+    let missed = create(&store, every("r", 1, false)).await;
+    let now = now_ms();
+    set_due(&store, &seen.id, now - 3_500).await;
+    set_due(&store, &missed.id, now - 30_000).await;
+    // due while n2 was up: its scheduler fires it, nothing was missed;
+    // due before: the whole cluster was down then, the rule applies
     let report = store.schedules_at_start("k-n1").await.unwrap();
-    assert_eq!((report.advanced, report.skipped), (0, 0), "{report:?}");
-    let left = store.get_schedule(&s.id).await.unwrap().unwrap();
-    assert_eq!(left.next_due_at, Some(overdue));
-    // n2's lease lapsed too: the whole cluster was down, the rules apply
+    assert_eq!((report.advanced, report.skipped), (1, 0), "{report:?}");
+    let left = store.get_schedule(&seen.id).await.unwrap().unwrap();
+    assert_eq!(left.next_due_at, Some(now - 3_500));
+    let moved = store.get_schedule(&missed.id).await.unwrap().unwrap();
+    assert!(moved.next_due_at.unwrap() > now - 50);
+    // n2's lease lapsed too: nobody saw the first one either
     assert!(store.renew_lease("n2", n2, -1, (0, 0)).await.unwrap());
     let report = store.schedules_at_start("k-n1").await.unwrap();
     assert_eq!(report.advanced, 1, "{report:?}");

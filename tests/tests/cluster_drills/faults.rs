@@ -38,6 +38,43 @@ pub async fn any_node_serves(c: &Cluster) {
     );
     let log = timed(n1.get_bytes(&log_path)).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&log), "from-n2\n");
+    // its console too, with the answer's own headers
+    let console = format!(
+        "{}/v1/operations/{}/console",
+        n1.base(),
+        fg["operation_id"].as_str().unwrap()
+    );
+    let sse = reqwest::Client::new()
+        .get(&console)
+        .bearer_auth(n1.token())
+        .send();
+    let sse = tokio::time::timeout(Duration::from_secs(10), sse)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    assert_eq!(sse.headers()["content-type"], "text/event-stream");
+    assert_eq!(sse.headers()["cache-control"], "no-cache");
+    let first = tokio::time::timeout(Duration::from_secs(10), sse.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.contains("from-n2"), "{first}");
+    // a one-shot runs on the node that took it, which removes its container
+    let once = timed(c.node("n3").client.post(
+        "/v1/tools/run_command",
+        &json!({"command": ["echo", "once"]}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(once["output"], "once\n", "{once}");
+    let label = format!("label=opkernel.run_id={}", once["run_id"].as_str().unwrap());
+    for n in &c.nodes {
+        let left = c
+            .on_node(&n.name, &format!("docker ps -aq --filter {label}"))
+            .unwrap();
+        assert_eq!(left.trim(), "", "a one-shot container left on {}", n.name);
+    }
     let kill = format!("/v1/runs/{}/tools/kill_operation", on_n3[0].run);
     timed(n1.post(&kill, &json!({"operation_id": on_n3[0].op})))
         .await

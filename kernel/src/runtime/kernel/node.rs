@@ -21,6 +21,8 @@ pub struct NodeState {
     /// Since when it has held its lease without a break (no failed
     /// renewal, no rejoin): it sweeps others only after a full TTL of it.
     held_since: crate::sync::Lock<Option<Instant>>,
+    /// How many times it joined (each join: a new epoch).
+    joins: std::sync::atomic::AtomicU64,
 }
 
 impl NodeState {
@@ -31,7 +33,18 @@ impl NodeState {
             epoch: AtomicI64::new(0),
             held_until: Default::default(),
             held_since: Default::default(),
+            joins: Default::default(),
         }
+    }
+
+    /// A join landed.
+    pub fn joined(&self) {
+        self.joins.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many joins landed so far.
+    pub fn joins(&self) -> u64 {
+        self.joins.load(Ordering::SeqCst)
     }
 
     /// A join or renewal asked at `asked` succeeded: the lease holds until

@@ -207,11 +207,10 @@ async fn after_observer(k: &AppState, id: &str, budget: Duration) -> ApiResult<O
             .get_op(id)
             .await?
             .ok_or_else(|| ApiError::internal("operation vanished"))?;
-        // another cluster node runs it: its end is read from the control plane
-        if op.status.is_terminal()
-            || k.runs_here(op.node.as_deref())
-            || tokio::time::Instant::now() >= deadline
-        {
+        // another cluster node runs it, or this node's observer stopped
+        // short (its lease not held: the hand-off starts another): its end
+        // is read from the control plane
+        if op.status.is_terminal() || tokio::time::Instant::now() >= deadline {
             return Ok(op);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -262,6 +261,10 @@ pub async fn run_oneshot(
     }
     let timeout = validate(&k, &req, &k.config.default_envelope())?;
     let run = format!("oneshot-{}", uuid::Uuid::new_v4().simple());
+    // in a cluster, on this node: its container is removed here afterwards
+    if let Some(me) = k.store.node() {
+        k.store.pin_run(&run, me).await?;
+    }
     let start = StartRequest {
         scratch_key: sandbox::profile::scratch_key(&run),
         run_id: run.clone(),
@@ -273,8 +276,18 @@ pub async fn run_oneshot(
         schedule_id: None,
     };
     let answer = start_and_answer(&k, start, k.config.admission()).await;
-    k.remove_run_container(&run).await;
-    k.forget_run(&run);
+    // an op that outlived the wait keeps its container (the reaper takes
+    // it once the op has ended)
+    let ended = answer.as_ref().is_ok_and(|view| {
+        !matches!(
+            view.status.as_str(),
+            "starting" | "running" | "awaiting_approval"
+        )
+    });
+    if ended {
+        k.remove_run_container(&run).await;
+        k.forget_run(&run);
+    }
     answer
 }
 

@@ -56,6 +56,7 @@ pub(super) async fn elsewhere(
         .header(FORWARDED, proof(k, path));
     for name in [
         header::AUTHORIZATION,
+        header::ACCEPT,
         header::HeaderName::from_static("last-event-id"),
     ] {
         if let Some(v) = headers.get(&name) {
@@ -69,12 +70,20 @@ pub(super) async fn elsewhere(
         ))
     })?;
     let mut out = Response::builder().status(answer.status().as_u16());
-    if let Some(v) = answer.headers().get(header::CONTENT_TYPE) {
-        out = out.header(
-            header::CONTENT_TYPE,
-            HeaderValue::from_bytes(v.as_bytes())
-                .unwrap_or(HeaderValue::from_static("application/octet-stream")),
-        );
+    let named: Vec<String> = answer
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
+    for (name, value) in answer.headers() {
+        if end_to_end(name.as_str()) && !named.iter().any(|n| n == name.as_str()) {
+            if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+                out = out.header(name.as_str(), value);
+            }
+        }
     }
     let body = Body::from_stream(answer.bytes_stream().map_err(std::io::Error::other));
     out.body(body)
@@ -95,4 +104,22 @@ fn client() -> reqwest::Client {
                 .unwrap_or_default()
         })
         .clone()
+}
+
+/// Whether an answer's header is passed back to the caller: every one but
+/// the hop-by-hop headers (RFC 9110 §7.6.1; those its `Connection` names
+/// are dropped too) and the length (the body is streamed again).
+fn end_to_end(name: &str) -> bool {
+    !matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "content-length"
+    )
 }
