@@ -41,10 +41,14 @@ impl Stop {
         let _ = self.0.wait_for(|stopped| *stopped).await;
     }
 
-    /// Sleeps `d`, or less when the set stops; false once it is stopped.
+    /// Sleeps `d`, or less when the set stops; false once it is stopped
+    /// (or its switch is gone).
     pub async fn nap(&mut self, d: Duration) -> bool {
         if !*self.0.borrow() {
-            let _ = tokio::time::timeout(d, self.0.wait_for(|stopped| *stopped)).await;
+            // a switch that is gone stops the set, as `stopped` says
+            if let Ok(Err(_)) = tokio::time::timeout(d, self.0.wait_for(|stopped| *stopped)).await {
+                return false;
+            }
         }
         !*self.0.borrow()
     }

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use crate::lifecycle::KillReason;
 use crate::runs::RunAction;
 use crate::runtime::kernel::Kernel;
-use crate::store::hints::HintKind;
 use crate::store::{
     Admission, ApprovalHold, Fire, NewOp, Op, Refusal, RunChange, StartRequest, StoreError,
     StoreResult,
@@ -22,11 +21,10 @@ use crate::store::{
 
 /// Hands an op the store just inserted (`fresh`: its launch is ours) or
 /// found again to its supervised observer; a held or terminal op has none.
-/// An op placed on another cluster node is only hinted to that node (its
-/// observer there launches it).
+/// An op placed on another cluster node has its observer there (the
+/// store's transaction hinted it to that node).
 fn observe(k: &Arc<Kernel>, op: &Op, fresh: bool) {
-    if op.status.is_observed() && !k.runs_here(op.node.as_deref()) {
-        hint(k, op, HintKind::Start);
+    if !k.runs_here(op.node.as_deref()) {
         return;
     }
     match (op.status.is_observed(), fresh) {
@@ -34,16 +32,6 @@ fn observe(k: &Arc<Kernel>, op: &Op, fresh: bool) {
         (true, true) => crate::runtime::observer::spawn_fresh(k, op.clone()),
         (true, false) => crate::runtime::observer::spawn(k, op.id.clone()),
     }
-}
-
-/// Tells the node an op is placed on, when that is another node, what to
-/// look at (in the background: a hint, the node's poll covers its loss).
-fn hint(k: &Arc<Kernel>, op: &Op, kind: HintKind) {
-    if k.runs_here(op.node.as_deref()) {
-        return;
-    }
-    let (store, node, id) = (k.store.clone(), op.node.clone(), op.id.clone());
-    tokio::spawn(async move { store.hint(node.as_deref(), kind, &id).await });
 }
 
 /// Admits a start (one transaction: idempotency, run state, budgets,
@@ -72,9 +60,6 @@ pub async fn kill(k: &Arc<Kernel>, op_id: &str, reason: KillReason) -> StoreResu
             k.poke_kill(op_id)
         }
     })?;
-    if let Some(op) = &op {
-        hint(k, op, HintKind::Kill);
-    }
     crate::runtime::observer::spawn(k, op_id.to_owned());
     k.poke_kill(op_id);
     Ok(op)

@@ -131,10 +131,15 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
 /// Sweeps the lapsed nodes: only a node that held its own lease a whole
 /// TTL judges the others.
 async fn sweep(k: &Kernel) -> Result<(), StoreError> {
-    if !k.node.as_ref().is_some_and(|n| n.may_sweep()) {
+    let Some(node) = k.node.as_ref().filter(|n| n.may_sweep()) else {
         return Ok(());
-    }
-    for swept in k.store.sweep_nodes().await? {
+    };
+    let judge = crate::store::Judge {
+        node: node.config.name.clone(),
+        epoch: node.epoch(),
+        held_ms: node.config.ttl_ms(),
+    };
+    for swept in k.store.sweep_nodes(judge).await? {
         tracing::warn!(node = %swept.name, ops = swept.settled.len(), "cluster: a node's lease lapsed: declared dead, its ops settled");
         for (_, run) in &swept.settled {
             k.bump_run(run);

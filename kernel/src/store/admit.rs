@@ -9,6 +9,7 @@
 
 use super::admission::{Admission, Counted};
 use super::db::Tx;
+use super::hints::HintKind;
 use super::journal::append_event;
 use super::ops::{get, op_from_row, NewOp, Op, StartRequest, COLUMNS};
 use super::{now_ms, Store, StoreError, StoreResult};
@@ -120,6 +121,9 @@ pub(super) fn insert_in(
     }
     let op = insert_row(tx, req, (&request_sha, node.as_deref()), now)?;
     started_events(tx, &op.id, req)?;
+    if op.status == Status::Starting {
+        super::hints::notify_in(tx, node.as_deref(), HintKind::Start, &op.id)?;
+    }
     Ok(NewOp::Created(op))
 }
 

@@ -4,6 +4,7 @@
 //! escalates once or denies. Nothing here ever approves on its own.
 
 use super::db::Tx;
+use super::hints::HintKind;
 use super::journal::append_event;
 use super::ops::{get, ops_of, run_of, COLUMNS};
 use super::tree::lock_tree_of;
@@ -130,6 +131,7 @@ fn approve_in(tx: &mut dyn Tx, id: &str) -> StoreResult<Result<Option<Op>, super
         return Ok(Ok(None));
     }
     let op = get(tx, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
+    super::hints::notify_in(tx, op.node.as_deref(), HintKind::Start, id)?;
     let granted = ApprovalGranted {
         by: BY_OPERATOR.to_owned(),
         waited_sec: (now - op.created_at).max(0) / 1000,

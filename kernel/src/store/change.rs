@@ -9,6 +9,7 @@
 
 use super::admission::live_in_subtree;
 use super::db::Tx;
+use super::hints::HintKind;
 use super::journal::append_event;
 use super::runs::{get_run, run_states, RunChange, RunRecord};
 use super::tree::lock_tree_of;
@@ -231,12 +232,15 @@ fn request_kills_in_subtree(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<St
         vals![run_id, now_ms(), KillReason::Cancel.as_str()],
     )?;
     let sql = format!(
-        "SELECT id FROM ops WHERE status IN ({observed}) AND run_id IN \
+        "SELECT id, node FROM ops WHERE status IN ({observed}) AND run_id IN \
          (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1) ORDER BY created_at",
         observed = observed_sql()
     );
-    tx.query(&sql, vals![run_id])?
-        .iter()
-        .map(|row| row.get("id"))
-        .collect()
+    let mut ids = Vec::new();
+    for row in tx.query(&sql, vals![run_id])? {
+        let (id, node): (String, Option<String>) = (row.get("id")?, row.get("node")?);
+        super::hints::notify_in(tx, node.as_deref(), HintKind::Kill, &id)?;
+        ids.push(id);
+    }
+    Ok(ids)
 }

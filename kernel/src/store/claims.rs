@@ -4,6 +4,7 @@
 //! Each is one statement or one short transaction, compare-and-set where
 //! two writers can meet.
 
+use super::hints::HintKind;
 use super::ops::{get, AttemptStart, Op};
 use super::{now_ms, Store, StoreResult};
 use crate::lifecycle::{observed_sql, KillReason};
@@ -178,7 +179,7 @@ impl Store {
     pub async fn request_kill(&self, id: &str, reason: KillReason) -> StoreResult<Option<Op>> {
         let id = id.to_owned();
         self.write(move |tx| {
-            tx.execute(
+            let n = tx.execute(
                 &format!(
                     "UPDATE ops SET kill_requested_at = ?2, kill_reason = ?3 \
                      WHERE id = ?1 AND kill_requested_at IS NULL AND status IN ({})",
@@ -186,7 +187,11 @@ impl Store {
                 ),
                 vals![&id, now_ms(), reason.as_str()],
             )?;
-            get(tx, &id)
+            let op = get(tx, &id)?;
+            if let Some(op) = op.as_ref().filter(|_| n == 1) {
+                super::hints::notify_in(tx, op.node.as_deref(), HintKind::Kill, &id)?;
+            }
+            Ok(op)
         })
         .await
     }

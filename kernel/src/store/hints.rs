@@ -1,7 +1,8 @@
-//! Hand-off hints between cluster nodes (SPEC §20): a node that inserts an
-//! op placed on another node, or takes a kill for one, notifies the
-//! channel `opkernel_nodes` with `"<node> start|kill <op id>"` after its
-//! commit; the addressed node's loop looks at that op at once instead of
+//! Hand-off hints between cluster nodes (SPEC §20): a node whose
+//! transaction admits or approves an op placed on another node, or takes a
+//! kill for one (a cancel's included), notifies the channel
+//! `opkernel_nodes` with `"<node> start|kill <op id>"` in that transaction
+//! (delivered at its commit); the addressed node's loop looks at that op at once instead of
 //! at its next poll. A hint only: the poll (every second) finds every op a
 //! lost hint would have named, and a hint names nothing the op's row does
 //! not say again (the addressed node re-reads the row before it acts).
@@ -9,6 +10,7 @@
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use super::db::{Dialect, Tx};
 use super::{Store, StoreResult};
 use crate::vals;
 
@@ -92,29 +94,28 @@ impl Store {
     pub fn hints(&self) -> &Hints {
         &self.hints
     }
+}
 
-    /// Tells `node` about `op` when it is another node than this one (a
-    /// hint only: a failure is logged, the poll covers it).
-    pub async fn hint(&self, node: Option<&str>, kind: HintKind, op: &str) {
-        let Some(node) = node else {
-            return;
-        };
-        if self.node().is_none_or(|me| me == node) {
-            return;
-        }
-        let payload = format!("{node} {} {op}", kind.as_str());
-        let sent: StoreResult<()> = self
-            .write(move |tx| {
-                // pg_notify returns void: selected through a subquery
-                tx.query(
-                    &format!("SELECT 1 AS sent FROM (SELECT pg_notify('{CHANNEL}', ?1)) AS n"),
-                    vals![payload],
-                )?;
-                Ok(())
-            })
-            .await;
-        if let Err(e) = sent {
-            tracing::warn!(%e, "cluster: hand-off hint not sent; the poll finds the op");
-        }
+/// In a node's transaction: tells `node` about `op` when it is another
+/// node than this one (a `NOTIFY`, delivered once the transaction commits,
+/// never if it rolls back).
+pub(super) fn notify_in(
+    tx: &mut dyn Tx,
+    node: Option<&str>,
+    kind: HintKind,
+    op: &str,
+) -> StoreResult<()> {
+    let (Some(me), Some(node)) = (tx.node(), node) else {
+        return Ok(());
+    };
+    if me == node || tx.dialect() != Dialect::Postgres {
+        return Ok(());
     }
+    let payload = format!("{node} {} {op}", kind.as_str());
+    // pg_notify returns void: selected through a subquery
+    tx.query(
+        &format!("SELECT 1 AS sent FROM (SELECT pg_notify('{CHANNEL}', ?1)) AS n"),
+        vals![payload],
+    )?;
+    Ok(())
 }

@@ -41,7 +41,7 @@ pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use bindings::{Binding, Bound};
 pub use journal::{Event, ModelUsage, UsageRecorded};
-pub use nodes::{NodeRow, Swept};
+pub use nodes::{Judge, NodeRow, Swept};
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use outbox::{OutboxPost, PostOutcome};
 pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
@@ -328,9 +328,13 @@ impl Store {
     {
         let began = std::time::Instant::now();
         let outbox = self.outbox.load(std::sync::atomic::Ordering::Relaxed);
-        let cluster = self.cluster.load(std::sync::atomic::Ordering::Relaxed);
+        let node = self
+            .cluster
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| self.node().map(str::to_owned))
+            .flatten();
         let noted = move |tx: &mut dyn Tx| {
-            let mut noting = db::Noting::new(tx, outbox, cluster);
+            let mut noting = db::Noting::new(tx, outbox, node);
             let value = f(&mut noting)?;
             Ok((value, noting.into_facts()))
         };

@@ -12,6 +12,18 @@ use crate::event_kind::{EventKind, ToolLateResult};
 use crate::lifecycle::{live_sql, observed_sql, Outcome};
 use crate::vals;
 
+/// The node that sweeps: its name and epoch, and how long it must have
+/// held its lease since its last join (its whole TTL).
+#[derive(Debug, Clone)]
+pub struct Judge {
+    /// The sweeping node.
+    pub node: String,
+    /// Its current epoch.
+    pub epoch: i64,
+    /// The unbroken hold it needs, in ms.
+    pub held_ms: i64,
+}
+
 /// A node as the control plane has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRow {
@@ -154,17 +166,20 @@ impl Store {
         .await
     }
 
-    /// Declares every node whose lease lapsed `dead`, each in one
-    /// transaction with its ops' settlement (see [`sweep_one`]). Safe on
-    /// every node at once: the node's row is the compare-and-set.
-    pub async fn sweep_nodes(&self) -> StoreResult<Vec<Swept>> {
+    /// Declares every other node whose lease lapsed `dead`, each in one
+    /// transaction with its ops' settlement (see [`sweep_one`]), judged by
+    /// `judge` (this node, its epoch, and how long it must have held its
+    /// lease since its last join). Safe on every node at once: the node's
+    /// row is the compare-and-set.
+    pub async fn sweep_nodes(&self, judge: Judge) -> StoreResult<Vec<Swept>> {
+        let me = judge.node.clone();
         let lapsed: Vec<String> = self
-            .read(|tx| {
+            .read(move |tx| {
                 let sql = format!(
-                    "SELECT name FROM nodes WHERE state <> 'dead' AND lease_until <= {}",
+                    "SELECT name FROM nodes WHERE state <> 'dead' AND name <> ?1 AND lease_until <= {}",
                     db_now(tx)
                 );
-                tx.query(&sql, vals![])?
+                tx.query(&sql, vals![me])?
                     .iter()
                     .map(|r| r.get("name"))
                     .collect()
@@ -172,7 +187,8 @@ impl Store {
             .await?;
         let mut swept = Vec::new();
         for name in lapsed {
-            if let Some(s) = self.write(move |tx| sweep_one(tx, &name)).await? {
+            let judge = judge.clone();
+            if let Some(s) = self.write(move |tx| sweep_one(tx, &name, &judge)).await? {
                 swept.push(s);
             }
         }
@@ -205,13 +221,19 @@ impl Store {
 /// came first wins); its observed ops are settled ([`settle_orphans`]);
 /// ops awaiting approval keep waiting, unplaced (the approval places them
 /// again).
-fn sweep_one(tx: &mut dyn Tx, name: &str) -> StoreResult<Option<Swept>> {
+fn sweep_one(tx: &mut dyn Tx, name: &str, judge: &Judge) -> StoreResult<Option<Swept>> {
     let now = db_now(tx);
+    // the judge's own lease is checked in the same statement, on the
+    // database's clock: a statement queued while the judge was cut off
+    // (a frozen server, a stalled connection) judges nobody when it runs
     let sql = format!(
         "UPDATE nodes SET epoch = epoch + 1, state = 'dead' \
-         WHERE name = ?1 AND state <> 'dead' AND lease_until <= {now}"
+         WHERE name = ?1 AND name <> ?2 AND state <> 'dead' AND lease_until <= {now} \
+         AND EXISTS (SELECT 1 FROM nodes j WHERE j.name = ?2 AND j.epoch = ?3 \
+         AND j.state <> 'dead' AND j.lease_until > {now} AND j.joined_at <= {now} - ?4)"
     );
-    if tx.execute(&sql, vals![name])? != 1 {
+    let params = vals![name, judge.node.as_str(), judge.epoch, judge.held_ms];
+    if tx.execute(&sql, params)? != 1 {
         return Ok(None);
     }
     let settled = settle_orphans(tx, name)?;

@@ -17,6 +17,15 @@ async fn admit(store: &Store, run: &str) -> Op {
     }
 }
 
+/// `node` at `epoch` as the sweeping judge, with no hold required.
+fn judge(node: &str, epoch: i64) -> crate::store::Judge {
+    crate::store::Judge {
+        node: node.to_owned(),
+        epoch,
+        held_ms: 0,
+    }
+}
+
 /// A store in cluster mode as node `me`, with `me` joined (epoch returned).
 async fn node(store: &Store, me: &str, ttl_ms: i64) -> i64 {
     store.enable_cluster(me);
@@ -59,10 +68,33 @@ async fn a_lease_fences_claims_and_a_lapsed_node_is_swept_once() {
         .renew_lease("n1", epoch, 60_000, (3, 0))
         .await
         .unwrap());
-    let swept = store.sweep_nodes().await.unwrap();
+    // the judge: a node with a live lease, joined long enough; a judge
+    // whose own lease lapsed, or not held a whole TTL, sweeps nobody, and
+    // no node sweeps itself
+    let j = store.join_node("j", "http://j:7878", 60_000).await.unwrap();
+    assert!(store
+        .sweep_nodes(judge("n1", epoch))
+        .await
+        .unwrap()
+        .is_empty());
+    let unheld = crate::store::Judge {
+        held_ms: 60_000,
+        ..judge("j", j)
+    };
+    assert!(store.sweep_nodes(unheld).await.unwrap().is_empty());
+    assert!(store
+        .sweep_nodes(judge("j", j + 1))
+        .await
+        .unwrap()
+        .is_empty());
+    let swept = store.sweep_nodes(judge("j", j)).await.unwrap();
     assert_eq!(swept.len(), 1);
     assert_eq!(swept[0].settled.len(), 2);
-    assert!(store.sweep_nodes().await.unwrap().is_empty(), "swept twice");
+    assert!(
+        store.sweep_nodes(judge("j", j)).await.unwrap().is_empty(),
+        "swept twice"
+    );
+    store.drain_node("j").await.unwrap();
     let a = store.get_op(&a.id).await.unwrap().unwrap();
     let b = store.get_op(&b.id).await.unwrap().unwrap();
     assert_eq!(
@@ -95,8 +127,11 @@ async fn a_lease_fences_claims_and_a_lapsed_node_is_swept_once() {
     };
     assert_eq!(c.node.as_deref(), Some("n1"));
     let nodes = store.nodes().await.unwrap();
-    assert_eq!(nodes.len(), 1);
-    assert_eq!((nodes[0].state.as_str(), nodes[0].live_ops), ("active", 1));
+    let n1 = nodes.iter().find(|n| n.name == "n1").unwrap();
+    assert_eq!(
+        (nodes.len(), n1.state.as_str(), n1.live_ops),
+        (2, "active", 1)
+    );
 }
 
 #[tokio::test]
@@ -169,14 +204,14 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
     // n2 active; n1's lease lapses and it is swept; an op that reached n1
     // in the moment of its sweep (placed, then committed after the sweep)
     // is settled by the next sweep round
-    store
+    let n2 = store
         .join_node("n2", "http://n2:7878", 60_000)
         .await
         .unwrap();
     let late = admit(&store, "late").await;
     assert_eq!(late.node.as_deref(), Some("n2"));
     store.renew_lease("n1", 1, -1, (0, 0)).await.unwrap();
-    assert_eq!(store.sweep_nodes().await.unwrap().len(), 1);
+    assert_eq!(store.sweep_nodes(judge("n2", n2)).await.unwrap().len(), 1);
     let id = late.id.clone();
     store
         .write(move |tx| {
@@ -185,7 +220,7 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
         })
         .await
         .unwrap();
-    let swept = store.sweep_nodes().await.unwrap();
+    let swept = store.sweep_nodes(judge("n2", n2)).await.unwrap();
     assert_eq!(swept.len(), 1, "{swept:?}");
     let late = store.get_op(&late.id).await.unwrap().unwrap();
     assert_eq!(

@@ -73,9 +73,12 @@ impl NodeState {
     /// then does it judge other nodes' leases (after a store outage every
     /// node rejoins first, and none is swept for the outage).
     pub fn may_sweep(&self) -> bool {
-        self.held_since
-            .lock()
-            .is_some_and(|since| since.elapsed() >= self.config.ttl)
+        self.epoch() != 0
+            && self.lease_fresh()
+            && self
+                .held_since
+                .lock()
+                .is_some_and(|since| since.elapsed() >= self.config.ttl)
     }
 
     /// The epoch it holds (0: none).
@@ -148,6 +151,8 @@ mod tests {
         let long_ago = Instant::now() - Duration::from_secs(3);
         n.renewed(long_ago);
         n.renewed(Instant::now());
+        assert!(!n.may_sweep(), "no epoch: not joined, or fenced");
+        n.set_epoch(4);
         assert!(n.may_sweep(), "held without a break since 3 s ago");
         // a failed renewal (a store outage) breaks the hold: a fresh
         // renewal does not make it a judge again before a whole TTL

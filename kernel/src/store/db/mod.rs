@@ -72,7 +72,12 @@ pub trait Tx {
     /// Whether the control plane is a cluster's (SPEC §20): admissions
     /// place their run tree on a node.
     fn cluster(&self) -> bool {
-        false
+        self.node().is_some()
+    }
+
+    /// The cluster node this kernel runs as, if any.
+    fn node(&self) -> Option<&str> {
+        None
     }
 }
 
@@ -96,18 +101,19 @@ pub struct Noting<'t> {
     inner: &'t mut dyn Tx,
     facts: Vec<Fact>,
     outbox: bool,
-    cluster: bool,
+    node: Option<String>,
 }
 
 impl<'t> Noting<'t> {
     /// Wraps an open transaction; `outbox`: notified events go to the
-    /// webhook outbox too; `cluster`: admissions place their run tree.
-    pub fn new(inner: &'t mut dyn Tx, outbox: bool, cluster: bool) -> Noting<'t> {
+    /// webhook outbox too; `node`: this kernel's cluster node (admissions
+    /// place their run tree).
+    pub fn new(inner: &'t mut dyn Tx, outbox: bool, node: Option<String>) -> Noting<'t> {
         Noting {
             inner,
             facts: Vec::new(),
             outbox,
-            cluster,
+            node,
         }
     }
 
@@ -154,8 +160,8 @@ impl Tx for Noting<'_> {
         self.outbox
     }
 
-    fn cluster(&self) -> bool {
-        self.cluster
+    fn node(&self) -> Option<&str> {
+        self.node.as_deref()
     }
 }
 

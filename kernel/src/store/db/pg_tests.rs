@@ -452,8 +452,21 @@ async fn hints_within(
     got
 }
 
+/// A start admitted on `store` for `run`: its op.
+async fn admitted(store: &crate::store::Store, run: &str) -> crate::store::Op {
+    let req = crate::store::runs::tests::start(run);
+    match store
+        .insert_op(req, crate::store::Admission::UNLIMITED)
+        .await
+        .unwrap()
+    {
+        crate::store::NewOp::Created(op) => op,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
-async fn a_hand_off_hint_reaches_the_node_it_names_and_no_other() {
+async fn a_start_or_kill_for_another_nodes_op_hints_that_node_alone() {
     use crate::store::hints::HintKind::{Kill, Start};
     use crate::store::Store;
     let Some(url) = fresh_url().await else { return };
@@ -462,31 +475,42 @@ async fn a_hand_off_hint_reaches_the_node_it_names_and_no_other() {
         Store::connect(&url).await.unwrap(),
         Store::connect(&url).await.unwrap(),
     );
-    n1.enable_cluster("n1");
-    n2.enable_cluster("n2");
-    n3.enable_cluster("n3");
-    // the listeners connect in the background: hint until n2 hears one
+    for (store, name) in [(&n1, "n1"), (&n2, "n2"), (&n3, "n3")] {
+        store.enable_cluster(name);
+        store
+            .join_node(name, &format!("http://{name}:7878"), 60_000)
+            .await
+            .unwrap();
+    }
+    // the listeners connect in the background: start ops on a run of n2
+    // through n1 until n2 hears one
+    n2.pin_run("on-n2", "n2").await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        n1.hint(Some("n2"), Start, "op-a").await;
+    let op = loop {
+        let op = admitted(&n1, "on-n2").await;
+        assert_eq!(op.node.as_deref(), Some("n2"));
         let got = hints_within(&n2, std::time::Duration::from_millis(200)).await;
-        if got.contains(&(Start, "op-a".to_owned())) {
-            break;
+        if got.contains(&(Start, op.id.clone())) {
+            break op;
         }
         assert!(
             std::time::Instant::now() < deadline,
             "n2 never heard a hint"
         );
-    }
+    };
     let _ = hints_within(&n3, std::time::Duration::from_millis(300)).await;
-    n1.hint(Some("n1"), Start, "op-own").await;
-    n1.hint(None, Start, "op-unplaced").await;
-    n1.hint(Some("n2"), Kill, "op-a").await;
+    // a kill taken by n1 is hinted to n2; n1's own op hints nobody
+    n1.request_kill(&op.id, crate::lifecycle::KillReason::Kill)
+        .await
+        .unwrap();
+    n1.pin_run("on-n1", "n1").await.unwrap();
+    let own = admitted(&n1, "on-n1").await;
+    assert_eq!(own.node.as_deref(), Some("n1"));
     let got = hints_within(&n2, std::time::Duration::from_millis(800)).await;
-    assert!(got.contains(&(Kill, "op-a".to_owned())), "{got:?}");
-    assert!(got.iter().all(|(_, op)| op == "op-a"), "{got:?}");
-    let own = hints_within(&n1, std::time::Duration::from_millis(300)).await;
-    assert!(own.is_empty(), "a node does not hint itself: {own:?}");
+    assert!(got.contains(&(Kill, op.id.clone())), "{got:?}");
+    assert!(got.iter().all(|(_, id)| *id != own.id), "{got:?}");
+    let heard = hints_within(&n1, std::time::Duration::from_millis(300)).await;
+    assert!(heard.is_empty(), "a node does not hint itself: {heard:?}");
     let none = hints_within(&n3, std::time::Duration::from_millis(300)).await;
     assert!(none.is_empty(), "n3 keeps no hint for n2: {none:?}");
 }

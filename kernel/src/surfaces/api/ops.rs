@@ -199,8 +199,8 @@ async fn start_and_answer(
 /// The op's row once its observer is done (it settled), or `budget` ran
 /// out (it still lives): whichever comes first.
 async fn after_observer(k: &AppState, id: &str, budget: Duration) -> ApiResult<Op> {
-    let _ = tokio::time::timeout(budget, k.wait_observer_done(id)).await;
     let deadline = tokio::time::Instant::now() + budget;
+    let _ = tokio::time::timeout_at(deadline, k.wait_observer_done(id)).await;
     loop {
         let op = k
             .store
