@@ -66,7 +66,7 @@ async fn begin(
     }
 }
 
-async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fresh: Option<Op>) {
+async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, fresh: Option<Op>) {
     let mut start = AttemptStart::Clean;
     let mut last_error = String::new();
     // one wall-clock reading for every attempt of this supervision, taken
@@ -76,9 +76,9 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
     // the handle goes with the supervisor, also when it panics: the
     // watchdog can then take the op over
     let _release = Release(k.clone(), op_id.clone());
-    if !placed_here(&k, &op_id, fresh.as_ref()).await {
+    let Some(mut fresh) = placed_here(&k, &op_id, fresh).await else {
         return;
-    }
+    };
     loop {
         let op = match begin(&k, &op_id, fresh.take(), start).await {
             Ok(Some(op)) => op,
@@ -133,18 +133,21 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, mut fre
 /// cluster node, only an op placed on this node (another node's observer
 /// runs it; a kill or a cancel taken here wakes it through the hand-off).
 /// An op not read (the store away) is left to the next hand-off round.
-async fn placed_here(k: &Kernel, op_id: &str, fresh: Option<&Op>) -> bool {
+/// On a node the op is read here, and that read stands for its first
+/// attempt's: an unclaimed op (one another node admitted, hinted here)
+/// begins as a fresh one, its exec claim recording the attempt.
+async fn placed_here(k: &Kernel, op_id: &str, fresh: Option<Op>) -> Option<Option<Op>> {
     if k.node.is_none() {
-        return true;
+        return Some(fresh);
     }
-    let node = match fresh {
-        Some(op) => op.node.clone(),
+    let op = match fresh {
+        Some(op) => op,
         None => match k.store.get_op(op_id).await {
-            Ok(Some(op)) => op.node,
-            _ => return false,
+            Ok(Some(op)) => op,
+            _ => return None,
         },
     };
-    k.runs_here(node.as_deref())
+    k.runs_here(op.node.as_deref()).then_some(Some(op))
 }
 
 /// The supervision's one clock reading, shared by its attempts.
