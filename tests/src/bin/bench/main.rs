@@ -90,8 +90,10 @@ pub fn fallbacks(k: &KernelProcess) -> anyhow::Result<usize> {
     )? as usize)
 }
 
-/// Peak kernel RSS a run of the bench may reach (README: ≤ 150 MB).
-const MAX_RSS_MB: f64 = 150.0;
+/// Peak kernel RSS a run of the bench may reach (README: ≤ 150 MB for the
+/// release build; the debug build, which `.ci/run` measures, is held to
+/// 250 MB: still a leak's alarm, its own allocations larger).
+const MAX_RSS_MB: f64 = if cfg!(debug_assertions) { 250.0 } else { 150.0 };
 
 /// The correctness figures of one bench run, each held to its target by
 /// `--check`: nothing lost or duplicated, every op through the launcher,
