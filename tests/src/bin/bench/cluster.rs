@@ -103,30 +103,16 @@ async fn starts(c: &Cluster, samples: usize, f: &mut Figures) -> anyhow::Result<
     Ok(())
 }
 
-/// The store's committed transactions so far.
-async fn commits(store: &str) -> anyhow::Result<i64> {
-    let pool = opkernel::store::db::pgpool::pool(store, 1)?;
-    let c = opkernel::store::db::pgpool::connection(&pool).await?;
-    let row = c
-        .query_one(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
-            &[],
-        )
-        .await?;
-    Ok(row.get::<_, i64>(0))
+/// One count of the store, asked on `c` (one connection for a whole
+/// measurement: measuring does not load the store).
+async fn count(c: &deadpool_postgres::Object, sql: &str) -> anyhow::Result<i64> {
+    Ok(c.query_one(sql, &[]).await?.get::<_, i64>(0))
 }
 
-/// How many ops of the store are not terminal (asked on `c`, one
-/// connection for the whole wait: measuring does not load the store).
-async fn unsettled(c: &deadpool_postgres::Object) -> anyhow::Result<i64> {
-    let row = c
-        .query_one(
-            "SELECT COUNT(*) FROM ops WHERE status IN ('starting', 'running')",
-            &[],
-        )
-        .await?;
-    Ok(row.get::<_, i64>(0))
-}
+/// The store's committed transactions so far.
+const COMMITS: &str = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
+/// How many ops of the store are not terminal.
+const UNSETTLED: &str = "SELECT COUNT(*) FROM ops WHERE status IN ('starting', 'running')";
 
 /// `ops` background `true` ops over 30 runs, each run's ops started back
 /// to back by a client of its own (through the nodes in turn; `routed`:
@@ -135,7 +121,9 @@ async fn unsettled(c: &deadpool_postgres::Object) -> anyhow::Result<i64> {
 async fn throughput(c: &Cluster, ops: usize, routed: bool) -> anyhow::Result<(f64, f64)> {
     const RUNS: usize = 30;
     let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    let before = commits(&c.store).await?;
+    let pool = opkernel::store::db::pgpool::pool(&c.store, 1)?;
+    let asking = opkernel::store::db::pgpool::connection(&pool).await?;
+    let before = count(&asking, COMMITS).await?;
     let began = Instant::now();
     let mut tasks = Vec::new();
     let clients: Vec<(String, Client)> = c
@@ -167,16 +155,14 @@ async fn throughput(c: &Cluster, ops: usize, routed: bool) -> anyhow::Result<(f6
         t.await??;
     }
     let deadline = Instant::now() + Duration::from_secs(600);
-    let pool = opkernel::store::db::pgpool::pool(&c.store, 1)?;
-    let asking = opkernel::store::db::pgpool::connection(&pool).await?;
-    while unsettled(&asking).await? > 0 {
+    while count(&asking, UNSETTLED).await? > 0 {
         anyhow::ensure!(Instant::now() < deadline, "ops still unsettled after 600 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let secs = began.elapsed().as_secs_f64();
     // the server's statistics are flushed at most once a second
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let per_op = (commits(&c.store).await? - before) as f64 / ops as f64;
+    let per_op = (count(&asking, COMMITS).await? - before) as f64 / ops as f64;
     Ok(((ops / RUNS * RUNS) as f64 / secs, per_op))
 }
 
