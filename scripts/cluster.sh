@@ -15,7 +15,10 @@
 # address); each node's API and the store are published on host loopback
 # ports. The last line of `up` is one JSON object:
 #   {"store", "operator_token", "network", "nodes": [{"name", "container", "url"}]}
-# OPKERNEL_NODE_TTL_SEC and OPKERNEL_POOL, when set, are passed to every node.
+# Every OPKERNEL_* variable of the caller's environment is passed to every
+# node (any setting can be tried on a cluster), but for the harness's own
+# (OPKERNEL_BIN, OPKERNEL_CLUSTER*) and those a node sets for itself
+# (its store, home, listen address, node name and advertised URL).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -69,9 +72,14 @@ start_store() {
 
 start_node() {
   local node=$1 index=$2 port=$3 store=$4
-  local pass=()
-  [ -z "${OPKERNEL_NODE_TTL_SEC:-}" ] || pass+=(-e "OPKERNEL_NODE_TTL_SEC=$OPKERNEL_NODE_TTL_SEC")
-  [ -z "${OPKERNEL_POOL:-}" ] || pass+=(-e "OPKERNEL_POOL=$OPKERNEL_POOL")
+  local pass=() var
+  while IFS= read -r var; do
+    case $var in
+      OPKERNEL_BIN | OPKERNEL_CLUSTER* | OPKERNEL_STORE | OPKERNEL_HOME | OPKERNEL_URL | OPKERNEL_TOKEN \
+        | OPKERNEL_NODE | OPKERNEL_ADVERTISE | OPKERNEL_DOCKER_SOCKET | OPKERNEL_TEST_* | OPKERNEL_MCP_PYTHON) ;;
+      *) pass+=(-e "$var=${!var}") ;;
+    esac
+  done < <(compgen -e | grep '^OPKERNEL_' || true)
   docker run -d --name "$name-$node" --hostname "$node" --label "$label" \
     --network "$net" --ip "$subnet_prefix.$((10 + index))" --network-alias "$node" \
     -p "127.0.0.1:$port:7700" \

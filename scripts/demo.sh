@@ -18,7 +18,16 @@ export OPKERNEL_URL="http://127.0.0.1:$port"
 "$bin" serve --listen "127.0.0.1:$port" >"$OPKERNEL_HOME/kernel.log" 2>&1 &
 kernel=$!
 debian_kernel=
-trap 'kill $kernel $debian_kernel 2>/dev/null; echo; echo "kernel stopped; its home (control plane, scratch, logs) is $OPKERNEL_HOME"' EXIT
+# a graceful stop (SIGTERM) removes the kernels' idle warm-pool containers:
+# the demo returns only once its kernels have exited, leaving nothing running
+stop_kernels() {
+  local pid
+  for pid in $kernel $debian_kernel; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in $kernel $debian_kernel; do wait "$pid" 2>/dev/null || true; done
+  echo
+  echo "kernel stopped; its home (control plane, scratch, logs) is $OPKERNEL_HOME"
+}
+trap stop_kernels EXIT
 for _ in $(seq 1 100); do "$bin" ps >/dev/null 2>&1 && break; sleep 0.1; done
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }

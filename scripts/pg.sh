@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL for the tests and the bench (SPEC §19): Debian's
-# `postgresql` package (installed when absent), `initdb` into target/pg as
-# the postgres user, listening on a free loopback port with its own socket
+# `postgresql` package (installed when absent), `initdb` as the postgres
+# user into a directory that user can reach whatever the checkout's path
+# (a clone under root's 0700 home included): /var/tmp/opkernel-pg-<hash of
+# the checkout's path>, or $OPKERNEL_PG_DIR; listening on a free loopback port with its own socket
 # dir, with pg_stat_statements loaded (the bench counts statements per op);
 # no system service. fsync is off (a test server) unless PG_FSYNC=on (the
 # bench's figures are taken with it on, as SQLite's are with
@@ -14,7 +16,10 @@
 #   scripts/pg.sh resume          starts a stopped server on its old port
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir="$root/target/pg"
+# the server's files live outside the checkout: the postgres user must be
+# able to enter every directory above them, which a checkout under a 0700
+# home (/root) does not allow
+dir=${OPKERNEL_PG_DIR:-/var/tmp/opkernel-pg-$(printf '%s' "$root" | sha256sum | cut -c1-12)}
 data="$dir/data"
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 

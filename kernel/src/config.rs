@@ -220,11 +220,81 @@ fn env_addr(name: &str, invalid: &mut Vec<String>) -> Option<SocketAddr> {
     }
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
+/// A whole-number setting: unset (or blank) means `default`; anything
+/// else that is not a whole number refuses the start, naming the setting
+/// (a typo never silently means a default).
+fn env_u64(name: &str, default: u64, invalid: &mut Vec<String>) -> u64 {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().unwrap_or_else(|_| {
+            let unit = if name.ends_with("_MS") {
+                " of milliseconds"
+            } else if name.ends_with("_SECONDS") || name.ends_with("_SEC") {
+                " of seconds"
+            } else {
+                ""
+            };
+            invalid.push(format!("{name}: {v:?} is not a whole number{unit}"));
+            default
+        }),
+        _ => default,
+    }
+}
+
+/// An on/off setting: `on`, `1`, `true` or `off`, `0`, `false`; unset
+/// means `default`, anything else refuses the start.
+fn env_switch(name: &str, default: bool, invalid: &mut Vec<String>) -> bool {
+    match std::env::var(name).as_deref().map(str::trim) {
+        Err(_) | Ok("") => default,
+        Ok("on" | "1" | "true") => true,
+        Ok("off" | "0" | "false") => false,
+        Ok(other) => {
+            invalid.push(format!("{name}: {other:?} is neither on nor off"));
+            default
+        }
+    }
+}
+
+/// A size setting in bytes: unset (or blank) means `default`; else
+/// [`parse_bytes`], whose refusal names the setting.
+fn env_bytes(name: &str, default: u64, invalid: &mut Vec<String>) -> u64 {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => parse_bytes(&v).unwrap_or_else(|e| {
+            invalid.push(format!("{name}: {e}"));
+            default
+        }),
+        _ => default,
+    }
+}
+
+/// Reads a size: a whole number of bytes, or one with a binary unit
+/// (`KiB`, `MiB`, `GiB`, `TiB`) or a decimal one (`kB`, `MB`, `GB`, `TB`).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (a whole number of bytes, or e.g. 512MiB)"))?;
+    let per: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?} (B, KiB, MiB, GiB, TiB, kB, MB, GB or TB; e.g. 512MiB)"
+            ))
+        }
+    };
+    n.checked_mul(per)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// `OPKERNEL_APPROVAL_MATCH`: one regex per line, blank lines skipped.
@@ -243,9 +313,11 @@ fn approval_match_from_env() -> Vec<String> {
 /// `OPKERNEL_NODE`, `OPKERNEL_ADVERTISE` and `OPKERNEL_NODE_TTL_SEC` (the
 /// first two also `serve --node`, `--advertise`, which override them).
 fn node_from_env(invalid: &mut Vec<String>) -> Option<NodeConfig> {
+    // read (and checked) even without a node name: `serve --node` uses it
+    let ttl = env_u64("OPKERNEL_NODE_TTL_SEC", 10, invalid);
     let name = std::env::var("OPKERNEL_NODE").ok()?;
     let url = std::env::var("OPKERNEL_ADVERTISE").unwrap_or_default();
-    NodeConfig::new(&name, &url, env_u64("OPKERNEL_NODE_TTL_SEC", 10))
+    NodeConfig::new(&name, &url, ttl)
         .map_err(|e| invalid.push(e))
         .ok()
 }
@@ -253,7 +325,7 @@ fn node_from_env(invalid: &mut Vec<String>) -> Option<NodeConfig> {
 /// The kernel's base container profile: defaults, overridden by
 /// `OPKERNEL_IMAGE`, `OPKERNEL_RUN_AS`, `OPKERNEL_NETWORK`,
 /// `OPKERNEL_MEMORY_BYTES` and `OPKERNEL_PIDS_LIMIT`.
-fn profile_from_env() -> Profile {
+fn profile_from_env(invalid: &mut Vec<String>) -> Profile {
     let mut profile = Profile::default();
     if let Ok(image) = std::env::var("OPKERNEL_IMAGE") {
         profile.image = image;
@@ -271,8 +343,12 @@ fn profile_from_env() -> Profile {
     if let Ok(network) = std::env::var("OPKERNEL_NETWORK") {
         profile.network = network;
     }
-    profile.memory_bytes = env_u64("OPKERNEL_MEMORY_BYTES", profile.memory_bytes as u64) as i64;
-    profile.pids_limit = env_u64("OPKERNEL_PIDS_LIMIT", profile.pids_limit as u64) as i64;
+    profile.memory_bytes = env_bytes(
+        "OPKERNEL_MEMORY_BYTES",
+        profile.memory_bytes as u64,
+        invalid,
+    ) as i64;
+    profile.pids_limit = env_u64("OPKERNEL_PIDS_LIMIT", profile.pids_limit as u64, invalid) as i64;
     profile
 }
 
@@ -351,8 +427,8 @@ fn hide_userinfo_password(url: &str) -> String {
 impl Config {
     /// Defaults, overridden by `OPKERNEL_*` environment variables.
     pub fn from_env(home: PathBuf, listen: SocketAddr) -> Config {
-        let profile = profile_from_env();
         let mut invalid = Vec::new();
+        let profile = profile_from_env(&mut invalid);
         let day = Duration::from_secs(86_400);
         let op_files_retention = env_duration("OPKERNEL_OP_FILES_RETENTION", 7 * day, &mut invalid);
         let retention = env_duration("OPKERNEL_RETENTION", 30 * day, &mut invalid);
@@ -379,49 +455,65 @@ impl Config {
             webhook,
             op_files_retention,
             retention,
-            invalid,
             home,
             listen,
             store,
             docker_socket: std::env::var("OPKERNEL_DOCKER_SOCKET").ok(),
             profile,
             fg_default_sec: 300,
-            fg_max_sec: env_u64("OPKERNEL_FG_MAX_SECONDS", 900),
+            fg_max_sec: env_u64("OPKERNEL_FG_MAX_SECONDS", 900, &mut invalid),
             bg_default_sec: 900,
-            bg_max_sec: env_u64("OPKERNEL_BG_MAX_SECONDS", 3600),
-            grace: Duration::from_millis(env_u64("OPKERNEL_GRACE_MS", 60_000)),
-            kill_grace: Duration::from_millis(env_u64("OPKERNEL_KILL_GRACE_MS", 5_000)),
+            bg_max_sec: env_u64("OPKERNEL_BG_MAX_SECONDS", 3600, &mut invalid),
+            grace: Duration::from_millis(env_u64("OPKERNEL_GRACE_MS", 60_000, &mut invalid)),
+            kill_grace: Duration::from_millis(env_u64(
+                "OPKERNEL_KILL_GRACE_MS",
+                5_000,
+                &mut invalid,
+            )),
             start_evidence_window: Duration::from_millis(env_u64(
                 "OPKERNEL_START_EVIDENCE_MS",
                 10_000,
+                &mut invalid,
             )),
-            launcher: !matches!(
-                std::env::var("OPKERNEL_LAUNCHER").as_deref().map(str::trim),
-                Ok("off" | "0" | "false")
-            ),
-            launcher_claim: Duration::from_millis(env_u64("OPKERNEL_LAUNCHER_CLAIM_MS", 10_000)),
-            log_cap_bytes: env_u64("OPKERNEL_LOG_CAP_BYTES", 64 << 20),
+            launcher: env_switch("OPKERNEL_LAUNCHER", true, &mut invalid),
+            launcher_claim: Duration::from_millis(env_u64(
+                "OPKERNEL_LAUNCHER_CLAIM_MS",
+                10_000,
+                &mut invalid,
+            )),
+            log_cap_bytes: env_bytes("OPKERNEL_LOG_CAP_BYTES", 64 << 20, &mut invalid),
             probe_interval: Duration::from_millis(
-                env_u64("OPKERNEL_PROBE_INTERVAL_MS", 5_000).max(100),
+                env_u64("OPKERNEL_PROBE_INTERVAL_MS", 5_000, &mut invalid).max(100),
             ),
             heartbeat_interval: Duration::from_millis(
-                env_u64("OPKERNEL_HEARTBEAT_MS", 10_000).max(100),
+                env_u64("OPKERNEL_HEARTBEAT_MS", 10_000, &mut invalid).max(100),
             ),
-            max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512),
-            max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384),
-            max_children: env_u64("OPKERNEL_MAX_CHILDREN", crate::runs::DEFAULT_MAX_CHILDREN),
-            max_depth: env_u64("OPKERNEL_MAX_DEPTH", 4) as usize,
+            max_live_ops_per_run: env_u64("OPKERNEL_MAX_OPS_PER_RUN", 512, &mut invalid),
+            max_live_ops: env_u64("OPKERNEL_MAX_OPS", 16_384, &mut invalid),
+            max_children: env_u64(
+                "OPKERNEL_MAX_CHILDREN",
+                crate::runs::DEFAULT_MAX_CHILDREN,
+                &mut invalid,
+            ),
+            max_depth: env_u64("OPKERNEL_MAX_DEPTH", 4, &mut invalid) as usize,
             approval_match: approval_match_from_env(),
-            reap_ttl: Duration::from_secs(env_u64("OPKERNEL_REAP_TTL_SECONDS", 3600)),
+            reap_ttl: Duration::from_secs(env_u64("OPKERNEL_REAP_TTL_SECONDS", 3600, &mut invalid)),
             reap_interval: Duration::from_secs(
-                env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300).max(1),
+                env_u64("OPKERNEL_REAP_INTERVAL_SECONDS", 300, &mut invalid).max(1),
             ),
             drills: std::env::var("OPKERNEL_DRILLS").is_ok_and(|v| v == "1"),
             docker_timeout_secs: env_u64(
                 "OPKERNEL_DOCKER_TIMEOUT_SECONDS",
                 sandbox::docker::REQUEST_TIMEOUT_SECS,
+                &mut invalid,
             ),
-            attempt_healthy: Duration::from_millis(env_u64("OPKERNEL_ATTEMPT_HEALTHY_MS", 60_000)),
+            attempt_healthy: Duration::from_millis(env_u64(
+                "OPKERNEL_ATTEMPT_HEALTHY_MS",
+                60_000,
+                &mut invalid,
+            )),
+            // last: every setting above has had its say
+            invalid,
         }
     }
 
@@ -479,6 +571,32 @@ mod tests {
         }
         for bad in ["", "7", "d", "7w", "-1d", "0s", "1.5h", "99999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_bytes_or_one_unit() {
+        for (text, bytes) in [
+            ("0", 0),
+            ("1048576", 1 << 20),
+            ("512MiB", 512 << 20),
+            (" 2GiB ", 2 << 30),
+            ("64KiB", 64 << 10),
+            ("1GB", 1_000_000_000),
+            ("10B", 10),
+        ] {
+            assert_eq!(parse_bytes(text), Ok(bytes), "{text}");
+        }
+        for bad in [
+            "",
+            "2g",
+            "-5",
+            "1.5GiB",
+            "GiB",
+            "99999999999TiB",
+            "5 parsecs",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
         }
     }
 

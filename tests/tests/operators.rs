@@ -363,3 +363,57 @@ async fn without_a_launcher_inspect_reads_the_table_by_exec() {
     assert!(procs.iter().any(|p| p["command"] == "sleep 30"), "{v}");
     k.remove_containers();
 }
+
+/// A bad value of any setting refuses the start, naming the setting; it
+/// never quietly becomes the default (SPEC §24, issue 36 item 12: before,
+/// `OPKERNEL_GRACE_MS=60s` and `OPKERNEL_MEMORY_BYTES=2g` started a kernel
+/// on the defaults).
+#[test]
+fn a_bad_setting_refuses_the_start_naming_it() {
+    let bin = kernel_binary().unwrap();
+    for (name, value) in [
+        ("OPKERNEL_GRACE_MS", "60s"),
+        ("OPKERNEL_MEMORY_BYTES", "2g"),
+        ("OPKERNEL_MAX_OPS", "lots"),
+        ("OPKERNEL_LOG_CAP_BYTES", "-5"),
+        ("OPKERNEL_REAP_TTL_SECONDS", "1h"),
+        ("OPKERNEL_NODE_TTL_SEC", "ten"),
+        ("OPKERNEL_LAUNCHER", "maybe"),
+    ] {
+        let home = opkernel_tests::temp_home("settings");
+        let out = Command::new(&bin)
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+            .env("OPKERNEL_HOME", &home)
+            .env(name, value)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}={value} started: {stderr}");
+        assert!(
+            stderr.contains(name) && stderr.contains(value),
+            "{name}={value}: the refusal names the setting and its value: {stderr}"
+        );
+        let _ = std::fs::remove_dir_all(&home);
+    }
+    // sizes take one syntax with units, and plain bytes as before
+    let home = opkernel_tests::temp_home("settings");
+    let mut child = Command::new(&bin)
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("OPKERNEL_HOME", &home)
+        .env("OPKERNEL_MEMORY_BYTES", "512MiB")
+        .env("OPKERNEL_LOG_CAP_BYTES", "1048576")
+        .env("OPKERNEL_POOL", "0")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "512MiB and a plain byte count are accepted"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -21,6 +21,30 @@ use crate::sync::Stop;
 /// How often the hand-off looks for this node's ops without an observer.
 const HAND_OFF_EVERY: Duration = Duration::from_secs(1);
 
+/// Refuses the start of a node whose webhook settings differ from those
+/// of the cluster's live nodes (SPEC §24: the outbox is the cluster's, so
+/// every node writes and posts it alike). The secret is compared by a
+/// digest, never stored.
+pub async fn agree_settings(k: &Kernel) -> anyhow::Result<()> {
+    use sha2::Digest;
+    let Some(node) = &k.node else {
+        return Ok(());
+    };
+    let value = match &k.config.webhook {
+        Some(hook) => format!(
+            "{} (secret sha256 {})",
+            hook.url,
+            &hex::encode(sha2::Sha256::digest(hook.secret.as_bytes()))[..16]
+        ),
+        None => "none".to_owned(),
+    };
+    let name = "OPKERNEL_WEBHOOK_URL/OPKERNEL_WEBHOOK_SECRET";
+    k.store
+        .agree_shared_setting(&node.config.name, name, &value)
+        .await?
+        .map_err(|why| anyhow::anyhow!("invalid setting: {why}"))
+}
+
 /// Joins the cluster (a new epoch): at start, before recovery (then
 /// `keep_lease` keeps it), and again whenever the lease lapsed.
 pub async fn join(k: &Kernel) -> Result<(), StoreError> {

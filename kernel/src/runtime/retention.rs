@@ -100,6 +100,13 @@ async fn prune_files(k: &Kernel) -> Result<usize, StoreError> {
             break;
         }
         for op in batch {
+            if !op.local {
+                // ran on a dead node (or none): its files are that disk's
+                // business; the record lets the tree be purged
+                k.store.mark_files_pruned(&op.id).await?;
+                pruned += 1;
+                continue;
+            }
             let dir = k.backend.ops_dir(&op.scratch_key);
             let id = op.id.clone();
             let removed = tokio::task::spawn_blocking(move || dir.remove_op_files(&id))

@@ -11,6 +11,7 @@ use crate::runtime::kernel::Kernel;
 pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     let listen = config.listen;
     let kernel = Kernel::open(config).await?;
+    crate::runtime::node::agree_settings(&kernel).await?;
     crate::runtime::node::join(&kernel).await?;
     // a node's lease is kept from here on, whatever else is under way
     let (keeping, keep) = crate::sync::Stop::new();

@@ -44,7 +44,8 @@ fn admission_refusal(
     );
     let row = tx.query_one(&sql, vals![run_id])?;
     let total = row.get::<i64>("live")? as u64;
-    if total >= limits.max_live {
+    // a cluster's limit is per node, counted once the op is placed
+    if total >= limits.max_live && !tx.cluster() {
         return Ok(Err(format!(
             "the kernel already has {total} live operations (limit {})",
             limits.max_live
@@ -53,6 +54,30 @@ fn admission_refusal(
     Ok(Ok(RunRow {
         recorded: row.get::<i64>("recorded")? > 0,
         finished: row.get::<i64>("finished")? > 0,
+    }))
+}
+
+/// In a cluster, `OPKERNEL_MAX_OPS` bounds the live ops of the node the op
+/// is placed on (SPEC §24), counted in the admitting transaction through
+/// the index of ops by node and status.
+fn node_limit_refusal(
+    tx: &mut dyn Tx,
+    node: Option<&str>,
+    limits: Admission,
+) -> StoreResult<Option<String>> {
+    let Some(node) = node else {
+        return Ok(None);
+    };
+    let sql = format!(
+        "SELECT COUNT(*) FROM ops WHERE node = ?1 AND status IN ({})",
+        live_sql()
+    );
+    let live = tx.scalar::<i64>(&sql, vals![node])? as u64;
+    Ok((live >= limits.max_live).then(|| {
+        format!(
+            "node {node} already has {live} live operations (limit {}, per node)",
+            limits.max_live
+        )
     }))
 }
 
@@ -106,6 +131,9 @@ pub(super) fn insert_in(
             None => return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone()))),
         },
     };
+    if let Some(refusal) = node_limit_refusal(tx, node.as_deref(), limits)? {
+        return Ok(NewOp::Refused(super::Refusal::Limit(refusal)));
+    }
     if !run.recorded {
         super::runs::ensure_top_level(tx, &req.run_id, now)?;
         if let Some(node) = &node {

@@ -24,6 +24,7 @@ mod retention;
 mod runs;
 mod schedules;
 mod settle;
+mod shared;
 #[cfg(test)]
 mod statements_tests;
 mod tree;
@@ -113,6 +114,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("../../migrations/0009_webhooks.sql")),
     (10, include_str!("../../migrations/0010_pool.sql")),
     (11, include_str!("../../migrations/0011_cluster.sql")),
+    (
+        12,
+        include_str!("../../migrations/0012_cluster_features.sql"),
+    ),
 ];
 
 /// The control plane: its database (SQLite or PostgreSQL) and the

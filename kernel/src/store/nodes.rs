@@ -54,9 +54,8 @@ pub struct Swept {
 
 impl Store {
     /// Joins (or rejoins) the cluster as `name`: a new epoch, a fresh
-    /// lease of `ttl_ms`, `active` (a draining node stays draining); live
-    /// ops a single kernel left unplaced are taken over. Returns the epoch
-    /// every claim of this node is fenced by.
+    /// lease of `ttl_ms`, `active` (a draining node stays draining).
+    /// Returns the epoch every claim of this node is fenced by.
     pub async fn join_node(&self, name: &str, url: &str, ttl_ms: i64) -> StoreResult<i64> {
         let (name, url) = (name.to_owned(), url.to_owned());
         self.lease_write(move |tx| {
@@ -70,16 +69,10 @@ impl Store {
                  state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'active' END \
                  RETURNING epoch"
             );
-            let epoch = tx.query_one(&sql, vals![&name, url, ttl_ms])?.get("epoch")?;
             // a single kernel's live ops (the database turned into a
-            // cluster's): the first node to join, on that kernel's home,
-            // takes them over
-            let sql = format!(
-                "UPDATE ops SET node = ?1 WHERE node IS NULL AND status IN ({})",
-                observed_sql()
-            );
-            tx.execute(&sql, vals![&name])?;
-            Ok(epoch)
+            // cluster's) are not taken here: only the node whose disk holds
+            // their files takes them over (SPEC §24, `take_over_ops`)
+            tx.query_one(&sql, vals![&name, url, ttl_ms])?.get("epoch")
         })
         .await
     }
@@ -237,6 +230,11 @@ fn sweep_one(tx: &mut dyn Tx, name: &str, judge: &Judge) -> StoreResult<Option<S
         return Ok(None);
     }
     let settled = settle_orphans(tx, name)?;
+    // its webhook claims go with it: any live node posts them now
+    tx.execute(
+        "UPDATE webhook_outbox SET taken_by = NULL, taken_until = NULL WHERE taken_by = ?1",
+        vals![name],
+    )?;
     Ok(Some(Swept {
         name: name.to_owned(),
         settled,
@@ -309,20 +307,22 @@ fn settle_leftovers(tx: &mut dyn Tx, name: &str) -> StoreResult<Vec<(String, Str
 }
 
 /// The node of a run tree (placed on `root`), placing it when it has none
-/// or its node's lease lapsed: the `active` node with a live lease, one
+/// or its node was declared dead: the `active` node with a live lease, one
 /// with a free warm-pool container first (SPEC §22), then the fewest live
 /// ops. `None` when no node can take it (then nothing was
 /// written). Called with the tree locked; the root's row may not exist yet
 /// (see [`record_placement`]).
 pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> {
     let now = db_now(tx);
-    // its node, while that node's lease is live (a lapsed one is about to
-    // be declared dead: the tree moves on)
-    let sql = format!(
+    // its node, while that node is not dead (SPEC §24): a lease that merely
+    // lapsed (a store outage, a restart, a slow renewal) keeps the tree
+    // where its workspace and live ops are; its new ops wait for their
+    // node, and are settled by the sweep only if it is declared dead
+    if let Some(row) = tx.query_opt(
         "SELECT r.node FROM runs r JOIN nodes n ON n.name = r.node \
-         WHERE r.run_id = ?1 AND n.state <> 'dead' AND n.lease_until > {now}"
-    );
-    if let Some(row) = tx.query_opt(&sql, vals![root])? {
+         WHERE r.run_id = ?1 AND n.state <> 'dead'",
+        vals![root],
+    )? {
         return row.get("node");
     }
     let sql = format!(
@@ -377,6 +377,47 @@ impl Store {
             );
             tx.execute(&sql, vals![run, node])?;
             Ok(())
+        })
+        .await
+    }
+
+    /// The observed ops a single kernel left unplaced (the database turned
+    /// into a cluster's), with their runs: a node takes over those whose
+    /// files its own disk holds ([`Store::take_over_op`]).
+    pub async fn unplaced_ops(&self) -> StoreResult<Vec<Op>> {
+        self.read(|tx| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM ops WHERE node IS NULL AND status IN ({})",
+                observed_sql()
+            );
+            ops_of(tx, &sql, vals![])
+        })
+        .await
+    }
+
+    /// Takes over an unplaced observed op (and its tree, when unplaced)
+    /// for this node: false when another node took it first or it ended.
+    pub async fn take_over_op(&self, id: &str) -> StoreResult<bool> {
+        let (Some(node), id) = (self.node().map(str::to_owned), id.to_owned()) else {
+            return Ok(false);
+        };
+        self.write(move |tx| {
+            let Some(run_id) = super::ops::run_of(tx, &id)? else {
+                return Ok(false);
+            };
+            let root = super::tree::lock_tree_of(tx, &run_id)?;
+            let sql = format!(
+                "UPDATE ops SET node = ?2 WHERE id = ?1 AND node IS NULL AND status IN ({})",
+                observed_sql()
+            );
+            if tx.execute(&sql, vals![&id, &node])? == 0 {
+                return Ok(false);
+            }
+            tx.execute(
+                "UPDATE runs SET node = ?2 WHERE run_id = ?1 AND node IS NULL",
+                vals![root, node],
+            )?;
+            Ok(true)
         })
         .await
     }

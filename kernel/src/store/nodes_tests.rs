@@ -181,12 +181,22 @@ async fn a_tree_is_placed_on_the_least_loaded_active_node_and_stays_there() {
 #[tokio::test]
 async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
     let store = test_store().await;
-    // a single kernel's live op, unplaced: the first node to join takes it
+    // a single kernel's live op, unplaced: joining takes nothing (SPEC
+    // §24); the node whose disk holds its files takes it over, once
     let legacy = admit(&store, "old").await;
     assert_eq!(legacy.node, None);
     node(&store, "n1", 60_000).await;
+    let unplaced = store.unplaced_ops().await.unwrap();
+    assert_eq!(unplaced.len(), 1);
+    assert_eq!(store.get_op(&legacy.id).await.unwrap().unwrap().node, None);
+    assert!(store.take_over_op(&legacy.id).await.unwrap());
+    assert!(!store.take_over_op(&legacy.id).await.unwrap());
     let legacy = store.get_op(&legacy.id).await.unwrap().unwrap();
     assert_eq!(legacy.node.as_deref(), Some("n1"));
+    assert_eq!(
+        store.get_run("old").await.unwrap().unwrap().node.as_deref(),
+        Some("n1")
+    );
     // no node can take a new tree: refused, and no run row left behind
     assert!(store.drain_node("n1").await.unwrap());
     let refused = store
@@ -231,22 +241,68 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
     assert!(!store.record_exec(&late.id, "e1").await.unwrap());
 }
 
+/// SPEC §24: a lease that merely lapsed keeps the tree on its node (its
+/// workspace and live ops are there); only a node declared dead loses it
+/// (before, the next op after a store outage landed on whichever node
+/// renewed first, with an empty workspace).
 #[tokio::test]
-async fn a_tree_whose_node_lapsed_moves_on_at_its_next_op() {
+async fn a_tree_moves_only_off_a_dead_node() {
     let store = test_store().await;
     node(&store, "n1", 60_000).await;
     let first = admit(&store, "r").await;
     assert_eq!(first.node.as_deref(), Some("n1"));
-    store
+    let n2 = store
         .join_node("n2", "http://n2:7878", 60_000)
         .await
         .unwrap();
-    // n1 lapsed but not yet swept: the tree's next op goes to n2
+    // n1 lapsed but not declared dead: the tree's next op waits for n1
     store.renew_lease("n1", 1, -1, (0, 0)).await.unwrap();
     let next = admit(&store, "r").await;
-    assert_eq!(next.node.as_deref(), Some("n2"));
+    assert_eq!(next.node.as_deref(), Some("n1"));
+    // n1 declared dead: the waiting op is settled by the sweep (it never
+    // ran), and the tree's next op goes to a live node
+    let swept = store.sweep_nodes(judge("n2", n2)).await.unwrap();
+    assert_eq!(swept.len(), 1);
+    let waited = store.get_op(&next.id).await.unwrap().unwrap();
+    assert_eq!(waited.status, Status::Failed);
+    let moved = admit(&store, "r").await;
+    assert_eq!(moved.node.as_deref(), Some("n2"));
     assert_eq!(
         store.get_run("r").await.unwrap().unwrap().node.as_deref(),
         Some("n2")
     );
+}
+
+/// SPEC §24: `OPKERNEL_MAX_OPS` bounds one node's live ops, counted for
+/// the node the op is placed on (before, it counted the whole cluster's).
+#[tokio::test]
+async fn the_live_op_limit_is_per_node() {
+    let store = test_store().await;
+    node(&store, "n1", 60_000).await;
+    store
+        .join_node("n2", "http://n2:7878", 60_000)
+        .await
+        .unwrap();
+    let one = Admission {
+        max_live: 1,
+        ..Admission::UNLIMITED
+    };
+    let admit_with = |run: &'static str| {
+        let store = store.clone();
+        async move { store.insert_op(start(run), one).await.unwrap() }
+    };
+    let NewOp::Created(a) = admit_with("ra").await else {
+        panic!("the first op")
+    };
+    let NewOp::Created(b) = admit_with("rb").await else {
+        panic!("one live op on each node: the second node takes it")
+    };
+    assert_ne!(a.node, b.node);
+    let refused = admit_with("ra").await;
+    match refused {
+        NewOp::Refused(crate::store::Refusal::Limit(why)) => {
+            assert!(why.contains("per node"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -58,6 +58,15 @@ pub(super) fn enqueue(
     Ok(())
 }
 
+/// How long a node's claim on a due post lasts (database clock, ms):
+/// longer than a run's whole turn (16 posts of at most 10 s each). A node
+/// declared dead loses its claims at once (its sweep frees them).
+pub const CLAIM_MS: i64 = 200_000;
+
+/// The advisory lock key that serializes the takers of due posts (no run
+/// id can be it: run ids have no `#`).
+const OUTBOX_LOCK: &str = "#webhook-outbox";
+
 /// The longest pause between two tries of one post.
 const MAX_BACKOFF_MS: i64 = 60_000;
 
@@ -138,21 +147,32 @@ fn record_turn(tx: &mut dyn Tx, turn: &[(OutboxPost, PostOutcome)]) -> StoreResu
 }
 
 impl Store {
-    /// The due posts, oldest first, at most `per_run` of one run and
-    /// `limit` in all: a row is due when it and every earlier row of its
-    /// run are (a run's rows go in order).
+    /// Takes the due posts for this node (SPEC §24: the outbox is the
+    /// cluster's, and a post is taken by one node at a time), oldest
+    /// first, at most `per_run` of one run and `limit` in all: a row is
+    /// due when it and every earlier row of its run are, and no other node
+    /// holds a live claim on a row of its run. The takers are serialized
+    /// (an advisory lock on PostgreSQL, the one writer on SQLite); each
+    /// claim lasts [`CLAIM_MS`] on the database's clock, and a node's own
+    /// claims are its to take again (after a restart too).
     pub async fn due_posts(&self, per_run: u32, limit: u32) -> StoreResult<Vec<OutboxPost>> {
-        self.read(move |tx| {
-            let rows = tx.query(
+        let taker = self.outbox_taker();
+        self.write(move |tx| {
+            tx.lock_tree(OUTBOX_LOCK)?;
+            let now = super::lease::db_now(tx);
+            let sql = format!(
                 "SELECT id, delivery_id, run_id, kind, body, attempts FROM \
                  (SELECT o.*, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id) AS turn \
                   FROM webhook_outbox o WHERE next_at <= ?1 AND NOT EXISTS \
                   (SELECT 1 FROM webhook_outbox p \
-                   WHERE p.run_id = o.run_id AND p.next_at > ?1 AND p.id < o.id)) due \
-                 WHERE turn <= ?2 ORDER BY id LIMIT ?3",
-                vals![now_ms(), per_run, limit],
-            )?;
-            rows.iter()
+                   WHERE p.run_id = o.run_id AND p.next_at > ?1 AND p.id < o.id) \
+                  AND NOT EXISTS (SELECT 1 FROM webhook_outbox q WHERE q.run_id = o.run_id \
+                   AND q.taken_by <> ?4 AND q.taken_until > {now})) due \
+                 WHERE turn <= ?2 ORDER BY id LIMIT ?3"
+            );
+            let rows = tx.query(&sql, vals![now_ms(), per_run, limit, &taker])?;
+            let posts = rows
+                .iter()
                 .map(|r| {
                     Ok(OutboxPost {
                         id: r.get("id")?,
@@ -163,9 +183,22 @@ impl Store {
                         attempts: r.get("attempts")?,
                     })
                 })
-                .collect()
+                .collect::<StoreResult<Vec<_>>>()?;
+            let claim = format!(
+                "UPDATE webhook_outbox SET taken_by = ?2, taken_until = {now} + ?3 WHERE id = ?1"
+            );
+            for p in &posts {
+                tx.execute(&claim, vals![p.id, &taker, CLAIM_MS])?;
+            }
+            Ok(posts)
         })
         .await
+    }
+
+    /// Who takes outbox posts here: the cluster node, or the single kernel
+    /// (whose restarts take their own claims again at once).
+    fn outbox_taker(&self) -> String {
+        self.node().unwrap_or("single-kernel").to_owned()
     }
 
     /// Records a round's turns, each run's as [`record_turn`] says, all in
@@ -177,9 +210,19 @@ impl Store {
         if turns.iter().all(Vec::is_empty) {
             return Ok(());
         }
+        let taker = self.outbox_taker();
         self.write(move |tx| {
             for turn in &turns {
                 record_turn(tx, turn)?;
+                // what this turn did not post (behind a failure) is free
+                // again for any node once due
+                if let Some((p, _)) = turn.first() {
+                    tx.execute(
+                        "UPDATE webhook_outbox SET taken_by = NULL, taken_until = NULL \
+                         WHERE run_id = ?1 AND taken_by = ?2",
+                        vals![&p.run_id, &taker],
+                    )?;
+                }
             }
             Ok(())
         })
@@ -284,6 +327,52 @@ mod tests {
         let journal = store.kernel_journal(0, 10).await.unwrap();
         let kinds: Vec<&str> = journal.iter().map(|e| e.2.as_str()).collect();
         assert_eq!(kinds, ["webhook.dropped", "webhook.dropped"]);
+    }
+}
+
+#[cfg(test)]
+mod cluster_tests {
+    use crate::store::reports::tests::finished_op;
+    use crate::store::{test_store_pair, PostOutcome};
+
+    /// SPEC §24: the outbox is the cluster's; each due post is taken by
+    /// one node at a time (before, every node with the setting posted every
+    /// row: one post per node), and what a node did not post is free again.
+    #[tokio::test]
+    async fn a_due_post_is_taken_by_one_node_at_a_time() {
+        let (n1, n2) = test_store_pair().await;
+        for (store, name) in [(&n1, "n1"), (&n2, "n2")] {
+            store.enable_cluster(name);
+            store.enable_outbox();
+            store
+                .join_node(name, &format!("http://{name}:1"), 60_000)
+                .await
+                .unwrap();
+        }
+        finished_op(&n1, "ra", 1).await;
+        finished_op(&n1, "ra", 2).await;
+        let taken = n1.due_posts(16, 10).await.unwrap();
+        assert_eq!(taken.len(), 2);
+        assert!(
+            n2.due_posts(16, 10).await.unwrap().is_empty(),
+            "n1 holds the run's posts"
+        );
+        // a later row of the same run waits for n1's claim too (order)
+        finished_op(&n2, "ra", 3).await;
+        assert!(n2.due_posts(16, 10).await.unwrap().is_empty());
+        // n1 takes its own claims again (after a restart, say)
+        assert_eq!(n1.due_posts(16, 10).await.unwrap().len(), 3);
+        // n1 posts the first, fails the second: the rest is free for any node
+        let turn = vec![
+            (taken[0].clone(), PostOutcome::Taken),
+            (taken[1].clone(), PostOutcome::Failed("503".into())),
+        ];
+        n1.record_turns(vec![turn]).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let retaken = n2.due_posts(16, 10).await.unwrap();
+        assert_eq!(retaken.len(), 2, "{retaken:?}");
+        assert_eq!(retaken[0].id, taken[1].id);
+        assert!(n1.due_posts(16, 10).await.unwrap().is_empty());
     }
 }
 

@@ -17,6 +17,10 @@ pub struct PrunableOp {
     pub id: String,
     /// Its run's scratch key: whose `.ops` dir holds the files.
     pub scratch_key: String,
+    /// Whether its files are on this node's disk (false: it ran on a node
+    /// that is dead, or on none, and its files are that disk's business:
+    /// only the record says they are out of reach, SPEC §24).
+    pub local: bool,
 }
 
 /// One purged run tree, as the kernel journal records it.
@@ -149,15 +153,19 @@ fn purge_tree(tx: &mut dyn Tx, root: &str, cutoff: i64) -> StoreResult<Option<Pu
 impl Store {
     /// Ops whose files may go: terminal, delivered (in a report, inline, or
     /// a foreground op's), ended before `cutoff`, files still there.
-    /// On a cluster node, only its own ops' (their files are on its disk).
+    /// On a cluster node, its own ops' (their files are on its disk), and
+    /// those of ops that ran on a dead node or on none (not `local`: the
+    /// files are out of reach, so a finished tree can still be purged).
     pub async fn prunable_ops(&self, cutoff: i64, limit: u32) -> StoreResult<Vec<PrunableOp>> {
         let node = self.node().map(str::to_owned);
         self.read(move |tx| {
             let sql = format!(
-                "SELECT id, scratch_key FROM ops WHERE files_pruned_at IS NULL \
+                "SELECT id, scratch_key, CAST(CASE WHEN CAST(?3 AS TEXT) IS NULL OR node = ?3 \
+                 THEN 1 ELSE 0 END AS BIGINT) AS local FROM ops WHERE files_pruned_at IS NULL \
                  AND finished_at IS NOT NULL AND finished_at < ?1 AND status IN ({}) \
                  AND (background = 0 OR report_id IS NOT NULL OR delivered_inline = 1) \
-                 AND (CAST(?3 AS TEXT) IS NULL OR node = ?3) \
+                 AND (CAST(?3 AS TEXT) IS NULL OR node = ?3 OR node IS NULL \
+                      OR node IN (SELECT name FROM nodes WHERE state = 'dead')) \
                  ORDER BY finished_at LIMIT ?2",
                 terminal_sql()
             );
@@ -167,6 +175,7 @@ impl Store {
                     Ok(PrunableOp {
                         id: r.get("id")?,
                         scratch_key: r.get("scratch_key")?,
+                        local: r.get::<i64>("local")? == 1,
                     })
                 })
                 .collect()

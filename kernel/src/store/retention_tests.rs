@@ -235,3 +235,44 @@ async fn a_run_tokens_start_never_brings_a_purged_run_back() {
     op(&store, "fresh", true).await;
     assert!(store.get_run("fresh").await.unwrap().is_some());
 }
+
+/// SPEC §24: a tree whose ops ran on a node that is now dead is purged by
+/// a live node: their files are out of its reach (marked, not removed),
+/// and another live node's ops are never its business (before, only the
+/// node's own ops were ever marked, so such a tree stayed for ever).
+#[tokio::test]
+async fn a_tree_that_ran_on_a_dead_node_is_purged_by_a_live_one() {
+    let store = test_store().await;
+    store.enable_cluster("n1");
+    store.join_node("n1", "http://n1:1", 60_000).await.unwrap();
+    let id = op(&store, "r", false).await;
+    assert!(store.settle(&id, done()).await.unwrap());
+    let later = crate::store::now_ms() + 1000;
+    let mine = store.prunable_ops(later, 100).await.unwrap();
+    assert_eq!(mine.len(), 1);
+    assert!(mine[0].local, "n1's own op: its files are on n1's disk");
+    let sql = "UPDATE ops SET node = 'n9'";
+    store
+        .write(move |tx| tx.execute(sql, &[]).map(|_| ()))
+        .await
+        .unwrap();
+    assert!(
+        store.prunable_ops(later, 100).await.unwrap().is_empty(),
+        "a live (or unknown) node's op is its own business"
+    );
+    let sql = "INSERT INTO nodes (name, advertise_url, epoch, lease_until, renewed_at, joined_at, state) \
+               VALUES ('n9', 'http://n9:1', 2, 0, 0, 0, 'dead')";
+    store
+        .write(move |tx| tx.execute(sql, &[]).map(|_| ()))
+        .await
+        .unwrap();
+    let foreign = store.prunable_ops(later, 100).await.unwrap();
+    assert_eq!(foreign.len(), 1);
+    assert!(!foreign[0].local, "a dead node's files are out of reach");
+    store.mark_files_pruned(&id).await.unwrap();
+    let purged = store
+        .purge_finished_trees(later + 1, 10, "k")
+        .await
+        .unwrap();
+    assert_eq!(purged.len(), 1, "{purged:?}");
+}

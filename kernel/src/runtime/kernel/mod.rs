@@ -120,7 +120,10 @@ impl Kernel {
         let ticks = Ticks::new(config.probe_interval);
         Ok(Arc::new(Kernel {
             monitors: Monitors::new(backend.clone(), probes.clone(), ticks),
-            pool: crate::runtime::pool::Pool::new(config.pool.clone()),
+            pool: crate::runtime::pool::Pool::new(
+                config.pool.clone(),
+                config.node.as_ref().map(|n| n.name.clone()),
+            ),
             node: config.node.clone().map(node::NodeState::new),
             config,
             store,

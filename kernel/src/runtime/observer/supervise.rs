@@ -36,11 +36,28 @@ fn spawn_supervisor(k: &Arc<Kernel>, op_id: String, fresh: Option<Op>) {
 pub async fn recover(k: &Arc<Kernel>) -> Result<usize, StartError> {
     crate::runtime::pool::upkeep::recover(k).await?;
     k.recover_registry().await;
+    take_over_unplaced(k).await?;
     let live = k.store.observed_ops().await?;
     for op in &live {
         spawn(k, op.id.clone());
     }
     Ok(live.len())
+}
+
+/// On a cluster node: the live ops a single kernel left unplaced are
+/// taken over here only when this node's disk holds their run's scratch
+/// (SPEC §24), never because this node joined first.
+async fn take_over_unplaced(k: &Kernel) -> Result<(), crate::store::StoreError> {
+    if k.store.node().is_none() {
+        return Ok(());
+    }
+    for op in k.store.unplaced_ops().await? {
+        let key = sandbox::profile::scratch_key(&op.run_id);
+        if k.backend.scratch_exists(&key) && k.store.take_over_op(&op.id).await? {
+            tracing::info!(op = %op.id, run = %op.run_id, "a single kernel's live op taken over: its files are on this node");
+        }
+    }
+    Ok(())
 }
 
 /// How the attempt after a failed one begins: a failure after a healthy

@@ -41,6 +41,7 @@ impl Kernel {
             run_id: run_id.to_owned(),
             container_id: c.id.clone(),
             scratch_key: key.clone(),
+            node: self.store.node().map(str::to_owned),
         };
         self.crash_point("pool.before_bind");
         match self.store.bind_container(binding.clone()).await {

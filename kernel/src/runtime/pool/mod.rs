@@ -104,17 +104,21 @@ pub struct Pool {
     pub(crate) wake: tokio::sync::Notify,
     /// The pooled profiles' fingerprints, in [`PoolConfig::profiles`] order.
     fingerprints: Vec<String>,
+    /// This kernel's cluster node (its bindings name it), if any.
+    node: Option<String>,
 }
 
 impl Pool {
-    /// An empty pool for these settings (filled by [`upkeep`]).
-    pub fn new(config: PoolConfig) -> Pool {
+    /// An empty pool for these settings (filled by [`upkeep`]), of the
+    /// cluster node `node` (none: a single kernel).
+    pub fn new(config: PoolConfig, node: Option<String>) -> Pool {
         let fingerprints = config.profiles.iter().map(pool_fingerprint).collect();
         Pool {
             config,
             state: Lock::default(),
             wake: tokio::sync::Notify::new(),
             fingerprints,
+            node,
         }
     }
 
@@ -151,9 +155,12 @@ impl Pool {
         (s.free.len(), s.by_container.len())
     }
 
-    /// Records a binding (loaded at start, or just written).
+    /// Records a binding of this node's (loaded at start, or just
+    /// written); another node's is not this pool's business.
     pub(crate) fn remember(&self, b: Binding) {
-        self.state.lock().record(b);
+        if self.is_local(&b) {
+            self.state.lock().record(b);
+        }
     }
 
     /// [`Pool::role`] with the state already locked.
@@ -203,9 +210,16 @@ impl Pool {
     pub(super) fn release_taken(&self, container_id: &str, found: Option<Binding>) {
         let mut s = self.state.lock();
         s.adopting.remove(container_id);
-        if let Some(b) = found {
+        // another node's binding of the run names a container of that
+        // node's engine: nothing of this node's (SPEC §24)
+        if let Some(b) = found.filter(|b| self.is_local(b)) {
             s.record(b);
         }
+    }
+
+    /// Whether a binding is this node's (or, for a single kernel, node-less).
+    fn is_local(&self, b: &Binding) -> bool {
+        b.node == self.node
     }
 
     /// An adoption whose bind may or may not have landed: the container

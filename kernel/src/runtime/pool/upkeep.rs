@@ -26,8 +26,18 @@ const FAILED_FILL_PAUSE: Duration = Duration::from_secs(30);
 /// Loads the bindings and sorts the pool containers Docker has (at start,
 /// before any observer looks at a container).
 pub async fn recover(k: &Kernel) -> Result<(), StoreError> {
-    for b in k.store.bindings().await? {
+    for mut b in k.store.bindings().await? {
         let run_key = scratch_key(&b.run_id);
+        if b.node.is_none() && k.store.node().is_some() {
+            // a single kernel's binding: taken over only by the node whose
+            // disk holds its files, never removed by another (SPEC §24)
+            if !k.backend.scratch_exists(&b.scratch_key)
+                || !k.store.take_over_binding(&b.run_id).await?
+            {
+                continue;
+            }
+            b.node = k.store.node().map(str::to_owned);
+        }
         if !k.backend.scratch_exists(&b.scratch_key) {
             // its scratch went (a kill while the reaper removed it): the
             // binding has nothing left to bind; its file goes too

@@ -56,6 +56,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../../../migrations/postgres/0011_cluster.sql"),
     ),
+    (
+        12,
+        include_str!("../../../migrations/postgres/0012_cluster_features.sql"),
+    ),
 ];
 
 /// Any key for the advisory lock that serializes migrations.

@@ -49,10 +49,14 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
     }
     if let Some((name, url)) = node {
         let ttl = config.node.as_ref().map_or(10, |n| n.ttl.as_secs());
-        let ttl = std::env::var("OPKERNEL_NODE_TTL_SEC")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(ttl);
+        let ttl = match std::env::var("OPKERNEL_NODE_TTL_SEC") {
+            Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "invalid setting: OPKERNEL_NODE_TTL_SEC: {v:?} is not a whole number of seconds"
+                )
+            })?,
+            _ => ttl,
+        };
         config.node =
             Some(crate::config::NodeConfig::new(&name, &url, ttl).map_err(anyhow::Error::msg)?);
     }

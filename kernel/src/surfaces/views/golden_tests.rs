@@ -73,6 +73,7 @@ fn op() -> OpView {
             decided_at: None,
         }),
         schedule_id: Some("sch-1".into()),
+        node: None,
     }
 }
 
@@ -93,6 +94,16 @@ fn op_view() {
     assert_eq!(wire["output"], "hi\n");
     assert_eq!(wire["live"], false);
     assert!(wire.get("approval").is_none() && wire.get("schedule_id").is_none());
+    // on a cluster node the view names the op's node
+    let placed = OpView {
+        node: Some("n2".into()),
+        ..op()
+    };
+    assert_eq!(serde_json::to_value(&placed).unwrap()["node"], "n2");
+    assert!(
+        wire.get("node").is_none(),
+        "a single kernel's op names none"
+    );
     // an answer from a kernel older than `live` still reads (a client
     // upgraded before its daemon must not fail a start that happened)
     let mut old: serde_json::Value = serde_json::from_str(OP).unwrap();

@@ -93,6 +93,10 @@ pub struct OpView {
     /// The schedule that fired it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_id: Option<String>,
+    /// The cluster node it is placed on (it ran there); absent on a single
+    /// kernel (SPEC §24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// An op's approval hold and its decision.
@@ -164,6 +168,7 @@ impl OpView {
                 decided_at: op.approval_decided_at.map(rfc3339),
             }),
             schedule_id: op.schedule_id.clone(),
+            node: op.node.clone(),
         }
     }
 
