@@ -14,6 +14,7 @@
 #   scripts/pg.sh stop [MODE]     stops it (pg_ctl -m MODE, default fast)
 #   scripts/pg.sh kill            stops it at once (-m immediate), for drills
 #   scripts/pg.sh resume          starts a stopped server on its old port
+#   scripts/pg.sh remove          stops it and removes its files
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # the server's files live outside the checkout: the postgres user must be
@@ -83,8 +84,12 @@ case "${1:-}" in
   kill)
     if running; then as_pg "$bin/pg_ctl" -D "$data" -m immediate -w stop >/dev/null; fi
     ;;
+  remove)
+    if running; then as_pg "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null; fi
+    rm -rf "$dir"
+    ;;
   *)
-    echo "usage: $0 start|url|stop [MODE]|kill|resume" >&2
+    echo "usage: $0 start|url|stop [MODE]|kill|resume|remove" >&2
     exit 2
     ;;
 esac
