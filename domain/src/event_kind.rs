@@ -196,6 +196,10 @@ pub struct ToolLateResult {
     pub ended_at: i64,
     /// The node that found it.
     pub node: String,
+    /// The node stopped it (TERM, grace, KILL) when it found, on its
+    /// return, that it had been declared dead (SPEC §24): nothing a settled
+    /// op started outlives its node's return.
+    pub stopped_on_rejoin: bool,
 }
 
 /// `tool.failed`: every other end (lost, failed, timed out, denied).

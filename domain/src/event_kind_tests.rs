@@ -168,12 +168,13 @@ fn every_kind() -> Vec<(EventKind, &'static str, &'static str)> {
         ),
         (
             EventKind::ToolLateResult(ToolLateResult {
-                exit_code: 0,
+                exit_code: 143,
                 ended_at: 1_795_910_400_000,
                 node: "n2".into(),
+                stopped_on_rejoin: true,
             }),
             "tool.late_result",
-            r#"{"ended_at":1795910400000,"exit_code":0,"node":"n2"}"#,
+            r#"{"ended_at":1795910400000,"exit_code":143,"node":"n2","stopped_on_rejoin":true}"#,
         ),
         (
             EventKind::ScheduleFired(ScheduleFired {

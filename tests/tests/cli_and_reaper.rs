@@ -424,3 +424,54 @@ async fn the_reaper_removes_only_what_is_provably_abandoned() {
         .output()
         .unwrap();
 }
+
+/// `opkernel run` sends its start with one `Idempotency-Key` and sends it
+/// again, same key, while the kernel does not answer (issue 36 item 18):
+/// a kernel down in the middle of a start costs a wait, the command runs
+/// once (before, the CLI failed at once, and a retry by hand could run it
+/// twice when the first commit had landed).
+#[tokio::test]
+async fn a_cli_start_across_a_kernel_restart_runs_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let env = [("OPKERNEL_TEST_LISTEN", listen.as_str())];
+    let mut k = KernelProcess::start(&kernel_binary().unwrap(), "cli-retry", &env)
+        .await
+        .unwrap();
+    let run = unique_run("retry");
+    let first = cli(&k, &["run", "--run", &run, "--", "true"]);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    k.sigkill();
+    let (url, home, bin) = (
+        k.client.base().to_owned(),
+        k.home.clone(),
+        kernel_binary().unwrap(),
+    );
+    let side = "echo once >> /scratch/side; wc -l < /scratch/side";
+    let args: Vec<String> = ["run", "--run", &run, "--", "sh", "-c", side]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let started = std::thread::spawn(move || {
+        Command::new(bin)
+            .args(&args)
+            .env("OPKERNEL_URL", url)
+            .env("OPKERNEL_HOME", home)
+            .env_remove("OPKERNEL_TOKEN")
+            .output()
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    k.spawn().await.unwrap();
+    let out = tokio::task::spawn_blocking(move || started.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(stdout(&out).trim(), "1", "{out:?}");
+    let count = cli(&k, &["run", "--run", &run, "--", "cat", "/scratch/side"]);
+    assert_eq!(stdout(&count), "once\n", "the command ran once");
+}

@@ -46,8 +46,10 @@ pub async fn agree_settings(k: &Kernel) -> anyhow::Result<()> {
 }
 
 /// Joins the cluster (a new epoch): at start, before recovery (then
-/// `keep_lease` keeps it), and again whenever the lease lapsed.
-pub async fn join(k: &Kernel) -> Result<(), StoreError> {
+/// `keep_lease` keeps it), and again whenever the lease lapsed. The ops
+/// this node lost while it was away (declared dead) have their processes
+/// stopped before it starts anything again ([`stop_lost`]).
+pub async fn join(k: &Arc<Kernel>) -> Result<(), StoreError> {
     let Some(node) = &k.node else {
         return Ok(());
     };
@@ -58,11 +60,70 @@ pub async fn join(k: &Kernel) -> Result<(), StoreError> {
         .store
         .join_node(&c.name, &c.advertise_url, c.ttl_ms())
         .await?;
+    let lost = lost_here(k).await?;
+    if !lost.is_empty() {
+        // set before the epoch: no start slips in before the stop
+        node.set_stopping(true);
+        tokio::spawn(stop_lost(k.clone(), lost));
+    }
     node.set_epoch(epoch);
     node.renewed(asked);
     node.joined();
     tracing::info!(node = %c.name, epoch, url = %c.advertise_url, "joined the cluster");
     Ok(())
+}
+
+/// The ops this node lost (settled `lost` by a sweep of it) whose command
+/// may still run here: a `.pid` on this disk and no `.code` yet.
+async fn lost_here(k: &Kernel) -> Result<Vec<(Op, sandbox::PidRecord)>, StoreError> {
+    let Some(node) = &k.node else {
+        return Ok(Vec::new());
+    };
+    let since = crate::store::now_ms() - LATE_SINCE_MS;
+    let mut running = Vec::new();
+    for op in k.store.lost_with_node(&node.config.name, since).await? {
+        let dir = k.backend.ops_dir(&op.scratch_key);
+        if dir.read_code(&op.id).is_ok() {
+            continue;
+        }
+        if let (Ok(rec), Some(_)) = (dir.read_pid(&op.id), &op.container_id) {
+            running.push((op, rec));
+        }
+    }
+    Ok(running)
+}
+
+/// Stops every process of the lost ops (SPEC §24), as a kill does: TERM,
+/// the kill grace, then KILL to what is left, each identity-checked by the
+/// shim's signaller; then lets the node start commands again. Their real
+/// ends are recorded by the late-result watch, `stopped_on_rejoin`.
+async fn stop_lost(k: Arc<Kernel>, lost: Vec<(Op, sandbox::PidRecord)>) {
+    let Some(node) = &k.node else {
+        return;
+    };
+    for signal in [sandbox::Signal::Term, sandbox::Signal::Kill] {
+        for (op, rec) in &lost {
+            let dir = k.backend.ops_dir(&op.scratch_key);
+            let container = op.container_id.as_deref().unwrap_or_default();
+            if dir.read_code(&op.id).is_ok() {
+                continue;
+            }
+            match k.backend.signal_op(container, &op.id, rec, signal).await {
+                Ok(pids) if !pids.is_empty() => {
+                    node.note_stopped(&op.id);
+                    tracing::warn!(op = %op.id, signal = signal.name(), ?pids, "cluster: a lost op's processes stopped on this node's return");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(op = %op.id, %e, "cluster: a lost op's processes not signalled")
+                }
+            }
+        }
+        if signal == sandbox::Signal::Term {
+            tokio::time::sleep(k.config.kill_grace).await;
+        }
+    }
+    node.set_stopping(false);
 }
 
 /// Keeps the lease from the join on, apart from everything else (a task
@@ -82,7 +143,7 @@ pub async fn keep_lease(k: Arc<Kernel>, mut stop: Stop) {
 }
 
 /// Renews the lease; rejoins with a new epoch when it lapsed.
-async fn renew(k: &Kernel) -> Result<(), StoreError> {
+async fn renew(k: &Arc<Kernel>) -> Result<(), StoreError> {
     let Some(node) = &k.node else {
         return Ok(());
     };
@@ -228,6 +289,7 @@ impl LateWatch {
                 exit_code: rec.code,
                 ended_at: written.unwrap_or(now),
                 node: node.config.name.clone(),
+                stopped_on_rejoin: node.stopped(id),
             };
             match k.store.record_late_result(id, late).await {
                 Ok(_) => {
@@ -241,6 +303,7 @@ impl LateWatch {
             }
         }
         for id in done {
+            node.forget_stopped(&id);
             self.ops.remove(&id);
         }
     }

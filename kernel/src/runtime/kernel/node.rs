@@ -23,6 +23,11 @@ pub struct NodeState {
     held_since: crate::sync::Lock<Option<Instant>>,
     /// How many times it joined (each join: a new epoch).
     joins: std::sync::atomic::AtomicU64,
+    /// Stopping the processes of the ops it lost while it was away (SPEC
+    /// §24): it starts nothing until they are stopped.
+    stopping: std::sync::atomic::AtomicBool,
+    /// The lost ops it stopped on its return (their late result says so).
+    stopped: crate::sync::Lock<std::collections::HashSet<String>>,
 }
 
 impl NodeState {
@@ -34,7 +39,29 @@ impl NodeState {
             held_until: Default::default(),
             held_since: Default::default(),
             joins: Default::default(),
+            stopping: Default::default(),
+            stopped: Default::default(),
         }
+    }
+
+    /// Starts (true) or ends (false) the stop of the lost ops' processes.
+    pub fn set_stopping(&self, on: bool) {
+        self.stopping.store(on, Ordering::SeqCst)
+    }
+
+    /// Notes a lost op whose processes it stopped on its return.
+    pub fn note_stopped(&self, op_id: &str) {
+        self.stopped.lock().insert(op_id.to_owned());
+    }
+
+    /// Whether it stopped this lost op on its return.
+    pub fn stopped(&self, op_id: &str) -> bool {
+        self.stopped.lock().contains(op_id)
+    }
+
+    /// Forgets the note once the op's late result is recorded.
+    pub fn forget_stopped(&self, op_id: &str) {
+        self.stopped.lock().remove(op_id);
     }
 
     /// A join landed.
@@ -104,11 +131,11 @@ impl Kernel {
 
     /// Whether this kernel may start a command now: always for a single
     /// kernel; a node only while its lease surely holds (see
-    /// [`NodeState::lease_fresh`]).
+    /// [`NodeState::lease_fresh`]) and the ops it lost are stopped.
     pub fn may_start(&self) -> bool {
         self.node
             .as_ref()
-            .is_none_or(|n| n.epoch() != 0 && n.lease_fresh())
+            .is_none_or(|n| n.epoch() != 0 && n.lease_fresh() && !n.stopping.load(Ordering::SeqCst))
     }
 
     /// Whether an op placed on `node` is this kernel's to run (always, for

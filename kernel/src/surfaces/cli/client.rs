@@ -221,6 +221,44 @@ impl Client {
         ))
     }
 
+    /// A start (`POST` of `body` to `path`) with one `Idempotency-Key`
+    /// (`key`, else one made for this call), sent again with the same key
+    /// while the kernel does not answer or answers `503` (a restart, a
+    /// store outage), for at most a minute: a commit whose answer was lost
+    /// is found by its key, so the command runs once.
+    pub async fn start_once<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        key: Option<&str>,
+    ) -> anyhow::Result<T> {
+        let made = uuid::Uuid::new_v4().to_string();
+        let key = key.unwrap_or(&made);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut pause = std::time::Duration::from_millis(200);
+        let headers = [("Idempotency-Key", key)];
+        loop {
+            let answer = self
+                .request(reqwest::Method::POST, path, Some(body), &headers)
+                .await;
+            let again = match &answer {
+                Err(_) => true,
+                Ok((status, _)) => *status == 503,
+            };
+            if !again || std::time::Instant::now() + pause > deadline {
+                let (status, v) = answer?;
+                if !(200..300).contains(&status) {
+                    let message = v["error"]["message"].as_str().unwrap_or("request failed");
+                    bail!("{message} (HTTP {status})");
+                }
+                return serde_json::from_value(v)
+                    .with_context(|| format!("unexpected answer from POST {path}"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(2));
+        }
+    }
+
     /// The daemon's base URL, without a trailing `/`.
     pub fn base(&self) -> &str {
         &self.base

@@ -38,9 +38,13 @@ pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow:
         }
         None => "/v1/tools/run_command".into(),
     };
-    let op: OpView = client
-        .post_as(&path, &body, req.idempotency_key.as_deref())
-        .await?;
+    // one key per invocation, kept across the client's own retries (a
+    // throwaway container's start has no key: it is sent once)
+    let key = req.idempotency_key.as_deref();
+    let op: OpView = match req.run {
+        Some(_) => client.start_once(&path, &body, key).await?,
+        None => client.post_as(&path, &body, key).await?,
+    };
     if json {
         print_json(&op);
         return Ok(0);

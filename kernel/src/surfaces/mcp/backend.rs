@@ -15,15 +15,28 @@ type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 
 
 /// One API request with a bearer token.
 pub trait Backend: Send + Sync + 'static {
-    /// Sends `method path` with `token` and the JSON `body`; an error only
-    /// when no answer came (an error status is an [`Answer`]).
+    /// Sends `method path` with `token`, the JSON `body` and, when given,
+    /// an `Idempotency-Key` header; an error only when no answer came (an
+    /// error status is an [`Answer`]).
+    fn call_keyed<'a>(
+        &'a self,
+        token: &'a str,
+        method: reqwest::Method,
+        path: &'a str,
+        body: Option<Value>,
+        key: Option<&'a str>,
+    ) -> Pending<'a>;
+
+    /// [`Backend::call_keyed`] without a key.
     fn call<'a>(
         &'a self,
         token: &'a str,
         method: reqwest::Method,
         path: &'a str,
         body: Option<Value>,
-    ) -> Pending<'a>;
+    ) -> Pending<'a> {
+        self.call_keyed(token, method, path, body, None)
+    }
 }
 
 /// The daemon over HTTP (`opkernel mcp`, stdio).
@@ -35,18 +48,22 @@ pub struct HttpBackend {
 }
 
 impl Backend for HttpBackend {
-    fn call<'a>(
+    fn call_keyed<'a>(
         &'a self,
         token: &'a str,
         method: reqwest::Method,
         path: &'a str,
         body: Option<Value>,
+        key: Option<&'a str>,
     ) -> Pending<'a> {
         Box::pin(async move {
             let mut req = self
                 .http
                 .request(method, format!("{}{path}", self.base))
                 .bearer_auth(token);
+            if let Some(key) = key {
+                req = req.header("Idempotency-Key", key);
+            }
             if let Some(body) = body {
                 req = req.json(&body);
             }
@@ -71,12 +88,13 @@ pub struct RouterBackend {
 }
 
 impl Backend for RouterBackend {
-    fn call<'a>(
+    fn call_keyed<'a>(
         &'a self,
         token: &'a str,
         method: reqwest::Method,
         path: &'a str,
         body: Option<Value>,
+        key: Option<&'a str>,
     ) -> Pending<'a> {
         Box::pin(async move {
             use tower::ServiceExt;
@@ -86,6 +104,9 @@ impl Backend for RouterBackend {
                 .method(method)
                 .uri(path)
                 .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"));
+            if let Some(key) = key {
+                req = req.header("Idempotency-Key", key);
+            }
             let body = match body {
                 Some(v) => {
                     req = req.header(axum::http::header::CONTENT_TYPE, "application/json");
@@ -109,5 +130,45 @@ impl Backend for RouterBackend {
                 serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             ))
         })
+    }
+}
+
+/// How long a start is retried (with its one key) while the kernel does
+/// not answer or answers `503` (a store outage, a restart).
+pub const START_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sends a start with one `Idempotency-Key` made for this call, and sends
+/// it again with the same key while no answer came (a cut connection, a
+/// kernel restarting) or the answer was `503` (the store away), for at
+/// most [`START_RETRY_FOR`]: a commit whose answer was lost is found by the
+/// key, so the command runs once and the host never sees the blip.
+pub async fn start_once(
+    backend: &dyn Backend,
+    token: &str,
+    path: &str,
+    body: Value,
+) -> Result<Answer, String> {
+    let key = uuid::Uuid::new_v4().to_string();
+    let deadline = std::time::Instant::now() + START_RETRY_FOR;
+    let mut pause = std::time::Duration::from_millis(200);
+    loop {
+        let answer = backend
+            .call_keyed(
+                token,
+                reqwest::Method::POST,
+                path,
+                Some(body.clone()),
+                Some(&key),
+            )
+            .await;
+        let again = match &answer {
+            Err(_) => true,
+            Ok((status, _)) => *status == 503,
+        };
+        if !again || std::time::Instant::now() + pause > deadline {
+            return answer;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
     }
 }

@@ -31,12 +31,13 @@ struct Events {
 }
 
 impl Backend for Events {
-    fn call<'a>(
+    fn call_keyed<'a>(
         &'a self,
         _token: &'a str,
         _method: reqwest::Method,
         path: &'a str,
         _body: Option<Value>,
+        _key: Option<&'a str>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Answer, String>> + Send + 'a>>
     {
         Box::pin(async move {

@@ -234,10 +234,17 @@ impl OpkernelMcp {
         let post = reqwest::Method::POST;
         Ok(match call {
             ToolCall::RunCommand(args) => {
+                // one key per tool call, kept across this server's own
+                // retries: a store blip or a restart never starts it twice
                 let path = format!("/v1/runs/{run}/tools/run_command");
-                let answer = self
-                    .call(auth, post, &path, Some(Value::Object(args)))
-                    .await?;
+                let answer = backend::start_once(
+                    self.backend.as_ref(),
+                    &auth.token,
+                    &path,
+                    Value::Object(args),
+                )
+                .await
+                .map_err(|e| McpError::internal_error(e, None))?;
                 tool_result(answer, run_command_text)
             }
             ToolCall::KillOperation(args) => {
