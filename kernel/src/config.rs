@@ -352,6 +352,21 @@ fn profile_from_env(invalid: &mut Vec<String>) -> Profile {
     profile
 }
 
+/// `OPKERNEL_OP_FILES_RETENTION` (7 days) and `OPKERNEL_RETENTION` (30
+/// days); a tree is purged only once its ops' files are gone, so a shorter
+/// retention than the files' (which would never apply) is refused.
+fn retention_from_env(invalid: &mut Vec<String>) -> (Duration, Duration) {
+    let day = Duration::from_secs(86_400);
+    let files = env_duration("OPKERNEL_OP_FILES_RETENTION", 7 * day, invalid);
+    let retention = env_duration("OPKERNEL_RETENTION", 30 * day, invalid);
+    if retention < files {
+        invalid.push(format!(
+            "OPKERNEL_RETENTION ({retention:?}) must be at least OPKERNEL_OP_FILES_RETENTION ({files:?})"
+        ));
+    }
+    (files, retention)
+}
+
 /// Where the control plane lives.
 #[derive(Clone, PartialEq, Eq)]
 pub enum StoreLocation {
@@ -362,6 +377,16 @@ pub enum StoreLocation {
 }
 
 impl StoreLocation {
+    /// `OPKERNEL_STORE` (SQLite when unset); a bad value goes to `invalid`.
+    fn from_env(invalid: &mut Vec<String>) -> StoreLocation {
+        StoreLocation::parse(&std::env::var("OPKERNEL_STORE").unwrap_or_default()).unwrap_or_else(
+            |e| {
+                invalid.push(e);
+                StoreLocation::Sqlite
+            },
+        )
+    }
+
     /// `sqlite` (or nothing), or a `postgres://`/`postgresql://` URL.
     pub fn parse(value: &str) -> Result<StoreLocation, String> {
         match value.trim() {
@@ -429,21 +454,8 @@ impl Config {
     pub fn from_env(home: PathBuf, listen: SocketAddr) -> Config {
         let mut invalid = Vec::new();
         let profile = profile_from_env(&mut invalid);
-        let day = Duration::from_secs(86_400);
-        let op_files_retention = env_duration("OPKERNEL_OP_FILES_RETENTION", 7 * day, &mut invalid);
-        let retention = env_duration("OPKERNEL_RETENTION", 30 * day, &mut invalid);
-        // a tree is purged only once its ops' files are gone: a shorter
-        // retention than the files' would never apply
-        if retention < op_files_retention {
-            invalid.push(format!(
-                "OPKERNEL_RETENTION ({retention:?}) must be at least OPKERNEL_OP_FILES_RETENTION ({op_files_retention:?})"
-            ));
-        }
-        let store = StoreLocation::parse(&std::env::var("OPKERNEL_STORE").unwrap_or_default())
-            .unwrap_or_else(|e| {
-                invalid.push(e);
-                StoreLocation::Sqlite
-            });
+        let (op_files_retention, retention) = retention_from_env(&mut invalid);
+        let store = StoreLocation::from_env(&mut invalid);
         let metrics_listen = env_addr("OPKERNEL_METRICS_LISTEN", &mut invalid);
         let webhook = Webhook::from_env(&mut invalid);
         let pool = PoolConfig::from_env(&profile, &mut invalid);

@@ -150,8 +150,11 @@ impl OpsDir {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
         file.write_all(&request.render())?;
+        file.sync_all()?;
         drop(file);
-        std::fs::rename(&tmp, &path)
+        std::fs::rename(&tmp, &path)?;
+        // filed durably before it counts (SPEC §28)
+        sync_dir_of(&path)
     }
 
     /// Takes a request back from the launcher: renames `<id>.req` to
@@ -163,7 +166,13 @@ impl OpsDir {
         let withdrawn = self.inbox_file(op_id, "withdrawn")?;
         let claimed = self.inbox_file(op_id, "claimed")?;
         match std::fs::rename(&pending, &withdrawn) {
-            Ok(()) => return Ok(Handback::Withdrawn),
+            Ok(()) => {
+                // taken back durably before any other path may run it
+                sync_dir_of(&withdrawn).map_err(|e| {
+                    OpFileError::Unreadable(format!("{op_id}.withdrawn"), e.to_string())
+                })?;
+                return Ok(Handback::Withdrawn);
+            }
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(OpFileError::Unreadable(
                     format!("{op_id}.req"),
@@ -399,6 +408,15 @@ fn read_bounded(file: File, name: &str, max: u64) -> Result<String, OpFileError>
         ));
     }
     String::from_utf8(bytes).map_err(|_| OpFileError::Garbage(name.to_owned(), "not utf-8".into()))
+}
+
+/// Syncs the directory holding `path`: a rename in it is durable once
+/// its directory is.
+fn sync_dir_of(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) => File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

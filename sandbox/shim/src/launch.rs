@@ -107,6 +107,17 @@ fn op_file(op: &str, ext: &str) -> PathBuf {
 /// Writes `text` to a temp file and renames it over `path`: a reader sees
 /// the old content or the new, never a part.
 pub(crate) fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
+    write_renamed(path, text, false)
+}
+
+/// [`write_atomic`], durably: the file is synced before the rename and the
+/// directory after it (SPEC §28), so a result the kernel has read (and
+/// maybe reported) survives a host crash. For `.code` records.
+pub(crate) fn write_durable(path: &Path, text: &str) -> io::Result<()> {
+    write_renamed(path, text, true)
+}
+
+fn write_renamed(path: &Path, text: &str, durable: bool) -> io::Result<()> {
     let tmp = path.with_extension(format!(
         "{}.tmp",
         path.extension().and_then(|e| e.to_str()).unwrap_or("")
@@ -119,8 +130,24 @@ pub(crate) fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
     file.write_all(text.as_bytes())?;
+    if durable {
+        file.sync_all()?;
+    }
     drop(file);
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    if durable {
+        sync_parent(path)?;
+    }
+    Ok(())
+}
+
+/// Syncs the directory holding `path` (its entries: a rename is durable
+/// once its directory is).
+pub(crate) fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
 }
 
 pub(crate) fn own_identity() -> io::Result<PidRecord> {
@@ -174,7 +201,7 @@ fn run(launch: &Launch) -> io::Result<i32> {
         }
     };
     drop(log);
-    write_atomic(&op_file(&launch.op, "code"), &result.render())?;
+    write_durable(&op_file(&launch.op, "code"), &result.render())?;
     Ok(status)
 }
 

@@ -29,7 +29,7 @@ use opkernel_shim::{
     MARKER_VAR, OPS_DIR, PROBE_SUFFIX, PS_QUESTION, SCRATCH_DIR, SHIM_PATH,
 };
 
-use crate::launch::{own_identity, write_atomic};
+use crate::launch::{own_identity, write_atomic, write_durable};
 use crate::sys;
 
 pub fn main(args: Vec<OsString>) -> i32 {
@@ -226,9 +226,10 @@ fn claim(inbox: &Path, id: &str, host: &str) -> Option<Result<Request, String>> 
     if req.as_ref().is_ok_and(|req| req.host != host) {
         return None;
     }
-    std::fs::rename(&pending, inbox.join(format!("{id}.claimed")))
-        .ok()
-        .map(|()| req)
+    std::fs::rename(&pending, inbox.join(format!("{id}.claimed"))).ok()?;
+    // the claim is durable before the command can start (SPEC §28)
+    let _ = crate::launch::sync_parent(&pending);
+    Some(req)
 }
 
 /// Starts a claimed op. Once claimed, the op either starts or gets a
@@ -238,7 +239,7 @@ fn start_claimed(id: &str, req: Result<Request, String>) {
         .and_then(|req| start(&req).map_err(|e| format!("the launcher could not start it: {e}")));
     if let Err(reason) = started {
         let code = Path::new(OPS_DIR).join(format!("{id}.code"));
-        let _ = write_atomic(&code, &OpResult::not_started(&reason).render());
+        let _ = write_durable(&code, &OpResult::not_started(&reason).render());
     }
 }
 
