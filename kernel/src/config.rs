@@ -245,8 +245,8 @@ fn env_u64(name: &str, default: u64, invalid: &mut Vec<String>) -> u64 {
 fn env_switch(name: &str, default: bool, invalid: &mut Vec<String>) -> bool {
     match std::env::var(name).as_deref().map(str::trim) {
         Err(_) | Ok("") => default,
-        Ok("on" | "1" | "true") => true,
-        Ok("off" | "0" | "false") => false,
+        Ok("on" | "1" | "true" | "yes") => true,
+        Ok("off" | "0" | "false" | "no") => false,
         Ok(other) => {
             invalid.push(format!("{name}: {other:?} is neither on nor off"));
             default

@@ -30,11 +30,13 @@ pub async fn agree_settings(k: &Kernel) -> anyhow::Result<()> {
     let Some(node) = &k.node else {
         return Ok(());
     };
+    // digests only: the URL may carry credentials
+    let digest = |text: &str| hex::encode(sha2::Sha256::digest(text.as_bytes()))[..16].to_owned();
     let value = match &k.config.webhook {
         Some(hook) => format!(
-            "{} (secret sha256 {})",
-            hook.url,
-            &hex::encode(sha2::Sha256::digest(hook.secret.as_bytes()))[..16]
+            "url sha256 {}, secret sha256 {}",
+            digest(&hook.url),
+            digest(&hook.secret)
         ),
         None => "none".to_owned(),
     };
@@ -63,7 +65,7 @@ pub async fn join(k: &Arc<Kernel>) -> Result<(), StoreError> {
     let lost = lost_here(k).await?;
     if !lost.is_empty() {
         // set before the epoch: no start slips in before the stop
-        node.set_stopping(true);
+        node.begin_stopping();
         tokio::spawn(stop_lost(k.clone(), lost));
     }
     node.set_epoch(epoch);
@@ -74,8 +76,10 @@ pub async fn join(k: &Arc<Kernel>) -> Result<(), StoreError> {
 }
 
 /// The ops this node lost (settled `lost` by a sweep of it) whose command
-/// may still run here: a `.pid` on this disk and no `.code` yet.
-async fn lost_here(k: &Kernel) -> Result<Vec<(Op, sandbox::PidRecord)>, StoreError> {
+/// may still run here: no `.code` yet, and a `.pid`, or a request the
+/// launcher claimed (its `.pid` is waited for by [`stop_lost`]). A request
+/// still waiting in the inbox is taken back first: it never runs.
+async fn lost_here(k: &Kernel) -> Result<Vec<(Op, Option<sandbox::PidRecord>)>, StoreError> {
     let Some(node) = &k.node else {
         return Ok(Vec::new());
     };
@@ -83,47 +87,107 @@ async fn lost_here(k: &Kernel) -> Result<Vec<(Op, sandbox::PidRecord)>, StoreErr
     let mut running = Vec::new();
     for op in k.store.lost_with_node(&node.config.name, since).await? {
         let dir = k.backend.ops_dir(&op.scratch_key);
-        if dir.read_code(&op.id).is_ok() {
+        if dir.read_code(&op.id).is_ok() || op.container_id.is_none() {
             continue;
         }
-        if let (Ok(rec), Some(_)) = (dir.read_pid(&op.id), &op.container_id) {
-            running.push((op, rec));
+        match dir.read_pid(&op.id) {
+            Ok(rec) => running.push((op, Some(rec))),
+            Err(_) => {
+                if let Ok(sandbox::Handback::Claimed) = dir.withdraw(&op.id) {
+                    running.push((op, None));
+                }
+            }
         }
     }
     Ok(running)
 }
 
+/// The `.pid` of each lost op, waited for (a claimed request's start) for
+/// at most the start-evidence window; an op without one by then started
+/// nothing (the shim writes `.pid` before the command).
+async fn with_pids(
+    k: &Kernel,
+    lost: Vec<(Op, Option<sandbox::PidRecord>)>,
+) -> Vec<(Op, sandbox::PidRecord)> {
+    let until = Instant::now() + k.config.start_evidence_window;
+    let mut known = Vec::new();
+    for (op, rec) in lost {
+        let dir = k.backend.ops_dir(&op.scratch_key);
+        let mut rec = rec;
+        while rec.is_none() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            rec = dir.read_pid(&op.id).ok();
+        }
+        if let Some(rec) = rec {
+            known.push((op, rec));
+        }
+    }
+    known
+}
+
 /// Stops every process of the lost ops (SPEC §24), as a kill does: TERM,
 /// the kill grace, then KILL to what is left, each identity-checked by the
-/// shim's signaller; then lets the node start commands again. Their real
-/// ends are recorded by the late-result watch, `stopped_on_rejoin`.
-async fn stop_lost(k: Arc<Kernel>, lost: Vec<(Op, sandbox::PidRecord)>) {
+/// shim's signaller; a signal that could not be sent (Docker away) is sent
+/// again until it is, or its container is gone; then lets the node start
+/// commands again (the last stopper under way does). Their real ends are
+/// recorded by the late-result watch, `stopped_on_rejoin`.
+async fn stop_lost(k: Arc<Kernel>, lost: Vec<(Op, Option<sandbox::PidRecord>)>) {
     let Some(node) = &k.node else {
         return;
     };
-    for signal in [sandbox::Signal::Term, sandbox::Signal::Kill] {
-        for (op, rec) in &lost {
-            let dir = k.backend.ops_dir(&op.scratch_key);
-            let container = op.container_id.as_deref().unwrap_or_default();
-            if dir.read_code(&op.id).is_ok() {
-                continue;
-            }
-            match k.backend.signal_op(container, &op.id, rec, signal).await {
-                Ok(pids) if !pids.is_empty() => {
-                    node.note_stopped(&op.id);
-                    tracing::warn!(op = %op.id, signal = signal.name(), ?pids, "cluster: a lost op's processes stopped on this node's return");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(op = %op.id, %e, "cluster: a lost op's processes not signalled")
-                }
-            }
-        }
-        if signal == sandbox::Signal::Term {
-            tokio::time::sleep(k.config.kill_grace).await;
+    // noted before the signal: the late result may be recorded meanwhile
+    for (op, _) in &lost {
+        node.note_stopped(&op.id);
+    }
+    let lost = with_pids(&k, lost).await;
+    let mut left = signal_lost(&k, lost, sandbox::Signal::Term).await;
+    if !left.is_empty() {
+        tokio::time::sleep(k.config.kill_grace).await;
+    }
+    let give_up = Instant::now() + STOP_PATIENCE;
+    while !left.is_empty() && Instant::now() < give_up {
+        left = signal_lost(&k, left, sandbox::Signal::Kill).await;
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
-    node.set_stopping(false);
+    for (op, _) in &left {
+        tracing::error!(op = %op.id, "cluster: a lost op's processes could not be stopped; the node starts commands again");
+    }
+    node.end_stopping();
+}
+
+/// How long a node keeps trying to stop its lost ops' processes (Docker
+/// away) before it starts commands again.
+const STOP_PATIENCE: Duration = Duration::from_secs(300);
+
+/// Sends `signal` to each lost op still without `.code`; the ops that may
+/// still run (signalled now, or not reached) are returned.
+async fn signal_lost(
+    k: &Kernel,
+    lost: Vec<(Op, sandbox::PidRecord)>,
+    signal: sandbox::Signal,
+) -> Vec<(Op, sandbox::PidRecord)> {
+    let mut left = Vec::new();
+    for (op, rec) in lost {
+        if k.backend.ops_dir(&op.scratch_key).read_code(&op.id).is_ok() {
+            continue;
+        }
+        let container = op.container_id.as_deref().unwrap_or_default();
+        match k.backend.signal_op(container, &op.id, &rec, signal).await {
+            Ok(pids) if pids.is_empty() => {}
+            Ok(pids) => {
+                tracing::warn!(op = %op.id, signal = signal.name(), ?pids, "cluster: a lost op's processes stopped on this node's return");
+                left.push((op, rec));
+            }
+            Err(sandbox::SandboxError::NotFound(_)) => {}
+            Err(e) => {
+                tracing::warn!(op = %op.id, %e, "cluster: a lost op's processes not signalled; trying again");
+                left.push((op, rec));
+            }
+        }
+    }
+    left
 }
 
 /// Keeps the lease from the join on, apart from everything else (a task
@@ -329,6 +393,9 @@ fn take_hints(k: &Arc<Kernel>, hinted: Vec<(HintKind, String)>) {
 async fn hand_off(k: &Arc<Kernel>, poked: &mut HashSet<String>) -> Result<(), StoreError> {
     // a fenced node starts no observer for an unclaimed op (its claim
     // would be refused); one already observing goes on
+    // a single kernel's ops left unplaced (SPEC §24): taken over where
+    // their files are, or anywhere when nothing of their run ever ran
+    crate::runtime::observer::take_over_unplaced(k).await?;
     if k.may_start() {
         for (id, _) in k.store.observed_op_ids().await? {
             if !k.observes(&id) {

@@ -11,8 +11,9 @@ use crate::runtime::kernel::Kernel;
 pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     let listen = config.listen;
     let kernel = Kernel::open(config).await?;
-    crate::runtime::node::agree_settings(&kernel).await?;
     crate::runtime::node::join(&kernel).await?;
+    // after the join: two nodes starting together see each other's lease
+    crate::runtime::node::agree_settings(&kernel).await?;
     // a node's lease is kept from here on, whatever else is under way
     let (keeping, keep) = crate::sync::Stop::new();
     tokio::spawn(crate::runtime::node::keep_lease(kernel.clone(), keep));

@@ -126,7 +126,7 @@ pub(super) fn insert_in(
     // none can take it: refused before anything is written
     let node = match tx.cluster() {
         false => None,
-        true => match super::nodes::place(tx, &root)? {
+        true => match super::nodes::place(tx, &root, limits.max_live)? {
             Some(node) => Some(node),
             None => return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone()))),
         },

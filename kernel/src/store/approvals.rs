@@ -116,7 +116,7 @@ fn approve_in(tx: &mut dyn Tx, id: &str) -> StoreResult<Result<Option<Op>, super
     // node died while it waited)
     let node = match tx.cluster() {
         false => None,
-        true => match super::nodes::place(tx, &root)? {
+        true => match super::nodes::place(tx, &root, u64::MAX)? {
             Some(node) => Some(node),
             None => return Ok(Err(super::Refusal::NoNode(run_id))),
         },

@@ -307,12 +307,12 @@ fn settle_leftovers(tx: &mut dyn Tx, name: &str) -> StoreResult<Vec<(String, Str
 }
 
 /// The node of a run tree (placed on `root`), placing it when it has none
-/// or its node was declared dead: the `active` node with a live lease, one
-/// with a free warm-pool container first (SPEC §22), then the fewest live
+/// or its node was declared dead: the `active` node with a live lease and
+/// fewer than `max_live` live ops, one with a free warm-pool container first (SPEC §22), then the fewest live
 /// ops. `None` when no node can take it (then nothing was
 /// written). Called with the tree locked; the root's row may not exist yet
 /// (see [`record_placement`]).
-pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> {
+pub(super) fn place(tx: &mut dyn Tx, root: &str, max_live: u64) -> StoreResult<Option<String>> {
     let now = db_now(tx);
     // its node, while that node is not dead (SPEC §24): a lease that merely
     // lapsed (a store outage, a restart, a slow renewal) keeps the tree
@@ -325,14 +325,18 @@ pub(super) fn place(tx: &mut dyn Tx, root: &str) -> StoreResult<Option<String>> 
     )? {
         return row.get("node");
     }
+    // a node at its live-op limit takes no new tree (SPEC §24: the limit
+    // is per node), whatever its free pool containers
     let sql = format!(
         "SELECT n.name FROM nodes n WHERE n.state = 'active' AND n.lease_until > {now} \
+         AND (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})) < ?1 \
          ORDER BY CASE WHEN n.pool_free > 0 THEN 0 ELSE 1 END, \
          (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})), n.name \
          LIMIT 1",
         live = live_sql()
     );
-    let Some(row) = tx.query_opt(&sql, vals![])? else {
+    let room = i64::try_from(max_live).unwrap_or(i64::MAX);
+    let Some(row) = tx.query_opt(&sql, vals![room])? else {
         return Ok(None);
     };
     let node: String = row.get("name")?;
@@ -397,7 +401,9 @@ impl Store {
 
     /// Takes over an unplaced observed op (and its tree, when unplaced)
     /// for this node: false when another node took it first or it ended.
-    pub async fn take_over_op(&self, id: &str) -> StoreResult<bool> {
+    /// `fresh_only`: only while nothing of its run was ever claimed (it has
+    /// no workspace anywhere: any node may take it, nothing ran).
+    pub async fn take_over_op(&self, id: &str, fresh_only: bool) -> StoreResult<bool> {
         let (Some(node), id) = (self.node().map(str::to_owned), id.to_owned()) else {
             return Ok(false);
         };
@@ -406,8 +412,15 @@ impl Store {
                 return Ok(false);
             };
             let root = super::tree::lock_tree_of(tx, &run_id)?;
+            let fresh = match fresh_only {
+                true => {
+                    " AND NOT EXISTS (SELECT 1 FROM ops p WHERE p.run_id = ops.run_id \
+                          AND p.exec_claimed_at IS NOT NULL)"
+                }
+                false => "",
+            };
             let sql = format!(
-                "UPDATE ops SET node = ?2 WHERE id = ?1 AND node IS NULL AND status IN ({})",
+                "UPDATE ops SET node = ?2 WHERE id = ?1 AND node IS NULL AND status IN ({}){fresh}",
                 observed_sql()
             );
             if tx.execute(&sql, vals![&id, &node])? == 0 {

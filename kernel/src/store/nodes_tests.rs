@@ -189,8 +189,8 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
     let unplaced = store.unplaced_ops().await.unwrap();
     assert_eq!(unplaced.len(), 1);
     assert_eq!(store.get_op(&legacy.id).await.unwrap().unwrap().node, None);
-    assert!(store.take_over_op(&legacy.id).await.unwrap());
-    assert!(!store.take_over_op(&legacy.id).await.unwrap());
+    assert!(store.take_over_op(&legacy.id, false).await.unwrap());
+    assert!(!store.take_over_op(&legacy.id, false).await.unwrap());
     let legacy = store.get_op(&legacy.id).await.unwrap().unwrap();
     assert_eq!(legacy.node.as_deref(), Some("n1"));
     assert_eq!(
@@ -305,4 +305,19 @@ async fn the_live_op_limit_is_per_node() {
         }
         other => panic!("{other:?}"),
     }
+    // a new tree is not placed on a full node, even one with a free pool
+    // container, and a refusal writes no placement
+    let epoch = store.join_node("n3", "http://n3:1", 60_000).await.unwrap();
+    let full = a.node.clone().unwrap();
+    store.renew_lease(&full, 1, 60_000, (1, 5)).await.unwrap();
+    let NewOp::Created(c) = admit_with("rc").await else {
+        panic!("the idle node takes it")
+    };
+    assert_eq!(c.node.as_deref(), Some("n3"));
+    let _ = epoch;
+    assert!(matches!(
+        admit_with("rd").await,
+        NewOp::Refused(crate::store::Refusal::NoNode(_))
+    ));
+    assert!(store.get_run("rd").await.unwrap().is_none());
 }

@@ -59,9 +59,12 @@ pub(super) fn enqueue(
 }
 
 /// How long a node's claim on a due post lasts (database clock, ms):
-/// longer than a run's whole turn (16 posts of at most 10 s each). A node
-/// declared dead loses its claims at once (its sweep frees them).
-pub const CLAIM_MS: i64 = 200_000;
+/// longer than a whole round of the deliverer (256 posts of at most 10 s,
+/// 16 runs at a time: 160 s, plus a run's turn of 16 posts: 160 s), so a
+/// slow receiver alone never lets another node take a post meanwhile. A
+/// node declared dead loses its claims at once (its sweep frees them), a
+/// node restarted takes its own again.
+pub const CLAIM_MS: i64 = 600_000;
 
 /// The advisory lock key that serializes the takers of due posts (no run
 /// id can be it: run ids have no `#`).

@@ -23,9 +23,9 @@ pub struct NodeState {
     held_since: crate::sync::Lock<Option<Instant>>,
     /// How many times it joined (each join: a new epoch).
     joins: std::sync::atomic::AtomicU64,
-    /// Stopping the processes of the ops it lost while it was away (SPEC
-    /// §24): it starts nothing until they are stopped.
-    stopping: std::sync::atomic::AtomicBool,
+    /// Stoppers of the processes of the ops it lost while it was away
+    /// under way (SPEC §24): it starts nothing until none is.
+    stopping: std::sync::atomic::AtomicU64,
     /// The lost ops it stopped on its return (their late result says so).
     stopped: crate::sync::Lock<std::collections::HashSet<String>>,
 }
@@ -44,9 +44,15 @@ impl NodeState {
         }
     }
 
-    /// Starts (true) or ends (false) the stop of the lost ops' processes.
-    pub fn set_stopping(&self, on: bool) {
-        self.stopping.store(on, Ordering::SeqCst)
+    /// A stop of the lost ops' processes begins: nothing starts until it
+    /// (and every other one under way) ends.
+    pub fn begin_stopping(&self) {
+        self.stopping.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A stop of the lost ops' processes ended.
+    pub fn end_stopping(&self) {
+        self.stopping.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Notes a lost op whose processes it stopped on its return.
@@ -133,9 +139,9 @@ impl Kernel {
     /// kernel; a node only while its lease surely holds (see
     /// [`NodeState::lease_fresh`]) and the ops it lost are stopped.
     pub fn may_start(&self) -> bool {
-        self.node
-            .as_ref()
-            .is_none_or(|n| n.epoch() != 0 && n.lease_fresh() && !n.stopping.load(Ordering::SeqCst))
+        self.node.as_ref().is_none_or(|n| {
+            n.epoch() != 0 && n.lease_fresh() && n.stopping.load(Ordering::SeqCst) == 0
+        })
     }
 
     /// Whether an op placed on `node` is this kernel's to run (always, for

@@ -20,8 +20,8 @@ mod verdict;
 mod watch;
 
 pub use supervise::{
-    attempt_start_after_failure, recover, spawn, spawn_fresh, watchdog, MAX_FAILED_ATTEMPTS,
-    WATCHDOG_EVERY,
+    attempt_start_after_failure, recover, spawn, spawn_fresh, take_over_unplaced, watchdog,
+    MAX_FAILED_ATTEMPTS, WATCHDOG_EVERY,
 };
 
 /// Why an observer attempt ended without settling its op: the supervisor starts

@@ -45,19 +45,27 @@ pub async fn recover(k: &Arc<Kernel>) -> Result<usize, StartError> {
 }
 
 /// On a cluster node: the live ops a single kernel left unplaced are
-/// taken over here only when this node's disk holds their run's scratch
-/// (SPEC §24), never because this node joined first.
-async fn take_over_unplaced(k: &Kernel) -> Result<(), crate::store::StoreError> {
+/// taken over here when this node's disk holds their run's scratch (SPEC
+/// §24), never because this node joined first; an unclaimed one of a run
+/// that never ran anything (no workspace anywhere) by any node. Returns
+/// the ops taken. At start, and from the node's loop.
+pub async fn take_over_unplaced(k: &Kernel) -> Result<Vec<String>, crate::store::StoreError> {
+    let mut taken = Vec::new();
     if k.store.node().is_none() {
-        return Ok(());
+        return Ok(taken);
     }
     for op in k.store.unplaced_ops().await? {
         let key = sandbox::profile::scratch_key(&op.run_id);
-        if k.backend.scratch_exists(&key) && k.store.take_over_op(&op.id).await? {
-            tracing::info!(op = %op.id, run = %op.run_id, "a single kernel's live op taken over: its files are on this node");
+        let here = k.backend.scratch_exists(&key);
+        if !here && op.exec_claimed_at.is_some() {
+            continue;
+        }
+        if k.store.take_over_op(&op.id, !here).await? {
+            tracing::info!(op = %op.id, run = %op.run_id, "a single kernel's live op taken over");
+            taken.push(op.id);
         }
     }
-    Ok(())
+    Ok(taken)
 }
 
 /// How the attempt after a failed one begins: a failure after a healthy

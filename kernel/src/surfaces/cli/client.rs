@@ -234,7 +234,9 @@ impl Client {
     ) -> anyhow::Result<T> {
         let made = uuid::Uuid::new_v4().to_string();
         let key = key.unwrap_or(&made);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // the patience (a minute) counts from the first failure: a long
+        // foreground command whose answer was lost is asked again
+        let mut failing_since: Option<std::time::Instant> = None;
         let mut pause = std::time::Duration::from_millis(200);
         let headers = [("Idempotency-Key", key)];
         loop {
@@ -245,7 +247,8 @@ impl Client {
                 Err(_) => true,
                 Ok((status, _)) => *status == 503,
             };
-            if !again || std::time::Instant::now() + pause > deadline {
+            let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+            if !again || since.elapsed() + pause > std::time::Duration::from_secs(60) {
                 let (status, v) = answer?;
                 if !(200..300).contains(&status) {
                     let message = v["error"]["message"].as_str().unwrap_or("request failed");

@@ -149,7 +149,9 @@ pub async fn start_once(
     body: Value,
 ) -> Result<Answer, String> {
     let key = uuid::Uuid::new_v4().to_string();
-    let deadline = std::time::Instant::now() + START_RETRY_FOR;
+    // the patience counts from the first failure: a long foreground
+    // command whose answer was lost is asked again
+    let mut failing_since: Option<std::time::Instant> = None;
     let mut pause = std::time::Duration::from_millis(200);
     loop {
         let answer = backend
@@ -165,7 +167,8 @@ pub async fn start_once(
             Err(_) => true,
             Ok((status, _)) => *status == 503,
         };
-        if !again || std::time::Instant::now() + pause > deadline {
+        let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+        if !again || since.elapsed() + pause > START_RETRY_FOR {
             return answer;
         }
         tokio::time::sleep(pause).await;
