@@ -356,3 +356,50 @@ impl Drop for RequestWatch {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+/// The control plane's tables of a kernel on PostgreSQL (its own
+/// database's, in the current schema).
+pub fn pg_tables(k: &opkernel::drills::harness::KernelProcess) -> Vec<String> {
+    k.offline_rows(
+        "SELECT CAST(table_name AS TEXT) AS name FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1",
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("the control plane's tables: {e:#}"))
+    .iter()
+    .map(|r| r.get::<String>("name").unwrap_or_else(|e| panic!("{e}")))
+    .collect()
+}
+
+/// How many rows of the control plane's tables (on PostgreSQL) hold
+/// `needle` anywhere in their text: each row read whole as JSON.
+pub fn pg_rows_holding(k: &opkernel::drills::harness::KernelProcess, needle: &str) -> i64 {
+    assert!(
+        needle
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-'),
+        "a plain needle"
+    );
+    pg_tables(k)
+        .iter()
+        .map(|t| {
+            let sql = format!(
+                "SELECT COUNT(*) FROM \"{t}\" x WHERE CAST(row_to_json(x) AS TEXT) LIKE '%{needle}%'"
+            );
+            k.sql_offline_query(&sql)
+                .unwrap_or_else(|e| panic!("{sql}: {e:#}"))
+        })
+        .sum()
+}
+
+/// The rows of every control-plane table (on PostgreSQL), summed: every
+/// table read through (a corrupt one fails the read).
+pub fn pg_rows(k: &opkernel::drills::harness::KernelProcess) -> i64 {
+    pg_tables(k)
+        .iter()
+        .map(|t| {
+            k.sql_offline_query(&format!("SELECT COUNT(*) FROM \"{t}\""))
+                .unwrap_or_else(|e| panic!("{t}: {e:#}"))
+        })
+        .sum()
+}

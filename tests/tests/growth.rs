@@ -222,12 +222,24 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap()
 }
 
-fn db_bytes(home: &Path) -> u64 {
-    ["kernel.db", "kernel.db-wal"]
+/// The control plane's size: SQLite's files in bytes; on PostgreSQL (whose
+/// files are the server's) the rows of every table, scaled to a byte-like
+/// figure (a row ~ 1 KiB) so the same margins apply.
+fn db_bytes(k: &KernelProcess) -> u64 {
+    if k.on_postgres() {
+        return opkernel_tests::pg_rows(k) as u64 * 1024;
+    }
+    let sizes: Vec<u64> = ["kernel.db", "kernel.db-wal"]
         .iter()
-        .filter_map(|f| std::fs::metadata(home.join(f)).ok())
+        .filter_map(|f| std::fs::metadata(k.home.join(f)).ok())
         .map(|m| m.len())
-        .sum()
+        .collect();
+    assert!(
+        !sizes.is_empty(),
+        "no kernel.db read in {}",
+        k.home.display()
+    );
+    sizes.iter().sum()
 }
 
 /// A short soak: rounds of fresh runs, each with ops, reports and a
@@ -267,7 +279,7 @@ async fn a_soak_levels_off_under_small_retentions() {
         let (s, v) = call(&k, Method::GET, "/v1/runs?limit=1000", None).await;
         assert_eq!(s, 200);
         let runs = v["runs"].as_array().unwrap().len();
-        figures.push((round, db_bytes(&k.home), rss_kb(k.pid().unwrap()), runs));
+        figures.push((round, db_bytes(&k), rss_kb(k.pid().unwrap()), runs));
     }
     println!("soak figures (round, db bytes, rss kB, runs kept): {figures:?}");
     // the runs of old rounds are gone: only the last rounds' remain

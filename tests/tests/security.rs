@@ -183,6 +183,10 @@ async fn run_tokens_act_on_their_own_run_only() {
         .iter()
         .flat_map(|f| std::fs::read(k.home.join(f)).unwrap_or_default())
         .collect();
+    assert!(
+        k.on_postgres() || !db.is_empty(),
+        "no control-plane file was read"
+    );
     for (whose, token) in [
         ("operator", k.client.token()),
         ("run a", ca.token()),
@@ -195,6 +199,19 @@ async fn run_tokens_act_on_their_own_run_only() {
             !db.windows(token.len()).any(|w| w == token.as_bytes()),
             "the {whose} token is stored in clear"
         );
+        // on PostgreSQL the same fact through the store: no row of any
+        // table holds it (the files above do not exist there)
+        if k.on_postgres() {
+            assert_eq!(
+                opkernel_tests::pg_rows_holding(&k, token),
+                0,
+                "the {whose} token is stored in clear"
+            );
+        }
+    }
+    // and the look finds what is stored: b's op id is in its rows
+    if k.on_postgres() {
+        assert!(opkernel_tests::pg_rows_holding(&k, &b_op) > 0);
     }
 }
 
@@ -386,11 +403,19 @@ async fn bad_input_gets_clear_errors_and_loses_nothing() {
         .await
         .unwrap();
     assert_eq!(report["resolved"][0]["operation_id"], good.as_str());
-    let conn = rusqlite::Connection::open(k.home.join("kernel.db")).unwrap();
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    if k.on_postgres() {
+        // every table of the control plane reads through
+        assert!(opkernel_tests::pg_rows(&k) > 0);
+    } else {
+        // opened read-only: a missing file is an error, never a new empty
+        // database that passes the check
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let conn = rusqlite::Connection::open_with_flags(k.home.join("kernel.db"), flags).unwrap();
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+    }
 }
 
 #[tokio::test]

@@ -180,8 +180,14 @@ async fn signal_lost(
                 tracing::warn!(op = %op.id, signal = signal.name(), ?pids, "cluster: a lost op's processes stopped on this node's return");
                 left.push((op, rec));
             }
-            Err(sandbox::SandboxError::NotFound(_)) => {}
             Err(e) => {
+                // a container that is gone or stopped runs nothing (a node
+                // killed whole comes back with its containers stopped)
+                match k.backend.inspect(container).await {
+                    Ok(info) if !info.running => continue,
+                    Err(sandbox::SandboxError::NotFound(_)) => continue,
+                    _ => {}
+                }
                 tracing::warn!(op = %op.id, %e, "cluster: a lost op's processes not signalled; trying again");
                 left.push((op, rec));
             }

@@ -164,6 +164,7 @@ impl Run {
             "concurrent_runs": conc.runs,
             "concurrent_lost": conc.lost,
             "concurrent_duplicated": conc.duplicated,
+            "concurrent_executed_twice": conc.executed_twice,
             "concurrent_start_sec": conc.start_sec,
             "concurrent_start_kernel_cpu_sec": conc.start_cpu_sec,
             "kernel_cpu_pct_idle_wait": conc.cpu_pct_idle,
@@ -174,6 +175,7 @@ impl Run {
             "recovery_delivered": rec.delivered,
             "recovery_lost": rec.lost,
             "recovery_duplicated": rec.duplicated,
+            "recovery_executed_twice": rec.executed_twice,
         })
     }
 

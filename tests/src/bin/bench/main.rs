@@ -125,6 +125,7 @@ impl Checks {
     fn concurrent(&mut self, c: &scale::Concurrent, fallbacks: usize) {
         self.zero("concurrent_lost", c.lost);
         self.zero("concurrent_duplicated", c.duplicated);
+        self.zero("concurrent_executed_twice", c.executed_twice);
         self.rss("kernel_peak_rss_mb", c.peak_rss_mb);
         self.zero("concurrent_launchers_missing", c.launchers_missing);
         self.zero("concurrent_fallback_ops", fallbacks);
@@ -133,6 +134,7 @@ impl Checks {
     fn recovery(&mut self, r: &scale::Recovery) {
         self.zero("recovery_lost", r.lost);
         self.zero("recovery_duplicated", r.duplicated);
+        self.zero("recovery_executed_twice", r.executed_twice);
         self.want(
             "recovery_delivered",
             r.delivered,

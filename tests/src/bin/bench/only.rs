@@ -17,8 +17,8 @@ pub async fn recovery(
     let mut k = KernelProcess::start(bin, "bench-recovery", BENCH_ENV).await?;
     let rec = scale::recovery(&mut k, ops, containers).await?;
     println!(
-        "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}",
-        rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated
+        "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}, executed twice {}",
+        rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated, rec.executed_twice
     );
     checks.recovery(&rec);
     checks.zero("recovery_fallback_ops", fallbacks(&k)?);

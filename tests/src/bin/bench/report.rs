@@ -74,8 +74,8 @@ impl Run {
             );
         }
         println!(
-            "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}",
-            rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated
+            "recovery: {} running ops over {} containers re-attached {:.2}s after SIGKILL + restart; {} delivered afterwards; lost {}, duplicated {}, executed twice {}",
+            rec.ops, rec.containers, rec.seconds, rec.delivered, rec.lost, rec.duplicated, rec.executed_twice
         );
         println!(
             "abuse: {} readers of a {} MiB log + {} SSE clients: kernel peak RSS {:.1} MB; other run's start p50 {:.1} ms -> {:.1} ms; failed readers {}, failed SSE clients {}",

@@ -12,14 +12,22 @@ use serde_json::{json, Value};
 
 use crate::scratch_dir;
 
-/// Blocks until the bench opens `/scratch/gate` for writing: zero CPU while waiting.
-const GATED: &[&str] = &["sh", "-c", "read x < /scratch/gate; echo released"];
+/// Records its own execution (its op id, from the kernel's marker, one
+/// line appended to `/scratch/ran`), then blocks until the bench opens
+/// `/scratch/gate` for writing: zero CPU while waiting.
+const GATED: &[&str] = &[
+    "sh",
+    "-c",
+    "echo \"$__OPKERNEL_OP\" >> /scratch/ran; read x < /scratch/gate; echo released",
+];
 
 pub struct Concurrent {
     pub ops: usize,
     pub runs: usize,
     pub lost: usize,
     pub duplicated: usize,
+    /// Ops whose command ran more than once (its own record, not a report).
+    pub executed_twice: usize,
     pub start_sec: f64,
     /// Kernel CPU seconds spent while they started.
     pub start_cpu_sec: f64,
@@ -41,6 +49,8 @@ pub struct Recovery {
     pub delivered: usize,
     pub lost: usize,
     pub duplicated: usize,
+    /// Ops whose command ran more than once (its own record, not a report).
+    pub executed_twice: usize,
 }
 
 fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
@@ -194,7 +204,12 @@ async fn collect(
 ) -> anyhow::Result<HashMap<String, usize>> {
     let deadline = Instant::now() + timeout;
     let mut seen: HashMap<String, usize> = HashMap::new();
-    while seen.values().sum::<usize>() < want && Instant::now() < deadline {
+    // after the expected count, a few more rounds: a late duplicate shows
+    let mut after = 0;
+    while after < 3 && Instant::now() < deadline {
+        if seen.values().sum::<usize>() >= want {
+            after += 1;
+        }
         release(k, runs).await;
         for run in runs {
             let report = k
@@ -231,6 +246,20 @@ async fn count_outcomes(
     }
     let duplicated = seen.values().filter(|&&n| n > 1).count();
     Ok((lost, duplicated))
+}
+
+/// Ops whose command ran more than once, by the commands' own records
+/// (`/scratch/ran` of each run: one line per execution); an op of `ids`
+/// that never ran is counted as lost by [`count_outcomes`].
+fn executed_twice(k: &KernelProcess, runs: &[String]) -> usize {
+    let mut ran: HashMap<String, usize> = HashMap::new();
+    for run in runs {
+        let text = std::fs::read_to_string(scratch_dir(k, run).join("ran")).unwrap_or_default();
+        for id in text.lines().filter(|l| !l.is_empty()) {
+            *ran.entry(id.to_owned()).or_default() += 1;
+        }
+    }
+    ran.values().filter(|&&n| n > 1).count()
 }
 
 pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Result<Concurrent> {
@@ -273,6 +302,7 @@ pub async fn concurrent(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::R
         runs,
         lost,
         duplicated,
+        executed_twice: executed_twice(k, &run_ids),
         start_sec,
         start_cpu_sec,
         cpu_pct_idle,
@@ -326,5 +356,6 @@ pub async fn recovery(
         delivered: seen.len(),
         lost,
         duplicated,
+        executed_twice: executed_twice(k, &run_ids),
     })
 }
