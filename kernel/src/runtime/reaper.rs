@@ -41,6 +41,9 @@ pub struct ReapDecision {
     pub reason: String,
     /// True when the container was actually removed (never in a dry run).
     pub removed: bool,
+    /// The cluster node whose reaper decided (absent on a single kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// Commands of a run container's own idle processes: Docker's init and the
@@ -131,6 +134,7 @@ pub fn decide_reap(facts: &[ReapFacts]) -> Vec<ReapDecision> {
                 action,
                 reason,
                 removed: false,
+                node: None,
             }
         })
         .collect()
@@ -378,6 +382,7 @@ fn pool_decision(k: &Kernel, c: &sandbox::ContainerInfo) -> Option<ReapDecision>
         action,
         reason,
         removed: false,
+        node: None,
     })
 }
 

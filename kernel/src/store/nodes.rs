@@ -367,16 +367,18 @@ pub(super) fn claim_fence(tx: &dyn Tx) -> String {
 
 impl Store {
     /// Places the new top-level run `run` on `node` before its first op,
-    /// while that node is active with a live lease (a foreground one-shot
-    /// runs on the node that took the call, which then removes its
-    /// container; a draining node takes none: placement decides).
+    /// while that node is active or draining with a live lease: a
+    /// foreground one-shot runs on the node that took the call, which then
+    /// removes its container (SPEC §24: a draining node too, so it never
+    /// leaves its container to another node's reaper; drain stops new
+    /// runs, and a one-shot ends with its call).
     pub async fn pin_run(&self, run: &str, node: &str) -> StoreResult<()> {
         let (run, node) = (run.to_owned(), node.to_owned());
         self.write(move |tx| {
             super::runs::ensure_top_level(tx, &run, super::now_ms())?;
             let sql = format!(
                 "UPDATE runs SET node = ?2 WHERE run_id = ?1 AND EXISTS (SELECT 1 FROM nodes \
-                 WHERE name = ?2 AND state = 'active' AND lease_until > {})",
+                 WHERE name = ?2 AND state IN ('active', 'draining') AND lease_until > {})",
                 db_now(tx)
             );
             tx.execute(&sql, vals![run, node])?;

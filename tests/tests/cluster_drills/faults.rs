@@ -32,6 +32,7 @@ pub async fn any_node_serves(c: &Cluster) {
         (json!(0), json!("from-n2\n")),
         "{fg}"
     );
+    assert_eq!(fg["node"], "n2", "an op's view names its node: {fg}");
     let log_path = format!(
         "/v1/operations/{}/log",
         fg["operation_id"].as_str().unwrap()
@@ -61,20 +62,17 @@ pub async fn any_node_serves(c: &Cluster) {
         .unwrap();
     assert!(first.contains("from-n2"), "{first}");
     // a one-shot runs on the node that took it, which removes its container
-    let once = timed(c.node("n3").client.post(
-        "/v1/tools/run_command",
-        &json!({"command": ["echo", "once"]}),
-    ))
-    .await
-    .unwrap();
-    assert_eq!(once["output"], "once\n", "{once}");
-    let label = format!("label=opkernel.run_id={}", once["run_id"].as_str().unwrap());
-    for n in &c.nodes {
-        let left = c
-            .on_node(&n.name, &format!("docker ps -aq --filter {label}"))
-            .unwrap();
-        assert_eq!(left.trim(), "", "a one-shot container left on {}", n.name);
-    }
+    one_shot_leaves_nothing(c, "n3").await;
+    // a draining node too: it runs it itself (SPEC §24), never leaving its
+    // container to another node's reaper
+    let n3 = &c.node("n3").client;
+    timed(n3.post("/v1/nodes/n3/drain", &json!({})))
+        .await
+        .unwrap();
+    one_shot_leaves_nothing(c, "n3").await;
+    timed(n3.post("/v1/nodes/n3/activate", &json!({})))
+        .await
+        .unwrap();
     let kill = format!("/v1/runs/{}/tools/kill_operation", on_n3[0].run);
     timed(n1.post(&kill, &json!({"operation_id": on_n3[0].op})))
         .await
@@ -87,9 +85,76 @@ pub async fn any_node_serves(c: &Cluster) {
         metrics.contains("opkernel_node_lease_age_seconds{node=\"n3\"}"),
         "{metrics}"
     );
+    operator_views_cover_the_cluster(c, &on_n2[0].run).await;
     release(c, &on_n2);
     ends(c, "n3", &on_n2, "completed", json!(7)).await;
     all_delivered_once(c, "n1", &[on_n2, on_n3].concat()).await;
+}
+
+/// A one-shot taken by `node` runs there and leaves no container on any
+/// node.
+async fn one_shot_leaves_nothing(c: &Cluster, node: &str) {
+    let once = timed(c.node(node).client.post(
+        "/v1/tools/run_command",
+        &json!({"command": ["echo", "once"]}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(once["output"], "once\n", "{once}");
+    assert_eq!(once["node"], node, "{once}");
+    let label = format!("label=opkernel.run_id={}", once["run_id"].as_str().unwrap());
+    for n in &c.nodes {
+        let left = c
+            .on_node(&n.name, &format!("docker ps -aq --filter {label}"))
+            .unwrap();
+        assert_eq!(left.trim(), "", "a one-shot container left on {}", n.name);
+    }
+}
+
+/// SPEC §24: containers, inspect and reap through any node answer for
+/// every node, each container and decision naming its node; an op's view
+/// names its node too.
+async fn operator_views_cover_the_cluster(c: &Cluster, run_on_n2: &str) {
+    let n1 = &c.node("n1").client;
+    let list = timed(n1.get("/v1/containers")).await.unwrap();
+    let containers = list["containers"].as_array().unwrap();
+    let on_n2: Vec<&Value> = containers
+        .iter()
+        .filter(|x| x["run_id"] == run_on_n2)
+        .collect();
+    assert_eq!(
+        on_n2.len(),
+        1,
+        "n2's run container listed through n1: {list}"
+    );
+    assert_eq!(on_n2[0]["node"], "n2", "{list}");
+    for node in ["n1", "n2", "n3"] {
+        assert!(
+            containers.iter().any(|x| x["node"] == node),
+            "no container of {node} listed: {list}"
+        );
+    }
+    assert!(list.get("unreachable").is_none(), "{list}");
+    let id = on_n2[0]["container_id"].as_str().unwrap();
+    let inspected = timed(n1.get(&format!("/v1/containers/{id}")))
+        .await
+        .unwrap();
+    assert_eq!(inspected["run_id"], run_on_n2, "{inspected}");
+    let reap = timed(n1.post("/v1/reap?dry_run=true", &json!({})))
+        .await
+        .unwrap();
+    let decided: Vec<&Value> = reap["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["container_id"] == id)
+        .collect();
+    assert_eq!(decided.len(), 1, "{reap}");
+    assert_eq!(
+        (decided[0]["node"].clone(), decided[0]["action"].clone()),
+        (json!("n2"), json!("keep")),
+        "{reap}"
+    );
 }
 
 /// `docker kill` of a node with live ops spread over all nodes: it is

@@ -57,6 +57,36 @@ fn pick<'a>(
     }
 }
 
+/// The container `wanted` names on another cluster node: the first node
+/// that knows it answers; none does: `missing` (a node that could not
+/// answer is named in it).
+async fn elsewhere(
+    k: &AppState,
+    headers: &axum::http::HeaderMap,
+    wanted: &str,
+    missing: ApiError,
+) -> ApiResult<ContainerInspect> {
+    let path = format!("/v1/containers/{wanted}");
+    let get = reqwest::Method::GET;
+    let (answers, unreachable) =
+        super::fanout::others::<ContainerInspect>(k, headers, get, &path).await?;
+    if let Some((_, found)) = answers.into_iter().next() {
+        return Ok(found);
+    }
+    match unreachable.is_empty() {
+        true => Err(missing),
+        false => Err(ApiError::not_found(format!(
+            "no managed container or run container named {wanted:?} on the nodes that answered; \
+             not asked: {}",
+            unreachable
+                .iter()
+                .map(|u| format!("{} ({})", u.node, u.reason))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
 #[utoipa::path(
     get,
     path = "/v1/containers/{id}",
@@ -67,6 +97,7 @@ fn pick<'a>(
 pub async fn inspect(
     State(k): State<AppState>,
     principal: Principal,
+    headers: axum::http::HeaderMap,
     Seg(wanted): Seg<String>,
 ) -> ApiResult<Json<ContainerInspect>> {
     require_operator(&principal)?;
@@ -74,8 +105,13 @@ pub async fn inspect(
         return Err(ApiError::bad_request("a container id, name or run id"));
     }
     let list = k.backend.list_managed().await?;
+    let picked = match pick(&k, &list, &wanted) {
+        Ok(c) => c,
+        // in a cluster, the container may be another node's (SPEC §24)
+        Err(e) => return elsewhere(&k, &headers, &wanted, e).await.map(Json),
+    };
     // inspected whole: a listing carries no hostname (the launcher's key)
-    let c = &k.backend.inspect(&pick(&k, &list, &wanted)?.id).await?;
+    let c = &k.backend.inspect(&picked.id).await?;
     let run_id = k.run_of(c);
     let valid_run = run_id
         .clone()

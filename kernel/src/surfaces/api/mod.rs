@@ -4,6 +4,7 @@
 mod console;
 pub mod error;
 mod events;
+mod fanout;
 mod inspect;
 pub mod metrics;
 mod nodes;

@@ -15,10 +15,17 @@ use crate::store::Op;
 /// Marks a call one node forwarded to another, with its proof: sha256 of
 /// the cluster's operator token and the path (a client cannot forge it,
 /// and a forged mark is ignored: the call is forwarded as any other).
-const FORWARDED: &str = "x-opkernel-forwarded";
+pub(super) const FORWARDED: &str = "x-opkernel-forwarded";
+
+/// Whether this call was forwarded by another node (its mark proven).
+pub(super) fn is_forwarded(k: &AppState, headers: &HeaderMap, path: &str) -> bool {
+    headers
+        .get(FORWARDED)
+        .is_some_and(|v| v.as_bytes() == proof(k, path).as_bytes())
+}
 
 /// The proof a forwarded call of `path` carries.
-fn proof(k: &AppState, path: &str) -> String {
+pub(super) fn proof(k: &AppState, path: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("opkernel-forward\n{}\n{path}", k.operator_token));
     hex::encode(digest)
@@ -36,10 +43,7 @@ pub(super) async fn elsewhere(
     let (Some(_), Some(node)) = (&k.node, op.node.as_deref()) else {
         return Ok(None);
     };
-    let forwarded = headers
-        .get(FORWARDED)
-        .is_some_and(|v| v.as_bytes() == proof(k, path).as_bytes());
-    if k.runs_here(Some(node)) || forwarded {
+    if k.runs_here(Some(node)) || is_forwarded(k, headers, path) {
         return Ok(None);
     }
     let row = k.store.nodes().await?.into_iter().find(|n| n.name == node);
@@ -93,7 +97,7 @@ pub(super) async fn elsewhere(
 
 /// The forwarding client: no redirects, no overall timeout (a console
 /// follows its op), a bounded connect.
-fn client() -> reqwest::Client {
+pub(super) fn client() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {

@@ -28,13 +28,30 @@ pub struct ContainerView {
     pub created_at: Option<String>,
     /// In this kernel's registry of run containers.
     pub registered: bool,
+    /// The cluster node whose engine holds it; absent on a single kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// A cluster node whose part of an operator view is missing: it did not
+/// answer, or it is dead (SPEC §24: listed, never silently left out).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct UnreachableNode {
+    /// The node.
+    pub node: String,
+    /// Why its part is missing.
+    pub reason: String,
 }
 
 /// `GET /v1/containers`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ContainerList {
-    /// Every container labelled `opkernel.managed`.
+    /// Every container labelled `opkernel.managed` (in a cluster: on every
+    /// node that answered).
     pub containers: Vec<ContainerView>,
+    /// The nodes that could not answer (a cluster only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<UnreachableNode>,
 }
 
 /// `POST /v1/reap`.
@@ -42,8 +59,12 @@ pub struct ContainerList {
 pub struct ReapList {
     /// The decisions were only shown: nothing was removed.
     pub dry_run: bool,
-    /// The reaper's verdict on every managed container, with its reason.
+    /// The reaper's verdict on every managed container, with its reason
+    /// (in a cluster: every node's that answered, each naming its node).
     pub decisions: Vec<crate::runtime::reaper::ReapDecision>,
+    /// The nodes that could not answer (a cluster only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<UnreachableNode>,
 }
 
 /// One op of an inspected container's run.

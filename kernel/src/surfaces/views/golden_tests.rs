@@ -215,7 +215,9 @@ fn container_list() {
             run_fingerprint: None,
             created_at: Some("2026-11-29T00:00:00.000Z".into()),
             registered: true,
+            node: None,
         }],
+        unreachable: vec![],
     };
     golden(
         &list,
@@ -238,7 +240,9 @@ fn reap_list() {
             action: ReapAction::Keep,
             reason: "live op".into(),
             removed: false,
+            node: None,
         }],
+        unreachable: vec![],
     };
     golden(
         &list,

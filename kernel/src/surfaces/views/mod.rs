@@ -17,7 +17,7 @@ pub use crate::report_text::rfc3339;
 pub use crate::runtime::probes::ProbeCounts;
 pub use containers::{
     ContainerInspect, ContainerList, ContainerView, InspectOp, InspectProcess, ProfileView,
-    ReapList, ReaperVerdict,
+    ReapList, ReaperVerdict, UnreachableNode,
 };
 pub use daemon::{
     ClockStepped, DrillFault, DrillWoken, Health, PrincipalKind, ToolDefinition, ToolsView, WhoAmI,
