@@ -239,6 +239,9 @@ pub enum FireRefusal {
     Passing,
     /// A budget is reached.
     Budget,
+    /// Over the run's envelope or a kernel ceiling (its timeout): standing
+    /// until the schedule or the settings change.
+    Ceiling,
 }
 
 /// What a refused fire does to its schedule.

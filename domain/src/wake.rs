@@ -16,6 +16,9 @@ pub enum Wake {
     /// A drill asked the op's supervisor to give up (as one whose final
     /// write failed would): the op is left without an observer.
     Abandon = 16,
+    /// A drill asked the current observer attempt to panic for real (a
+    /// bug's unwinding, not an error it returns).
+    Panic = 32,
 }
 
 /// The set of wakes taken at once.

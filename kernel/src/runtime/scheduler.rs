@@ -75,7 +75,24 @@ async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
     };
     let hold = k.approval_hold(&meta, &s.command);
     let limits = k.config.admission();
-    match crate::runtime::control::fire_schedule(k, &s.id, due, hold, limits).await {
+    // a timeout above the kernel's ceiling or the run's envelope (either
+    // lowered since the schedule was made) is refused, never clamped
+    let ceiling = k
+        .config
+        .bg_max_sec
+        .min(meta.envelope.max_timeout_sec.unwrap_or(u64::MAX));
+    let fired = match s.timeout_sec > ceiling {
+        true => {
+            let why = crate::store::Refusal::Ceiling(format!(
+                "the schedule's timeout_sec {} is over the ceiling {ceiling} \
+                 (OPKERNEL_BG_MAX_SECONDS or the run's envelope max_timeout_sec)",
+                s.timeout_sec
+            ));
+            k.store.refuse_fire(&s.id, due, &k.id, why).await
+        }
+        false => crate::runtime::control::fire_schedule(k, &s.id, due, hold, limits).await,
+    };
+    match fired {
         Ok(Fire::Fired(op)) => {
             tracing::info!(schedule = %s.id, op = %op.id, run = %s.run_id, due, "schedule fired");
         }

@@ -59,12 +59,16 @@ pub enum Refusal {
     /// No cluster node can take the run's tree: none is active with a
     /// live lease (503).
     NoNode(String),
+    /// The request is over the run's envelope or a kernel ceiling (e.g. a
+    /// schedule's `timeout_sec` above a ceiling lowered since it was made):
+    /// a standing refusal (403 `envelope_exceeded`).
+    Ceiling(String),
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::Limit(m) => f.write_str(m),
+            Refusal::Limit(m) | Refusal::Ceiling(m) => f.write_str(m),
             Refusal::State { run_id, state } => write!(
                 f,
                 "run {run_id} is {}: nothing new is admitted{}",

@@ -49,6 +49,7 @@ fn refused_in(
         Refusal::NoRun(_) => FireRefusal::RunGone,
         Refusal::State { .. } | Refusal::Limit(_) | Refusal::NoNode(_) => FireRefusal::Passing,
         Refusal::Budget(_) => FireRefusal::Budget,
+        Refusal::Ceiling(_) => FireRefusal::Ceiling,
     };
     match after_refusal(kind, s.timing.is_recurring()) {
         AfterRefusal::End => end_in(tx, s, &reason)?,
@@ -122,7 +123,53 @@ fn fire_in(
     })
 }
 
+/// Claims a due time as [`fire_in`] does and records it refused, nothing
+/// admitted: the kernel found the schedule over a ceiling (its timeout).
+fn refuse_in(
+    tx: &mut dyn Tx,
+    id: &str,
+    due: i64,
+    kernel_id: &str,
+    why: &Refusal,
+) -> StoreResult<Fire> {
+    let Some(run_id) = tx
+        .query_opt("SELECT run_id FROM schedules WHERE id = ?1", vals![id])?
+        .map(|row| row.get::<String>("run_id"))
+        .transpose()?
+    else {
+        return Ok(Fire::NotDue);
+    };
+    super::tree::lock_tree_of(tx, &run_id)?;
+    let now = now_ms();
+    let claimed = tx.execute(
+        "UPDATE schedules SET claimed_at = ?3, claimed_by = ?4 WHERE id = ?1 \
+         AND enabled = 1 AND paused = 0 AND claimed_at IS NULL \
+         AND next_due_at = ?2 AND next_due_at <= ?3",
+        vals![id, due, now, kernel_id],
+    )?;
+    if claimed != 1 {
+        return Ok(Fire::NotDue);
+    }
+    let s = get_schedule(tx, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
+    refused_in(tx, &s, due, why, now)
+}
+
 impl Store {
+    /// Records a due time refused by the kernel before any admission (a
+    /// ceiling the schedule is over), as a refused fire: the slot is
+    /// skipped, once, whichever kernel records it.
+    pub async fn refuse_fire(
+        &self,
+        id: &str,
+        due: i64,
+        kernel_id: &str,
+        why: Refusal,
+    ) -> StoreResult<Fire> {
+        let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
+        self.write(move |tx| refuse_in(tx, &id, due, &kernel_id, &why))
+            .await
+    }
+
     /// Fires a schedule for its due time `due`: the claim and the op's
     /// insert in one transaction (see the module comment). `hold` is the
     /// approval hold the kernel found for the command; `limits` the run's.

@@ -228,6 +228,13 @@ impl Kernel {
         self.config.drills && self.post(op_id, Wake::Fault)
     }
 
+    /// Drill fault hook: the op's observer attempt panics for real (its
+    /// task unwinds). False when drills are off or the op has no observer
+    /// here.
+    pub fn inject_observer_panic(&self, op_id: &str) -> bool {
+        self.config.drills && self.post(op_id, Wake::Panic)
+    }
+
     /// Drill fault hook: the op's supervisor gives up without settling it,
     /// leaving the op to the watchdog. False when drills are off or the op
     /// has no observer here.

@@ -227,6 +227,10 @@ impl ObserverAttempt {
         if wakes.has(Wake::Fault) {
             return Err(ObserverError::Injected);
         }
+        if wakes.has(Wake::Panic) {
+            // a drill's real panic: the attempt's task unwinds, as a bug's would
+            panic!("drill: observer panic for op {}", self.op.id);
+        }
         if wakes.has(Wake::Kill) && s.kill.is_none() {
             self.reload().await?;
             s.kill = self.recorded_kill();

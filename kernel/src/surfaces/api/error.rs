@@ -67,6 +67,7 @@ impl ApiError {
             Refusal::State { state, .. } => Self::run_state(*state, message),
             Refusal::NoRun(_) => Self::not_found(message),
             Refusal::NoNode(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "no_node", message),
+            Refusal::Ceiling(_) => Self::envelope_exceeded(message),
         }
     }
     /// 409 naming a run state that forbids the request.

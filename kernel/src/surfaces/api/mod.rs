@@ -101,6 +101,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
     if kernel.config.drills {
         app = app
             .route("/v1/drill/observer-fault/{id}", post(views::observer_fault))
+            .route("/v1/drill/observer-panic/{id}", post(views::observer_panic))
             .route("/v1/drill/observer-wake/{id}", post(views::observer_wake))
             .route("/v1/drill/supervisor-end/{id}", post(views::supervisor_end))
             .route("/v1/drill/clock-step", post(views::clock_step))

@@ -254,6 +254,18 @@ pub async fn observer_fault(
     .await
 }
 
+/// Drill hook: the op's current observer attempt panics for real (a bug's
+/// unwinding); the supervisor must start the next attempt.
+pub async fn observer_panic(
+    State(k): State<AppState>,
+    principal: Principal,
+    Seg(id): Seg<String>,
+) -> ApiResult<Json<DrillFault>> {
+    let hook = crate::runtime::kernel::Kernel::inject_observer_panic;
+    let fault = "observer attempt panics at its next step";
+    inject(&k, &principal, &id, hook, fault).await
+}
+
 /// Drill hook: the op's supervisor gives up without settling it (as one
 /// whose final write failed); the watchdog must take the op over.
 pub async fn supervisor_end(
