@@ -123,6 +123,11 @@ pub trait OpBackend: Send + Sync + 'static {
     fn scratch_exists(&self, _scratch_key: &str) -> bool {
         false
     }
+    /// Renames a container (an adopted pool container takes its run's
+    /// container name, SPEC §24).
+    fn rename<'a>(&'a self, container_id: &'a str, _name: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { Err(no_pool(container_id)) })
+    }
 }
 
 /// What a backend without a warm pool answers to the pool's calls.
@@ -242,5 +247,8 @@ impl OpBackend for Sandbox {
     }
     fn scratch_exists(&self, scratch_key: &str) -> bool {
         Sandbox::scratch_exists(self, scratch_key)
+    }
+    fn rename<'a>(&'a self, container_id: &'a str, name: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Sandbox::rename(self, container_id, name))
     }
 }

@@ -10,7 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, TopOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder,
+    TopOptionsBuilder,
 };
 use bollard::{ClientVersion, Docker};
 use futures::StreamExt;
@@ -529,6 +530,15 @@ impl Sandbox {
                 command: row.get(cmd_col).cloned().unwrap_or_default(),
             })
             .collect())
+    }
+
+    /// Renames a container (its labels stay as they were made).
+    pub async fn rename(&self, container_id: &str, name: &str) -> Result<()> {
+        let options = RenameContainerOptionsBuilder::default().name(name).build();
+        self.docker
+            .rename_container(container_id, options)
+            .await
+            .map_err(SandboxError::from)
     }
 
     /// Force-removes a container; `Ok(false)` when it was already gone.

@@ -94,6 +94,16 @@ async fn a_new_run_adopts_a_ready_container_and_keeps_it() {
     assert_eq!(seen["container_id"], adopted.as_str(), "{seen}");
     assert_eq!(seen["run_id"], run.as_str());
     assert_eq!(seen["processes_source"], "launcher", "{seen}");
+    // it took its run's container name (SPEC §24): Docker finds a run's
+    // container by the same name whether it was adopted or made for it
+    let prefix = format!("opkernel-{}-", sandbox::profile::scratch_key(&run));
+    let name = seen["name"].as_str().unwrap();
+    assert!(name.starts_with(&prefix), "{name} is not {run}'s name");
+    let by_name = std::process::Command::new("docker")
+        .args(["ps", "-q", "--no-trunc", "--filter", &format!("name=^{prefix}")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&by_name.stdout).trim(), adopted);
     // the metrics count the pool by role
     let text = String::from_utf8(k.client.get_bytes("/metrics").await.unwrap()).unwrap();
     assert!(

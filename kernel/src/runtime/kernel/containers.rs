@@ -33,7 +33,7 @@ impl Kernel {
             return Ok(info);
         }
         if self.may_adopt(identity, profile) {
-            let adopted = self.adopt(&identity.run_id, profile).await;
+            let adopted = self.adopt(identity, profile).await;
             match adopted.map_err(|e| match e {
                 AdoptError::Store(e) => {
                     SandboxError::Unreachable(format!("the control plane: {e}"))
@@ -97,6 +97,12 @@ impl Kernel {
             && info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile))
             && info.labels.get(LABEL_SCRATCH_KEY) == Some(&b.scratch_key);
         if !fits {
+            // it carries the run's name: that name goes to the run's own
+            // container, this one is named apart (the reaper judges it)
+            if info.name == identity.name {
+                let apart = format!("{}-adopted-{}", identity.name, &info.id[..12.min(info.id.len())]);
+                self.backend.rename(&info.id, &apart).await?;
+            }
             return Ok(None);
         }
         match self

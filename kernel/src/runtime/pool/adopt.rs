@@ -28,9 +28,10 @@ impl Kernel {
     /// looks its binding up again).
     pub async fn adopt(
         &self,
-        run_id: &str,
+        identity: &sandbox::RunIdentity,
         profile: &sandbox::Profile,
     ) -> Result<Option<ContainerInfo>, AdoptError> {
+        let run_id = identity.run_id.as_str();
         let Some(c) = self.pool.take(profile) else {
             self.pool.wake.notify_one();
             return Ok(None);
@@ -70,7 +71,27 @@ impl Kernel {
         self.backend
             .bind_scratch(&sandbox::profile::scratch_key(run_id), &key)?;
         self.crash_point("pool.after_file");
-        Ok(Some(c))
+        Ok(Some(self.take_run_name(c, identity).await))
+    }
+}
+
+impl Kernel {
+    /// An adopted container takes its run's container name (its labels
+    /// cannot change: the name is how an operator finds a run's container
+    /// with Docker, SPEC §24). Not renamed (a name in use, Docker away),
+    /// it keeps its pool name and serves the run all the same.
+    async fn take_run_name(
+        &self,
+        mut c: ContainerInfo,
+        identity: &sandbox::RunIdentity,
+    ) -> ContainerInfo {
+        match self.backend.rename(&c.id, &identity.name).await {
+            Ok(()) => c.name = identity.name.clone(),
+            Err(e) => {
+                tracing::warn!(container = %c.name, run = %identity.run_id, %e, "warm pool: the adopted container keeps its pool name")
+            }
+        }
+        c
     }
 }
 

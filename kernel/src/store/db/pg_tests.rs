@@ -498,7 +498,10 @@ async fn a_start_or_kill_for_another_nodes_op_hints_that_node_alone() {
             "n2 never heard a hint"
         );
     };
-    let _ = hints_within(&n3, std::time::Duration::from_millis(300)).await;
+    // n3 heard none of the hints sent while the listeners came up: each
+    // named n2
+    let early = hints_within(&n3, std::time::Duration::from_millis(300)).await;
+    assert!(early.is_empty(), "n3 kept hints for n2: {early:?}");
     // a kill taken by n1 is hinted to n2; n1's own op hints nobody
     n1.request_kill(&op.id, crate::lifecycle::KillReason::Kill)
         .await
