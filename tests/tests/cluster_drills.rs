@@ -230,13 +230,35 @@ async fn epoch(c: &Cluster, via: &str, node: &str) -> i64 {
     row["epoch"].as_i64().unwrap()
 }
 
+#[path = "cluster_drills/chaos.rs"]
+mod chaos;
+#[path = "cluster_drills/chaos_check.rs"]
+mod chaos_check;
 #[path = "cluster_drills/faults.rs"]
 mod faults;
+
+/// The webhook's signing secret of every node.
+const SECRET: &str = "cluster-drills-webhook-secret";
 
 #[tokio::test]
 async fn the_cluster_drills_on_three_docker_in_docker_nodes() {
     let ttl = TTL.to_string();
-    let c = Cluster::up(3, &[("OPKERNEL_NODE_TTL_SEC", ttl.as_str())]).unwrap();
+    // the defaults on, and every feature beside them (SPEC §24): webhooks
+    // to the drills' own receiver (reached through the network's gateway),
+    // an approval rule, short op-file retention; the pool is on by default
+    let posts = chaos::Posts::default();
+    let port = chaos::receiver(posts.clone()).await;
+    let subnet = std::env::var("OPKERNEL_CLUSTER_SUBNET").unwrap_or_else(|_| "10.213.7".into());
+    let hook = format!("http://{subnet}.1:{port}/hook");
+    let env = [
+        ("OPKERNEL_NODE_TTL_SEC", ttl.as_str()),
+        ("OPKERNEL_WEBHOOK_URL", hook.as_str()),
+        ("OPKERNEL_WEBHOOK_SECRET", SECRET),
+        ("OPKERNEL_APPROVAL_MATCH", "needs-approval"),
+        ("OPKERNEL_OP_FILES_RETENTION", "1m"),
+        ("OPKERNEL_RETENTION", "10m"),
+    ];
+    let c = std::sync::Arc::new(Cluster::up(3, &env).unwrap());
     all_active(&c, "n1").await;
     faults::any_node_serves(&c).await;
     faults::node_kill(&c).await;
@@ -246,4 +268,9 @@ async fn the_cluster_drills_on_three_docker_in_docker_nodes() {
     faults::cut(&c, faults::Cut::Partition, "n2", true).await;
     faults::store_outage(&c).await;
     faults::rolling_restart(&c).await;
+    let seconds = std::env::var("OPKERNEL_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    chaos::cluster_chaos(c.clone(), seconds, posts).await;
 }

@@ -100,7 +100,13 @@ async fn a_new_run_adopts_a_ready_container_and_keeps_it() {
     let name = seen["name"].as_str().unwrap();
     assert!(name.starts_with(&prefix), "{name} is not {run}'s name");
     let by_name = std::process::Command::new("docker")
-        .args(["ps", "-q", "--no-trunc", "--filter", &format!("name=^{prefix}")])
+        .args([
+            "ps",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            &format!("name=^{prefix}"),
+        ])
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&by_name.stdout).trim(), adopted);

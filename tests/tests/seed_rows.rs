@@ -337,3 +337,61 @@ async fn right_after_a_restart_the_reaper_keeps_live_work_and_a_fresh_kill_works
         "{done}"
     );
 }
+
+/// SPEC §24: a kill asked for an op settled `lost` whose command runs on
+/// (its container was paused past the grace window, then thawed) stops
+/// it, as a kill would; before, a lost op's processes ran on for ever.
+#[tokio::test]
+async fn a_kill_of_a_lost_op_still_running_stops_it() {
+    let k = kernel("seed-lost-kill", &[("OPKERNEL_GRACE_MS", "2000")]).await;
+    let run = unique_run("lostkill");
+    let beat = "while true; do echo x >> /scratch/beat; sleep 0.2; done";
+    let op = k.start_bg(&run, &["sh", "-c", beat], 120).await.unwrap();
+    let running = k
+        .wait_state(&op, T, |s| s["pid"].is_number())
+        .await
+        .unwrap();
+    let container = running["container_id"].as_str().unwrap().to_owned();
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    docker(&["pause", &container]);
+    let lost = k.wait_terminal(&op, T).await;
+    docker(&["unpause", &container]);
+    let lost = lost.unwrap();
+    assert_eq!(lost["status"], "lost", "{lost}");
+    let beats = k
+        .home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(&run))
+        .join("beat");
+    let size = || std::fs::metadata(&beats).map(|m| m.len()).unwrap_or(0);
+    let before = size();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        size() > before,
+        "the lost op's command runs on after the thaw"
+    );
+    let kill = json!({"operation_id": op});
+    let answer = k
+        .client
+        .post(&format!("/v1/runs/{run}/tools/kill_operation"), &kill)
+        .await
+        .unwrap();
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("being stopped"),
+        "{answer}"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let stopped = size();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(size(), stopped, "the command still runs after the kill");
+    assert_eq!(k.state(&op).await.unwrap()["status"], "lost");
+}

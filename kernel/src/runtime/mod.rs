@@ -21,5 +21,6 @@ pub mod retention;
 pub mod runmeta;
 pub mod scheduler;
 pub mod serve;
+pub mod stop;
 pub mod watcher;
 pub mod webhooks;

@@ -102,33 +102,8 @@ async fn lost_here(k: &Kernel) -> Result<Vec<(Op, Option<sandbox::PidRecord>)>, 
     Ok(running)
 }
 
-/// The `.pid` of each lost op, waited for (a claimed request's start) for
-/// at most the start-evidence window; an op without one by then started
-/// nothing (the shim writes `.pid` before the command).
-async fn with_pids(
-    k: &Kernel,
-    lost: Vec<(Op, Option<sandbox::PidRecord>)>,
-) -> Vec<(Op, sandbox::PidRecord)> {
-    let until = Instant::now() + k.config.start_evidence_window;
-    let mut known = Vec::new();
-    for (op, rec) in lost {
-        let dir = k.backend.ops_dir(&op.scratch_key);
-        let mut rec = rec;
-        while rec.is_none() && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            rec = dir.read_pid(&op.id).ok();
-        }
-        if let Some(rec) = rec {
-            known.push((op, rec));
-        }
-    }
-    known
-}
-
-/// Stops every process of the lost ops (SPEC §24), as a kill does: TERM,
-/// the kill grace, then KILL to what is left, each identity-checked by the
-/// shim's signaller; a signal that could not be sent (Docker away) is sent
-/// again until it is, or its container is gone; then lets the node start
+/// Stops every process of the lost ops (SPEC §24), as a kill does
+/// ([`crate::runtime::stop::stop_processes`]); then lets the node start
 /// commands again (the last stopper under way does). Their real ends are
 /// recorded by the late-result watch, `stopped_on_rejoin`.
 async fn stop_lost(k: Arc<Kernel>, lost: Vec<(Op, Option<sandbox::PidRecord>)>) {
@@ -139,61 +114,8 @@ async fn stop_lost(k: Arc<Kernel>, lost: Vec<(Op, Option<sandbox::PidRecord>)>) 
     for (op, _) in &lost {
         node.note_stopped(&op.id);
     }
-    let lost = with_pids(&k, lost).await;
-    let mut left = signal_lost(&k, lost, sandbox::Signal::Term).await;
-    if !left.is_empty() {
-        tokio::time::sleep(k.config.kill_grace).await;
-    }
-    let give_up = Instant::now() + STOP_PATIENCE;
-    while !left.is_empty() && Instant::now() < give_up {
-        left = signal_lost(&k, left, sandbox::Signal::Kill).await;
-        if !left.is_empty() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    }
-    for (op, _) in &left {
-        tracing::error!(op = %op.id, "cluster: a lost op's processes could not be stopped; the node starts commands again");
-    }
+    crate::runtime::stop::stop_processes(&k, lost).await;
     node.end_stopping();
-}
-
-/// How long a node keeps trying to stop its lost ops' processes (Docker
-/// away) before it starts commands again.
-const STOP_PATIENCE: Duration = Duration::from_secs(300);
-
-/// Sends `signal` to each lost op still without `.code`; the ops that may
-/// still run (signalled now, or not reached) are returned.
-async fn signal_lost(
-    k: &Kernel,
-    lost: Vec<(Op, sandbox::PidRecord)>,
-    signal: sandbox::Signal,
-) -> Vec<(Op, sandbox::PidRecord)> {
-    let mut left = Vec::new();
-    for (op, rec) in lost {
-        if k.backend.ops_dir(&op.scratch_key).read_code(&op.id).is_ok() {
-            continue;
-        }
-        let container = op.container_id.as_deref().unwrap_or_default();
-        match k.backend.signal_op(container, &op.id, &rec, signal).await {
-            Ok(pids) if pids.is_empty() => {}
-            Ok(pids) => {
-                tracing::warn!(op = %op.id, signal = signal.name(), ?pids, "cluster: a lost op's processes stopped on this node's return");
-                left.push((op, rec));
-            }
-            Err(e) => {
-                // a container that is gone or stopped runs nothing (a node
-                // killed whole comes back with its containers stopped)
-                match k.backend.inspect(container).await {
-                    Ok(info) if !info.running => continue,
-                    Err(sandbox::SandboxError::NotFound(_)) => continue,
-                    _ => {}
-                }
-                tracing::warn!(op = %op.id, %e, "cluster: a lost op's processes not signalled; trying again");
-                left.push((op, rec));
-            }
-        }
-    }
-    left
 }
 
 /// Keeps the lease from the join on, apart from everything else (a task
@@ -389,7 +311,16 @@ fn take_hints(k: &Arc<Kernel>, hinted: Vec<(HintKind, String)>) {
                 crate::runtime::observer::spawn(k, id)
             }
             HintKind::Start => {}
-            HintKind::Kill => k.poke_kill(&id),
+            HintKind::Kill if k.observes(&id) => k.poke_kill(&id),
+            // no observer: an op settled `lost` whose command may run here
+            HintKind::Kill => {
+                let k = k.clone();
+                tokio::spawn(async move {
+                    if let Ok(Some(op)) = k.store.get_op(&id).await {
+                        crate::runtime::stop::stop_settled(&k, &op);
+                    }
+                });
+            }
         }
     }
 }

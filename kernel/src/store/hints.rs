@@ -119,3 +119,13 @@ pub(super) fn notify_in(
     )?;
     Ok(())
 }
+
+impl super::Store {
+    /// Tells `node` about `op` outside any other change (a kill asked for
+    /// an op already settled, whose processes only its node can stop).
+    pub async fn hint(&self, node: &str, kind: HintKind, op: &str) -> StoreResult<()> {
+        let (node, op) = (node.to_owned(), op.to_owned());
+        self.write(move |tx| notify_in(tx, Some(&node), kind, &op))
+            .await
+    }
+}

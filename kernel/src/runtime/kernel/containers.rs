@@ -100,7 +100,11 @@ impl Kernel {
             // it carries the run's name: that name goes to the run's own
             // container, this one is named apart (the reaper judges it)
             if info.name == identity.name {
-                let apart = format!("{}-adopted-{}", identity.name, &info.id[..12.min(info.id.len())]);
+                let apart = format!(
+                    "{}-adopted-{}",
+                    identity.name,
+                    &info.id[..12.min(info.id.len())]
+                );
                 self.backend.rename(&info.id, &apart).await?;
             }
             return Ok(None);

@@ -240,6 +240,21 @@ async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
     })
 }
 
+/// Stops what a `lost` op's command may still run: here when the op is
+/// this kernel's, else by a hint to its node (which stops it there).
+async fn stop_settled(k: &AppState, op: &crate::store::Op) -> bool {
+    if crate::runtime::stop::stop_settled(k, op) {
+        return true;
+    }
+    match op.node.as_deref().filter(|n| !k.runs_here(Some(n))) {
+        Some(node) => {
+            let kind = crate::store::hints::HintKind::Kill;
+            k.store.hint(node, kind, &op.id).await.is_ok()
+        }
+        None => false,
+    }
+}
+
 /// A foreground command in a throwaway container, removed afterwards.
 #[utoipa::path(
     post,
@@ -323,7 +338,11 @@ pub async fn kill_operation(
         )));
     }
     if op.status.is_terminal() {
-        let ended = format!("operation already ended: {}", op.status.as_str());
+        let mut ended = format!("operation already ended: {}", op.status.as_str());
+        // a lost op's command may still run: its node stops it (SPEC §24)
+        if op.status == Status::Lost && stop_settled(&k, &op).await {
+            ended.push_str("; what of its command may still run is being stopped");
+        }
         return Ok(Json(OpView::of(&op).saying(ended)));
     }
     if op.status == Status::AwaitingApproval {

@@ -1,0 +1,113 @@
+//! Stopping what a settled op left running (SPEC §24): the processes of
+//! an op settled `lost` while its command may still run (a node declared
+//! dead that comes back, a container unreachable past the grace window
+//! that comes back), stopped as a kill stops them: TERM, the kill grace,
+//! then KILL to what is left, each identity-checked by the shim's
+//! signaller. The op stays terminal; its real end is only evidence.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::runtime::kernel::Kernel;
+use crate::store::Op;
+
+/// How long the stop keeps trying (Docker away) before it gives up.
+const STOP_PATIENCE: Duration = Duration::from_secs(300);
+
+/// The `.pid` of each lost op, waited for (a claimed request's start) for
+/// at most the start-evidence window; an op without one by then started
+/// nothing (the shim writes `.pid` before the command).
+pub(crate) async fn with_pids(
+    k: &Kernel,
+    lost: Vec<(Op, Option<sandbox::PidRecord>)>,
+) -> Vec<(Op, sandbox::PidRecord)> {
+    let until = Instant::now() + k.config.start_evidence_window;
+    let mut known = Vec::new();
+    for (op, rec) in lost {
+        let dir = k.backend.ops_dir(&op.scratch_key);
+        let mut rec = rec;
+        while rec.is_none() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            rec = dir.read_pid(&op.id).ok();
+        }
+        if let Some(rec) = rec {
+            known.push((op, rec));
+        }
+    }
+    known
+}
+
+/// Stops the processes of `ops` (a `.pid` each, or one waited for): TERM,
+/// the kill grace, then KILL until nothing is left, the container is gone
+/// or stopped, or [`STOP_PATIENCE`] passed.
+pub async fn stop_processes(k: &Kernel, ops: Vec<(Op, Option<sandbox::PidRecord>)>) {
+    let ops = with_pids(k, ops).await;
+    let mut left = signal_all(k, ops, sandbox::Signal::Term).await;
+    if !left.is_empty() {
+        tokio::time::sleep(k.config.kill_grace).await;
+    }
+    let give_up = Instant::now() + STOP_PATIENCE;
+    while !left.is_empty() && Instant::now() < give_up {
+        left = signal_all(k, left, sandbox::Signal::Kill).await;
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    for (op, _) in &left {
+        tracing::error!(op = %op.id, "a settled op's processes could not be stopped");
+    }
+}
+
+/// A kill asked for an op already settled `lost` whose command may still
+/// run on this kernel's disk (a `.pid` and no `.code`): its processes are
+/// stopped in the background. False when there is nothing here to stop.
+pub fn stop_settled(k: &Arc<Kernel>, op: &Op) -> bool {
+    if op.status != crate::lifecycle::Status::Lost || !k.runs_here(op.node.as_deref()) {
+        return false;
+    }
+    let dir = k.backend.ops_dir(&op.scratch_key);
+    if dir.read_code(&op.id).is_ok() || op.container_id.is_none() {
+        return false;
+    }
+    let Ok(rec) = dir.read_pid(&op.id) else {
+        return false;
+    };
+    let (k, op) = (k.clone(), op.clone());
+    tokio::spawn(async move { stop_processes(&k, vec![(op, Some(rec))]).await });
+    true
+}
+
+/// Sends `signal` to each lost op still without `.code`; the ops that may
+/// still run (signalled now, or not reached) are returned.
+async fn signal_all(
+    k: &Kernel,
+    lost: Vec<(Op, sandbox::PidRecord)>,
+    signal: sandbox::Signal,
+) -> Vec<(Op, sandbox::PidRecord)> {
+    let mut left = Vec::new();
+    for (op, rec) in lost {
+        if k.backend.ops_dir(&op.scratch_key).read_code(&op.id).is_ok() {
+            continue;
+        }
+        let container = op.container_id.as_deref().unwrap_or_default();
+        match k.backend.signal_op(container, &op.id, &rec, signal).await {
+            Ok(pids) if pids.is_empty() => {}
+            Ok(pids) => {
+                tracing::warn!(op = %op.id, signal = signal.name(), ?pids, "a settled op's processes signalled");
+                left.push((op, rec));
+            }
+            Err(e) => {
+                // a container that is gone or stopped runs nothing (a node
+                // killed whole comes back with its containers stopped)
+                match k.backend.inspect(container).await {
+                    Ok(info) if !info.running => continue,
+                    Err(sandbox::SandboxError::NotFound(_)) => continue,
+                    _ => {}
+                }
+                tracing::warn!(op = %op.id, %e, "a settled op's processes not signalled; trying again");
+                left.push((op, rec));
+            }
+        }
+    }
+    left
+}
