@@ -275,3 +275,61 @@ async fn a_report_answered_into_an_abandoned_http_wait_is_served_again() {
     assert_eq!(status, 200);
     assert!(next["report_id"].is_null(), "{next}");
 }
+
+/// `opkernel mcp` makes one `Idempotency-Key` per `run_command` call and
+/// sends it again with that key while the kernel does not answer (issue
+/// 36 item 18): a kernel SIGKILLed in the middle of a host's call costs a
+/// wait, and the command runs once (before, the host got an error, and a
+/// retry could run it twice when the first commit had landed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_start_across_a_kernel_restart_runs_once() {
+    use std::io::{BufRead, BufReader, Write};
+    let python = python();
+    assert!(python.exists(), "{} is missing", python.display());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let env = [("OPKERNEL_TEST_LISTEN", listen.as_str())];
+    let mut k = KernelProcess::start(&kernel_binary().unwrap(), "mcp-retry", &env)
+        .await
+        .unwrap();
+    let run = opkernel_tests::unique_run("mcp-retry");
+    let created = k
+        .client
+        .post("/v1/runs", &serde_json::json!({"run_id": run}))
+        .await
+        .unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/retry_start.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .env("OPKERNEL_URL", k.client.base())
+        .env("OPKERNEL_BIN", kernel_binary().unwrap())
+        .env("RUN", &run)
+        .env("RUN_TOKEN", created["token"].as_str().unwrap())
+        .env("PYTHONWARNINGS", "ignore")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::task::block_in_place(|| lines.next().unwrap().unwrap());
+    assert_eq!(ready, "ready");
+    k.sigkill();
+    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    k.spawn().await.unwrap();
+    let answer = tokio::task::block_in_place(|| lines.next().unwrap().unwrap());
+    let _ = child.wait();
+    let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["error"], false, "{v}");
+    assert_eq!(v["result"]["exit_code"], 0, "{v}");
+    let side = k
+        .home
+        .join("scratch")
+        .join(sandbox::profile::scratch_key(&run))
+        .join("side");
+    assert_eq!(std::fs::read_to_string(side).unwrap(), "once\n", "ran once");
+}
