@@ -18,6 +18,10 @@ scripts/build-image.sh --node
 if ! command -v gcc >/dev/null || [ ! -e /usr/lib/x86_64-linux-gnu/libc.a ]; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
 fi
+# the exit code's fsync is seen with strace (Debian's package)
+if ! command -v strace >/dev/null; then
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
+fi
 # the panel is tested in a real headless Chromium (Debian's package)
 if ! command -v chromium >/dev/null; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

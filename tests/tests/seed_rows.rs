@@ -395,3 +395,74 @@ async fn a_kill_of_a_lost_op_still_running_stops_it() {
     assert_eq!(size(), stopped, "the command still runs after the kill");
     assert_eq!(k.state(&op).await.unwrap()["status"], "lost");
 }
+
+/// SPEC §28: an op's `.code` is synced (the file before its rename, the
+/// directory after it) before it counts, so a host crash cannot take back
+/// an exit code the kernel already read. Seen with `strace` attached to the
+/// run container's launcher (the ops' shims are its children).
+#[tokio::test]
+async fn the_exit_code_is_synced_around_its_rename() {
+    let k = kernel("seed-fsync", &[]).await;
+    let run = unique_run("fsync");
+    let first = k.start_bg(&run, &["true"], 60).await.unwrap();
+    let first = k.wait_terminal(&first, T).await.unwrap();
+    let container = first["container_id"].as_str().unwrap().to_owned();
+    let top = std::process::Command::new("docker")
+        .args(["top", &container])
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout).into_owned();
+    // the launcher itself, not the container's init that started it
+    let launcher = top
+        .lines()
+        .find(|l| l.contains("shim serve") && !l.contains("docker-init"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no launcher in {top}"))
+        .to_owned();
+    let trace = k.home.join("strace.out");
+    let mut strace = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=fsync,rename,renameat,renameat2",
+            "-p",
+            &launcher,
+            "-o",
+        ])
+        .arg(&trace)
+        .spawn()
+        .expect("strace (Debian's package; scripts/test.sh installs it)");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let op = k.start_bg(&run, &["true"], 60).await.unwrap();
+    k.wait_terminal(&op, T).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SIGTERM: strace detaches and writes what it saw (SIGKILL would not)
+    let _ = std::process::Command::new("kill")
+        .arg(strace.id().to_string())
+        .status();
+    let _ = strace.wait();
+    let lines: Vec<String> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let renamed = lines
+        .iter()
+        .position(|l| l.contains(&format!("{op}.code.tmp")) && l.contains("rename"))
+        .unwrap_or_else(|| panic!("no rename of {op}.code: {lines:#?}"));
+    // the shim's own calls around that rename: the file synced just
+    // before it, the directory just after
+    let pid = lines[renamed].split_whitespace().next().unwrap().to_owned();
+    let prefix = format!("{pid} ");
+    let own: Vec<&String> = lines.iter().filter(|l| l.starts_with(&prefix)).collect();
+    let at = own.iter().position(|l| **l == lines[renamed]).unwrap();
+    assert!(
+        at > 0 && own[at - 1].contains("fsync("),
+        "no fsync before the rename: {own:#?}"
+    );
+    assert!(
+        own.get(at + 1).is_some_and(|l| l.contains("fsync(")),
+        "no fsync after the rename: {own:#?}"
+    );
+}
