@@ -41,10 +41,16 @@ pub async fn agree_settings(k: &Kernel) -> anyhow::Result<()> {
         None => "none".to_owned(),
     };
     let name = "OPKERNEL_WEBHOOK_URL/OPKERNEL_WEBHOOK_SECRET";
-    k.store
+    let agreed = k
+        .store
         .agree_shared_setting(&node.config.name, name, &value)
-        .await?
-        .map_err(|why| anyhow::anyhow!("invalid setting: {why}"))
+        .await?;
+    if let Err(why) = agreed {
+        // joined already: drained, so no tree is placed here meanwhile
+        let _ = k.store.drain_node(&node.config.name).await;
+        anyhow::bail!("invalid setting: {why}");
+    }
+    Ok(())
 }
 
 /// Joins the cluster (a new epoch): at start, before recovery (then
@@ -83,7 +89,7 @@ async fn lost_here(k: &Kernel) -> Result<Vec<(Op, Option<sandbox::PidRecord>)>, 
     let Some(node) = &k.node else {
         return Ok(Vec::new());
     };
-    let since = crate::store::now_ms() - LATE_SINCE_MS;
+    let since = crate::store::now_ms() - look_back_ms(k);
     let mut running = Vec::new();
     for op in k.store.lost_with_node(&node.config.name, since).await? {
         let dir = k.backend.ops_dir(&op.scratch_key);
@@ -110,12 +116,19 @@ async fn stop_lost(k: Arc<Kernel>, lost: Vec<(Op, Option<sandbox::PidRecord>)>) 
     let Some(node) = &k.node else {
         return;
     };
+    // the gate is lowered whatever happens to this task (a panic too)
+    struct Lower<'a>(&'a crate::runtime::kernel::node::NodeState);
+    impl Drop for Lower<'_> {
+        fn drop(&mut self) {
+            self.0.end_stopping();
+        }
+    }
+    let _lower = Lower(node);
     // noted before the signal: the late result may be recorded meanwhile
     for (op, _) in &lost {
         node.note_stopped(&op.id);
     }
     crate::runtime::stop::stop_processes(&k, lost).await;
-    node.end_stopping();
 }
 
 /// Keeps the lease from the join on, apart from everything else (a task
@@ -229,6 +242,13 @@ async fn sweep(k: &Kernel) -> Result<(), StoreError> {
 /// its timeout that long).
 const LATE_SINCE_MS: i64 = 86_400_000;
 
+/// How far back a node looks for the ops it lost: a day, or longer when
+/// a background op may run longer than that (its ceiling, and a margin).
+fn look_back_ms(k: &Kernel) -> i64 {
+    let longest = (k.config.bg_max_sec.saturating_add(3600)).saturating_mul(1000);
+    LATE_SINCE_MS.max(i64::try_from(longest).unwrap_or(i64::MAX / 2))
+}
+
 /// The ops this node lost while it was away, watched for their real end
 /// until it comes or can no longer come (past the op's timeout).
 #[derive(Default)]
@@ -248,7 +268,7 @@ impl LateWatch {
         if k.config.profile.runs_as_root() {
             return Ok(());
         }
-        let since = crate::store::now_ms() - LATE_SINCE_MS;
+        let since = crate::store::now_ms() - look_back_ms(k);
         for op in k.store.lost_with_node(&node.config.name, since).await? {
             let began = op
                 .started_at
@@ -332,7 +352,9 @@ async fn hand_off(k: &Arc<Kernel>, poked: &mut HashSet<String>) -> Result<(), St
     // would be refused); one already observing goes on
     // a single kernel's ops left unplaced (SPEC §24): taken over where
     // their files are, or anywhere when nothing of their run ever ran
-    crate::runtime::observer::take_over_unplaced(k).await?;
+    if let Err(e) = crate::runtime::observer::take_over_unplaced(k).await {
+        tracing::warn!(%e, "cluster: unplaced ops not looked at this round");
+    }
     if k.may_start() {
         for (id, _) in k.store.observed_op_ids().await? {
             if !k.observes(&id) {

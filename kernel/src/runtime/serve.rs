@@ -13,6 +13,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     let kernel = Kernel::open(config).await?;
     crate::runtime::node::join(&kernel).await?;
     // after the join: two nodes starting together see each other's lease
+    // (a refused node drains itself first: nothing is placed on it)
     crate::runtime::node::agree_settings(&kernel).await?;
     // a node's lease is kept from here on, whatever else is under way
     let (keeping, keep) = crate::sync::Stop::new();

@@ -65,6 +65,24 @@ pub fn stop_settled(k: &Arc<Kernel>, op: &Op) -> bool {
     if op.status != crate::lifecycle::Status::Lost || !k.runs_here(op.node.as_deref()) {
         return false;
     }
+    // one stop per op at a time: a repeated kill joins the one under way
+    if !STOPPING.lock().insert(op.id.clone()) {
+        return true;
+    }
+    let started = start_stop(k, op);
+    if !started {
+        STOPPING.lock().remove(&op.id);
+    }
+    started
+}
+
+/// The ops whose stop (by a kill) is under way in this process.
+static STOPPING: std::sync::LazyLock<crate::sync::Lock<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Spawns the stop of `op`'s processes when its command may still run
+/// here (a `.pid`, no `.code`); false when there is nothing to stop.
+fn start_stop(k: &Arc<Kernel>, op: &Op) -> bool {
     let dir = k.backend.ops_dir(&op.scratch_key);
     if dir.read_code(&op.id).is_ok() || op.container_id.is_none() {
         return false;
@@ -73,7 +91,11 @@ pub fn stop_settled(k: &Arc<Kernel>, op: &Op) -> bool {
         return false;
     };
     let (k, op) = (k.clone(), op.clone());
-    tokio::spawn(async move { stop_processes(&k, vec![(op, Some(rec))]).await });
+    tokio::spawn(async move {
+        let id = op.id.clone();
+        stop_processes(&k, vec![(op, Some(rec))]).await;
+        STOPPING.lock().remove(&id);
+    });
     true
 }
 

@@ -128,6 +128,13 @@ pub(super) fn insert_in(
         false => None,
         true => match super::nodes::place(tx, &root, limits.max_live)? {
             Some(node) => Some(node),
+            None if super::nodes::any_active(tx)? => {
+                let full = format!(
+                    "every active node already has {} live operations (OPKERNEL_MAX_OPS, per node)",
+                    limits.max_live
+                );
+                return Ok(NewOp::Refused(super::Refusal::Limit(full)));
+            }
             None => return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone()))),
         },
     };

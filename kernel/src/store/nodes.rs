@@ -71,8 +71,16 @@ impl Store {
             );
             // a single kernel's live ops (the database turned into a
             // cluster's) are not taken here: only the node whose disk holds
-            // their files takes them over (SPEC §24, `take_over_ops`)
-            tx.query_one(&sql, vals![&name, url, ttl_ms])?.get("epoch")
+            // their files takes them over (SPEC §24, `take_over_ops`); its
+            // webhook claims go (a single kernel and nodes never share a
+            // database: it is stopped)
+            let epoch = tx.query_one(&sql, vals![&name, url, ttl_ms])?.get("epoch")?;
+            tx.execute(
+                "UPDATE webhook_outbox SET taken_by = NULL, taken_until = NULL \
+                 WHERE taken_by = 'single-kernel'",
+                vals![],
+            )?;
+            Ok(epoch)
         })
         .await
     }
@@ -344,6 +352,16 @@ pub(super) fn place(tx: &mut dyn Tx, root: &str, max_live: u64) -> StoreResult<O
     Ok(Some(node))
 }
 
+/// Whether some node is active with a live lease (when [`place`] found
+/// none with room, the refusal is the limit's, not a want of nodes).
+pub(super) fn any_active(tx: &mut dyn Tx) -> StoreResult<bool> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM nodes WHERE state = 'active' AND lease_until > {}",
+        db_now(tx)
+    );
+    Ok(tx.scalar::<i64>(&sql, vals![])? > 0)
+}
+
 /// Records a tree's node on its root's row (again, once an admission
 /// created that row).
 pub(super) fn record_placement(tx: &mut dyn Tx, root: &str, node: &str) -> StoreResult<()> {
@@ -414,18 +432,28 @@ impl Store {
                 return Ok(false);
             };
             let root = super::tree::lock_tree_of(tx, &run_id)?;
+            // a tree placed on another node keeps its ops there; a fresh
+            // take needs a tree that never ran anything (no workspace
+            // anywhere) and this node active with a live lease
+            let now = db_now(tx);
             let fresh = match fresh_only {
-                true => {
-                    " AND NOT EXISTS (SELECT 1 FROM ops p WHERE p.run_id = ops.run_id \
-                          AND p.exec_claimed_at IS NOT NULL)"
-                }
-                false => "",
+                true => format!(
+                    " AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN ops p ON p.run_id = a.run_id \
+                      WHERE a.ancestor_id = ?3 AND p.exec_claimed_at IS NOT NULL) \
+                     AND EXISTS (SELECT 1 FROM nodes n WHERE n.name = ?2 AND n.state = 'active' \
+                      AND n.lease_until > {now})"
+                ),
+                false => format!(
+                    " AND EXISTS (SELECT 1 FROM nodes n WHERE n.name = ?2 AND n.state <> 'dead')"
+                ),
             };
             let sql = format!(
-                "UPDATE ops SET node = ?2 WHERE id = ?1 AND node IS NULL AND status IN ({}){fresh}",
+                "UPDATE ops SET node = ?2 WHERE id = ?1 AND node IS NULL AND status IN ({}){fresh} \
+                 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = ?3 AND r.node IS NOT NULL \
+                  AND r.node <> ?2)",
                 observed_sql()
             );
-            if tx.execute(&sql, vals![&id, &node])? == 0 {
+            if tx.execute(&sql, vals![&id, &node, &root])? == 0 {
                 return Ok(false);
             }
             tx.execute(

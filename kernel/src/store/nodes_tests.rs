@@ -315,9 +315,10 @@ async fn the_live_op_limit_is_per_node() {
     };
     assert_eq!(c.node.as_deref(), Some("n3"));
     let _ = epoch;
+    // every node full: the limit's refusal (429), not a want of nodes
     assert!(matches!(
         admit_with("rd").await,
-        NewOp::Refused(crate::store::Refusal::NoNode(_))
+        NewOp::Refused(crate::store::Refusal::Limit(_))
     ));
     assert!(store.get_run("rd").await.unwrap().is_none());
 }

@@ -97,16 +97,7 @@ impl Kernel {
             && info.labels.get(LABEL_POOL) == Some(&pool_fingerprint(profile))
             && info.labels.get(LABEL_SCRATCH_KEY) == Some(&b.scratch_key);
         if !fits {
-            // it carries the run's name: that name goes to the run's own
-            // container, this one is named apart (the reaper judges it)
-            if info.name == identity.name {
-                let apart = format!(
-                    "{}-adopted-{}",
-                    identity.name,
-                    &info.id[..12.min(info.id.len())]
-                );
-                self.backend.rename(&info.id, &apart).await?;
-            }
+            self.name_apart(&info, identity).await?;
             return Ok(None);
         }
         match self
@@ -116,8 +107,29 @@ impl Kernel {
             Ok(()) => Ok(Some(info)),
             Err(e) => {
                 tracing::warn!(run = %identity.run_id, %e, "the adopted container's binding file cannot be confirmed; the run gets a container of its own");
+                self.name_apart(&info, identity).await?;
                 Ok(None)
             }
+        }
+    }
+
+    /// An adopted container that no longer serves its run but carries the
+    /// run's name gives the name up (to the run's own container, made
+    /// next), named apart; the reaper judges it as before. One already
+    /// gone, or not this home's, is left as it is.
+    async fn name_apart(
+        &self,
+        info: &ContainerInfo,
+        identity: &RunIdentity,
+    ) -> sandbox::Result<()> {
+        if info.name != identity.name || !self.backend.owns(info) {
+            return Ok(());
+        }
+        let short = &info.id[..12.min(info.id.len())];
+        let apart = format!("{}-adopted-{short}", identity.name);
+        match self.backend.rename(&info.id, &apart).await {
+            Ok(()) | Err(SandboxError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

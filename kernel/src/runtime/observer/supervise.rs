@@ -57,7 +57,8 @@ pub async fn take_over_unplaced(k: &Kernel) -> Result<Vec<String>, crate::store:
     for op in k.store.unplaced_ops().await? {
         let key = sandbox::profile::scratch_key(&op.run_id);
         let here = k.backend.scratch_exists(&key);
-        if !here && op.exec_claimed_at.is_some() {
+        // a fresh one is taken only by a node that may start it now
+        if !here && (op.exec_claimed_at.is_some() || !k.may_start()) {
             continue;
         }
         if k.store.take_over_op(&op.id, !here).await? {

@@ -57,6 +57,14 @@ fn pick<'a>(
     }
 }
 
+/// Whether `wanted` is a plain id, name or run id (`[A-Za-z0-9_.-]`): the
+/// only kind sent on to other nodes, as a path of theirs.
+fn plain(wanted: &str) -> bool {
+    wanted
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// The container `wanted` names on another cluster node: the first node
 /// that knows it answers; none does: `missing` (a node that could not
 /// answer is named in it).
@@ -107,8 +115,12 @@ pub async fn inspect(
     let list = k.backend.list_managed().await?;
     let picked = match pick(&k, &list, &wanted) {
         Ok(c) => c,
-        // in a cluster, the container may be another node's (SPEC §24)
-        Err(e) => return elsewhere(&k, &headers, &wanted, e).await.map(Json),
+        // in a cluster, the container may be another node's (SPEC §24):
+        // asked of the others only for a plain name (it is their path)
+        Err(e) if e.status == axum::http::StatusCode::NOT_FOUND && plain(&wanted) => {
+            return elsewhere(&k, &headers, &wanted, e).await.map(Json)
+        }
+        Err(e) => return Err(e),
     };
     // inspected whole: a listing carries no hostname (the launcher's key)
     let c = &k.backend.inspect(&picked.id).await?;

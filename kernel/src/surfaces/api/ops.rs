@@ -246,13 +246,17 @@ async fn stop_settled(k: &AppState, op: &crate::store::Op) -> bool {
     if crate::runtime::stop::stop_settled(k, op) {
         return true;
     }
-    match op.node.as_deref().filter(|n| !k.runs_here(Some(n))) {
-        Some(node) => {
-            let kind = crate::store::hints::HintKind::Kill;
-            k.store.hint(node, kind, &op.id).await.is_ok()
-        }
-        None => false,
-    }
+    let Some(node) = op.node.as_deref().filter(|n| !k.runs_here(Some(n))) else {
+        return false;
+    };
+    // a dead node stops its lost ops itself when it comes back
+    let live = k
+        .store
+        .nodes()
+        .await
+        .is_ok_and(|nodes| nodes.iter().any(|n| n.name == node && n.state != "dead"));
+    let kind = crate::store::hints::HintKind::Kill;
+    live && k.store.hint(node, kind, &op.id).await.is_ok()
 }
 
 /// A foreground command in a throwaway container, removed afterwards.

@@ -240,6 +240,7 @@ impl Client {
         let mut pause = std::time::Duration::from_millis(200);
         let headers = [("Idempotency-Key", key)];
         loop {
+            let sent = std::time::Instant::now();
             let answer = self
                 .request(reqwest::Method::POST, path, Some(body), &headers)
                 .await;
@@ -247,6 +248,11 @@ impl Client {
                 Err(_) => true,
                 Ok((status, _)) => *status == 503,
             };
+            // an attempt that lasted (a long foreground command) was
+            // answered by a kernel that was up: the patience starts again
+            if sent.elapsed() > std::time::Duration::from_secs(5) {
+                failing_since = None;
+            }
             let since = *failing_since.get_or_insert_with(std::time::Instant::now);
             if !again || since.elapsed() + pause > std::time::Duration::from_secs(60) {
                 let (status, v) = answer?;

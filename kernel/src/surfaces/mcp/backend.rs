@@ -154,6 +154,7 @@ pub async fn start_once(
     let mut failing_since: Option<std::time::Instant> = None;
     let mut pause = std::time::Duration::from_millis(200);
     loop {
+        let sent = std::time::Instant::now();
         let answer = backend
             .call_keyed(
                 token,
@@ -167,6 +168,11 @@ pub async fn start_once(
             Err(_) => true,
             Ok((status, _)) => *status == 503,
         };
+        // an attempt that lasted (a long foreground command) was answered
+        // by a kernel that was up: the patience starts again
+        if sent.elapsed() > std::time::Duration::from_secs(5) {
+            failing_since = None;
+        }
         let since = *failing_since.get_or_insert_with(std::time::Instant::now);
         if !again || since.elapsed() + pause > START_RETRY_FOR {
             return answer;
