@@ -443,9 +443,10 @@ impl Store {
                      AND EXISTS (SELECT 1 FROM nodes n WHERE n.name = ?2 AND n.state = 'active' \
                       AND n.lease_until > {now})"
                 ),
-                false => format!(
+                false => {
                     " AND EXISTS (SELECT 1 FROM nodes n WHERE n.name = ?2 AND n.state <> 'dead')"
-                ),
+                        .to_owned()
+                }
             };
             let sql = format!(
                 "UPDATE ops SET node = ?2 WHERE id = ?1 AND node IS NULL AND status IN ({}){fresh} \
