@@ -33,8 +33,14 @@ async fn settled(c: &Cluster, ops: &Ops) -> HashMap<String, Value> {
                 }
             }
         }
-        let left: Vec<&String> = ops.keys().filter(|id| !done.contains_key(*id)).collect();
-        assert!(Instant::now() < deadline, "not settled: {left:?}");
+        if Instant::now() > deadline {
+            let mut left = Vec::new();
+            for id in ops.keys().filter(|id| !done.contains_key(*id)) {
+                let via = &c.nodes[0].client;
+                left.push(timed(via.get(&format!("/v1/operations/{id}"))).await.ok());
+            }
+            panic!("not settled: {left:#?}");
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     done
