@@ -343,6 +343,18 @@ async fn right_after_a_restart_the_reaper_keeps_live_work_and_a_fresh_kill_works
 /// it, as a kill would; before, a lost op's processes ran on for ever.
 #[tokio::test]
 async fn a_kill_of_a_lost_op_still_running_stops_it() {
+    lost_op_stopped_by(false).await;
+}
+
+/// SPEC §24: a cancel of the run reaches its lost op's command too.
+#[tokio::test]
+async fn a_cancel_reaches_a_lost_op_still_running() {
+    lost_op_stopped_by(true).await;
+}
+
+/// A lost op whose command runs on, then a kill of it (or a cancel of its
+/// run): the command stops, the op stays lost.
+async fn lost_op_stopped_by(cancel: bool) {
     let k = kernel("seed-lost-kill", &[("OPKERNEL_GRACE_MS", "2000")]).await;
     let run = unique_run("lostkill");
     let beat = "while true; do echo x >> /scratch/beat; sleep 0.2; done";
@@ -376,19 +388,24 @@ async fn a_kill_of_a_lost_op_still_running_stops_it() {
         size() > before,
         "the lost op's command runs on after the thaw"
     );
-    let kill = json!({"operation_id": op});
-    let answer = k
-        .client
-        .post(&format!("/v1/runs/{run}/tools/kill_operation"), &kill)
-        .await
-        .unwrap();
-    assert!(
-        answer["message"]
-            .as_str()
-            .unwrap()
-            .contains("being stopped"),
-        "{answer}"
-    );
+    if cancel {
+        let path = format!("/v1/runs/{run}/cancel");
+        k.client.post(&path, &json!({})).await.unwrap();
+    } else {
+        let kill = json!({"operation_id": op});
+        let answer = k
+            .client
+            .post(&format!("/v1/runs/{run}/tools/kill_operation"), &kill)
+            .await
+            .unwrap();
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap()
+                .contains("being stopped"),
+            "{answer}"
+        );
+    }
     tokio::time::sleep(Duration::from_secs(4)).await;
     let stopped = size();
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -99,6 +99,11 @@ pub async fn change_run(
         for id in changed {
             k.bump_run(id);
         }
+        // a cancel reaches what lost ops of those runs may still run
+        if action == RunAction::Cancel {
+            let (k, runs) = (k.clone(), changed.clone());
+            tokio::spawn(async move { crate::runtime::stop::stop_lost_of_runs(&k, &runs).await });
+        }
     }
     Ok(change)
 }

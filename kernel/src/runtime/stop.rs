@@ -76,6 +76,42 @@ pub fn stop_settled(k: &Arc<Kernel>, op: &Op) -> bool {
     started
 }
 
+/// [`stop_settled`] here, or, for an op of another live node, a hint to
+/// that node (which stops it there); a dead node stops its lost ops itself
+/// when it comes back. False when nothing is being stopped.
+pub async fn stop_settled_anywhere(k: &Arc<Kernel>, op: &Op) -> bool {
+    if stop_settled(k, op) {
+        return true;
+    }
+    let Some(node) = op.node.as_deref().filter(|n| !k.runs_here(Some(n))) else {
+        return false;
+    };
+    let live = k
+        .store
+        .nodes()
+        .await
+        .is_ok_and(|nodes| nodes.iter().any(|n| n.name == node && n.state != "dead"));
+    let kind = crate::store::hints::HintKind::Kill;
+    live && op.status == crate::lifecycle::Status::Lost
+        && k.store.hint(node, kind, &op.id).await.is_ok()
+}
+
+/// A cancel reaches the `lost` ops of the cancelled runs too (SPEC §24):
+/// what their commands may still run is stopped, as for a kill.
+pub async fn stop_lost_of_runs(k: &Arc<Kernel>, runs: &[String]) {
+    for run in runs {
+        let Ok(ops) = k.store.list_ops(Some(run.clone()), 1000).await else {
+            continue;
+        };
+        for op in ops
+            .iter()
+            .filter(|o| o.status == crate::lifecycle::Status::Lost)
+        {
+            stop_settled_anywhere(k, op).await;
+        }
+    }
+}
+
 /// The ops whose stop (by a kill) is under way in this process.
 static STOPPING: std::sync::LazyLock<crate::sync::Lock<std::collections::HashSet<String>>> =
     std::sync::LazyLock::new(Default::default);

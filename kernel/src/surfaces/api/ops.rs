@@ -240,25 +240,6 @@ async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
     })
 }
 
-/// Stops what a `lost` op's command may still run: here when the op is
-/// this kernel's, else by a hint to its node (which stops it there).
-async fn stop_settled(k: &AppState, op: &crate::store::Op) -> bool {
-    if crate::runtime::stop::stop_settled(k, op) {
-        return true;
-    }
-    let Some(node) = op.node.as_deref().filter(|n| !k.runs_here(Some(n))) else {
-        return false;
-    };
-    // a dead node stops its lost ops itself when it comes back
-    let live = k
-        .store
-        .nodes()
-        .await
-        .is_ok_and(|nodes| nodes.iter().any(|n| n.name == node && n.state != "dead"));
-    let kind = crate::store::hints::HintKind::Kill;
-    live && k.store.hint(node, kind, &op.id).await.is_ok()
-}
-
 /// A foreground command in a throwaway container, removed afterwards.
 #[utoipa::path(
     post,
@@ -344,7 +325,7 @@ pub async fn kill_operation(
     if op.status.is_terminal() {
         let mut ended = format!("operation already ended: {}", op.status.as_str());
         // a lost op's command may still run: its node stops it (SPEC §24)
-        if op.status == Status::Lost && stop_settled(&k, &op).await {
+        if op.status == Status::Lost && crate::runtime::stop::stop_settled_anywhere(&k, &op).await {
             ended.push_str("; what of its command may still run is being stopped");
         }
         return Ok(Json(OpView::of(&op).saying(ended)));
