@@ -348,13 +348,13 @@ fn take_hints(k: &Arc<Kernel>, hinted: Vec<(HintKind, String)>) {
 /// Observers for this node's ops placed by other nodes, and wake-ups for
 /// the kills other nodes took.
 async fn hand_off(k: &Arc<Kernel>, poked: &mut HashSet<String>) -> Result<(), StoreError> {
-    // a fenced node starts no observer for an unclaimed op (its claim
-    // would be refused); one already observing goes on
     // a single kernel's ops left unplaced (SPEC §24): taken over where
     // their files are, or anywhere when nothing of their run ever ran
     if let Err(e) = crate::runtime::observer::take_over_unplaced(k).await {
         tracing::warn!(%e, "cluster: unplaced ops not looked at this round");
     }
+    // a fenced node starts no observer for an unclaimed op (its claim
+    // would be refused); one already observing goes on
     if k.may_start() {
         for (id, _) in k.store.observed_op_ids().await? {
             if !k.observes(&id) {
@@ -362,8 +362,24 @@ async fn hand_off(k: &Arc<Kernel>, poked: &mut HashSet<String>) -> Result<(), St
             }
         }
     }
+    // stops asked for this node's lost ops (their hint may have been lost)
+    let since = crate::store::now_ms() - look_back_ms(k);
+    let asked: HashSet<String> = k
+        .store
+        .lost_stops_asked(since)
+        .await?
+        .into_iter()
+        .map(|op| {
+            let key = format!("lost:{}", op.id);
+            if !poked.contains(&key) {
+                crate::runtime::stop::stop_settled(k, &op);
+            }
+            key
+        })
+        .collect();
     let killing = k.store.node_kill_requests().await?;
-    poked.retain(|id| killing.contains(id));
+    poked.retain(|id| asked.contains(id) || killing.contains(id));
+    poked.extend(asked);
     for id in killing {
         if poked.insert(id.clone()) {
             k.poke_kill(&id);

@@ -91,9 +91,14 @@ pub async fn stop_settled_anywhere(k: &Arc<Kernel>, op: &Op) -> bool {
         .nodes()
         .await
         .is_ok_and(|nodes| nodes.iter().any(|n| n.name == node && n.state != "dead"));
+    if !live || op.status != crate::lifecycle::Status::Lost {
+        return false;
+    }
+    // recorded first (the node polls for it: a lost hint only delays it),
+    // then hinted (the node acts at once)
+    let _ = k.store.request_lost_stop(&op.id).await;
     let kind = crate::store::hints::HintKind::Kill;
-    live && op.status == crate::lifecycle::Status::Lost
-        && k.store.hint(node, kind, &op.id).await.is_ok()
+    k.store.hint(node, kind, &op.id).await.is_ok()
 }
 
 /// A cancel reaches the `lost` ops of the cancelled runs too (SPEC §24):

@@ -129,3 +129,38 @@ impl super::Store {
             .await
     }
 }
+
+impl super::Store {
+    /// Records that a stop was asked for a `lost` op whose command may
+    /// still run (its node polls for these, so a lost hint only delays
+    /// the stop): false when it is not lost, or was asked already.
+    pub async fn request_lost_stop(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.write(move |tx| {
+            let n = tx.execute(
+                "UPDATE ops SET kill_requested_at = ?2 WHERE id = ?1 AND status = 'lost' \
+                 AND kill_requested_at IS NULL",
+                crate::vals![id, super::now_ms()],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    /// This node's `lost` ops whose stop was asked since `since_ms`: what
+    /// its loop stops (once each) when a hint did not arrive.
+    pub async fn lost_stops_asked(&self, since_ms: i64) -> StoreResult<Vec<super::Op>> {
+        let Some(node) = self.node().map(str::to_owned) else {
+            return Ok(Vec::new());
+        };
+        self.read(move |tx| {
+            let sql = format!(
+                "SELECT {} FROM ops WHERE node = ?1 AND status = 'lost' \
+                 AND kill_requested_at IS NOT NULL AND kill_requested_at >= ?2",
+                super::ops::COLUMNS
+            );
+            super::ops::ops_of(tx, &sql, crate::vals![node, since_ms])
+        })
+        .await
+    }
+}

@@ -322,3 +322,36 @@ async fn the_live_op_limit_is_per_node() {
     ));
     assert!(store.get_run("rd").await.unwrap().is_none());
 }
+
+/// SPEC §24: a stop asked for a `lost` op is recorded once, and its node
+/// finds it by polling (a lost hint only delays it); a live op is not
+/// marked this way.
+#[tokio::test]
+async fn a_stop_asked_for_a_lost_op_is_recorded_for_its_node() {
+    let store = test_store().await;
+    let epoch = node(&store, "n1", 60_000).await;
+    let op = admit(&store, "r").await;
+    assert!(store
+        .claim_exec(&op.id, "k", "c", (false, Some(("n1".to_owned(), epoch))))
+        .await
+        .unwrap());
+    assert!(
+        !store.request_lost_stop(&op.id).await.unwrap(),
+        "not lost yet"
+    );
+    store.renew_lease("n1", epoch, -1, (0, 0)).await.unwrap();
+    let j = store.join_node("j", "http://j:1", 60_000).await.unwrap();
+    assert_eq!(store.sweep_nodes(judge("j", j)).await.unwrap().len(), 1);
+    assert!(store.request_lost_stop(&op.id).await.unwrap());
+    assert!(!store.request_lost_stop(&op.id).await.unwrap(), "once");
+    let asked = store.lost_stops_asked(0).await.unwrap();
+    assert_eq!(
+        asked.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(),
+        [op.id.as_str()]
+    );
+    assert!(store
+        .lost_stops_asked(crate::store::now_ms() + 60_000)
+        .await
+        .unwrap()
+        .is_empty());
+}
