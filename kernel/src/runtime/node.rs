@@ -46,8 +46,11 @@ pub async fn agree_settings(k: &Kernel) -> anyhow::Result<()> {
         .agree_shared_setting(&node.config.name, name, &value)
         .await?;
     if let Err(why) = agreed {
-        // joined already: drained, so no tree is placed here meanwhile
-        let _ = k.store.drain_node(&node.config.name).await;
+        // joined already: its lease is let lapse at once, so no tree is
+        // placed here meanwhile (a later start with the right settings
+        // joins afresh, active)
+        let (name, epoch) = (&node.config.name, node.epoch());
+        let _ = k.store.renew_lease(name, epoch, -1, (0, 0)).await;
         anyhow::bail!("invalid setting: {why}");
     }
     Ok(())
@@ -364,19 +367,26 @@ async fn hand_off(k: &Arc<Kernel>, poked: &mut HashSet<String>) -> Result<(), St
     }
     // stops asked for this node's lost ops (their hint may have been lost)
     let since = crate::store::now_ms() - look_back_ms(k);
-    let asked: HashSet<String> = k
-        .store
-        .lost_stops_asked(since)
-        .await?
-        .into_iter()
-        .map(|op| {
-            let key = format!("lost:{}", op.id);
-            if !poked.contains(&key) {
-                crate::runtime::stop::stop_settled(k, &op);
-            }
-            key
-        })
-        .collect();
+    let asked: HashSet<String> = match k.store.lost_stops_asked(since).await {
+        Ok(ops) => ops
+            .into_iter()
+            .filter_map(|op| {
+                let key = format!("lost:{}", op.id);
+                // kept once a stop began; else looked at again next round
+                // (its .pid may not be written yet)
+                let begun = poked.contains(&key) || crate::runtime::stop::stop_settled(k, &op);
+                begun.then_some(key)
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(%e, "cluster: stops asked for lost ops not read this round");
+            poked
+                .iter()
+                .filter(|p| p.starts_with("lost:"))
+                .cloned()
+                .collect()
+        }
+    };
     let killing = k.store.node_kill_requests().await?;
     poked.retain(|id| asked.contains(id) || killing.contains(id));
     poked.extend(asked);

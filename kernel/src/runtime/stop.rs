@@ -133,9 +133,15 @@ fn start_stop(k: &Arc<Kernel>, op: &Op) -> bool {
     };
     let (k, op) = (k.clone(), op.clone());
     tokio::spawn(async move {
-        let id = op.id.clone();
+        // the op leaves the set whatever happens to this task (a panic too)
+        struct Leave(String);
+        impl Drop for Leave {
+            fn drop(&mut self) {
+                STOPPING.lock().remove(&self.0);
+            }
+        }
+        let _leave = Leave(op.id.clone());
         stop_processes(&k, vec![(op, Some(rec))]).await;
-        STOPPING.lock().remove(&id);
     });
     true
 }

@@ -438,10 +438,11 @@ impl Store {
             let now = db_now(tx);
             let fresh = match fresh_only {
                 true => format!(
-                    " AND NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN ops p ON p.run_id = a.run_id \
+                    " AND (EXISTS (SELECT 1 FROM runs r WHERE r.run_id = ?3 AND r.node = ?2) \
+                      OR (NOT EXISTS (SELECT 1 FROM run_ancestry a JOIN ops p ON p.run_id = a.run_id \
                       WHERE a.ancestor_id = ?3 AND p.exec_claimed_at IS NOT NULL) \
                      AND EXISTS (SELECT 1 FROM nodes n WHERE n.name = ?2 AND n.state = 'active' \
-                      AND n.lease_until > {now})"
+                      AND n.lease_until > {now})))"
                 ),
                 false => {
                     " AND EXISTS (SELECT 1 FROM nodes n WHERE n.name = ?2 AND n.state <> 'dead')"

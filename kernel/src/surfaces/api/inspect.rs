@@ -63,6 +63,7 @@ fn plain(wanted: &str) -> bool {
     wanted
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && wanted.bytes().any(|b| b != b'.')
 }
 
 /// The container `wanted` names on another cluster node: the first node

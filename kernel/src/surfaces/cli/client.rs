@@ -237,6 +237,7 @@ impl Client {
         // the patience (a minute) counts from the first failure: a long
         // foreground command whose answer was lost is asked again
         let mut failing_since: Option<std::time::Instant> = None;
+        let began = std::time::Instant::now();
         let mut pause = std::time::Duration::from_millis(200);
         let headers = [("Idempotency-Key", key)];
         loop {
@@ -250,7 +251,8 @@ impl Client {
             };
             // an attempt that lasted (a long foreground command) was
             // answered by a kernel that was up: the patience starts again
-            if sent.elapsed() > std::time::Duration::from_secs(5) {
+            // (within a hard cap of its own)
+            if sent.elapsed() > std::time::Duration::from_secs(30) && began.elapsed() < HARD_CAP {
                 failing_since = None;
             }
             let since = *failing_since.get_or_insert_with(std::time::Instant::now);
@@ -278,3 +280,6 @@ impl Client {
         &self.token
     }
 }
+
+/// However a start's attempts went, it is not sent again after this long.
+const HARD_CAP: std::time::Duration = std::time::Duration::from_secs(1800);

@@ -152,6 +152,7 @@ pub async fn start_once(
     // the patience counts from the first failure: a long foreground
     // command whose answer was lost is asked again
     let mut failing_since: Option<std::time::Instant> = None;
+    let began = std::time::Instant::now();
     let mut pause = std::time::Duration::from_millis(200);
     loop {
         let sent = std::time::Instant::now();
@@ -169,8 +170,9 @@ pub async fn start_once(
             Ok((status, _)) => *status == 503,
         };
         // an attempt that lasted (a long foreground command) was answered
-        // by a kernel that was up: the patience starts again
-        if sent.elapsed() > std::time::Duration::from_secs(5) {
+        // by a kernel that was up: the patience starts again (within a
+        // hard cap of its own)
+        if sent.elapsed() > std::time::Duration::from_secs(30) && began.elapsed() < HARD_CAP {
             failing_since = None;
         }
         let since = *failing_since.get_or_insert_with(std::time::Instant::now);
@@ -181,3 +183,6 @@ pub async fn start_once(
         pause = (pause * 2).min(std::time::Duration::from_secs(2));
     }
 }
+
+/// However a start's attempts went, it is not sent again after this long.
+const HARD_CAP: std::time::Duration = std::time::Duration::from_secs(1800);
