@@ -68,28 +68,9 @@ fn fire_in(
     hold: Option<ApprovalHold>,
     limits: Admission,
 ) -> StoreResult<Fire> {
-    let Some(run_id) = tx
-        .query_opt("SELECT run_id FROM schedules WHERE id = ?1", vals![id])?
-        .map(|row| row.get::<String>("run_id"))
-        .transpose()?
-    else {
+    let Some((s, now)) = claim_due(tx, id, due, kernel_id)? else {
         return Ok(Fire::NotDue);
     };
-    // locks the tree of the schedule's run (a schedule never changes run):
-    // the claim and the op's admission are serialized with the tree's
-    // other admissions, settlements and cancels
-    super::tree::lock_tree_of(tx, &run_id)?;
-    let now = now_ms();
-    let claimed = tx.execute(
-        "UPDATE schedules SET claimed_at = ?3, claimed_by = ?4 WHERE id = ?1 \
-         AND enabled = 1 AND paused = 0 AND claimed_at IS NULL \
-         AND next_due_at = ?2 AND next_due_at <= ?3",
-        vals![id, due, now, kernel_id],
-    )?;
-    if claimed != 1 {
-        return Ok(Fire::NotDue);
-    }
-    let s = get_schedule(tx, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
     let req = StartRequest {
         run_id: s.run_id.clone(),
         scratch_key: sandbox::profile::scratch_key(&s.run_id),
@@ -132,12 +113,29 @@ fn refuse_in(
     kernel_id: &str,
     why: &Refusal,
 ) -> StoreResult<Fire> {
+    match claim_due(tx, id, due, kernel_id)? {
+        Some((s, now)) => refused_in(tx, &s, due, why, now),
+        None => Ok(Fire::NotDue),
+    }
+}
+
+/// Claims a schedule's due time `due` for `kernel_id` (compare-and-set:
+/// enabled, not paused, unclaimed, that due time, now due) after locking
+/// its run's tree (a schedule never changes run: the claim and the op's
+/// admission are serialized with the tree's other admissions, settlements
+/// and cancels); the schedule and the claim's time, or `None`.
+fn claim_due(
+    tx: &mut dyn Tx,
+    id: &str,
+    due: i64,
+    kernel_id: &str,
+) -> StoreResult<Option<(Schedule, i64)>> {
     let Some(run_id) = tx
         .query_opt("SELECT run_id FROM schedules WHERE id = ?1", vals![id])?
         .map(|row| row.get::<String>("run_id"))
         .transpose()?
     else {
-        return Ok(Fire::NotDue);
+        return Ok(None);
     };
     super::tree::lock_tree_of(tx, &run_id)?;
     let now = now_ms();
@@ -148,10 +146,10 @@ fn refuse_in(
         vals![id, due, now, kernel_id],
     )?;
     if claimed != 1 {
-        return Ok(Fire::NotDue);
+        return Ok(None);
     }
     let s = get_schedule(tx, id)?.ok_or_else(|| StoreError::Corrupt(id.to_owned()))?;
-    refused_in(tx, &s, due, why, now)
+    Ok(Some((s, now)))
 }
 
 impl Store {

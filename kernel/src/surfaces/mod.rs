@@ -8,5 +8,6 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod mcp;
+pub mod retry;
 pub mod tools;
 pub mod views;

@@ -223,9 +223,8 @@ impl Client {
 
     /// A start (`POST` of `body` to `path`) with one `Idempotency-Key`
     /// (`key`, else one made for this call), sent again with the same key
-    /// while the kernel does not answer or answers `503` (a restart, a
-    /// store outage), for at most a minute: a commit whose answer was lost
-    /// is found by its key, so the command runs once.
+    /// while the kernel does not answer or answers `503`
+    /// ([`crate::surfaces::retry`]): the command runs once.
     pub async fn start_once<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
@@ -233,41 +232,15 @@ impl Client {
         key: Option<&str>,
     ) -> anyhow::Result<T> {
         let made = uuid::Uuid::new_v4().to_string();
-        let key = key.unwrap_or(&made);
-        // the patience (a minute) counts from the first failure: a long
-        // foreground command whose answer was lost is asked again
-        let mut failing_since: Option<std::time::Instant> = None;
-        let began = std::time::Instant::now();
-        let mut pause = std::time::Duration::from_millis(200);
-        let headers = [("Idempotency-Key", key)];
-        loop {
-            let sent = std::time::Instant::now();
-            let answer = self
-                .request(reqwest::Method::POST, path, Some(body), &headers)
-                .await;
-            let again = match &answer {
-                Err(_) => true,
-                Ok((status, _)) => *status == 503,
-            };
-            // an attempt that lasted (a long foreground command) was
-            // answered by a kernel that was up: the patience starts again
-            // (within a hard cap of its own)
-            if sent.elapsed() > std::time::Duration::from_secs(30) && began.elapsed() < HARD_CAP {
-                failing_since = None;
-            }
-            let since = *failing_since.get_or_insert_with(std::time::Instant::now);
-            if !again || since.elapsed() + pause > std::time::Duration::from_secs(60) {
-                let (status, v) = answer?;
-                if !(200..300).contains(&status) {
-                    let message = v["error"]["message"].as_str().unwrap_or("request failed");
-                    bail!("{message} (HTTP {status})");
-                }
-                return serde_json::from_value(v)
-                    .with_context(|| format!("unexpected answer from POST {path}"));
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(std::time::Duration::from_secs(2));
+        let headers = [("Idempotency-Key", key.unwrap_or(&made))];
+        let post = || self.request(reqwest::Method::POST, path, Some(body), &headers);
+        let status = |a: &anyhow::Result<(u16, Value)>| a.as_ref().ok().map(|(s, _)| *s);
+        let (status, v) = crate::surfaces::retry::until_answered(post, status).await?;
+        if !(200..300).contains(&status) {
+            let message = v["error"]["message"].as_str().unwrap_or("request failed");
+            bail!("{message} (HTTP {status})");
         }
+        serde_json::from_value(v).with_context(|| format!("unexpected answer from POST {path}"))
     }
 
     /// The daemon's base URL, without a trailing `/`.
@@ -280,6 +253,3 @@ impl Client {
         &self.token
     }
 }
-
-/// However a start's attempts went, it is not sent again after this long.
-const HARD_CAP: std::time::Duration = std::time::Duration::from_secs(1800);

@@ -133,15 +133,10 @@ impl Backend for RouterBackend {
     }
 }
 
-/// How long a start is retried (with its one key) while the kernel does
-/// not answer or answers `503` (a store outage, a restart).
-pub const START_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Sends a start with one `Idempotency-Key` made for this call, and sends
-/// it again with the same key while no answer came (a cut connection, a
-/// kernel restarting) or the answer was `503` (the store away), for at
-/// most [`START_RETRY_FOR`]: a commit whose answer was lost is found by the
-/// key, so the command runs once and the host never sees the blip.
+/// Sends a start with one `Idempotency-Key` made for this call, again
+/// with the same key while the kernel does not answer or answers `503`
+/// ([`crate::surfaces::retry`]): the command runs once and the host never
+/// sees the blip.
 pub async fn start_once(
     backend: &dyn Backend,
     token: &str,
@@ -149,40 +144,10 @@ pub async fn start_once(
     body: Value,
 ) -> Result<Answer, String> {
     let key = uuid::Uuid::new_v4().to_string();
-    // the patience counts from the first failure: a long foreground
-    // command whose answer was lost is asked again
-    let mut failing_since: Option<std::time::Instant> = None;
-    let began = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(200);
-    loop {
-        let sent = std::time::Instant::now();
-        let answer = backend
-            .call_keyed(
-                token,
-                reqwest::Method::POST,
-                path,
-                Some(body.clone()),
-                Some(&key),
-            )
-            .await;
-        let again = match &answer {
-            Err(_) => true,
-            Ok((status, _)) => *status == 503,
-        };
-        // an attempt that lasted (a long foreground command) was answered
-        // by a kernel that was up: the patience starts again (within a
-        // hard cap of its own)
-        if sent.elapsed() > std::time::Duration::from_secs(30) && began.elapsed() < HARD_CAP {
-            failing_since = None;
-        }
-        let since = *failing_since.get_or_insert_with(std::time::Instant::now);
-        if !again || since.elapsed() + pause > START_RETRY_FOR {
-            return answer;
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_secs(2));
-    }
+    let post = || {
+        let body = Some(body.clone());
+        backend.call_keyed(token, reqwest::Method::POST, path, body, Some(&key))
+    };
+    let status = |a: &Result<Answer, String>| a.as_ref().ok().map(|(s, _)| *s);
+    crate::surfaces::retry::until_answered(post, status).await
 }
-
-/// However a start's attempts went, it is not sent again after this long.
-const HARD_CAP: std::time::Duration = std::time::Duration::from_secs(1800);
