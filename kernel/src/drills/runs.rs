@@ -105,6 +105,17 @@ async fn start_parent_and_child(
     for (_, op, _) in &ops {
         k.container_of(op).await?;
     }
+    // every command has run (its record written): a kill now meets the
+    // command itself, never a shell that has not reached its first line
+    let deadline = std::time::Instant::now() + LONG;
+    for run in [parent, child] {
+        while count_lines(&scratch_path(k, run, "ran")) < 5 {
+            if std::time::Instant::now() > deadline {
+                bail!("run {run}: its commands did not all start");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     Ok(ops)
 }
 
