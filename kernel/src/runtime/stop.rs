@@ -17,7 +17,7 @@ const STOP_PATIENCE: Duration = Duration::from_secs(300);
 /// The `.pid` of each lost op, waited for (a claimed request's start) for
 /// at most the start-evidence window; an op without one by then started
 /// nothing (the shim writes `.pid` before the command).
-pub(crate) async fn with_pids(
+async fn with_pids(
     k: &Kernel,
     lost: Vec<(Op, Option<sandbox::PidRecord>)>,
 ) -> Vec<(Op, sandbox::PidRecord)> {

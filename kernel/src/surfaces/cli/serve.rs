@@ -48,15 +48,8 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<i32> {
         config.store = crate::config::StoreLocation::parse(&store).map_err(anyhow::Error::msg)?;
     }
     if let Some((name, url)) = node {
-        let ttl = config.node.as_ref().map_or(10, |n| n.ttl.as_secs());
-        let ttl = match std::env::var("OPKERNEL_NODE_TTL_SEC") {
-            Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
-                anyhow::anyhow!(
-                    "invalid setting: OPKERNEL_NODE_TTL_SEC: {v:?} is not a whole number of seconds"
-                )
-            })?,
-            _ => ttl,
-        };
+        // a bad value is in `config.invalid` already: the start is refused
+        let ttl = crate::config::node_ttl_sec(&mut Vec::new());
         config.node =
             Some(crate::config::NodeConfig::new(&name, &url, ttl).map_err(anyhow::Error::msg)?);
     }
