@@ -1,29 +1,32 @@
 //! opkernel: the container sandbox operation kernel for AI agents.
 //!
 //! The kernel owns every op's lifecycle (the control plane is its single
-//! authority); all Docker access goes through the `sandbox` crate. Its code
-//! by role: the pure rules live in the `opkernel-domain` crate; [`store`] is
-//! the control plane; [`runtime`] the kernel's state, observers and
-//! background loops; [`surfaces`] what agents and operators reach (HTTP API,
-//! MCP, CLI, panel); [`drills`] the recovery drills.
+//! authority); all Docker access goes through the `sandbox` crate. Its
+//! folders are its layers, each naming only those below it: the pure rules
+//! (the `opkernel-domain` crate) < `sandbox` < [`base`] (locks, metrics,
+//! tokens) < [`store`] (the control plane) < [`runtime`] (the kernel's
+//! state, observers and background loops) < [`surfaces`] (HTTP API, MCP,
+//! CLI verbs, panel) < [`drills`] (the recovery drills) < [`app`]
+//! (settings, composition, the command line).
 
 #![deny(missing_docs)]
 
 /// The pure rules (`opkernel-domain`), under the names the kernel uses.
 pub use opkernel_domain::{approval, envelope, event_kind, lifecycle, report_text, runs, timing};
 
-pub mod config;
+pub mod app;
+pub mod base;
 pub mod drills;
-pub mod metrics;
 pub mod runtime;
 pub mod store;
 pub mod surfaces;
-pub mod sync;
 
 #[cfg(test)]
 mod circle_tests;
 #[cfg(test)]
 mod fuzz_tests;
+#[cfg(test)]
+mod layers_tests;
 #[cfg(test)]
 mod limits_tests;
 #[cfg(test)]
@@ -40,7 +43,7 @@ mod layering_tests {
             "crate::runtime::observer",
             "crate::runtime::reaper",
             "crate::surfaces::api",
-            "crate::runtime::serve",
+            "crate::app::",
             "crate::runtime::housekeeping",
         ];
         let upper_than_probes: &[&str] = &[
@@ -100,7 +103,7 @@ mod layering_tests {
                 include_str!("runtime/inbox.rs"),
                 upper_than_probes,
             ),
-            ("sync.rs", include_str!("sync.rs"), upper_than_probes),
+            ("sync.rs", include_str!("base/sync.rs"), upper_than_probes),
             // a run's cached facts and the home sit below the kernel
             (
                 "runmeta.rs",
@@ -115,7 +118,7 @@ mod layering_tests {
             (
                 "retention.rs",
                 include_str!("runtime/retention.rs"),
-                &["crate::surfaces::api", "crate::runtime::serve"],
+                &["crate::surfaces::api", "crate::app::"],
             ),
         ];
         let mut found = Vec::new();

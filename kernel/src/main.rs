@@ -1,13 +1,14 @@
 //! `opkernel` binary entry point.
 
 use clap::Parser;
-use opkernel::surfaces::cli::{run_client, run_serve, Cli, Command, ServeArgs};
+use opkernel::app::cli::{run, Cli};
+use opkernel::app::settings::table::LOG;
 
 fn main() {
+    let filter = std::env::var(LOG.env).unwrap_or_else(|_| LOG.default.to_owned());
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OPKERNEL_LOG")
-                .unwrap_or_else(|_| "opkernel=info,warn".into()),
+            tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| LOG.default.into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -19,32 +20,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let result = runtime.block_on(async move {
-        match cli.command {
-            Command::Serve {
-                listen,
-                home,
-                allow_remote,
-                store,
-                node,
-                advertise,
-                drills,
-            } => {
-                run_serve(ServeArgs {
-                    listen,
-                    home,
-                    allow_remote,
-                    store,
-                    node: node.zip(advertise),
-                    drills,
-                })
-                .await
-            }
-            Command::Drill { name, json } => opkernel::drills::run_cli(&name, json).await,
-            other => run_client(other).await,
-        }
-    });
-    match result {
+    match runtime.block_on(run(cli)) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("opkernel: {e:#}");

@@ -283,7 +283,7 @@ async fn deny_timeout_deny_escalation_and_kill() {
 /// under the run's gate.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_held_op_keeps_its_runs_container_from_the_reaper() {
-    let k = kernel("held-reap", &[("OPKERNEL_REAP_TTL_SECONDS", "1")]).await;
+    let k = kernel("held-reap", &[("OPKERNEL_REAP_TTL", "1s")]).await;
     let (run, c) = gated_run(&k, json!({"match": ["^gated"]})).await;
     // the container exists (an ordinary op ran and ended), then an op waits
     let first = start(&c, &run, &["true"], 30).await;

@@ -340,7 +340,7 @@ async fn the_reaper_removes_only_what_is_provably_abandoned() {
     let k = KernelProcess::start(
         &kernel_binary().unwrap(),
         "reap",
-        &[("OPKERNEL_REAP_TTL_SECONDS", "2")],
+        &[("OPKERNEL_REAP_TTL", "2s")],
     )
     .await
     .unwrap();

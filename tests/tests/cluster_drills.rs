@@ -242,7 +242,7 @@ const SECRET: &str = "cluster-drills-webhook-secret";
 
 #[tokio::test]
 async fn the_cluster_drills_on_three_docker_in_docker_nodes() {
-    let ttl = TTL.to_string();
+    let ttl = format!("{TTL}s");
     // the defaults on, and every feature beside them (SPEC §24): webhooks
     // to the drills' own receiver (reached through the network's gateway),
     // an approval rule, short op-file retention; the pool is on by default
@@ -251,7 +251,7 @@ async fn the_cluster_drills_on_three_docker_in_docker_nodes() {
     let subnet = std::env::var("OPKERNEL_CLUSTER_SUBNET").unwrap_or_else(|_| "10.213.7".into());
     let hook = format!("http://{subnet}.1:{port}/hook");
     let env = [
-        ("OPKERNEL_NODE_TTL_SEC", ttl.as_str()),
+        ("OPKERNEL_NODE_TTL", ttl.as_str()),
         ("OPKERNEL_WEBHOOK_URL", hook.as_str()),
         ("OPKERNEL_WEBHOOK_SECRET", SECRET),
         ("OPKERNEL_APPROVAL_MATCH", "needs-approval"),

@@ -366,18 +366,19 @@ async fn without_a_launcher_inspect_reads_the_table_by_exec() {
 
 /// A bad value of any setting refuses the start, naming the setting; it
 /// never quietly becomes the default (SPEC §24, issue 36 item 12: before,
-/// `OPKERNEL_GRACE_MS=60s` and `OPKERNEL_MEMORY_BYTES=2g` started a kernel
-/// on the defaults).
+/// `OPKERNEL_GRACE_MS=60s` started a kernel on the defaults), under its
+/// name and under its old one (issue 37: one settings table).
 #[test]
 fn a_bad_setting_refuses_the_start_naming_it() {
     let bin = kernel_binary().unwrap();
     for (name, value) in [
+        ("OPKERNEL_GRACE", "60"),
         ("OPKERNEL_GRACE_MS", "60s"),
-        ("OPKERNEL_MEMORY_BYTES", "2g"),
+        ("OPKERNEL_MEMORY", "2 gallons"),
         ("OPKERNEL_MAX_OPS", "lots"),
-        ("OPKERNEL_LOG_CAP_BYTES", "-5"),
+        ("OPKERNEL_LOG_CAP", "-5"),
         ("OPKERNEL_REAP_TTL_SECONDS", "1h"),
-        ("OPKERNEL_NODE_TTL_SEC", "ten"),
+        ("OPKERNEL_NODE_TTL", "ten"),
         ("OPKERNEL_LAUNCHER", "maybe"),
     ] {
         let home = opkernel_tests::temp_home("settings");
@@ -396,13 +397,15 @@ fn a_bad_setting_refuses_the_start_naming_it() {
         );
         let _ = std::fs::remove_dir_all(&home);
     }
-    // sizes take one syntax with units, and plain bytes as before
+    // sizes take one syntax with units, and plain bytes as before; an old
+    // name is read in its old unit, with a warning
     let home = opkernel_tests::temp_home("settings");
     let mut child = Command::new(&bin)
         .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
         .env("OPKERNEL_HOME", &home)
-        .env("OPKERNEL_MEMORY_BYTES", "512MiB")
+        .env("OPKERNEL_MEMORY", "512MiB")
         .env("OPKERNEL_LOG_CAP_BYTES", "1048576")
+        .env("OPKERNEL_GRACE_MS", "3000")
         .env("OPKERNEL_POOL", "0")
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
@@ -411,9 +414,15 @@ fn a_bad_setting_refuses_the_start_naming_it() {
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         child.try_wait().unwrap().is_none(),
-        "512MiB and a plain byte count are accepted"
+        "512MiB, a plain byte count and old names are accepted"
     );
     let _ = child.kill();
-    let _ = child.wait();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("OPKERNEL_GRACE_MS is the old name of OPKERNEL_GRACE")
+            && stderr.contains("OPKERNEL_LOG_CAP_BYTES is the old name of OPKERNEL_LOG_CAP"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&home);
 }

@@ -259,7 +259,7 @@ async fn a_changed_profile_drains_the_pool_a_smaller_one_is_trimmed_a_stop_empti
     free_exactly(&k, 2).await;
     // another profile: the free ones go; the run gets a container of its
     // own for the new profile, with the same /scratch
-    k.set_env("OPKERNEL_MEMORY_BYTES", Some("1073741824"));
+    k.set_env("OPKERNEL_MEMORY", Some("1073741824"));
     k.restart().await.unwrap();
     let new = ids(&free_exactly(&k, 2).await);
     assert!(new.iter().all(|id| !old.contains(id)), "{new:?} vs {old:?}");

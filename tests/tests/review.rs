@@ -515,7 +515,7 @@ async fn sigterm_does_not_wait_for_a_stuck_reaper_pass() {
         "sigterm",
         &[
             ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap()),
-            ("OPKERNEL_REAP_INTERVAL_SECONDS", "1"),
+            ("OPKERNEL_REAP_INTERVAL", "1s"),
         ],
     )
     .await;

@@ -556,7 +556,7 @@ async fn hostile_op_files_never_make_the_kernel_misreport() {
 #[tokio::test]
 async fn another_kernel_homes_containers_are_never_used_or_reaped() {
     let a = kernel("home-a", &[]).await;
-    let b = kernel("home-b", &[("OPKERNEL_REAP_TTL_SECONDS", "0")]).await;
+    let b = kernel("home-b", &[("OPKERNEL_REAP_TTL", "0s")]).await;
     let run = unique_run("shared");
     let op = a.start_bg(&run, &["true"], 60).await.unwrap();
     let container = a.wait_terminal(&op, T).await.unwrap()["container_id"]

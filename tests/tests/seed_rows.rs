@@ -149,7 +149,7 @@ async fn a_scheduled_fire_over_a_lowered_timeout_ceiling_is_refused() {
     let mut k = kernel("seed-ceiling", &[]).await;
     let run = unique_run("sched-ceil");
     schedule_soon(&k, &run, 6000, json!({"timeout_sec": 600})).await;
-    k.set_env("OPKERNEL_BG_MAX_SECONDS", Some("300"));
+    k.set_env("OPKERNEL_BG_MAX_TIMEOUT", Some("300s"));
     k.restart().await.unwrap();
     let skipped = event(&k, &run, "schedule.skipped").await;
     let reason = skipped["data"]["reason"].as_str().unwrap_or_default();
@@ -254,7 +254,7 @@ async fn a_grandparent_reaches_its_grandchild_but_never_its_reports() {
 /// (its container removed under it) says `effect: "uncertain"`.
 #[tokio::test]
 async fn tool_failed_of_a_real_lost_or_timed_out_op_is_uncertain() {
-    let k = kernel("seed-uncertain", &[("OPKERNEL_GRACE_MS", "2000")]).await;
+    let k = kernel("seed-uncertain", &[("OPKERNEL_GRACE", "2000ms")]).await;
     let run = unique_run("uncertain");
     let slow = k.start_bg(&run, &["sleep", "30"], 1).await.unwrap();
     let timed_out = k.wait_terminal(&slow, T).await.unwrap();
@@ -300,7 +300,7 @@ async fn a_background_start_without_a_timeout_gets_900_seconds() {
 /// container of the run's own (no pool), reaches the op's processes.
 #[tokio::test]
 async fn right_after_a_restart_the_reaper_keeps_live_work_and_a_fresh_kill_works() {
-    let mut k = kernel("seed-restart", &[("OPKERNEL_REAP_TTL_SECONDS", "1")]).await;
+    let mut k = kernel("seed-restart", &[("OPKERNEL_REAP_TTL", "1s")]).await;
     let run = unique_run("restart");
     let op = k.start_bg(&run, &["sleep", "60"], 120).await.unwrap();
     let running = k
@@ -355,7 +355,7 @@ async fn a_cancel_reaches_a_lost_op_still_running() {
 /// A lost op whose command runs on, then a kill of it (or a cancel of its
 /// run): the command stops, the op stays lost.
 async fn lost_op_stopped_by(cancel: bool) {
-    let k = kernel("seed-lost-kill", &[("OPKERNEL_GRACE_MS", "2000")]).await;
+    let k = kernel("seed-lost-kill", &[("OPKERNEL_GRACE", "2000ms")]).await;
     let run = unique_run("lostkill");
     let beat = "while true; do echo x >> /scratch/beat; sleep 0.2; done";
     let op = k.start_bg(&run, &["sh", "-c", beat], 120).await.unwrap();

@@ -122,7 +122,7 @@ pub async fn exit_while_down(kit: &Kit) -> anyhow::Result<String> {
 /// KILL. After the restart the kill goes on and the op ends killed 137.
 pub async fn kill_interrupted(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
-        .start("killint", &[("OPKERNEL_KILL_GRACE_MS", "5000")])
+        .start("killint", &[("OPKERNEL_KILL_GRACE", "5000ms")])
         .await?;
     let run = unique_run("killint");
     let op = k
@@ -186,9 +186,7 @@ pub async fn timeout_not_extended(kit: &Kit) -> anyhow::Result<String> {
 }
 
 pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
-    let mut k = kit
-        .start("create", &[("OPKERNEL_GRACE_MS", "3000")])
-        .await?;
+    let mut k = kit.start("create", &[("OPKERNEL_GRACE", "3000ms")]).await?;
     let run = unique_run("create");
     k.sigkill();
     // 1. a container made by a kernel that died before recording anything

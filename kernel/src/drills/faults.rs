@@ -192,10 +192,10 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
 /// outage runs through the launcher and completes before Docker is back.
 pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Result<String> {
     let (proxy, sock) = super::review::docker_proxy()?;
-    let grace_ms = if long { "3000" } else { "8000" };
+    let grace = if long { "3s" } else { "8s" };
     let env = [
         ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),
-        ("OPKERNEL_GRACE_MS", grace_ms),
+        ("OPKERNEL_GRACE", grace),
         ("OPKERNEL_LAUNCHER", if launcher { "on" } else { "off" }),
     ];
     let k = kit.start("outage", &env).await?;
@@ -242,7 +242,7 @@ pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Res
             || "the op started during the outage did not run through the launcher".into(),
         )?;
         Ok(format!(
-            "outage {cut_for:?} > grace {grace_ms} ms: every probe asked of the launcher ({by_launcher} answered, {silent} not in time); \
+            "outage {cut_for:?} > grace {grace}: every probe asked of the launcher ({by_launcher} answered, {silent} not in time); \
              an op started during it ran through the launcher and completed 6; the first completed with its code 5"
         ))
     } else if long {
@@ -383,8 +383,8 @@ pub async fn observer_crash(kit: &Kit) -> anyhow::Result<String> {
 /// finding the container paused, so the pause was really looked at.
 pub async fn container_pause(kit: &Kit) -> anyhow::Result<String> {
     let env = [
-        ("OPKERNEL_GRACE_MS", "60000"),
-        ("OPKERNEL_PROBE_INTERVAL_MS", "500"),
+        ("OPKERNEL_GRACE", "60000ms"),
+        ("OPKERNEL_PROBE_INTERVAL", "500ms"),
     ];
     let k = kit.start("pause", &env).await?;
     let run = unique_run("pause");

@@ -66,11 +66,11 @@ impl KernelProcess {
         ));
         std::fs::create_dir_all(&home)?;
         let mut all: Vec<(String, String)> = vec![
-            ("OPKERNEL_PROBE_INTERVAL_MS".into(), "500".into()),
-            ("OPKERNEL_KILL_GRACE_MS".into(), "1500".into()),
-            ("OPKERNEL_START_EVIDENCE_MS".into(), "3000".into()),
-            ("OPKERNEL_HEARTBEAT_MS".into(), "1000".into()),
-            ("OPKERNEL_REAP_INTERVAL_SECONDS".into(), "3600".into()),
+            ("OPKERNEL_PROBE_INTERVAL".into(), "500ms".into()),
+            ("OPKERNEL_KILL_GRACE".into(), "1500ms".into()),
+            ("OPKERNEL_START_EVIDENCE".into(), "3000ms".into()),
+            ("OPKERNEL_HEARTBEAT".into(), "1000ms".into()),
+            ("OPKERNEL_REAP_INTERVAL".into(), "3600s".into()),
             // no warm pool unless a test or drill of the pool asks for one:
             // every other test counts and judges its own containers
             ("OPKERNEL_POOL".into(), "0".into()),

@@ -170,7 +170,7 @@ pub(super) fn tally(statuses: &HashMap<String, String>) -> String {
 /// exec in the restarted container, once.
 pub async fn launcher_killed_pending(kit: &Kit) -> anyhow::Result<String> {
     let k = kit
-        .start("lkill", &[("OPKERNEL_LAUNCHER_CLAIM_MS", "1500")])
+        .start("lkill", &[("OPKERNEL_LAUNCHER_CLAIM", "1500ms")])
         .await?;
     let run = unique_run("lkill");
     let (container, launcher) = warm(&k, &run).await?;
@@ -216,7 +216,7 @@ pub async fn launcher_killed_pending(kit: &Kit) -> anyhow::Result<String> {
 /// takes it back and starts it by exec). Each runs once.
 pub async fn kernel_killed_after_filing(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
-        .start("kfile", &[("OPKERNEL_LAUNCHER_CLAIM_MS", "4000")])
+        .start("kfile", &[("OPKERNEL_LAUNCHER_CLAIM", "4000ms")])
         .await?;
     let run = unique_run("kfile");
     let (container, launcher) = warm(&k, &run).await?;
@@ -279,8 +279,8 @@ pub async fn launcher_killed_after_claim(kit: &Kit) -> anyhow::Result<String> {
         .start(
             "lclaim",
             &[
-                ("OPKERNEL_LAUNCHER_CLAIM_MS", "1500"),
-                ("OPKERNEL_GRACE_MS", "3000"),
+                ("OPKERNEL_LAUNCHER_CLAIM", "1500ms"),
+                ("OPKERNEL_GRACE", "3000ms"),
             ],
         )
         .await?;

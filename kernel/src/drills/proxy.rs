@@ -30,7 +30,7 @@ pub enum Hold {
 pub struct DockerProxy {
     path: PathBuf,
     upstream: PathBuf,
-    tasks: Arc<crate::sync::Lock<Vec<JoinHandle<()>>>>,
+    tasks: Arc<crate::base::sync::Lock<Vec<JoinHandle<()>>>>,
     hold: watch::Sender<Hold>,
 }
 

@@ -30,9 +30,9 @@ pub async fn slow_start(kit: &Kit) -> anyhow::Result<String> {
     let (proxy, sock) = docker_proxy()?;
     let env = [
         ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),
-        ("OPKERNEL_DOCKER_TIMEOUT_SECONDS", "2"),
-        ("OPKERNEL_START_EVIDENCE_MS", "1000"),
-        ("OPKERNEL_GRACE_MS", "9000"),
+        ("OPKERNEL_DOCKER_TIMEOUT", "2s"),
+        ("OPKERNEL_START_EVIDENCE", "1000ms"),
+        ("OPKERNEL_GRACE", "9000ms"),
         // the drill holds a docker exec start: ops must go that way
         ("OPKERNEL_LAUNCHER", "off"),
     ];
@@ -173,7 +173,7 @@ pub async fn clock_step(kit: &Kit) -> anyhow::Result<String> {
 /// the signal was recorded durably.
 pub async fn kill_interrupted_term(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
-        .start("killterm", &[("OPKERNEL_KILL_GRACE_MS", "5000")])
+        .start("killterm", &[("OPKERNEL_KILL_GRACE", "5000ms")])
         .await?;
     let run = unique_run("killterm");
     let op = k

@@ -17,7 +17,7 @@ use crate::surfaces::cli::client::Client;
 /// cancelled.
 pub async fn cancel_interrupted(kit: &Kit) -> anyhow::Result<String> {
     let mut k = kit
-        .start("cancelint", &[("OPKERNEL_KILL_GRACE_MS", "3000")])
+        .start("cancelint", &[("OPKERNEL_KILL_GRACE", "3000ms")])
         .await?;
     let parent = unique_run("cancel-p");
     let child = format!("{parent}.c");

@@ -3,10 +3,12 @@
 //! file and scratch root with their modes, and the kernel's identity.
 
 use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 
 use sandbox::OpBackend;
 
-use crate::config::Config;
+use crate::runtime::config::Config;
 use crate::store::Store;
 
 /// Why the kernel refuses to start.
@@ -117,8 +119,7 @@ pub(crate) fn prepare_home(config: &Config) -> Result<(File, String), StartError
     if lock.try_lock().is_err() {
         return Err(StartError::HomeLocked(home.display().to_string()));
     }
-    let operator_token =
-        crate::surfaces::auth::load_or_create_operator_token(home).map_err(home_error(home))?;
+    let operator_token = load_or_create_operator_token(home).map_err(home_error(home))?;
     let scratch = config.scratch_root();
     std::fs::create_dir_all(&scratch).map_err(home_error(&scratch))?;
     std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
@@ -154,7 +155,7 @@ pub(crate) async fn open_store(
     home_lock: File,
 ) -> Result<(Ownership, Store), StartError> {
     use std::os::unix::fs::PermissionsExt;
-    if let crate::config::StoreLocation::Postgres(url) = &config.store {
+    if let crate::store::StoreLocation::Postgres(url) = &config.store {
         tracing::info!(store = %config.store.shown(), "control plane on PostgreSQL");
         use crate::store::db::pgowner::{lock_key, Keys, Owner, START_PATIENCE};
         // one single kernel per database, or any number of nodes, each name once
@@ -192,4 +193,54 @@ pub(crate) async fn open_store(
         store: None,
     };
     Ok((ownership, Store::open(&db)?))
+}
+
+/// Reads `<home>/operator.token`, creating it (mode 0600) on first start.
+fn load_or_create_operator_token(home: &std::path::Path) -> std::io::Result<String> {
+    let path = home.join("operator.token");
+    match std::fs::read_to_string(&path) {
+        Ok(token) if token.trim().len() >= 64 => return Ok(token.trim().to_owned()),
+        Ok(_) => {
+            return Err(std::io::Error::other(format!(
+                "{} is too short to be an operator token; remove it to get a new one",
+                path.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let token = crate::base::tokens::new_token();
+    let tmp = home.join("operator.token.tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(format!("{token}\n").as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn operator_token_is_created_once_with_mode_0600() {
+        let home = std::env::temp_dir().join(format!("opk-auth-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&home).unwrap();
+        let a = load_or_create_operator_token(&home).unwrap();
+        let b = load_or_create_operator_token(&home).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 64);
+        let mode = std::fs::metadata(home.join("operator.token"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::remove_dir_all(home).unwrap();
+    }
 }

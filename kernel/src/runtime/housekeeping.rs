@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
+pub use crate::base::sync::Stop;
 use crate::runtime::kernel::Kernel;
 use crate::store::{StoreError, TimeoutAction};
-pub use crate::sync::Stop;
 
 /// How often approval deadlines are checked (they are durable, so a
 /// restart only delays them).
@@ -93,7 +93,7 @@ async fn heartbeat(k: Arc<Kernel>, mut stop: Stop) {
         if let Err(e) = k.store.heartbeat(&k.id).await {
             tracing::warn!(%e, "heartbeat failed");
         }
-        if !stop.nap(k.config.heartbeat_interval).await {
+        if !stop.nap(k.config.ops.heartbeat_interval).await {
             return;
         }
     }

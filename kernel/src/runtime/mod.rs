@@ -3,10 +3,11 @@
 //! start, kill and change goes through ([`control`]), the background loops
 //! ([`housekeeping`]: heartbeat, approval timeouts, [`reaper`],
 //! [`retention`], the observers' watchdog, [`webhooks`], [`scheduler`]), the evidence
-//! sources ([`probes`], [`watcher`], [`inbox`]), and `opkernel serve`
-//! ([`serve`]). Everything here carries out the domain crate's rules
+//! sources ([`probes`], [`watcher`], [`inbox`]).
+//! Its settings, one options struct per concern, are [`config`]. Everything here carries out the domain crate's rules
 //! against the store and Docker.
 
+pub mod config;
 pub mod control;
 pub mod home;
 pub mod housekeeping;
@@ -20,7 +21,6 @@ pub mod reaper;
 pub mod retention;
 pub mod runmeta;
 pub mod scheduler;
-pub mod serve;
 pub mod stop;
 pub mod watcher;
 pub mod webhooks;

@@ -12,11 +12,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::base::sync::Stop;
 use crate::event_kind::ToolLateResult;
 use crate::runtime::kernel::Kernel;
 use crate::store::hints::HintKind;
 use crate::store::{Op, StoreError};
-use crate::sync::Stop;
 
 /// How often the hand-off looks for this node's ops without an observer.
 const HAND_OFF_EVERY: Duration = Duration::from_secs(1);
@@ -248,7 +248,7 @@ const LATE_SINCE_MS: i64 = 86_400_000;
 /// How far back a node looks for the ops it lost: a day, or longer when
 /// a background op may run longer than that (its ceiling, and a margin).
 fn look_back_ms(k: &Kernel) -> i64 {
-    let longest = (k.config.bg_max_sec.saturating_add(3600)).saturating_mul(1000);
+    let longest = (k.config.ops.bg_max_sec.saturating_add(3600)).saturating_mul(1000);
     LATE_SINCE_MS.max(i64::try_from(longest).unwrap_or(i64::MAX / 2))
 }
 
@@ -277,7 +277,7 @@ impl LateWatch {
                 .started_at
                 .or(op.exec_claimed_at)
                 .unwrap_or(op.created_at);
-            let slack = (k.config.kill_grace * 3).as_millis() as i64 + 60_000;
+            let slack = (k.config.ops.kill_grace * 3).as_millis() as i64 + 60_000;
             let until = began + op.timeout_sec as i64 * 1000 + slack;
             self.ops.insert(op.id.clone(), (op, until));
         }

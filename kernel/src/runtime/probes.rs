@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use sandbox::{OpBackend, PidRecord, SandboxError};
 
+use crate::base::sync::Lock;
 use crate::runtime::inbox::{Inbox, Wake};
-use crate::sync::Lock;
 
 /// Why a probe gave no process list.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -89,7 +89,7 @@ pub struct ReapFacts {
     /// creation label).
     pub idle_ms: i64,
     /// Idle time after which a container without live ops may go
-    /// (`OPKERNEL_REAP_TTL_SECONDS`), in milliseconds.
+    /// (`OPKERNEL_REAP_TTL`), in milliseconds.
     pub ttl_ms: i64,
     /// Ops in the `.ops` dir with a pid file and no code file.
     pub open_op_files: usize,
@@ -231,7 +231,7 @@ async fn facts(
             .clone()
             .filter(|r| sandbox::profile::validate_run_id(r).is_ok()),
         run_label,
-        ttl_ms: k.config.reap_ttl.as_millis() as i64,
+        ttl_ms: k.config.upkeep.reap_ttl.as_millis() as i64,
         ..ReapFacts::default()
     };
     let Some(run) = f.run_id.clone() else {
@@ -498,8 +498,8 @@ fn newest_mtime_ms(dir: &std::path::Path) -> i64 {
 }
 
 /// Runs the reaper every `reap_interval` until the housekeeping stops.
-pub async fn periodic(k: std::sync::Arc<Kernel>, mut stop: crate::sync::Stop) {
-    while stop.nap(k.config.reap_interval).await {
+pub async fn periodic(k: std::sync::Arc<Kernel>, mut stop: crate::base::sync::Stop) {
+    while stop.nap(k.config.upkeep.reap_interval).await {
         if let Err(e) = reap(&k, false).await {
             tracing::warn!(%e, "periodic reap failed");
         }

@@ -42,12 +42,16 @@ pub struct Pass {
 /// How often the pass runs: half the shorter retention, between 1 s and
 /// a minute.
 pub fn interval(k: &Kernel) -> Duration {
-    (k.config.op_files_retention.min(k.config.retention) / 2)
-        .clamp(Duration::from_secs(1), Duration::from_secs(60))
+    (k.config
+        .upkeep
+        .op_files_retention
+        .min(k.config.upkeep.retention)
+        / 2)
+    .clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
 /// Runs the pass every [`interval`] until the housekeeping stops.
-pub async fn periodic(k: Arc<Kernel>, mut stop: crate::sync::Stop) {
+pub async fn periodic(k: Arc<Kernel>, mut stop: crate::base::sync::Stop) {
     loop {
         match run_pass(&k).await {
             Ok(pass) if pass != Pass::default() => tracing::info!(?pass, "retention pass"),
@@ -75,7 +79,7 @@ pub async fn run_pass(k: &Kernel) -> Result<Pass, StoreError> {
             "webhook posts older than a day dropped (recorded in the kernel journal)"
         );
     }
-    let cutoff = now_ms() - k.config.retention.as_millis() as i64;
+    let cutoff = now_ms() - k.config.upkeep.retention.as_millis() as i64;
     for tree in k.store.purge_finished_trees(cutoff, 100, &k.id).await? {
         tracing::info!(root = %tree.root, runs = tree.runs.len(), ops = tree.ops, "run tree purged");
         for run in &tree.runs {
@@ -92,7 +96,7 @@ pub async fn run_pass(k: &Kernel) -> Result<Pass, StoreError> {
 
 /// Removes the files of delivered ops older than the files' retention.
 async fn prune_files(k: &Kernel) -> Result<usize, StoreError> {
-    let cutoff = now_ms() - k.config.op_files_retention.as_millis() as i64;
+    let cutoff = now_ms() - k.config.upkeep.op_files_retention.as_millis() as i64;
     let mut pruned = 0;
     for _ in 0..BATCHES_PER_PASS {
         let batch = k.store.prunable_ops(cutoff, BATCH).await?;

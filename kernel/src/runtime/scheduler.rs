@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::base::sync::Stop;
 use crate::runtime::kernel::Kernel;
 use crate::store::{now_ms, Fire, Schedule};
-use crate::sync::Stop;
 
 /// Schedules fired per batch (the rest wait for the next one, at once).
 const BATCH: u32 = 100;
@@ -79,13 +79,14 @@ async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
     // lowered since the schedule was made) is refused, never clamped
     let ceiling = k
         .config
+        .ops
         .bg_max_sec
         .min(meta.envelope.max_timeout_sec.unwrap_or(u64::MAX));
     let fired = match s.timeout_sec > ceiling {
         true => {
             let why = crate::store::Refusal::Ceiling(format!(
                 "the schedule's timeout_sec {} is over the ceiling {ceiling} \
-                 (OPKERNEL_BG_MAX_SECONDS or the run's envelope max_timeout_sec)",
+                 (OPKERNEL_BG_MAX_TIMEOUT or the run's envelope max_timeout_sec)",
                 s.timeout_sec
             ));
             k.store.refuse_fire(&s.id, due, &k.id, why).await

@@ -21,7 +21,7 @@ async fn with_pids(
     k: &Kernel,
     lost: Vec<(Op, Option<sandbox::PidRecord>)>,
 ) -> Vec<(Op, sandbox::PidRecord)> {
-    let until = Instant::now() + k.config.start_evidence_window;
+    let until = Instant::now() + k.config.ops.start_evidence_window;
     let mut known = Vec::new();
     for (op, rec) in lost {
         let dir = k.backend.ops_dir(&op.scratch_key);
@@ -44,7 +44,7 @@ pub async fn stop_processes(k: &Kernel, ops: Vec<(Op, Option<sandbox::PidRecord>
     let ops = with_pids(k, ops).await;
     let mut left = signal_all(k, ops, sandbox::Signal::Term).await;
     if !left.is_empty() {
-        tokio::time::sleep(k.config.kill_grace).await;
+        tokio::time::sleep(k.config.ops.kill_grace).await;
     }
     let give_up = Instant::now() + STOP_PATIENCE;
     while !left.is_empty() && Instant::now() < give_up {
@@ -118,7 +118,7 @@ pub async fn stop_lost_of_runs(k: &Arc<Kernel>, runs: &[String]) {
 }
 
 /// The ops whose stop (by a kill) is under way in this process.
-static STOPPING: std::sync::LazyLock<crate::sync::Lock<std::collections::HashSet<String>>> =
+static STOPPING: std::sync::LazyLock<crate::base::sync::Lock<std::collections::HashSet<String>>> =
     std::sync::LazyLock::new(Default::default);
 
 /// Spawns the stop of `op`'s processes when its command may still run

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use notify::{RecursiveMode, Watcher};
 
+use crate::base::sync::Lock;
 use crate::runtime::inbox::{Inbox, Wake};
-use crate::sync::Lock;
 
 type Wakers = Arc<Lock<HashMap<String, Arc<Inbox>>>>;
 

@@ -16,12 +16,12 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::config::Webhook;
+use crate::runtime::config::Webhook;
 use crate::runtime::kernel::Kernel;
 use futures::StreamExt;
 
+use crate::base::sync::Stop;
 use crate::store::{OutboxPost, PostOutcome};
-use crate::sync::Stop;
 
 /// Due posts taken in one round, and at most of one run: a run's turn
 /// posts its rows in order; a round's turns are recorded in one commit.

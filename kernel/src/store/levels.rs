@@ -2,8 +2,8 @@
 //! which Docker has): read at each scrape.
 
 use super::{Store, StoreResult};
+use crate::base::metrics::Levels;
 use crate::lifecycle::{live_sql, terminal_sql};
-use crate::metrics::Levels;
 
 impl Store {
     /// The levels the metrics show, read in one snapshot.

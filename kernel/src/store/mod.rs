@@ -14,6 +14,7 @@ pub mod hints;
 mod journal;
 mod lease;
 mod levels;
+mod location;
 mod nodes;
 #[cfg(test)]
 mod nodes_tests;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use crate::sync::Lock;
+use crate::base::sync::Lock;
 use db::sqlite::SqliteTx;
 use db::Tx;
 
@@ -42,6 +43,7 @@ pub use admission::Refusal;
 pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use bindings::{Binding, Bound};
 pub use journal::{Event, ModelUsage, UsageRecorded};
+pub use location::StoreLocation;
 pub use nodes::{Judge, NodeRow, Swept};
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use outbox::{OutboxPost, PostOutcome};
@@ -133,7 +135,7 @@ pub struct Store {
     journal: Arc<tokio::sync::watch::Sender<i64>>,
     /// This process's metrics: the facts of committed transactions and
     /// their durations are counted here.
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::base::metrics::Metrics>,
     /// Notified events also go to the webhook outbox (set once the kernel
     /// knows it has a webhook URL).
     outbox: Arc<std::sync::atomic::AtomicBool>,
@@ -217,7 +219,7 @@ impl Store {
         let pool = db::pgpool::pool(url, POSTGRES_POOL)?;
         db::pgpool::migrate(&db::pgpool::connection(&pool).await?).await?;
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
-        let (listening, stop) = crate::sync::Stop::new();
+        let (listening, stop) = crate::base::sync::Stop::new();
         let hook = journal.clone();
         let hints = Arc::new(hints::Hints::default());
         let heard = hints.clone();
@@ -302,7 +304,7 @@ impl Store {
     }
 
     /// This process's metrics.
-    pub fn metrics(&self) -> &crate::metrics::Metrics {
+    pub fn metrics(&self) -> &crate::base::metrics::Metrics {
         &self.metrics
     }
 

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::config::Config;
+use crate::runtime::config::Config;
 use crate::surfaces::views::{ToolDefinition, ToolsView};
 
 /// `run_command` and `kill_operation`, their descriptions stating the
@@ -33,7 +33,7 @@ fn run_command(c: &Config) -> ToolDefinition {
                  approval first: then the reply says \"Awaiting operator approval as operation <id>\", nothing runs \
                  until an operator approves it, and its result (or its denial with the reason) arrives later as a \
                  follow-up message, as a background operation's does.",
-                c.fg_default_sec, c.fg_max_sec, c.bg_default_sec, c.bg_max_sec
+                c.ops.fg_default_sec, c.ops.fg_max_sec, c.ops.bg_default_sec, c.ops.bg_max_sec
             ),
         parameters: json!({
                 "type": "object",
@@ -43,7 +43,7 @@ fn run_command(c: &Config) -> ToolDefinition {
                         "description": "argv, e.g. [\"bash\", \"-lc\", \"make test\"]; at most 256 KiB in total"
                     },
                     "background": {"type": "boolean", "default": false},
-                    "timeout_sec": {"type": "integer", "minimum": 1, "maximum": c.bg_max_sec.max(c.fg_max_sec)}
+                    "timeout_sec": {"type": "integer", "minimum": 1, "maximum": c.ops.bg_max_sec.max(c.ops.fg_max_sec)}
                 },
                 "required": ["command"],
                 "additionalProperties": false
@@ -58,7 +58,7 @@ fn kill_operation(c: &Config) -> ToolDefinition {
                 "Cancel a background operation: its whole process tree gets SIGTERM, then SIGKILL after {} s. \
                  The outcome (exit code 143 or 137, killed) arrives as a normal result. An operation still awaiting \
                  approval is withdrawn instead: it ends denied (cancelled before approval) and nothing runs.",
-                c.kill_grace.as_secs()
+                c.ops.kill_grace.as_secs()
             ),
         parameters: json!({
                 "type": "object",

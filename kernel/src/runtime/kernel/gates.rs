@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
-use crate::sync::Lock;
+use crate::base::sync::Lock;
 
 /// The run gates, one per run that launched or was reaped lately.
 #[derive(Default)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::base::sync::Lock;
 use crate::runtime::inbox::{Inbox, Wake};
-use crate::sync::Lock;
 
 /// Per live op: its observer's inbox and a "done" signal.
 pub struct OpHandle {

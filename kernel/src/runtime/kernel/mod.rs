@@ -20,7 +20,7 @@ use std::sync::Arc;
 use sandbox::{ContainerInfo, OpBackend};
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::runtime::config::Config;
 use crate::runtime::inbox::Wake;
 use crate::runtime::probes::{Monitors, ProbeCache, Ticks};
 use crate::runtime::watcher::OpsWatcher;
@@ -81,9 +81,9 @@ impl Kernel {
         let (ownership, store) = open_store(&config, lock).await?;
         let home = (ownership, token, store);
         let sandbox = sandbox::Sandbox::connect_with_timeout(
-            config.docker_socket.as_deref(),
+            config.docker.socket.as_deref(),
             config.scratch_root(),
-            config.docker_timeout_secs,
+            config.docker.timeout.as_secs(),
         )
         .await?;
         Kernel::assemble(config, home, Arc::new(sandbox)).await
@@ -106,7 +106,7 @@ impl Kernel {
         backend: Arc<dyn OpBackend>,
     ) -> Result<Arc<Kernel>, StartError> {
         check_run_user(backend.as_ref(), &config).await?;
-        let approval_match = compile_patterns(&config.approval_match)
+        let approval_match = compile_patterns(&config.runs.approval_match)
             .map_err(|e| StartError::Config(format!("OPKERNEL_APPROVAL_MATCH: {e}")))?;
         let id = kernel_identity();
         if config.webhook.is_some() {
@@ -117,7 +117,7 @@ impl Kernel {
         }
         store.register_kernel(&id).await?;
         let probes = Arc::new(ProbeCache::default());
-        let ticks = Ticks::new(config.probe_interval);
+        let ticks = Ticks::new(config.ops.probe_interval);
         Ok(Arc::new(Kernel {
             monitors: Monitors::new(backend.clone(), probes.clone(), ticks),
             pool: crate::runtime::pool::Pool::new(
@@ -225,29 +225,28 @@ impl Kernel {
     /// Drill fault hook: the op's observer fails its current attempt.
     /// False when drills are off or the op has no observer here.
     pub fn inject_observer_fault(&self, op_id: &str) -> bool {
-        self.config.drills && self.post(op_id, Wake::Fault)
+        self.config.drills.on && self.post(op_id, Wake::Fault)
     }
 
     /// Drill fault hook: the op's observer attempt panics for real (its
     /// task unwinds). False when drills are off or the op has no observer
     /// here.
     pub fn inject_observer_panic(&self, op_id: &str) -> bool {
-        self.config.drills && self.post(op_id, Wake::Panic)
+        self.config.drills.on && self.post(op_id, Wake::Panic)
     }
 
     /// Drill fault hook: the op's supervisor gives up without settling it,
     /// leaving the op to the watchdog. False when drills are off or the op
     /// has no observer here.
     pub fn inject_supervisor_end(&self, op_id: &str) -> bool {
-        self.config.drills && self.post(op_id, Wake::Abandon)
+        self.config.drills.on && self.post(op_id, Wake::Abandon)
     }
 
     /// Drill hook: with drills on and `OPKERNEL_DRILL_CRASH_AT` naming this
     /// point, the kernel SIGKILLs itself here (the `pool-adopt-crash` drill
     /// kills it at each step of an adoption).
     pub fn crash_point(&self, point: &str) {
-        if self.config.drills && std::env::var("OPKERNEL_DRILL_CRASH_AT").is_ok_and(|p| p == point)
-        {
+        if self.config.drills.on && self.config.drills.crash_at.as_deref() == Some(point) {
             tracing::warn!(point, "drill: the kernel kills itself here");
             let pid = std::process::id().to_string();
             let _ = std::process::Command::new("kill")
@@ -265,7 +264,7 @@ impl Kernel {
     /// Drill hook: a spurious wake-up of the op's observer (as any file
     /// event is); an observer must take it calmly.
     pub fn wake_observer(&self, op_id: &str) -> bool {
-        self.config.drills && {
+        self.config.drills.on && {
             self.post(op_id, Wake::File);
             true
         }
@@ -382,7 +381,7 @@ impl Kernel {
     /// as root (a root command could write the inbox), and its hostname is
     /// known (requests are addressed by it).
     pub fn hands_over_to(&self, info: &ContainerInfo) -> bool {
-        self.config.launcher
+        self.config.ops.launcher
             && info.has_launcher
             && !self.config.profile.runs_as_root()
             && !info.hostname.is_empty()

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use super::Kernel;
-use crate::config::NodeConfig;
+use crate::runtime::config::NodeConfig;
 
 /// A node's identity in the cluster.
 #[derive(Debug)]
@@ -17,17 +17,17 @@ pub struct NodeState {
     epoch: AtomicI64,
     /// Until when its lease surely holds, by this host's monotonic clock:
     /// the start of the last successful renewal (or join) plus the TTL.
-    held_until: crate::sync::Lock<Option<Instant>>,
+    held_until: crate::base::sync::Lock<Option<Instant>>,
     /// Since when it has held its lease without a break (no failed
     /// renewal, no rejoin): it sweeps others only after a full TTL of it.
-    held_since: crate::sync::Lock<Option<Instant>>,
+    held_since: crate::base::sync::Lock<Option<Instant>>,
     /// How many times it joined (each join: a new epoch).
     joins: std::sync::atomic::AtomicU64,
     /// Stoppers of the processes of the ops it lost while it was away
     /// under way (SPEC §24): it starts nothing until none is.
     stopping: std::sync::atomic::AtomicU64,
     /// The lost ops it stopped on its return (their late result says so).
-    stopped: crate::sync::Lock<std::collections::HashSet<String>>,
+    stopped: crate::base::sync::Lock<std::collections::HashSet<String>>,
 }
 
 impl NodeState {
@@ -161,7 +161,9 @@ mod tests {
     use std::time::Duration;
 
     fn node() -> NodeState {
-        NodeState::new(NodeConfig::new("n1", "http://n1:7700", 2).unwrap())
+        NodeState::new(
+            NodeConfig::new("n1", "http://n1:7700", std::time::Duration::from_secs(2)).unwrap(),
+        )
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sandbox::ContainerInfo;
 use tokio::sync::Mutex;
 
-use crate::sync::Lock;
+use crate::base::sync::Lock;
 
 /// Known run containers by id, and the per-run create locks.
 #[derive(Default)]

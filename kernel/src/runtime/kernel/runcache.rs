@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::base::sync::Lock;
 use crate::runtime::runmeta::RunMeta;
-use crate::sync::Lock;
 
 /// Cached run facts and per-run wake-ups.
 #[derive(Default)]

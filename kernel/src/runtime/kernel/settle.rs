@@ -56,7 +56,7 @@ impl Kernel {
         // an op without a recorded end ran at most until its deadline and
         // the kill sequence after it (a longer outage is not its use)
         let charge_cap_ms = (op.timeout_sec.saturating_mul(1000)
-            + 2 * self.config.kill_grace.as_millis() as u64) as i64;
+            + 2 * self.config.ops.kill_grace.as_millis() as u64) as i64;
         let won = self
             .store
             .settle(

@@ -16,11 +16,11 @@ use sandbox::{
     SandboxError, Signal, TopProcess, WrapperSpec,
 };
 
-use crate::config::Config;
+use crate::base::sync::Lock;
 use crate::lifecycle::{KillReason, Status};
+use crate::runtime::config::Config;
 use crate::runtime::kernel::Kernel;
 use crate::store::{Admission, NewOp, Op, StartRequest};
-use crate::sync::Lock;
 
 /// What the fake does when a launch is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,14 +301,14 @@ async fn harness(on_start: OnStart) -> Harness {
 
 async fn harness_with(on_start: OnStart, launcher: Launcher) -> Harness {
     let home = std::env::temp_dir().join(format!("opk-exec-{}", uuid::Uuid::new_v4().simple()));
-    let mut config = Config::from_env(home.clone(), "127.0.0.1:0".parse().unwrap());
+    let mut config: Config = crate::app::settings::load::defaults(home.clone());
     config.profile.run_as = Some("1000:1000".into());
-    config.grace = Duration::from_millis(600);
-    config.start_evidence_window = Duration::from_millis(300);
-    config.kill_grace = Duration::from_millis(300);
-    config.probe_interval = Duration::from_millis(100);
-    config.launcher_claim = Duration::from_millis(300);
-    config.drills = true;
+    config.ops.grace = Duration::from_millis(600);
+    config.ops.start_evidence_window = Duration::from_millis(300);
+    config.ops.kill_grace = Duration::from_millis(300);
+    config.ops.probe_interval = Duration::from_millis(100);
+    config.ops.launcher_claim = Duration::from_millis(300);
+    config.drills.on = true;
     let fake = Arc::new(Fake::new(config.scratch_root(), on_start, launcher));
     let kernel = Kernel::open_with(config, fake.clone()).await.unwrap();
     if launcher == Launcher::Claims {

@@ -107,7 +107,7 @@ impl ObserverAttempt {
         let spec = WrapperSpec {
             op_id: &self.op.id,
             run_as: k.config.profile.run_as.as_deref(),
-            log_cap_bytes: k.config.log_cap_bytes,
+            log_cap_bytes: k.config.ops.log_cap_bytes,
         };
         // what cannot be a request cannot be an exec either: that path
         // refuses it with the same error
@@ -185,7 +185,7 @@ impl ObserverAttempt {
         let spec = WrapperSpec {
             op_id: &self.op.id,
             run_as: k.config.profile.run_as.as_deref(),
-            log_cap_bytes: k.config.log_cap_bytes,
+            log_cap_bytes: k.config.ops.log_cap_bytes,
         };
         let launch_id = match k
             .backend

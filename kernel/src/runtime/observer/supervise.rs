@@ -150,7 +150,7 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, fresh: 
             None => break,
         }
         tracing::warn!(op = %op_id, attempt, error = %last_error, "observer attempt failed; restarting");
-        start = attempt_start_after_failure(began.elapsed(), k.config.attempt_healthy);
+        start = attempt_start_after_failure(began.elapsed(), k.config.ops.attempt_healthy);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -208,7 +208,7 @@ pub const WATCHDOG_EVERY: Duration = Duration::from_secs(2);
 /// not observe gets a supervisor, a few seconds at most after it lost its
 /// own (a supervisor whose final write failed, a drill). An op inserted a
 /// moment ago is left to the supervisor its inserter is starting.
-pub async fn watchdog(k: Arc<Kernel>, mut stop: crate::sync::Stop) {
+pub async fn watchdog(k: Arc<Kernel>, mut stop: crate::base::sync::Stop) {
     while stop.nap(WATCHDOG_EVERY).await {
         let observed = match k.store.observed_op_ids().await {
             Ok(live) => live,
@@ -241,7 +241,7 @@ async fn run_attempt(
     let healthy = {
         let (k, id) = (k.clone(), op_id.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(k.config.attempt_healthy).await;
+            tokio::time::sleep(k.config.ops.attempt_healthy).await;
             if let Err(e) = k.store.reset_failed_attempts(&id).await {
                 tracing::warn!(op = %id, %e, "cannot reset the failed-attempt count");
             }

@@ -170,9 +170,9 @@ impl ObserverAttempt {
             _ => Start::Confirmed,
         };
         let timing = Timing {
-            kill_grace: k.config.kill_grace,
-            grace: k.config.grace,
-            start_evidence: k.config.start_evidence_window,
+            kill_grace: k.config.ops.kill_grace,
+            grace: k.config.ops.grace,
+            start_evidence: k.config.ops.start_evidence_window,
         };
         let claimed = self.op.exec_claimed_at.unwrap_or(self.op.created_at);
         // a request filed for the launcher, and no exec made since
@@ -180,7 +180,7 @@ impl ObserverAttempt {
             // never later than a full claim window from now, whatever the
             // wall clock did while the kernel was down
             (Start::Unconfirmed, Some(at), None) => Some(Handover::Pending {
-                claim_by: clock.instant(at).min(clock.mono) + k.config.launcher_claim,
+                claim_by: clock.instant(at).min(clock.mono) + k.config.ops.launcher_claim,
             }),
             _ => None,
         };
@@ -433,7 +433,7 @@ impl ObserverAttempt {
         let max_age = if fresh {
             std::time::Duration::ZERO
         } else {
-            k.config.probe_interval
+            k.config.ops.probe_interval
         };
         let view = match k
             .probes

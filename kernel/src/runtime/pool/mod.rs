@@ -24,9 +24,9 @@ use std::collections::{HashMap, HashSet};
 use sandbox::profile::{pool_fingerprint, LABEL_POOL, LABEL_SCRATCH_KEY};
 use sandbox::ContainerInfo;
 
-use crate::config::PoolConfig;
+use crate::base::sync::Lock;
+use crate::runtime::config::PoolConfig;
 use crate::store::Binding;
-use crate::sync::Lock;
 
 /// Whose a pool-labelled container is, as this kernel knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,9 +14,9 @@ use sandbox::profile::{scratch_key, LABEL_POOL, LABEL_POOL_IMAGE, LABEL_SCRATCH_
 use sandbox::{ContainerInfo, PoolIdentity};
 
 use super::{reconcile, Pool, PoolRole};
+use crate::base::sync::Stop;
 use crate::runtime::kernel::Kernel;
 use crate::store::StoreError;
-use crate::sync::Stop;
 
 /// The upkeep's cadence when nothing wakes it.
 const EVERY: Duration = Duration::from_secs(5);

@@ -199,7 +199,7 @@ async fn committed_events_notify_listeners_with_their_run() {
                 let _ = tx.send(run.to_owned());
             }
         });
-    let (stop, stopped) = crate::sync::Stop::new();
+    let (stop, stopped) = crate::base::sync::Stop::new();
     let listener = tokio::spawn(super::pglisten::listen(url, on_event, stopped));
     assert_eq!(
         next(&mut rx).await.as_deref(),

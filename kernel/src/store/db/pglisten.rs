@@ -23,7 +23,7 @@ pub const CHANNEL: &str = "opkernel_events";
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Listens until `stop` is pulled, reconnecting with backoff.
-pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::sync::Stop) {
+pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::base::sync::Stop) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let ended = tokio::select! {

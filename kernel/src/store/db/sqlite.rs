@@ -13,7 +13,7 @@ use crate::store::{StoreError, StoreResult};
 
 /// Where a test collects the text of every statement a store runs (to
 /// prepare each on PostgreSQL, `pg_tests.rs`); `None` outside tests.
-pub type Seen = Option<Arc<crate::sync::Lock<std::collections::BTreeSet<String>>>>;
+pub type Seen = Option<Arc<crate::base::sync::Lock<std::collections::BTreeSet<String>>>>;
 
 /// One open transaction on the store's connection (the caller began it and
 /// commits or rolls it back).

@@ -234,7 +234,7 @@ async fn processes(
         return (None, Some(why.into()), None);
     }
     // OPKERNEL_LAUNCHER=off: every probe goes by exec, this one too
-    let ask = k.config.launcher && c.has_launcher && k.backend.owns(c);
+    let ask = k.config.ops.launcher && c.has_launcher && k.backend.owns(c);
     if let (true, Some(key)) = (ask, scratch_key) {
         let asked = k
             .backend

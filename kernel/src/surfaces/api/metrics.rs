@@ -34,7 +34,7 @@ async fn exposition(k: &AppState) -> ApiResult<Response> {
         }
     }
     let text = k.store.metrics().render(&levels);
-    Ok(([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+    Ok(([(CONTENT_TYPE, crate::base::metrics::CONTENT_TYPE)], text).into_response())
 }
 
 /// `GET /metrics` on the API: the operator token only.

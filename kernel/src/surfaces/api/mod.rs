@@ -27,8 +27,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::de::DeserializeOwned;
 
+use crate::base::tokens::{constant_time_eq, token_sha256};
 use crate::runtime::kernel::Kernel;
-use crate::surfaces::auth::{constant_time_eq, token_sha256, Principal};
+use crate::surfaces::auth::Principal;
 pub use error::{ApiError, ApiResult};
 
 /// Request bodies above this size are refused (413).
@@ -98,7 +99,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/nodes/{name}/activate", post(nodes::activate))
         .route("/v1/containers/{id}", get(inspect::inspect))
         .route("/v1/reap", post(views::reap));
-    if kernel.config.drills {
+    if kernel.config.drills.on {
         app = app
             .route("/v1/drill/observer-fault/{id}", post(views::observer_fault))
             .route("/v1/drill/observer-panic/{id}", post(views::observer_panic))

@@ -75,15 +75,15 @@ fn validate(k: &AppState, req: &RunCommand, envelope: &crate::runs::Envelope) ->
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let (default, max, var) = if req.background {
         (
-            k.config.bg_default_sec,
-            k.config.bg_max_sec,
-            "OPKERNEL_BG_MAX_SECONDS",
+            k.config.ops.bg_default_sec,
+            k.config.ops.bg_max_sec,
+            "OPKERNEL_BG_MAX_TIMEOUT",
         )
     } else {
         (
-            k.config.fg_default_sec,
-            k.config.fg_max_sec,
-            "OPKERNEL_FG_MAX_SECONDS",
+            k.config.ops.fg_default_sec,
+            k.config.ops.fg_max_sec,
+            "OPKERNEL_FG_MAX_TIMEOUT",
         )
     };
     let ceiling = envelope.max_timeout_sec.unwrap_or(u64::MAX);
@@ -219,7 +219,7 @@ async fn after_observer(k: &AppState, id: &str, budget: Duration) -> ApiResult<O
 
 async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
     let budget =
-        Duration::from_secs(op.timeout_sec) + k.config.kill_grace * 3 + Duration::from_secs(30);
+        Duration::from_secs(op.timeout_sec) + k.config.ops.kill_grace * 3 + Duration::from_secs(30);
     let op = after_observer(k, &op.id, budget).await?;
     if op.status.is_terminal() {
         k.store.mark_delivered_inline(&op.id).await?;
@@ -349,7 +349,7 @@ pub async fn kill_operation(
     }
     crate::runtime::control::kill(&k, &op.id, KillReason::Kill).await?;
     // give the TERM → grace → KILL sequence time to finish, then answer with the state
-    let budget = k.config.kill_grace * 2 + Duration::from_secs(5);
+    let budget = k.config.ops.kill_grace * 2 + Duration::from_secs(5);
     let op = after_observer(&k, &op.id, budget).await?;
     let message = if op.status.is_terminal() {
         format!("operation killed: {}", op.status.as_str())

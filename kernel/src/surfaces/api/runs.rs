@@ -8,9 +8,10 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
+use crate::base::tokens::{new_token, token_sha256};
 use crate::runs::{Budget, EnvelopeError, EnvelopeRequest, RunAction, Used, MAX_AMOUNT};
 use crate::store::{CreatedRun, ModelUsage, NewRun, RunChange, RunRecord, UsageRecorded};
-use crate::surfaces::auth::{new_token, token_sha256, Principal};
+use crate::surfaces::auth::Principal;
 use crate::surfaces::views::{
     Amounts, ChildView, RunChangeAnswer, RunCreated, RunList, RunSummary, RunView, UsageAnswer,
 };
@@ -146,14 +147,14 @@ async fn resolve_envelope(
         .run_meta(parent)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no run {parent}")))?;
-    if meta.chain.len() + 1 > k.config.max_depth {
+    if meta.chain.len() + 1 > k.config.runs.max_depth {
         return Err(ApiError::new(
             axum::http::StatusCode::FORBIDDEN,
             "depth_exceeded",
             format!(
                 "run {parent} is at depth {} and children may be at most {} deep (OPKERNEL_MAX_DEPTH)",
                 meta.chain.len(),
-                k.config.max_depth
+                k.config.runs.max_depth
             ),
         ));
     }

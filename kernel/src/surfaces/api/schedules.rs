@@ -81,13 +81,13 @@ pub async fn create(
     }
     // a scheduled op is a background op: the same limits, the run's envelope
     let ceiling = meta.envelope.max_timeout_sec.unwrap_or(u64::MAX);
-    let max = k.config.bg_max_sec;
+    let max = k.config.ops.bg_max_sec;
     let timeout = req
         .timeout_sec
-        .unwrap_or(k.config.bg_default_sec.min(max).min(ceiling));
+        .unwrap_or(k.config.ops.bg_default_sec.min(max).min(ceiling));
     if timeout == 0 || timeout > max {
         return Err(ApiError::bad_request(format!(
-            "timeout_sec must be between 1 and {max} (limit set by OPKERNEL_BG_MAX_SECONDS), got {timeout}"
+            "timeout_sec must be between 1 and {max} (limit set by OPKERNEL_BG_MAX_TIMEOUT), got {timeout}"
         )));
     }
     if timeout > ceiling {

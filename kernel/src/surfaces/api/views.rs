@@ -206,7 +206,7 @@ pub async fn reap(
 /// Operator only, and only on a kernel started with drills enabled.
 fn require_drills(k: &AppState, principal: &Principal) -> ApiResult<()> {
     require_operator(principal)?;
-    if !k.config.drills {
+    if !k.config.drills.on {
         return Err(ApiError::not_found(
             "fault hooks need a kernel started with drills enabled",
         ));

@@ -1,19 +1,9 @@
-//! The CLI's HTTP client: daemon at `OPKERNEL_URL`, token from
-//! `OPKERNEL_TOKEN` or the home's operator token.
+//! The CLI's HTTP client: one daemon, one bearer token.
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use serde_json::Value;
-
-/// The kernel home: `$OPKERNEL_HOME`, else `~/.opkernel`.
-pub fn default_home() -> PathBuf {
-    if let Ok(home) = std::env::var("OPKERNEL_HOME") {
-        return PathBuf::from(home);
-    }
-    let base = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    PathBuf::from(base).join(".opkernel")
-}
 
 /// A client of one daemon with one bearer token; cheap to clone.
 #[derive(Clone)]
@@ -24,15 +14,13 @@ pub struct Client {
 }
 
 impl Client {
-    /// The daemon at `OPKERNEL_URL` (default `http://127.0.0.1:7878`) with
-    /// `OPKERNEL_TOKEN`, else the operator token in the home; an error when
-    /// neither is there.
-    pub fn from_env() -> anyhow::Result<Client> {
-        let base = std::env::var("OPKERNEL_URL").unwrap_or_else(|_| "http://127.0.0.1:7878".into());
-        let token = match std::env::var("OPKERNEL_TOKEN") {
-            Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
-            _ => {
-                let path = default_home().join("operator.token");
+    /// The daemon at `base` with `token`, else the operator token in
+    /// `home`; an error when neither is there.
+    pub fn connect(base: String, token: Option<String>, home: &Path) -> anyhow::Result<Client> {
+        let token = match token {
+            Some(t) => t,
+            None => {
+                let path = home.join("operator.token");
                 std::fs::read_to_string(&path)
                     .with_context(|| {
                         format!(

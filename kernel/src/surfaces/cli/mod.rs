@@ -1,64 +1,20 @@
-//! The `opkernel` command line: `serve` runs the daemon; every other verb is
-//! a client of its HTTP API.
+//! The `opkernel` client verbs: each a client of the daemon's HTTP API.
 
 pub mod client;
 mod nodes;
 mod runs;
-mod serve;
 mod verbs;
 
-pub use serve::{run_serve, ServeArgs};
-
-use std::net::SocketAddr;
-use std::path::PathBuf;
-
 use anyhow::{bail, Context};
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 use client::Client;
 
 use crate::surfaces::views::OpView;
 
-/// The parsed command line: one verb and its arguments.
-#[derive(Debug, Parser)]
-#[command(
-    name = "opkernel",
-    version,
-    about = "Container sandbox operation kernel for AI agents"
-)]
-pub struct Cli {
-    /// The verb to run.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// Every verb of the `opkernel` binary.
+/// The client verbs of the `opkernel` binary (`serve`, `settings` and
+/// `drill` are the app's own: `crate::app::cli`).
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the kernel daemon
-    Serve {
-        /// Address to listen on (loopback unless --allow-remote)
-        #[arg(long, default_value = "127.0.0.1:7878")]
-        listen: SocketAddr,
-        /// Kernel home (control plane, tokens, scratch dirs) [default: $OPKERNEL_HOME or ~/.opkernel]
-        #[arg(long)]
-        home: Option<PathBuf>,
-        /// Allow listening on a non-loopback address
-        #[arg(long)]
-        allow_remote: bool,
-        /// The control plane: `sqlite` (the home's kernel.db) or a
-        /// postgres:// URL [default: $OPKERNEL_STORE or sqlite]
-        #[arg(long)]
-        store: Option<String>,
-        /// Run as this cluster node (needs --store postgres://…) [default: $OPKERNEL_NODE]
-        #[arg(long, requires = "advertise")]
-        node: Option<String>,
-        /// The URL other nodes reach this node's API at [default: $OPKERNEL_ADVERTISE]
-        #[arg(long)]
-        advertise: Option<String>,
-        /// Enable the fault hooks used by recovery drills
-        #[arg(long, hide = true)]
-        drills: bool,
-    },
     /// Run a command in a run's sandbox (without --run: in a throwaway container)
     Run {
         /// Run to use [default: a throwaway container, foreground only]
@@ -322,15 +278,6 @@ pub enum Command {
         #[arg(long)]
         run: String,
     },
-    /// Run recovery drills against the local Docker engine
-    Drill {
-        /// Drill to run, or all
-        #[arg(default_value = "all")]
-        name: String,
-        /// Print JSON instead of text
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 /// The `opkernel schedule` verbs.
@@ -457,9 +404,9 @@ fn describe(op: &OpView) -> String {
     line
 }
 
-/// Runs a client verb against the daemon; returns the process exit status.
-pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
-    let client = Client::from_env()?;
+/// Runs a client verb against the daemon `client` reaches; returns the
+/// process exit status.
+pub async fn run_client(client: Client, cmd: Command) -> anyhow::Result<i32> {
     match cmd {
         Command::Run {
             run,
@@ -517,9 +464,6 @@ pub async fn run_client(cmd: Command) -> anyhow::Result<i32> {
                 run,
             )
             .await
-        }
-        Command::Serve { .. } | Command::Drill { .. } => {
-            bail!("this verb is not a client verb")
         }
         task => run_task_verb(&client, task).await,
     }

@@ -28,7 +28,7 @@ use futures::Stream;
 use serde::Deserialize;
 
 use super::ack::Ledger;
-use crate::sync::Lock;
+use crate::base::sync::Lock;
 
 /// The ledger of the session a transport writes for, looked up when it is
 /// needed (an HTTP session's handler exists only after its first call).

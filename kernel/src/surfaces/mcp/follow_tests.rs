@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::*;
+use crate::base::sync::Lock;
 use crate::event_kind::{Event, EventKind, ToolCompleted};
 use crate::surfaces::mcp::backend::{Answer, Backend};
 use crate::surfaces::views::EventsPage;
-use crate::sync::Lock;
 
 /// The API's answer of an events call: `events` after `after`.
 fn page(events: Vec<Event>, after: i64) -> Value {

@@ -14,9 +14,9 @@ use rmcp::ServiceExt;
 use super::backend::{Backend, HttpBackend, RouterBackend};
 use super::delivery::{LedgerOf, TrackedBody, TrackedWriter};
 use super::{tools_from_api, OpkernelMcp, RunAuth, Sessions};
+use crate::base::tokens::{constant_time_eq, token_sha256};
 use crate::runtime::kernel::Kernel;
 use crate::surfaces::api::ApiError;
-use crate::surfaces::auth::{constant_time_eq, token_sha256};
 use crate::surfaces::views::{PrincipalKind, ToolsView, WhoAmI};
 
 /// What `/mcp`'s layer keeps: the kernel, and which run each legacy
@@ -24,7 +24,7 @@ use crate::surfaces::views::{PrincipalKind, ToolsView, WhoAmI};
 #[derive(Clone)]
 struct Gate {
     k: Arc<Kernel>,
-    sessions: Arc<crate::sync::Lock<std::collections::HashMap<String, String>>>,
+    sessions: Arc<crate::base::sync::Lock<std::collections::HashMap<String, String>>>,
     handlers: Sessions,
 }
 

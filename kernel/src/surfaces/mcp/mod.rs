@@ -36,8 +36,8 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
+use crate::base::sync::Lock;
 use crate::surfaces::views::{OpList, OpView};
-use crate::sync::Lock;
 use ack::{Ledger, Transport};
 use backend::{Answer, Backend};
 pub use call::{BadCall, ToolCall};

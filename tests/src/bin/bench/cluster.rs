@@ -251,9 +251,10 @@ async fn count_lost(c: &Cluster, ops: &[String]) -> anyhow::Result<usize> {
 
 /// The whole `--cluster` run; the JSON of its figures.
 pub async fn measure(quick: bool, checks: &mut Checks) -> anyhow::Result<Value> {
-    let ttl = std::env::var("OPKERNEL_NODE_TTL_SEC")
+    // whole seconds (`10s`), as the harness sets it
+    let ttl = std::env::var("OPKERNEL_NODE_TTL")
         .ok()
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| v.trim().trim_end_matches('s').parse().ok())
         .unwrap_or(10u64);
     let mut f = Figures {
         ttl_sec: ttl,

@@ -28,10 +28,10 @@ use opkernel::drills::harness::{kernel_binary, KernelProcess};
 
 /// Kernel settings for benchmarking: the production defaults.
 pub const BENCH_ENV: &[(&str, &str)] = &[
-    ("OPKERNEL_PROBE_INTERVAL_MS", "5000"),
-    ("OPKERNEL_HEARTBEAT_MS", "10000"),
-    ("OPKERNEL_KILL_GRACE_MS", "5000"),
-    ("OPKERNEL_START_EVIDENCE_MS", "10000"),
+    ("OPKERNEL_PROBE_INTERVAL", "5000ms"),
+    ("OPKERNEL_HEARTBEAT", "10000ms"),
+    ("OPKERNEL_KILL_GRACE", "5000ms"),
+    ("OPKERNEL_START_EVIDENCE", "10000ms"),
     ("OPKERNEL_LOG", "warn"),
 ];
 

@@ -1,10 +1,31 @@
-//! `opkernel serve`: take the home, recover, then serve HTTP.
+//! `opkernel serve`: read the settings, take the home, recover, then
+//! serve the API and MCP (composed here, above both) until a signal.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::config::Config;
+use crate::runtime::config::Config;
 use crate::runtime::kernel::Kernel;
+
+/// `opkernel serve` with its flags (by variable name) over the
+/// environment.
+pub async fn run(flags: BTreeMap<&'static str, String>) -> anyhow::Result<i32> {
+    let config = super::settings::load::from_env(flags);
+    if !config.listen.ip().is_loopback() && config.invalid.is_empty() {
+        tracing::warn!(listen = %config.listen, "listening on a non-loopback address: anyone who can reach it and holds a token can run commands");
+    }
+    let home = config.home.clone();
+    serve(config, |addr| {
+        eprintln!(
+            "opkernel listening on http://{addr} (home {})",
+            home.display()
+        );
+    })
+    .await
+    .map_err(|e| e.context("kernel stopped"))?;
+    Ok(0)
+}
 
 /// Opens the kernel, re-attaches every live op, and serves until the
 /// process ends. `on_ready` gets the bound address.
@@ -16,7 +37,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     // (a refused node drains itself first: nothing is placed on it)
     crate::runtime::node::agree_settings(&kernel).await?;
     // a node's lease is kept from here on, whatever else is under way
-    let (keeping, keep) = crate::sync::Stop::new();
+    let (keeping, keep) = crate::base::sync::Stop::new();
     tokio::spawn(crate::runtime::node::keep_lease(kernel.clone(), keep));
     let started = std::time::Instant::now();
     let attached = crate::runtime::observer::recover(&kernel).await?;

@@ -57,7 +57,7 @@ pub struct Metrics {
     pool_containers: IntGaugeVec,
     node_lease_age: prometheus::GaugeVec,
     /// One render at a time: the levels are set, then gathered.
-    rendering: crate::sync::Lock<()>,
+    rendering: crate::base::sync::Lock<()>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -146,7 +146,7 @@ impl Metrics {
                 &["node"],
             )),
             registry,
-            rendering: crate::sync::Lock::new(()),
+            rendering: crate::base::sync::Lock::new(()),
         };
         m.register();
         for status in Status::TERMINAL {

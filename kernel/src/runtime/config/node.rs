@@ -12,14 +12,14 @@ pub struct NodeConfig {
     /// Where the other nodes reach this node's API (`serve --advertise`,
     /// `OPKERNEL_ADVERTISE`): an `http://` URL.
     pub advertise_url: String,
-    /// The lease's time to live (`OPKERNEL_NODE_TTL_SEC`, default 10 s);
+    /// The lease's time to live (`OPKERNEL_NODE_TTL`, default 10 s);
     /// renewed every fifth of it.
     pub ttl: Duration,
 }
 
 impl NodeConfig {
-    /// Checks a node's name and advertised URL; `ttl_sec` must be 2..=600.
-    pub fn new(name: &str, advertise_url: &str, ttl_sec: u64) -> Result<NodeConfig, String> {
+    /// Checks a node's name and advertised URL; `ttl` must be 2s to 10m.
+    pub fn new(name: &str, advertise_url: &str, ttl: Duration) -> Result<NodeConfig, String> {
         let name_ok = !name.is_empty()
             && name.len() <= 64
             && name
@@ -36,15 +36,13 @@ impl NodeConfig {
         if rest.is_empty() || rest.contains(char::is_whitespace) {
             return Err(format!("--advertise names no host: {advertise_url:?}"));
         }
-        if !(2..=600).contains(&ttl_sec) {
-            return Err(format!(
-                "OPKERNEL_NODE_TTL_SEC must be 2 to 600, got {ttl_sec}"
-            ));
+        if !(Duration::from_secs(2)..=Duration::from_secs(600)).contains(&ttl) {
+            return Err(format!("OPKERNEL_NODE_TTL must be 2s to 10m, got {ttl:?}"));
         }
         Ok(NodeConfig {
             name: name.to_owned(),
             advertise_url: advertise_url.trim_end_matches('/').to_owned(),
-            ttl: Duration::from_secs(ttl_sec),
+            ttl,
         })
     }
 
@@ -65,7 +63,7 @@ mod tests {
 
     #[test]
     fn names_urls_and_ttls_are_checked() {
-        let n = NodeConfig::new("n1", "http://10.0.0.2:7878/", 10).unwrap();
+        let n = NodeConfig::new("n1", "http://10.0.0.2:7878/", Duration::from_secs(10)).unwrap();
         assert_eq!(n.advertise_url, "http://10.0.0.2:7878");
         assert_eq!(n.renew_every(), Duration::from_secs(2));
         for (name, url, ttl) in [
@@ -76,7 +74,7 @@ mod tests {
             ("n1", "http://h:1", 1),
         ] {
             assert!(
-                NodeConfig::new(name, url, ttl).is_err(),
+                NodeConfig::new(name, url, Duration::from_secs(ttl)).is_err(),
                 "{name} {url} {ttl}"
             );
         }

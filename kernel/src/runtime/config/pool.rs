@@ -7,8 +7,7 @@ use sandbox::Profile;
 /// How many unbound containers the pool keeps, and of which profiles.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolConfig {
-    /// Unbound containers kept per pooled profile (`OPKERNEL_POOL`,
-    /// default 2; 0 turns the pool off).
+    /// Unbound containers kept per pooled profile (0 turns the pool off).
     pub size: usize,
     /// The pooled profiles: the kernel's default first, then those of
     /// `OPKERNEL_POOL_PROFILES`, without repeats.
@@ -16,26 +15,6 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
-    /// From `OPKERNEL_POOL` and `OPKERNEL_POOL_PROFILES` over the kernel's
-    /// `base` profile; what does not parse goes to `invalid`.
-    pub fn from_env(base: &Profile, invalid: &mut Vec<String>) -> PoolConfig {
-        let size = match std::env::var("OPKERNEL_POOL") {
-            Err(_) => 2,
-            Ok(v) => v.trim().parse::<usize>().unwrap_or_else(|_| {
-                invalid.push(format!(
-                    "OPKERNEL_POOL must be a count (0 turns the pool off), got {v:?}"
-                ));
-                0
-            }),
-        };
-        let listed = std::env::var("OPKERNEL_POOL_PROFILES").unwrap_or_default();
-        let profiles = PoolConfig::profiles(base, &listed).unwrap_or_else(|e| {
-            invalid.push(format!("OPKERNEL_POOL_PROFILES: {e}"));
-            vec![base.clone()]
-        });
-        PoolConfig { size, profiles }
-    }
-
     /// The default profile, then each `;`-separated entry of `listed`: a
     /// `,`-separated list of `memory_bytes=N`, `cpus=F`, `pids_limit=N`,
     /// `network=NAME` over `base` (the limits a child envelope narrows).

@@ -1,0 +1,227 @@
+//! The kernel's [`Config`] from the settings table: each layer's options
+//! filled from its rows, every refusal collected in `Config::invalid`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sandbox::Profile;
+
+use super::table as t;
+use super::Reader;
+use crate::runtime::config::{
+    Config, DockerOptions, DrillOptions, NodeConfig, OpOptions, PoolConfig, RunOptions,
+    UpkeepOptions, Webhook,
+};
+use crate::store::StoreLocation;
+
+/// The config of `opkernel serve`: `flags` (by variable name) over the
+/// process's environment. Old names in use are logged as warnings.
+pub fn from_env(flags: BTreeMap<&'static str, String>) -> Config {
+    let env = |name: &str| std::env::var(name).ok();
+    let mut r = Reader::new(&env, flags);
+    let config = config(&mut r);
+    for warning in &r.warnings {
+        tracing::warn!("{warning}");
+    }
+    Config {
+        invalid: r.invalid,
+        ..config
+    }
+}
+
+/// The config of every default, in `home` (tests' kernels).
+pub fn defaults(home: PathBuf) -> Config {
+    let env = |_: &str| None;
+    let mut r = Reader::new(&env, BTreeMap::new());
+    Config {
+        home,
+        ..config(&mut r)
+    }
+}
+
+/// The config `r` reads; what does not parse is left in `r.invalid`.
+pub fn config(r: &mut Reader) -> Config {
+    let profile = profile(r);
+    let pool = pool(r, &profile);
+    Config {
+        home: home(r),
+        listen: listen(r),
+        store: store(r),
+        docker: DockerOptions {
+            socket: r.text(&t::DOCKER_SOCKET),
+            timeout: r.duration(&t::DOCKER_TIMEOUT),
+        },
+        ops: ops(r),
+        runs: runs(r),
+        upkeep: upkeep(r),
+        pool,
+        profile,
+        node: node(r),
+        metrics_listen: r.address(&t::METRICS_LISTEN),
+        webhook: webhook(r),
+        drills: DrillOptions {
+            on: r.switch(&t::DRILLS),
+            crash_at: r.text(&t::DRILL_CRASH_AT),
+        },
+        invalid: Vec::new(),
+    }
+}
+
+/// The API's address: loopback unless `OPKERNEL_ALLOW_REMOTE` is on.
+fn listen(r: &mut Reader) -> std::net::SocketAddr {
+    let listen = r
+        .address(&t::LISTEN)
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 7878)));
+    if !listen.ip().is_loopback() && !r.switch(&t::ALLOW_REMOTE) {
+        r.invalid.push(format!(
+            "{}: refusing to listen on the non-loopback address {listen}: \
+             pass --allow-remote (or {}=on) to expose the kernel",
+            t::LISTEN.env,
+            t::ALLOW_REMOTE.env
+        ));
+    }
+    listen
+}
+
+/// `OPKERNEL_HOME`, `~` standing for `$HOME`.
+pub fn home(r: &mut Reader) -> PathBuf {
+    let text = r.text(&t::HOME).unwrap_or_default();
+    match text.strip_prefix('~') {
+        Some(rest) => {
+            let base = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+            PathBuf::from(format!("{base}{rest}"))
+        }
+        None => PathBuf::from(text),
+    }
+}
+
+fn store(r: &mut Reader) -> StoreLocation {
+    let text = r.text(&t::STORE).unwrap_or_default();
+    StoreLocation::parse(&text).unwrap_or_else(|e| {
+        r.invalid.push(e);
+        StoreLocation::Sqlite
+    })
+}
+
+/// The base profile: the sandbox's defaults with the table's settings.
+fn profile(r: &mut Reader) -> Profile {
+    let mut profile = Profile {
+        image: r.text(&t::IMAGE).unwrap_or_default(),
+        network: r.text(&t::NETWORK).unwrap_or_default(),
+        memory_bytes: clamp_i64(r.bytes(&t::MEMORY)),
+        pids_limit: clamp_i64(r.count(&t::PIDS_LIMIT)),
+        ..Profile::default()
+    };
+    // the drop to an unprivileged user is never turned off silently: only
+    // an explicit `root` runs commands as root; an image without the user
+    // is refused when its first container is made (and at start)
+    profile.run_as = match r.text(&t::RUN_AS).as_deref() {
+        Some("root") => None,
+        other => other.map(str::to_owned),
+    };
+    profile
+}
+
+fn clamp_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn ops(r: &mut Reader) -> OpOptions {
+    let at_least = |d: Duration, min: Duration| d.max(min);
+    OpOptions {
+        fg_max_sec: r.duration(&t::FG_MAX_TIMEOUT).as_secs(),
+        bg_max_sec: r.duration(&t::BG_MAX_TIMEOUT).as_secs(),
+        grace: r.duration(&t::GRACE),
+        kill_grace: r.duration(&t::KILL_GRACE),
+        start_evidence_window: r.duration(&t::START_EVIDENCE),
+        launcher: r.switch(&t::LAUNCHER),
+        launcher_claim: r.duration(&t::LAUNCHER_CLAIM),
+        log_cap_bytes: r.bytes(&t::LOG_CAP),
+        probe_interval: at_least(r.duration(&t::PROBE_INTERVAL), Duration::from_millis(100)),
+        heartbeat_interval: at_least(r.duration(&t::HEARTBEAT), Duration::from_millis(100)),
+        attempt_healthy: r.duration(&t::ATTEMPT_HEALTHY),
+        // a start without a timeout of its own gets these (capped by the
+        // ceilings above)
+        fg_default_sec: 300,
+        bg_default_sec: 900,
+    }
+}
+
+fn runs(r: &mut Reader) -> RunOptions {
+    RunOptions {
+        max_live_ops_per_run: r.count(&t::MAX_OPS_PER_RUN),
+        max_live_ops: r.count(&t::MAX_OPS),
+        max_children: r.count(&t::MAX_CHILDREN),
+        max_depth: usize::try_from(r.count(&t::MAX_DEPTH)).unwrap_or(usize::MAX),
+        approval_match: r.list(&t::APPROVAL_MATCH),
+    }
+}
+
+/// A tree is purged only once its ops' files are gone, so a retention
+/// shorter than the files' (which would never apply) is refused.
+fn upkeep(r: &mut Reader) -> UpkeepOptions {
+    let files = r.duration(&t::OP_FILES_RETENTION);
+    let retention = r.duration(&t::RETENTION);
+    if files.is_zero() || retention.is_zero() {
+        r.invalid.push(format!(
+            "{} and {} must be longer than 0s",
+            t::OP_FILES_RETENTION.env,
+            t::RETENTION.env
+        ));
+    }
+    if retention < files {
+        r.invalid.push(format!(
+            "{} ({retention:?}) must be at least {} ({files:?})",
+            t::RETENTION.env,
+            t::OP_FILES_RETENTION.env
+        ));
+    }
+    UpkeepOptions {
+        reap_ttl: r.duration(&t::REAP_TTL),
+        reap_interval: r.duration(&t::REAP_INTERVAL).max(Duration::from_secs(1)),
+        op_files_retention: files,
+        retention,
+    }
+}
+
+fn pool(r: &mut Reader, base: &Profile) -> PoolConfig {
+    let size = usize::try_from(r.count(&t::POOL)).unwrap_or(usize::MAX);
+    let listed = r.text(&t::POOL_PROFILES).unwrap_or_default();
+    let profiles = PoolConfig::profiles(base, &listed).unwrap_or_else(|e| {
+        r.invalid.push(format!("{}: {e}", t::POOL_PROFILES.env));
+        vec![base.clone()]
+    });
+    PoolConfig { size, profiles }
+}
+
+/// A node needs its name and advertised URL; the TTL is read (and
+/// checked) whether or not the node is named.
+fn node(r: &mut Reader) -> Option<NodeConfig> {
+    let ttl = r.duration(&t::NODE_TTL);
+    let name = r.text(&t::NODE);
+    let url = r.text(&t::ADVERTISE);
+    match (name, url) {
+        (None, None) => None,
+        (Some(name), url) => NodeConfig::new(&name, url.as_deref().unwrap_or_default(), ttl)
+            .map_err(|e| r.invalid.push(e))
+            .ok(),
+        (None, Some(_)) => {
+            r.invalid.push(format!(
+                "{} is set but {} is not: name the node too",
+                t::ADVERTISE.env,
+                t::NODE.env
+            ));
+            None
+        }
+    }
+}
+
+fn webhook(r: &mut Reader) -> Option<Webhook> {
+    let url = r.text(&t::WEBHOOK_URL).unwrap_or_default();
+    let secret = r.text(&t::WEBHOOK_SECRET).unwrap_or_default();
+    Webhook::parse(&url, &secret).unwrap_or_else(|e| {
+        r.invalid.push(e);
+        None
+    })
+}
