@@ -21,7 +21,7 @@ use crate::lifecycle::{KillReason, Outcome};
 use crate::wake::Wake;
 
 pub use crate::evidence::{
-    evidence_deadline, Clock, CodeFile, Evidence, LaunchEnd, Probe, ProbeView, Wrapper,
+    evidence_deadline, Clock, CodeFile, Evidence, LaunchEnd, Probe, ProbeView, ShimProcess,
     NOT_STARTED_STATUS,
 };
 
@@ -441,7 +441,7 @@ fn wrapper_gone(s: &State, e: &Evidence) -> Result<bool, Action> {
         Some(Probe { fresh: true, view }) => Ok(matches!(
             view,
             ProbeView::Seen {
-                wrapper: Wrapper::Absent | Wrapper::PidReused,
+                shim: ShimProcess::Absent | ShimProcess::PidReused,
                 ..
             }
         )),
@@ -493,15 +493,15 @@ fn check_liveness(s: &State, e: &Evidence, code_pending: bool) -> Option<Action>
         (ProbeView::Seen { .. }, None) => (e.now > s.evidence_by)
             .then(|| vanished("the process vanished before recording itself"))
             .flatten(),
-        (ProbeView::Seen { wrapper, .. }, Some(_)) => match wrapper {
-            Wrapper::Alive => None,
+        (ProbeView::Seen { shim: wrapper, .. }, Some(_)) => match wrapper {
+            ShimProcess::Alive => None,
             // a probe taken before the pid was recorded says nothing of it
-            Wrapper::Unknown => Some(Action::Probe { fresh: true }),
+            ShimProcess::Unknown => Some(Action::Probe { fresh: true }),
             _ if !probe.fresh => Some(Action::Probe { fresh: true }),
-            Wrapper::PidReused => vanished(
+            ShimProcess::PidReused => vanished(
                 "the process vanished without an exit code (its pid now belongs to another process)",
             ),
-            Wrapper::Absent => vanished("the process vanished without an exit code"),
+            ShimProcess::Absent => vanished("the process vanished without an exit code"),
         },
         (ProbeView::Gone, _) => Some(lost("the container was removed")),
         (ProbeView::Stopped, _) => Some(lost("the container stopped")),

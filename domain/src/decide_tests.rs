@@ -50,9 +50,9 @@ impl World {
     }
 }
 
-fn seen(wrapper: Wrapper, marked: bool, fresh: bool) -> Option<Probe> {
+fn seen(shim: ShimProcess, marked: bool, fresh: bool) -> Option<Probe> {
     Some(Probe {
-        view: ProbeView::Seen { wrapper, marked },
+        view: ProbeView::Seen { shim, marked },
         fresh,
     })
 }
@@ -123,7 +123,11 @@ fn a_recorded_result_beats_the_container() {
         (
             "code and a dead wrapper",
             w.running(),
-            alarm(1, CodeFile::Recorded(7), seen(Wrapper::Absent, false, true)),
+            alarm(
+                1,
+                CodeFile::Recorded(7),
+                seen(ShimProcess::Absent, false, true),
+            ),
             |a| *a == completed(7, false),
         ),
         (
@@ -169,9 +173,9 @@ fn lost_is_never_zero_and_completion_carries_the_recorded_code() {
     ];
     let probes = [
         None,
-        seen(Wrapper::Alive, true, true),
-        seen(Wrapper::Absent, false, true),
-        seen(Wrapper::PidReused, false, false),
+        seen(ShimProcess::Alive, true, true),
+        seen(ShimProcess::Absent, false, true),
+        seen(ShimProcess::PidReused, false, false),
         failed(ProbeView::Gone, true),
         failed(ProbeView::Unreachable("x".into()), true),
     ];
@@ -244,7 +248,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             root(),
             step(
                 CodeFile::Recorded(0),
-                seen(Wrapper::Alive, true, true),
+                seen(ShimProcess::Alive, true, true),
                 None,
             ),
             |a| *a == Action::Wait(RECHECK),
@@ -254,7 +258,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             root(),
             step(
                 CodeFile::Recorded(0),
-                seen(Wrapper::Absent, false, false),
+                seen(ShimProcess::Absent, false, false),
                 None,
             ),
             |a| *a == Action::Probe { fresh: true },
@@ -274,7 +278,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             root(),
             step(
                 CodeFile::Recorded(0),
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 None,
             ),
             |a| *a == Action::AskLaunchEnd,
@@ -284,7 +288,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             root(),
             step(
                 CodeFile::Recorded(3),
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 Some(LaunchEnd::Exited(3)),
             ),
             |a| *a == completed(3, false),
@@ -294,7 +298,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             root(),
             step(
                 CodeFile::Recorded(0),
-                seen(Wrapper::PidReused, false, true),
+                seen(ShimProcess::PidReused, false, true),
                 Some(LaunchEnd::Exited(137)),
             ),
             is_lost,
@@ -304,7 +308,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             root(),
             step(
                 CodeFile::Recorded(0),
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 Some(LaunchEnd::NotRecorded),
             ),
             is_lost,
@@ -316,7 +320,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
                 wakes: Wakes::of(&[Wake::Alarm]),
                 ..step(
                     CodeFile::Recorded(0),
-                    seen(Wrapper::Absent, false, true),
+                    seen(ShimProcess::Absent, false, true),
                     Some(LaunchEnd::Running),
                 )
             },
@@ -335,7 +339,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             },
             step(
                 CodeFile::Recorded(143),
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 Some(LaunchEnd::Unreachable),
             ),
             |a| *a == Action::Wait(RECHECK),
@@ -345,7 +349,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             root(),
             step(
                 CodeFile::Recorded(0),
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 Some(LaunchEnd::Running),
             ),
             |a| *a == Action::Wait(RECHECK),
@@ -355,7 +359,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             w.running(),
             step(
                 CodeFile::Unusable("x".into()),
-                seen(Wrapper::Alive, true, true),
+                seen(ShimProcess::Alive, true, true),
                 None,
             ),
             |a| matches!(a, Action::Wait(_)),
@@ -371,7 +375,7 @@ fn a_code_is_believed_only_from_an_identity_checked_wrapper() {
             w.running(),
             step(
                 CodeFile::Unusable("x".into()),
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 None,
             ),
             is_lost,
@@ -475,7 +479,7 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             "after KILL, a live wrapper gets KILL again",
             killing(KillPhase::KillSent { at: w.at(1) }),
             Evidence {
-                probe: seen(Wrapper::Alive, true, true),
+                probe: seen(ShimProcess::Alive, true, true),
                 ..w.step(7)
             },
             |a| {
@@ -492,7 +496,7 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             "after KILL, a vanished wrapper without a code is lost",
             killing(KillPhase::KillSent { at: w.at(1) }),
             Evidence {
-                probe: seen(Wrapper::Absent, false, true),
+                probe: seen(ShimProcess::Absent, false, true),
                 ..w.step(7)
             },
             is_lost,
@@ -500,25 +504,25 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
         (
             "a cached probe missing the wrapper is not a death verdict",
             w.running(),
-            alarm(seen(Wrapper::Absent, false, false)),
+            alarm(seen(ShimProcess::Absent, false, false)),
             |a| *a == Action::Probe { fresh: true },
         ),
         (
             "a fresh probe missing the wrapper is",
             w.running(),
-            alarm(seen(Wrapper::Absent, false, true)),
+            alarm(seen(ShimProcess::Absent, false, true)),
             is_lost,
         ),
         (
             "a probe taken before the pid was recorded is asked again",
             w.running(),
-            alarm(seen(Wrapper::Unknown, false, true)),
+            alarm(seen(ShimProcess::Unknown, false, true)),
             |a| *a == Action::Probe { fresh: true },
         ),
         (
             "a reused pid is not the wrapper",
             w.running(),
-            alarm(seen(Wrapper::PidReused, true, true)),
+            alarm(seen(ShimProcess::PidReused, true, true)),
             is_lost,
         ),
         (
@@ -541,7 +545,7 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             },
             Evidence {
                 tick: true,
-                probe: seen(Wrapper::Unknown, true, false),
+                probe: seen(ShimProcess::Unknown, true, false),
                 ..w.step(20)
             },
             |a| matches!(a, Action::Wait(_)),
@@ -554,7 +558,7 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             },
             Evidence {
                 tick: true,
-                probe: seen(Wrapper::Unknown, false, true),
+                probe: seen(ShimProcess::Unknown, false, true),
                 ..w.step(20)
             },
             is_lost,
@@ -567,7 +571,7 @@ fn nothing_is_signalled_or_declared_dead_without_proof() {
             },
             Evidence {
                 tick: true,
-                probe: seen(Wrapper::Unknown, false, true),
+                probe: seen(ShimProcess::Unknown, false, true),
                 ..w.step(2)
             },
             |a| matches!(a, Action::Wait(_)),
@@ -607,7 +611,7 @@ fn an_unreachable_container_is_lost_only_after_the_grace() {
         Some(w.at(3)),
         "the first failure starts the grace"
     );
-    s.observe(&seen(Wrapper::Alive, true, true).unwrap(), w.at(10));
+    s.observe(&seen(ShimProcess::Alive, true, true).unwrap(), w.at(10));
     assert_eq!(s.unreachable_since, None, "an answer ends it");
 }
 
@@ -813,7 +817,7 @@ fn an_unconfirmed_start_is_settled_by_evidence_and_never_run_again() {
                 1,
                 CodeFile::Missing,
                 None,
-                seen(Wrapper::Unknown, true, true),
+                seen(ShimProcess::Unknown, true, true),
             ),
             |a| *a == Action::ConfirmStart,
         ),
@@ -835,7 +839,7 @@ fn an_unconfirmed_start_is_settled_by_evidence_and_never_run_again() {
                 60,
                 CodeFile::Missing,
                 None,
-                seen(Wrapper::Unknown, false, true),
+                seen(ShimProcess::Unknown, false, true),
             ),
             |a| matches!(a, Action::Settle(Outcome::Lost { reason }) if reason.contains("may still have run")),
         ),
@@ -849,7 +853,7 @@ fn an_unconfirmed_start_is_settled_by_evidence_and_never_run_again() {
                 1,
                 CodeFile::Missing,
                 None,
-                seen(Wrapper::Unknown, false, true),
+                seen(ShimProcess::Unknown, false, true),
             ),
             |a| *a == Action::Wait(START_POLL),
         ),
@@ -979,14 +983,14 @@ fn a_command_that_never_started_is_failed_never_completed() {
         (
             "root: the record next to a live shim is ignored for now",
             root(),
-            step(seen(Wrapper::Alive, true, true), None),
+            step(seen(ShimProcess::Alive, true, true), None),
             |a| *a == Action::Wait(RECHECK),
         ),
         (
             "root: believed when the launch ended with 125",
             root(),
             step(
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 Some(LaunchEnd::Exited(NOT_STARTED_STATUS)),
             ),
             is_failed,
@@ -995,7 +999,7 @@ fn a_command_that_never_started_is_failed_never_completed() {
             "root: a forged record (the launch ended otherwise) is lost",
             root(),
             step(
-                seen(Wrapper::Absent, false, true),
+                seen(ShimProcess::Absent, false, true),
                 Some(LaunchEnd::Exited(0)),
             ),
             is_lost,

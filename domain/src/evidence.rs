@@ -28,7 +28,7 @@ pub const NOT_STARTED_STATUS: i64 = 125;
 /// A probe's view of the op's wrapper (identity-checked by pid, start time
 /// and marker).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wrapper {
+pub enum ShimProcess {
     /// The recorded pid runs with the recorded start time and the op's marker.
     Alive,
     /// No process has the recorded pid any more.
@@ -45,7 +45,7 @@ pub enum ProbeView {
     /// The container runs and its process table was read.
     Seen {
         /// The op's wrapper, checked against its recorded identity.
-        wrapper: Wrapper,
+        shim: ShimProcess,
         /// Some process carries the op's marker.
         marked: bool,
     },

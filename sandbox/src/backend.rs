@@ -9,7 +9,7 @@ use crate::docker::{ContainerInfo, Sandbox, TopProcess};
 use crate::error::Result;
 use crate::opfiles::{OpsDir, PidRecord};
 use crate::profile::{PoolIdentity, Profile, RunIdentity};
-use crate::shim::{MarkedProcess, Signal, WrapperSpec};
+use crate::shim::{LaunchSpec, MarkedProcess, Signal};
 use opkernel_shim::table::ProcessRow;
 use opkernel_shim::RunUser;
 
@@ -39,7 +39,7 @@ pub trait OpBackend: Send + Sync + 'static {
     fn create_launch<'a>(
         &'a self,
         container_id: &'a str,
-        spec: &'a WrapperSpec<'a>,
+        spec: &'a LaunchSpec<'a>,
         command: &'a [String],
     ) -> BoxFuture<'a, Result<String>>;
     /// Starts a created launch: the only place a command is ever executed.
@@ -164,7 +164,7 @@ impl OpBackend for Sandbox {
     fn create_launch<'a>(
         &'a self,
         container_id: &'a str,
-        spec: &'a WrapperSpec<'a>,
+        spec: &'a LaunchSpec<'a>,
         command: &'a [String],
     ) -> BoxFuture<'a, Result<String>> {
         Box::pin(Sandbox::create_op_exec(self, container_id, spec, command))

@@ -24,7 +24,7 @@ use crate::profile::{
 };
 use crate::shim::{
     install_shim, launch_argv, marker, parse_probe, parse_signalled, probe_argv, ps_argv,
-    signal_argv, MarkedProcess, RunAs, Signal, WrapperSpec,
+    signal_argv, LaunchSpec, MarkedProcess, RunAs, Signal,
 };
 use opkernel_shim::table::{parse_table, ProcessRow};
 use opkernel_shim::RunUser;
@@ -382,7 +382,7 @@ impl Sandbox {
     pub async fn launch(
         &self,
         container_id: &str,
-        spec: &WrapperSpec<'_>,
+        spec: &LaunchSpec<'_>,
         command: &[String],
     ) -> Result<String> {
         let exec_id = self.create_op_exec(container_id, spec, command).await?;
@@ -394,7 +394,7 @@ impl Sandbox {
     pub async fn create_op_exec(
         &self,
         container_id: &str,
-        spec: &WrapperSpec<'_>,
+        spec: &LaunchSpec<'_>,
         command: &[String],
     ) -> Result<String> {
         let argv = launch_argv(spec, command)?;

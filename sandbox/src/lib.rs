@@ -27,7 +27,7 @@ pub use opfiles::{
 pub use opkernel_shim::table::ProcessRow;
 pub use opkernel_shim::{passwd_lookup, RunAs, RunUser};
 pub use profile::{PoolIdentity, Profile, RunIdentity};
-pub use shim::{MarkedProcess, Signal, WrapperSpec};
+pub use shim::{LaunchSpec, MarkedProcess, Signal};
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -48,7 +48,7 @@ impl Snapshot {
     /// The identity check of an op's wrapper: its recorded pid carries the
     /// op's marker and the recorded start time. `None` when the pid is
     /// absent; `Some(false)` when it belongs to another process.
-    pub fn wrapper(&self, op_id: &str, rec: &PidRecord) -> Option<bool> {
+    pub fn shim(&self, op_id: &str, rec: &PidRecord) -> Option<bool> {
         self.by_pid
             .get(&rec.pid)
             .map(|p| p.op_id == op_id && p.start_ticks == rec.start_ticks)
@@ -62,7 +62,7 @@ impl Snapshot {
     /// The op's liveness: its wrapper, and the rest of its tree (processes
     /// with its marker that started no earlier than the wrapper).
     pub fn liveness(&self, op_id: &str, rec: &PidRecord) -> OpLiveness {
-        let wrapper = self.wrapper(op_id, rec);
+        let wrapper = self.shim(op_id, rec);
         let marked_since = self.per_op.get(op_id).map_or(0, |starts| {
             starts.iter().filter(|&&s| s >= rec.start_ticks).count()
         });
@@ -147,18 +147,18 @@ mod snapshot_tests {
             start_ticks: start,
             hostname: String::new(),
         };
-        assert_eq!(snap.wrapper("a", &rec(10, 500)), Some(true));
+        assert_eq!(snap.shim("a", &rec(10, 500)), Some(true));
         assert_eq!(
-            snap.wrapper("a", &rec(10, 499)),
+            snap.shim("a", &rec(10, 499)),
             Some(false),
             "start time differs"
         );
         assert_eq!(
-            snap.wrapper("a", &rec(12, 9)),
+            snap.shim("a", &rec(12, 9)),
             Some(false),
             "another op's process"
         );
-        assert_eq!(snap.wrapper("a", &rec(13, 500)), None);
+        assert_eq!(snap.shim("a", &rec(13, 500)), None);
         assert!(snap.has_op("b") && !snap.has_op("c"));
         assert_eq!(snap.liveness("a", &rec(10, 500)).remaining, 1);
     }

@@ -70,7 +70,7 @@ pub fn validate_op_id(op_id: &str) -> Result<()> {
 
 /// What the launch of one op needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrapperSpec<'a> {
+pub struct LaunchSpec<'a> {
     /// The op's id, a lowercase UUID (checked before it reaches an argv or a
     /// path).
     pub op_id: &'a str,
@@ -83,7 +83,7 @@ pub struct WrapperSpec<'a> {
 /// The launch of an op, validated: what goes into `docker exec` as an argv
 /// or, addressed to the container with hostname `host`, into the
 /// launcher's inbox as a request.
-pub fn launch_request(spec: &WrapperSpec<'_>, command: &[String], host: &str) -> Result<Request> {
+pub fn launch_request(spec: &LaunchSpec<'_>, command: &[String], host: &str) -> Result<Request> {
     validate_op_id(spec.op_id)?;
     validate_command(command)?;
     let run_as = match spec.run_as {
@@ -101,7 +101,7 @@ pub fn launch_request(spec: &WrapperSpec<'_>, command: &[String], host: &str) ->
 
 /// The exec argv of an op: `/.opkernel/shim launch <id> <run-as> <cap> ARGV...`
 /// (the same as the launcher runs for a request).
-pub fn launch_argv(spec: &WrapperSpec<'_>, command: &[String]) -> Result<Vec<String>> {
+pub fn launch_argv(spec: &LaunchSpec<'_>, command: &[String]) -> Result<Vec<String>> {
     let req = launch_request(spec, command, "exec")?;
     let mut argv = vec![
         SHIM_PATH.to_owned(),
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn launch_argv_passes_the_command_verbatim() {
-        let spec = WrapperSpec {
+        let spec = LaunchSpec {
             op_id: ID,
             run_as: Some("1000:1000"),
             log_cap_bytes: 1024,
@@ -218,7 +218,7 @@ mod tests {
         let argv = launch_argv(&spec, &cmd).unwrap();
         assert_eq!(argv[..5], [SHIM_PATH, "launch", ID, "1000:1000", "1024"]);
         assert_eq!(&argv[5..], &cmd[..]);
-        let root = WrapperSpec {
+        let root = LaunchSpec {
             run_as: None,
             ..spec.clone()
         };
@@ -229,7 +229,7 @@ mod tests {
     fn launch_argv_refuses_odd_users_and_ids() {
         let cmd = vec!["true".to_owned()];
         for (op_id, run_as) in [(ID, Some("a'b")), (ID, Some("0:0")), ("x; rm -rf /", None)] {
-            let spec = WrapperSpec {
+            let spec = LaunchSpec {
                 op_id,
                 run_as,
                 log_cap_bytes: 1,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use opkernel_tests::{image_tests, wait_for, Image, SandboxFixture};
-use sandbox::{ExitRecord, OpFileError, OpResult, PidRecord, RunIdentity, Signal, WrapperSpec};
+use sandbox::{ExitRecord, LaunchSpec, OpFileError, OpResult, PidRecord, RunIdentity, Signal};
 
 fn op_id() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -32,7 +32,7 @@ async fn run_to_record(
 ) -> (String, ExitRecord) {
     let (identity, info) = fx.container(run).await;
     let id = op_id();
-    let spec = WrapperSpec {
+    let spec = LaunchSpec {
         op_id: &id,
         run_as: Some("1000:1000"),
         log_cap_bytes: cap,
@@ -142,7 +142,7 @@ async fn shim_files_codes_and_usage(image: Image) {
     // a user the image does not have: nothing is executed, and the record says so
     let (_, info) = fx.container(&run).await;
     let id = op_id();
-    let spec = WrapperSpec {
+    let spec = LaunchSpec {
         op_id: &id,
         run_as: Some("nobody-here"),
         log_cap_bytes: 1024,
@@ -220,7 +220,7 @@ async fn identity_probe_and_tree_kill(image: Image) {
     let (identity, info) = fx.container(&run).await;
     let ops = fx.sandbox.ops_dir(&identity.scratch_key);
     let id = op_id();
-    let spec = WrapperSpec {
+    let spec = LaunchSpec {
         op_id: &id,
         run_as: Some("1000:1000"),
         log_cap_bytes: 1 << 20,

@@ -279,7 +279,7 @@ async fn monitor(m: Arc<MonitorsShared>, container_id: String, ops: WatchedOps) 
             .probe(m.backend.as_ref(), &container_id, m.ticks.every())
             .await;
         for (op_id, w) in ops.lock().iter() {
-            let healthy = matches!(&probe, Ok(snap) if snap.wrapper(op_id, &w.rec) == Some(true));
+            let healthy = matches!(&probe, Ok(snap) if snap.shim(op_id, &w.rec) == Some(true));
             if !healthy {
                 w.inbox.post(Wake::Alarm);
             }

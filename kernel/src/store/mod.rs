@@ -103,7 +103,7 @@ const POSTGRES_POOL: usize = 16;
 /// Numbered migrations, applied in order inside one transaction each.
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/0001_control_plane.sql")),
-    (2, include_str!("../../migrations/0002_review_fixes.sql")),
+    (2, include_str!("../../migrations/0002_kill_evidence.sql")),
     (3, include_str!("../../migrations/0003_usage.sql")),
     (4, include_str!("../../migrations/0004_launcher.sql")),
     (5, include_str!("../../migrations/0005_runs_as_tasks.sql")),

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sandbox::{
-    ContainerInfo, MarkedProcess, OpBackend, OpsDir, PidRecord, Profile, RunIdentity, RunUser,
-    SandboxError, Signal, TopProcess, WrapperSpec,
+    ContainerInfo, LaunchSpec, MarkedProcess, OpBackend, OpsDir, PidRecord, Profile, RunIdentity,
+    RunUser, SandboxError, Signal, TopProcess,
 };
 
 use crate::base::sync::Lock;
@@ -212,7 +212,7 @@ impl OpBackend for Fake {
     fn create_launch<'a>(
         &'a self,
         _container_id: &'a str,
-        spec: &'a WrapperSpec<'a>,
+        spec: &'a LaunchSpec<'a>,
         _command: &'a [String],
     ) -> BoxFuture<'a, sandbox::Result<String>> {
         let mut launches = self.launches.lock();

@@ -2,7 +2,7 @@
 //! The decisions (cancelled before start? what did Docker's answer mean?)
 //! are `decide`'s; this file carries them out.
 
-use sandbox::{Handback, OpsDir, RunIdentity, WrapperSpec};
+use sandbox::{Handback, LaunchSpec, OpsDir, RunIdentity};
 
 use super::decide::{self, LaunchVerdict};
 use super::{ObserverAttempt, ObserverError};
@@ -104,7 +104,7 @@ impl ObserverAttempt {
     /// op goes by `docker exec`.
     async fn hand_over(&self, ops: &OpsDir, host: &str) -> Result<bool, ObserverError> {
         let k = &self.kernel;
-        let spec = WrapperSpec {
+        let spec = LaunchSpec {
             op_id: &self.op.id,
             run_as: k.config.profile.run_as.as_deref(),
             log_cap_bytes: k.config.ops.log_cap_bytes,
@@ -182,7 +182,7 @@ impl ObserverAttempt {
     /// the op's end), then starts it.
     async fn exec(&self, container_id: &str) -> Result<sandbox::Result<()>, ObserverError> {
         let k = &self.kernel;
-        let spec = WrapperSpec {
+        let spec = LaunchSpec {
             op_id: &self.op.id,
             run_as: k.config.profile.run_as.as_deref(),
             log_cap_bytes: k.config.ops.log_cap_bytes,

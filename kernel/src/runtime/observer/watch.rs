@@ -8,7 +8,7 @@ use sandbox::{OpFileError, OpResult, OpsDir, PidRecord, Signal};
 
 use super::decide::{
     self, Action, Clock, CodeFile, ContainerFacts, Evidence, Handover, Kill, LaunchEnd, Probe,
-    ProbeView, Start, State, Timing, Wrapper,
+    ProbeView, ShimProcess, Start, State, Timing,
 };
 use super::{ObserverAttempt, ObserverError, Step};
 use crate::lifecycle::{KillReason, Outcome, Status};
@@ -441,11 +441,11 @@ impl ObserverAttempt {
             .await
         {
             Ok(snap) => ProbeView::Seen {
-                wrapper: match pid.map(|rec| snap.wrapper(&self.op.id, rec)) {
-                    None => Wrapper::Unknown,
-                    Some(Some(true)) => Wrapper::Alive,
-                    Some(Some(false)) => Wrapper::PidReused,
-                    Some(None) => Wrapper::Absent,
+                shim: match pid.map(|rec| snap.shim(&self.op.id, rec)) {
+                    None => ShimProcess::Unknown,
+                    Some(Some(true)) => ShimProcess::Alive,
+                    Some(Some(false)) => ShimProcess::PidReused,
+                    Some(None) => ShimProcess::Absent,
                 },
                 marked: snap.has_op(&self.op.id),
             },

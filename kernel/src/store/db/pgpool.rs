@@ -18,7 +18,7 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (
         2,
-        include_str!("../../../migrations/postgres/0002_review_fixes.sql"),
+        include_str!("../../../migrations/postgres/0002_kill_evidence.sql"),
     ),
     (
         3,

@@ -2,6 +2,9 @@
 //! closed types, and one error shape. Handlers live in submodules by concern.
 
 mod console;
+mod containers;
+mod daemon;
+mod drill_hooks;
 pub mod error;
 mod events;
 mod fanout;
@@ -16,7 +19,6 @@ pub mod reports;
 mod runs;
 pub mod schedules;
 mod schema;
-mod views;
 
 use std::sync::Arc;
 
@@ -45,10 +47,10 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/", get(panel::index))
         .route("/ui/{file}", get(panel::file))
         .route("/metrics", get(metrics::metrics))
-        .route("/v1/health", get(views::health))
+        .route("/v1/health", get(daemon::health))
         .route("/v1/openapi.json", get(openapi::openapi_json))
-        .route("/v1/whoami", get(views::whoami))
-        .route("/v1/tools", get(views::tools))
+        .route("/v1/whoami", get(daemon::whoami))
+        .route("/v1/tools", get(daemon::tools))
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
         .route("/v1/runs/{run}", get(runs::get_run))
         .route("/v1/runs/{run}/pause", post(runs::pause))
@@ -92,21 +94,33 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/runs/{run}/report/{report_id}/ack", post(reports::ack))
         .route("/v1/runs/{run}/notes", post(reports::note))
         .route("/v1/runs/{run}/finish", post(reports::finish))
-        .route("/v1/ops", get(views::list_ops))
-        .route("/v1/containers", get(views::containers))
+        .route("/v1/ops", get(ops::list_ops))
+        .route("/v1/containers", get(containers::containers))
         .route("/v1/nodes", get(nodes::nodes))
         .route("/v1/nodes/{name}/drain", post(nodes::drain))
         .route("/v1/nodes/{name}/activate", post(nodes::activate))
         .route("/v1/containers/{id}", get(inspect::inspect))
-        .route("/v1/reap", post(views::reap));
+        .route("/v1/reap", post(containers::reap));
     if kernel.config.drills.on {
         app = app
-            .route("/v1/drill/observer-fault/{id}", post(views::observer_fault))
-            .route("/v1/drill/observer-panic/{id}", post(views::observer_panic))
-            .route("/v1/drill/observer-wake/{id}", post(views::observer_wake))
-            .route("/v1/drill/supervisor-end/{id}", post(views::supervisor_end))
-            .route("/v1/drill/clock-step", post(views::clock_step))
-            .route("/v1/drill/probes", get(views::probe_counts));
+            .route(
+                "/v1/drill/observer-fault/{id}",
+                post(drill_hooks::observer_fault),
+            )
+            .route(
+                "/v1/drill/observer-panic/{id}",
+                post(drill_hooks::observer_panic),
+            )
+            .route(
+                "/v1/drill/observer-wake/{id}",
+                post(drill_hooks::observer_wake),
+            )
+            .route(
+                "/v1/drill/supervisor-end/{id}",
+                post(drill_hooks::supervisor_end),
+            )
+            .route("/v1/drill/clock-step", post(drill_hooks::clock_step))
+            .route("/v1/drill/probes", get(drill_hooks::probe_counts));
     }
     app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .fallback(|| async { ApiError::not_found("no such endpoint") })

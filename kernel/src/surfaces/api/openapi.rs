@@ -90,12 +90,12 @@ impl Modify for Conventions {
                        reports, approvals, schedules and the operators' views."
     ),
     paths(
-        super::views::health,
-        super::views::whoami,
-        super::views::tools,
-        super::views::list_ops,
-        super::views::containers,
-        super::views::reap,
+        super::daemon::health,
+        super::daemon::whoami,
+        super::daemon::tools,
+        super::ops::list_ops,
+        super::containers::containers,
+        super::containers::reap,
         super::inspect::inspect,
         super::nodes::nodes,
         super::nodes::drain,

@@ -8,7 +8,8 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::{
-    authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body, Scope, Seg,
+    authorize_run, require_operator, visible_op, ApiError, ApiResult, AppState, Body, Params,
+    Scope, Seg,
 };
 use crate::lifecycle::{KillReason, Status};
 use crate::store::{NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
@@ -475,6 +476,51 @@ pub async fn approvals(State(k): State<AppState>, principal: Principal) -> ApiRe
         Principal::Run(own) => Some(own.clone()),
     };
     let ops = k.store.waiting_ops(root).await?;
+    Ok(Json(OpList {
+        operations: ops.iter().map(OpView::of).collect(),
+    }))
+}
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only this run's ops.
+    #[param(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
+    run: Option<String>,
+    /// Ops at most, newest first.
+    #[param(value_type = Option<u64>, maximum = 4294967295_u64)]
+    limit: Option<u32>,
+    /// Only ops that are not terminal.
+    #[serde(default)]
+    live: bool,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/ops",
+    tag = "operations",
+    params(ListQuery),
+    responses((status = 200, description = "Success", body = OpList)),
+)]
+pub async fn list_ops(
+    State(k): State<AppState>,
+    principal: Principal,
+    Params(q): Params<ListQuery>,
+) -> ApiResult<Json<OpList>> {
+    let run = match (&principal, q.run) {
+        (Principal::Operator, run) => run,
+        (Principal::Run(own), None) => Some(own.clone()),
+        (Principal::Run(_), Some(run)) => Some(run),
+    };
+    if let Some(run) = &run {
+        super::authorize_run(&k, &principal, run, super::Scope::Subtree).await?;
+    }
+    let limit = q.limit.unwrap_or(200).min(5000);
+    let ops = if q.live {
+        k.store.list_live_ops(run, limit).await?
+    } else {
+        k.store.list_ops(run, limit).await?
+    };
     Ok(Json(OpList {
         operations: ops.iter().map(OpView::of).collect(),
     }))
