@@ -75,3 +75,87 @@ fn the_scanner_sees_paths_but_not_comments_or_macros() {
     let text = "use crate::store::X;\n// crate::app\nlet a = $crate::app::y;\nf(crate::runtime::k)";
     assert_eq!(named_folders(text), ["store", "runtime"]);
 }
+
+/// Inside `runtime`, its core (the kernel's state and what it is made of)
+/// sits below its loops: no core file names an observer, the reaper or a
+/// background loop.
+#[test]
+fn the_runtime_core_never_names_its_loops() {
+    const CORE: &[&str] = &[
+        "kernel", "probes", "watcher", "inbox", "runmeta", "home", "config",
+    ];
+    const LOOPS: &[&str] = &[
+        "observer",
+        "reaper",
+        "housekeeping",
+        "control",
+        "node",
+        "scheduler",
+        "stop",
+        "webhooks",
+        "retention",
+    ];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
+    let mut files = Vec::new();
+    production_files(&src, &mut files);
+    let mut broken = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap_or(file);
+        let first = rel.iter().next().map(|p| p.to_string_lossy().into_owned());
+        let part = first.unwrap_or_default();
+        if !CORE.contains(&part.trim_end_matches(".rs")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in production_lines(&text) {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            for name in LOOPS {
+                if code.contains(&format!("crate::runtime::{name}::")) {
+                    broken.push(format!("runtime/{}: names {name}", rel.display()));
+                }
+            }
+        }
+    }
+    assert!(files.len() > 20, "the scan found {} files", files.len());
+    assert!(
+        broken.is_empty(),
+        "the runtime's core names its loops:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// The pure rules stay pure: `opkernel-domain` depends on nothing that
+/// does I/O (no runtime, store, Docker or HTTP client). Adding one is a
+/// decision to make here, in the open.
+#[test]
+fn the_domain_crate_depends_on_no_runtime() {
+    let manifest = include_str!("../../domain/Cargo.toml");
+    let deps = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .unwrap_or_default();
+    let names: Vec<&str> = deps
+        .lines()
+        .filter_map(|l| l.split(['.', ' ', '=']).next())
+        .filter(|n| !n.is_empty() && !n.starts_with('#'))
+        .collect();
+    let allowed = [
+        "opkernel-shim",
+        "chrono",
+        "croner",
+        "regex",
+        "serde",
+        "serde_json",
+        "thiserror",
+        // derives the API document's schemas of the domain's types
+        // (SPEC §23): a description, no I/O
+        "utoipa",
+    ];
+    let extra: Vec<&&str> = names.iter().filter(|n| !allowed.contains(n)).collect();
+    assert!(extra.is_empty(), "domain depends on {extra:?}");
+    assert!(names.len() >= 5, "scanned {names:?}");
+}

@@ -191,7 +191,7 @@ pub async fn pid_reused(kit: &Kit) -> anyhow::Result<String> {
 /// the launcher (the kernel's probe counts), and an op started during the
 /// outage runs through the launcher and completes before Docker is back.
 pub async fn daemon_outage(kit: &Kit, long: bool, launcher: bool) -> anyhow::Result<String> {
-    let (proxy, sock) = super::review::docker_proxy()?;
+    let (proxy, sock) = super::races::docker_proxy()?;
     let grace = if long { "3s" } else { "8s" };
     let env = [
         ("OPKERNEL_DOCKER_SOCKET", sock.to_str().unwrap_or_default()),

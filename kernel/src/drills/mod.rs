@@ -10,7 +10,7 @@ mod launcher;
 pub mod pgserver;
 mod pool;
 pub mod proxy;
-mod review;
+mod races;
 mod runs;
 mod store;
 
@@ -85,11 +85,11 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
         "unacked-report" => Box::pin(async move { crash::unacked_report(&kit).await }),
         "observer-crash" => Box::pin(async move { faults::observer_crash(&kit).await }),
         "supervisor-lost" => Box::pin(async move { faults::supervisor_lost(&kit).await }),
-        "slow-start" => Box::pin(async move { review::slow_start(&kit).await }),
-        "kill-before-start" => Box::pin(async move { review::kill_before_start(&kit).await }),
-        "clock-step" => Box::pin(async move { review::clock_step(&kit).await }),
+        "slow-start" => Box::pin(async move { races::slow_start(&kit).await }),
+        "kill-before-start" => Box::pin(async move { races::kill_before_start(&kit).await }),
+        "clock-step" => Box::pin(async move { races::clock_step(&kit).await }),
         "kill-interrupted-term" => {
-            Box::pin(async move { review::kill_interrupted_term(&kit).await })
+            Box::pin(async move { races::kill_interrupted_term(&kit).await })
         }
         "launcher-killed-pending" => {
             Box::pin(async move { launcher::launcher_killed_pending(&kit).await })

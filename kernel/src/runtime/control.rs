@@ -4,9 +4,8 @@
 //! and wakes the run's report waiters, so no caller can leave an op in
 //! `starting` without an observer. The API, the scheduler and (through the
 //! API) MCP call only this; observers are spawned from nowhere else but
-//! recovery, the watchdog and a cluster node's hand-off (`limits_tests`'
-//! check names the allowed
-//! places). Results that need no observer (settlements, notes, acks, an
+//! recovery and the watchdog (`limits_tests`' check names the allowed
+//! places); a cluster node's hand-off comes here too. Results that need no observer (settlements, notes, acks, an
 //! approval's timeout) wake their waiters where they are written.
 
 use std::sync::Arc;
@@ -148,4 +147,14 @@ pub async fn fire_schedule(
         _ => {}
     }
     Ok(fire)
+}
+
+/// An op placed on this node (by another node's hint or found by the
+/// hand-off's scan) gets its observer here, unless one runs already or the
+/// node is fenced (its claim would be refused; one already observing goes
+/// on). The observer re-reads the row: an op not placed here is left alone.
+pub fn take_placed(k: &Arc<Kernel>, op_id: &str) {
+    if k.may_start() && !k.observes(op_id) {
+        crate::runtime::observer::spawn(k, op_id.to_owned());
+    }
 }

@@ -330,10 +330,7 @@ impl LateWatch {
 fn take_hints(k: &Arc<Kernel>, hinted: Vec<(HintKind, String)>) {
     for (kind, id) in hinted {
         match kind {
-            HintKind::Start if k.may_start() && !k.observes(&id) => {
-                crate::runtime::observer::spawn(k, id)
-            }
-            HintKind::Start => {}
+            HintKind::Start => crate::runtime::control::take_placed(k, &id),
             HintKind::Kill if k.observes(&id) => k.poke_kill(&id),
             // no observer: an op settled `lost` whose command may run here
             HintKind::Kill => {
@@ -356,13 +353,10 @@ async fn hand_off(k: &Arc<Kernel>, poked: &mut HashSet<String>) -> Result<(), St
     if let Err(e) = crate::runtime::observer::take_over_unplaced(k).await {
         tracing::warn!(%e, "cluster: unplaced ops not looked at this round");
     }
-    // a fenced node starts no observer for an unclaimed op (its claim
-    // would be refused); one already observing goes on
+    // a fenced node starts no observer for an unclaimed op
     if k.may_start() {
         for (id, _) in k.store.observed_op_ids().await? {
-            if !k.observes(&id) {
-                crate::runtime::observer::spawn(k, id);
-            }
+            crate::runtime::control::take_placed(k, &id);
         }
     }
     // stops asked for this node's lost ops (their hint may have been lost)

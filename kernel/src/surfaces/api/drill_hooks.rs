@@ -130,3 +130,15 @@ pub async fn observer_wake(
         woken: true,
     }))
 }
+
+/// The drill hooks' routes (only with `OPKERNEL_DRILLS` on).
+pub(super) fn routes() -> axum::Router<super::AppState> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/v1/drill/observer-fault/{id}", post(observer_fault))
+        .route("/v1/drill/observer-panic/{id}", post(observer_panic))
+        .route("/v1/drill/observer-wake/{id}", post(observer_wake))
+        .route("/v1/drill/supervisor-end/{id}", post(supervisor_end))
+        .route("/v1/drill/clock-step", post(clock_step))
+        .route("/v1/drill/probes", get(probe_counts))
+}

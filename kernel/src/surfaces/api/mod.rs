@@ -51,6 +51,20 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/v1/whoami", get(daemon::whoami))
         .route("/v1/tools", get(daemon::tools))
+        .merge(run_routes())
+        .merge(op_routes())
+        .merge(operator_routes());
+    if kernel.config.drills.on {
+        app = app.merge(drill_hooks::routes());
+    }
+    app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .with_state(kernel)
+}
+
+/// A run's own endpoints: its state, events, reports and schedules.
+fn run_routes() -> Router<AppState> {
+    Router::new()
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
         .route("/v1/runs/{run}", get(runs::get_run))
         .route("/v1/runs/{run}/pause", post(runs::pause))
@@ -61,6 +75,10 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/runs/{run}/events", get(events::events))
         .route("/v1/runs/{run}/events/stream", get(events::events_stream))
         .route("/v1/runs/{run}/reports", get(events::reports))
+        .route("/v1/runs/{run}/report", get(reports::report))
+        .route("/v1/runs/{run}/report/{report_id}/ack", post(reports::ack))
+        .route("/v1/runs/{run}/notes", post(reports::note))
+        .route("/v1/runs/{run}/finish", post(reports::finish))
         .route(
             "/v1/runs/{run}/schedules",
             post(schedules::create).get(schedules::list),
@@ -78,6 +96,11 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
             post(schedules::resume),
         )
         .route("/v1/schedules", get(schedules::list_all))
+}
+
+/// The tools and an op's own endpoints.
+fn op_routes() -> Router<AppState> {
+    Router::new()
         .route("/v1/tools/run_command", post(ops::run_oneshot))
         .route("/v1/runs/{run}/tools/run_command", post(ops::run_command))
         .route(
@@ -87,44 +110,21 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/operations/{id}", get(ops::get_operation))
         .route("/v1/operations/{id}/approve", post(ops::approve))
         .route("/v1/operations/{id}/deny", post(ops::deny))
-        .route("/v1/approvals", get(ops::approvals))
         .route("/v1/operations/{id}/log", get(console::raw_log))
         .route("/v1/operations/{id}/console", get(console::console))
-        .route("/v1/runs/{run}/report", get(reports::report))
-        .route("/v1/runs/{run}/report/{report_id}/ack", post(reports::ack))
-        .route("/v1/runs/{run}/notes", post(reports::note))
-        .route("/v1/runs/{run}/finish", post(reports::finish))
+        .route("/v1/approvals", get(ops::approvals))
         .route("/v1/ops", get(ops::list_ops))
+}
+
+/// The operator's views of the host: containers, nodes, the reaper.
+fn operator_routes() -> Router<AppState> {
+    Router::new()
         .route("/v1/containers", get(containers::containers))
+        .route("/v1/containers/{id}", get(inspect::inspect))
+        .route("/v1/reap", post(containers::reap))
         .route("/v1/nodes", get(nodes::nodes))
         .route("/v1/nodes/{name}/drain", post(nodes::drain))
         .route("/v1/nodes/{name}/activate", post(nodes::activate))
-        .route("/v1/containers/{id}", get(inspect::inspect))
-        .route("/v1/reap", post(containers::reap));
-    if kernel.config.drills.on {
-        app = app
-            .route(
-                "/v1/drill/observer-fault/{id}",
-                post(drill_hooks::observer_fault),
-            )
-            .route(
-                "/v1/drill/observer-panic/{id}",
-                post(drill_hooks::observer_panic),
-            )
-            .route(
-                "/v1/drill/observer-wake/{id}",
-                post(drill_hooks::observer_wake),
-            )
-            .route(
-                "/v1/drill/supervisor-end/{id}",
-                post(drill_hooks::supervisor_end),
-            )
-            .route("/v1/drill/clock-step", post(drill_hooks::clock_step))
-            .route("/v1/drill/probes", get(drill_hooks::probe_counts));
-    }
-    app.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .fallback(|| async { ApiError::not_found("no such endpoint") })
-        .with_state(kernel)
 }
 
 impl FromRequestParts<AppState> for Principal {

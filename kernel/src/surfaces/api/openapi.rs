@@ -182,7 +182,8 @@ mod tests {
                 .paths
                 .get(path)
                 .unwrap_or_else(|| panic!("{path} is not in the document"));
-            let call = chunk.split(".route(").next().unwrap_or_default();
+            // the call ends at the next route or at the end of its function
+            let call = chunk.split("\n}").next().unwrap_or_default();
             for (verb, op) in [
                 ("get(", &item.get),
                 ("post(", &item.post),

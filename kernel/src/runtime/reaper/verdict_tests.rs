@@ -15,11 +15,14 @@ fn removable() -> ReapFacts {
 
 #[test]
 fn decide_reap_keeps_anything_live_or_undecidable() {
-    assert!(verdict(&removable()).is_ok());
+    assert!(matches!(verdict(&removable()), Verdict::Remove(_)));
     let keep = |change: &dyn Fn(&mut ReapFacts), why: &str| {
         let mut f = removable();
         change(&mut f);
-        let reason = verdict(&f).expect_err(why);
+        let Verdict::Keep(reason) = verdict(&f) else {
+            panic!("removed, though {why}");
+        };
+        let reason = reason.to_string();
         assert!(reason.contains(why), "{reason} lacks {why}");
     };
     keep(&|f| f.run_id = None, "run label");
@@ -50,11 +53,12 @@ fn decide_reap_keeps_anything_live_or_undecidable() {
     let mut f = removable();
     f.run_finished = true;
     f.idle_ms = 0;
-    assert_eq!(verdict(&f).unwrap(), "run finished and no op is live");
+    assert_eq!(verdict(&f), Verdict::Remove(RemoveReason::RunFinished));
+    assert_eq!(verdict(&f).to_string(), "run finished and no op is live");
     let mut f = removable();
     f.running = false;
     f.marked_process = Err("not running".into());
-    assert!(verdict(&f).is_ok());
+    assert!(matches!(verdict(&f), Verdict::Remove(_)));
 }
 
 #[test]

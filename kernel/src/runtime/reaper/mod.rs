@@ -11,6 +11,13 @@ use crate::runtime::kernel::Kernel;
 use crate::runtime::pool::{upkeep, PoolRole};
 use crate::store::{now_ms, StoreError};
 
+mod verdict;
+
+use verdict::is_idle_process;
+pub use verdict::{
+    decide_reap, scratch_fate, verdict, KeepReason, ReapFacts, RemoveReason, ScratchFate, Verdict,
+};
+
 /// How long the reaper waits for one container's probe or process table.
 const LOOK_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -44,169 +51,6 @@ pub struct ReapDecision {
     /// The cluster node whose reaper decided (absent on a single kernel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
-}
-
-/// Commands of a run container's own idle processes: Docker's init and the
-/// shim's main process (`serve`, the resident launcher, or `idle`; the
-/// shell loop of containers made before the shim).
-fn is_idle_process(command: &str) -> bool {
-    let shim_idle = command
-        .strip_prefix(sandbox::shim::SHIM_PATH)
-        .is_some_and(|rest| rest == " idle" || rest == " serve");
-    shim_idle
-        || command.contains("docker-init")
-        || command.contains("while :; do sleep 3600; done")
-        || command == "sleep 3600"
-}
-
-/// What the reaper knows about one managed container when it decides.
-#[derive(Debug, Clone)]
-pub struct ReapFacts {
-    /// Docker's container id.
-    pub container_id: String,
-    /// The container's name.
-    pub name: String,
-    /// Its run label as found (for the report), valid or not.
-    pub run_label: Option<String>,
-    /// The run id from its label, when it is a valid run id.
-    pub run_id: Option<String>,
-    /// Its scratch key label matches its run.
-    pub scratch_key_matches: bool,
-    /// Its `/scratch` is this kernel home's (else: where it points).
-    pub owned: Result<(), String>,
-    /// A live op of the run (id, status) in the control plane.
-    pub live_op: Option<(String, String)>,
-    /// Whether the container runs; then what its processes show.
-    pub running: bool,
-    /// A marked process found by the probe, or why it could not probe.
-    pub marked_process: Result<Option<String>, String>,
-    /// A process that is neither init nor the idle loop, or why `top` failed.
-    pub unknown_process: Result<Option<String>, String>,
-    /// Its run was finished (`POST /v1/runs/{run}/finish`): no idle wait
-    /// applies.
-    pub run_finished: bool,
-    /// Milliseconds since the run's last activity (control plane, `.ops` files,
-    /// creation label).
-    pub idle_ms: i64,
-    /// Idle time after which a container without live ops may go
-    /// (`OPKERNEL_REAP_TTL`), in milliseconds.
-    pub ttl_ms: i64,
-    /// Ops in the `.ops` dir with a pid file and no code file.
-    pub open_op_files: usize,
-}
-
-impl Default for ReapFacts {
-    /// Nothing known yet: no run, nothing found.
-    fn default() -> Self {
-        ReapFacts {
-            container_id: String::new(),
-            name: String::new(),
-            run_label: None,
-            run_id: None,
-            scratch_key_matches: false,
-            owned: Ok(()),
-            live_op: None,
-            running: false,
-            marked_process: Ok(None),
-            unknown_process: Ok(None),
-            run_finished: false,
-            idle_ms: 0,
-            ttl_ms: 0,
-            open_op_files: 0,
-        }
-    }
-}
-
-/// The reaper's decisions on every managed container, from facts gathered
-/// beforehand. Pure: the removal loop carries them out.
-pub fn decide_reap(facts: &[ReapFacts]) -> Vec<ReapDecision> {
-    facts
-        .iter()
-        .map(|f| {
-            let (action, reason) = match verdict(f) {
-                Ok(reason) => (ReapAction::Remove, reason),
-                Err(reason) => (ReapAction::Keep, reason),
-            };
-            ReapDecision {
-                container_id: f.container_id.clone(),
-                name: f.name.clone(),
-                run_id: f.run_label.clone(),
-                action,
-                reason,
-                removed: false,
-                node: None,
-            }
-        })
-        .collect()
-}
-
-/// What becomes of a run's scratch dir once one of its containers is gone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScratchFate {
-    /// Remove the scratch dir with the container.
-    Remove,
-    /// Keep it, for this reason.
-    Keep(&'static str),
-}
-
-/// The scratch dir is shared by every container of the run (a profile
-/// change makes a second one): it goes with the last of them, and only
-/// once every result of the run was delivered. Undecidable keeps it.
-pub fn scratch_fate(other_containers: Option<bool>, delivered: bool) -> ScratchFate {
-    match (other_containers, delivered) {
-        (Some(false), true) => ScratchFate::Remove,
-        (Some(false), false) => ScratchFate::Keep("until its results are delivered"),
-        _ => ScratchFate::Keep("for the run's other container"),
-    }
-}
-
-/// The verdict on one container: `Ok(reason)` to remove it, `Err(reason)`
-/// to keep it.
-pub fn verdict(f: &ReapFacts) -> Result<String, String> {
-    if f.run_id.is_none() {
-        return Err("its run label cannot be confirmed".into());
-    }
-    if !f.scratch_key_matches {
-        return Err("its scratch key label does not match its run".into());
-    }
-    if let Err(source) = &f.owned {
-        return Err(format!("it belongs to another kernel home ({source})"));
-    }
-    if let Some((id, status)) = &f.live_op {
-        return Err(format!("op {id} is {status}"));
-    }
-    if f.running {
-        match &f.marked_process {
-            Ok(Some(p)) => return Err(p.clone()),
-            Err(e) => return Err(format!("cannot probe its processes: {e}")),
-            Ok(None) => {}
-        }
-        match &f.unknown_process {
-            Ok(Some(cmd)) => return Err(format!("unknown process running: {cmd}")),
-            Err(e) => return Err(format!("cannot read its process table: {e}")),
-            Ok(None) => {}
-        }
-    }
-    if f.run_finished {
-        return Ok("run finished and no op is live".into());
-    }
-    if f.idle_ms < f.ttl_ms {
-        let open = if f.open_op_files > 0 {
-            format!(", {} op(s) without an exit code", f.open_op_files)
-        } else {
-            String::new()
-        };
-        return Err(format!(
-            "idle {}s, below the {}s ttl{open}",
-            f.idle_ms / 1000,
-            f.ttl_ms / 1000
-        ));
-    }
-    Ok(format!(
-        "no live op and idle {}s (ttl {}s)",
-        f.idle_ms / 1000,
-        f.ttl_ms / 1000
-    ))
 }
 
 /// Gathers the facts about one container (control plane, `.ops` files,
@@ -411,7 +255,7 @@ async fn remove_under_gate(
 ) -> Result<(), StoreError> {
     let _gate = k.reap_gate(run).await;
     let live = k.store.run_ops_live(run).await?;
-    if let Err(reason) = verdict(&facts(k, c, &live).await?) {
+    if let Verdict::Keep(reason) = verdict(&facts(k, c, &live).await?) {
         decision.action = ReapAction::Keep;
         decision.reason = format!("kept on a second look under the run's gate: {reason}");
         return Ok(());
@@ -505,7 +349,3 @@ pub async fn periodic(k: std::sync::Arc<Kernel>, mut stop: crate::base::sync::St
         }
     }
 }
-
-#[cfg(test)]
-#[path = "reaper_tests.rs"]
-mod tests;

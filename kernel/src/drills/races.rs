@@ -1,4 +1,4 @@
-//! Drills for the review's findings: a slow Docker start, a kill that
+//! Drills of timing races: a slow Docker start, a kill that
 //! arrives before the exec, a wall-clock step, a kill interrupted by a
 //! restart of a command that honours SIGTERM.
 
