@@ -30,6 +30,13 @@ pub enum Status {
     Denied,
 }
 
+impl std::fmt::Display for Status {
+    /// The status as on the wire (padding honoured).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 impl Status {
     /// Every status, in lifecycle order.
     pub const ALL: [Status; 8] = [

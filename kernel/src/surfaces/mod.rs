@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod mcp;
+pub mod requests;
 pub mod retry;
 pub mod tools;
 pub mod views;

@@ -203,7 +203,7 @@ impl Follow {
             self.finished = true;
             let done = ConsoleDone {
                 operation_id: op.id,
-                status: op.status.as_str().to_owned(),
+                status: Some(op.status),
                 exit_code: op.exit_code,
                 killed: op.killed,
                 effect: op.effect,

@@ -191,7 +191,7 @@ fn inspect_op(op: &Op, now: i64) -> InspectOp {
     let command: String = op.command.join(" ").chars().take(200).collect();
     InspectOp {
         operation_id: op.id.clone(),
-        status: op.status.as_str().to_owned(),
+        status: op.status,
         age_ms: (now - op.created_at).max(0),
         exit_code: op.exit_code.map(i64::from),
         command,

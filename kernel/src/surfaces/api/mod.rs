@@ -18,7 +18,7 @@ mod proxy;
 pub mod reports;
 mod runs;
 pub mod schedules;
-mod schema;
+pub(crate) mod schema;
 
 use std::sync::Arc;
 
@@ -184,7 +184,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
 
 /// Parses a `run_command` body exactly as the endpoint does (for tests and
 /// fuzzing of the request parser).
-pub fn parse_run_command(body: &[u8]) -> Result<ops::RunCommand, String> {
+pub fn parse_run_command(body: &[u8]) -> Result<crate::surfaces::requests::RunCommand, String> {
     serde_json::from_slice(body).map_err(|e| e.to_string())
 }
 

@@ -14,20 +14,8 @@ use super::{
 use crate::lifecycle::{KillReason, Status};
 use crate::store::{NewOp, Op, StartRequest, BY_KILL, BY_OPERATOR};
 use crate::surfaces::auth::Principal;
+use crate::surfaces::requests::{Deny, KillOperation, RunCommand};
 use crate::surfaces::views::{OpList, OpView};
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunCommand {
-    #[schema(schema_with = super::schema::argv)]
-    command: Vec<String>,
-    #[serde(default)]
-    background: bool,
-    /// Seconds from the command's start (at least 1; at most the kernel's
-    /// ceiling: 900 in the foreground and 3600 in the background by default).
-    #[schema(minimum = 1)]
-    timeout_sec: Option<u64>,
-}
 
 /// The reply of a start held for approval.
 pub fn awaiting_message(id: &str) -> String {
@@ -279,25 +267,12 @@ pub async fn run_oneshot(
     let answer = start_and_answer(&k, start, k.config.admission()).await;
     // an op that outlived the wait keeps its container (the reaper takes
     // it once the op has ended)
-    let ended = answer.as_ref().is_ok_and(|view| {
-        !matches!(
-            view.status.as_str(),
-            "starting" | "running" | "awaiting_approval"
-        )
-    });
+    let ended = answer.as_ref().is_ok_and(|view| view.status.is_terminal());
     if ended {
         k.remove_run_container(&run).await;
         k.forget_run(&run);
     }
     answer
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct KillOperation {
-    /// The op to kill (a lowercase UUID).
-    #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
-    operation_id: String,
 }
 
 #[utoipa::path(
@@ -374,13 +349,6 @@ pub async fn get_operation(
 ) -> ApiResult<Json<OpView>> {
     let op = visible_op(&k, &principal, &id).await?;
     Ok(Json(OpView::of(&op)))
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Deny {
-    #[serde(default)]
-    reason: Option<String>,
 }
 
 /// `POST /v1/operations/{id}/approve`: operator only (a run token, even the

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
 use crate::store::Report;
 use crate::surfaces::auth::Principal;
+use crate::surfaces::requests::Note;
 use crate::surfaces::views::{FinishView, NoteAdded, OpView, ReportAck};
 
 /// Longest a report call may wait.
@@ -104,20 +105,6 @@ pub async fn ack(
         report_id,
         acked: true,
     }))
-}
-
-/// Body of `POST /v1/runs/{run}/notes`: `{"text"}`, a human steer for
-/// the run.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Note {
-    /// The note (1 to 16384 bytes, no NUL).
-    #[schema(
-        min_length = 1,
-        max_length = 4096,
-        pattern = r"^[^\u0000]*\S[^\u0000]*$"
-    )]
-    text: String,
 }
 
 /// `POST /v1/runs/{run}/notes`: stores a note for the next report and

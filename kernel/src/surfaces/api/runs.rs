@@ -9,22 +9,13 @@ use serde::Deserialize;
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Params, Scope, Seg};
 use crate::base::tokens::{new_token, token_sha256};
-use crate::runs::{Budget, EnvelopeError, EnvelopeRequest, RunAction, Used, MAX_AMOUNT};
+use crate::runs::{Budget, EnvelopeError, RunAction, Used, MAX_AMOUNT};
 use crate::store::{CreatedRun, ModelUsage, NewRun, RunChange, RunRecord, UsageRecorded};
 use crate::surfaces::auth::Principal;
+use crate::surfaces::requests::{Complete, CreateRun, UsageRequest};
 use crate::surfaces::views::{
     Amounts, ChildView, RunChangeAnswer, RunCreated, RunList, RunSummary, RunView, UsageAnswer,
 };
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateRun {
-    /// The new run's id.
-    #[schema(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
-    run_id: String,
-    envelope: Option<EnvelopeRequest>,
-    budget: Option<Budget>,
-}
 
 /// An envelope or budget error as the API answers it; `what` names the
 /// part of the request (`envelope` or `budget`).
@@ -410,18 +401,6 @@ pub async fn cancel(
     change(k, principal, run, RunAction::Cancel, Scope::Subtree, None).await
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Complete {
-    /// What the run achieved (1 to 16384 bytes, no NUL).
-    #[schema(
-        min_length = 1,
-        max_length = 4096,
-        pattern = r"^[^\u0000]*\S[^\u0000]*$"
-    )]
-    summary: String,
-}
-
 /// Bytes of a completion summary.
 const MAX_SUMMARY_BYTES: usize = 16 * 1024;
 
@@ -459,30 +438,6 @@ pub async fn complete(
         Some(req.summary),
     )
     .await
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UsageRequest {
-    /// The model used (1 to 128 characters, no control characters).
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
-    )]
-    model: String,
-    /// Input tokens (at most 2^48).
-    #[serde(default)]
-    #[schema(maximum = 281474976710656_u64)]
-    input_tokens: u64,
-    /// Output tokens (at most 2^48).
-    #[serde(default)]
-    #[schema(maximum = 281474976710656_u64)]
-    output_tokens: u64,
-    /// Cost in millionths of the currency unit (at most 2^48).
-    #[serde(default)]
-    #[schema(maximum = 281474976710656_u64)]
-    cost_micros: u64,
 }
 
 /// `POST /v1/runs/{run}/usage`: the agent runtime's model usage, one

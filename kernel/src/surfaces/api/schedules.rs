@@ -3,36 +3,13 @@
 
 use axum::extract::State;
 use axum::Json;
-use serde::Deserialize;
 
 use super::{authorize_run, ApiError, ApiResult, AppState, Body, Scope, Seg};
 use crate::store::{NewSchedule, Schedule};
 use crate::surfaces::auth::Principal;
+use crate::surfaces::requests::CreateSchedule;
 use crate::surfaces::views::{ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView};
 use crate::timing::Timing;
-
-/// Body of `POST /v1/runs/{run}/schedules`: the command, an optional
-/// `timeout_sec`, exactly one of `cron` (5-field, UTC), `every_sec` or `at`
-/// (RFC 3339), and the `catch_up` and `delete_after_success` flags.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateSchedule {
-    #[schema(schema_with = super::schema::argv)]
-    command: Vec<String>,
-    /// Seconds from the command's start (at least 1; at most the kernel's
-    /// ceiling: 900 in the foreground and 3600 in the background by default).
-    #[schema(minimum = 1)]
-    timeout_sec: Option<u64>,
-    cron: Option<String>,
-    /// The period, in seconds (1 to 366 days).
-    #[schema(minimum = 1, maximum = 31_622_400)]
-    every_sec: Option<u64>,
-    at: Option<String>,
-    #[serde(default)]
-    catch_up: bool,
-    #[serde(default)]
-    delete_after_success: bool,
-}
 
 /// `POST /v1/runs/{run}/schedules`: the run's own token (or the operator).
 #[utoipa::path(

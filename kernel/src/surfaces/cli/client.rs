@@ -91,14 +91,29 @@ impl Client {
         serde_json::from_value(v).with_context(|| format!("unexpected answer from GET {path}"))
     }
 
-    /// `post_with`, read as a typed view.
+    /// `post_with` of a typed request body, read as a typed view.
     pub async fn post_as<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
-        body: &Value,
+        body: &(impl serde::Serialize + ?Sized),
         idempotency_key: Option<&str>,
     ) -> anyhow::Result<T> {
-        let v = self.post_with(path, body, idempotency_key).await?;
+        let body = serde_json::to_value(body)?;
+        let v = self.post_with(path, &body, idempotency_key).await?;
+        serde_json::from_value(v).with_context(|| format!("unexpected answer from POST {path}"))
+    }
+
+    /// A `POST` that carries no body (an action named by its path), read as
+    /// a typed view.
+    pub async fn post_empty_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> anyhow::Result<T> {
+        let v: Value = self
+            .send(self.http.post(self.url(path)))
+            .await?
+            .json()
+            .await?;
         serde_json::from_value(v).with_context(|| format!("unexpected answer from POST {path}"))
     }
 
@@ -216,9 +231,10 @@ impl Client {
     pub async fn start_once<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
-        body: &Value,
+        body: &(impl serde::Serialize + ?Sized),
         key: Option<&str>,
     ) -> anyhow::Result<T> {
+        let body = &serde_json::to_value(body)?;
         let made = uuid::Uuid::new_v4().to_string();
         let headers = [("Idempotency-Key", key.unwrap_or(&made))];
         let post = || self.request(reqwest::Method::POST, path, Some(body), &headers);

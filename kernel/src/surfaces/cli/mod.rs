@@ -9,6 +9,8 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use client::Client;
 
+use crate::lifecycle::Status;
+use crate::runs::RunAction;
 use crate::surfaces::views::OpView;
 
 /// The client verbs of the `opkernel` binary (`serve`, `settings` and
@@ -367,12 +369,22 @@ fn or_dash<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or_else(|| "-".to_owned(), T::to_string)
 }
 
-/// Exit status for a foreground op that did not complete with a code.
-pub fn exit_status(status: &str, exit_code: Option<i32>) -> i32 {
+/// A flag's JSON value, read as the request type it stands for.
+fn parse_json<T: serde::de::DeserializeOwned>(
+    what: &str,
+    v: Option<String>,
+) -> anyhow::Result<Option<T>> {
+    v.map(|v| serde_json::from_str(&v).with_context(|| format!("--{what} is not a valid {what}")))
+        .transpose()
+}
+
+/// Exit status of a foreground op: its code once completed; else one
+/// that says how it ended (`None`: the op is gone).
+pub fn exit_status(status: Option<Status>, exit_code: Option<i32>) -> i32 {
     match status {
-        "completed" => exit_code.unwrap_or(1),
-        "timed_out" => 124,
-        "lost" => 125,
+        Some(Status::Completed) => exit_code.unwrap_or(1),
+        Some(Status::TimedOut) => 124,
+        Some(Status::Lost) => 125,
         _ => 126,
     }
 }
@@ -440,15 +452,12 @@ pub async fn run_client(client: Client, cmd: Command) -> anyhow::Result<i32> {
             budget,
             json,
         } => {
-            let parse = |what: &str,
-                         v: Option<String>|
-             -> anyhow::Result<Option<serde_json::Value>> {
-                v.map(|v| serde_json::from_str(&v).with_context(|| format!("--{what} is not JSON")))
-                    .transpose()
+            let body = crate::surfaces::requests::CreateRun {
+                run_id: run,
+                envelope: parse_json("envelope", envelope)?,
+                budget: parse_json("budget", budget)?,
             };
-            let envelope = parse("envelope", envelope)?;
-            let budget = parse("budget", budget)?;
-            verbs::token(&client, &run, envelope, budget, json).await
+            verbs::token(&client, &body, json).await
         }
         Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
         Command::Containers { json } => verbs::containers(&client, json).await,
@@ -474,11 +483,17 @@ async fn run_task_verb(client: &Client, cmd: Command) -> anyhow::Result<i32> {
     match cmd {
         Command::Runs { json } => runs::runs(client, json).await,
         Command::RunState { run, json } => runs::run_state(client, &run, json).await,
-        Command::Pause { run, json } => runs::change(client, &run, "pause", None, json).await,
-        Command::Resume { run, json } => runs::change(client, &run, "resume", None, json).await,
-        Command::Cancel { run, json } => runs::change(client, &run, "cancel", None, json).await,
+        Command::Pause { run, json } => {
+            runs::change(client, &run, RunAction::Pause, None, json).await
+        }
+        Command::Resume { run, json } => {
+            runs::change(client, &run, RunAction::Resume, None, json).await
+        }
+        Command::Cancel { run, json } => {
+            runs::change(client, &run, RunAction::Cancel, None, json).await
+        }
         Command::Complete { run, summary, json } => {
-            runs::change(client, &run, "complete", Some(summary), json).await
+            runs::change(client, &run, RunAction::Complete, Some(summary), json).await
         }
         Command::Usage {
             run,
@@ -488,13 +503,11 @@ async fn run_task_verb(client: &Client, cmd: Command) -> anyhow::Result<i32> {
             cost_micros,
             json,
         } => {
-            let record = model.map(|model| {
-                serde_json::json!({
-                    "model": model,
-                    "input_tokens": input_tokens,
-                    "output_tokens": output_tokens,
-                    "cost_micros": cost_micros,
-                })
+            let record = model.map(|model| crate::surfaces::requests::UsageRequest {
+                model,
+                input_tokens,
+                output_tokens,
+                cost_micros,
             });
             runs::usage(client, &run, record, json).await
         }

@@ -1,7 +1,6 @@
 //! `opkernel nodes` and `opkernel node drain NAME` (SPEC §20).
 
 use clap::Subcommand;
-use serde_json::json;
 
 use super::client::Client;
 use super::print_json;
@@ -54,7 +53,7 @@ pub(super) async fn act(client: &Client, action: NodeAction) -> anyhow::Result<i
         NodeAction::Activate { name, json } => (name, json, "activate"),
     };
     let now: NodeDrained = client
-        .post_as(&format!("/v1/nodes/{name}/{verb}"), &json!({}), None)
+        .post_empty_as(&format!("/v1/nodes/{name}/{verb}"))
         .await?;
     if json {
         print_json(&now);

@@ -4,12 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-use serde_json::json;
-
 use super::client::Client;
 use super::{compact, or_dash, print_answer};
-use crate::runs::Budget;
+use crate::runs::{Budget, RunAction};
+use crate::surfaces::requests::{Complete, CreateSchedule, Deny, UsageRequest};
 use crate::surfaces::views::{
     Event, EventsPage, OpList, OpView, RunChangeAnswer, RunList, RunSummary, RunView,
     ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView, UsageAnswer,
@@ -103,21 +101,20 @@ pub(super) async fn run_state(client: &Client, run: &str, json: bool) -> anyhow:
     Ok(0)
 }
 
-/// `opkernel pause|resume|cancel|complete RUN`.
+/// `opkernel pause|resume|cancel|complete RUN` (a completion carries its
+/// summary).
 pub(super) async fn change(
     client: &Client,
     run: &str,
-    action: &str,
+    action: RunAction,
     summary: Option<String>,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let body = match summary {
-        Some(s) => json!({ "summary": s }),
-        None => json!({}),
+    let path = format!("/v1/runs/{run}/{}", action.as_str());
+    let v: RunChangeAnswer = match summary {
+        Some(summary) => client.post_as(&path, &Complete { summary }, None).await?,
+        None => client.post_empty_as(&path).await?,
     };
-    let v: RunChangeAnswer = client
-        .post_as(&format!("/v1/runs/{run}/{action}"), &body, None)
-        .await?;
     if json {
         print_answer(&v);
         return Ok(0);
@@ -141,7 +138,7 @@ pub(super) async fn change(
 pub(super) async fn usage(
     client: &Client,
     run: &str,
-    record: Option<serde_json::Value>,
+    record: Option<UsageRequest>,
     json: bool,
 ) -> anyhow::Result<i32> {
     let (used, budget, remaining) = match record {
@@ -225,22 +222,6 @@ pub(super) async fn events(
     }
 }
 
-/// The body of `POST /v1/runs/{run}/schedules`.
-#[derive(Debug, Serialize)]
-struct NewScheduleBody {
-    command: Vec<String>,
-    catch_up: bool,
-    delete_after_success: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cron: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    every_sec: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout_sec: Option<u64>,
-}
-
 /// `opkernel schedule add|ls|rm|pause|resume`.
 pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> anyhow::Result<i32> {
     use super::ScheduleCmd as S;
@@ -256,7 +237,7 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
             json,
             command,
         } => {
-            let body = NewScheduleBody {
+            let body = CreateSchedule {
                 command,
                 catch_up,
                 delete_after_success,
@@ -275,12 +256,12 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
         }
         S::Pause { run, schedule_id } => {
             let path = format!("/v1/runs/{run}/schedules/{schedule_id}/pause");
-            let _: ScheduleView = client.post_as(&path, &json!({}), None).await?;
+            let _: ScheduleView = client.post_empty_as(&path).await?;
             println!("schedule {schedule_id} paused");
         }
         S::Resume { run, schedule_id } => {
             let path = format!("/v1/runs/{run}/schedules/{schedule_id}/resume");
-            let v: ScheduleView = client.post_as(&path, &json!({}), None).await?;
+            let v: ScheduleView = client.post_empty_as(&path).await?;
             println!(
                 "schedule {schedule_id} resumed (next due {})",
                 or_dash(&v.next_due_at)
@@ -294,12 +275,11 @@ pub(super) async fn schedule(client: &Client, action: super::ScheduleCmd) -> any
 async fn schedule_add(
     client: &Client,
     run: &str,
-    body: &NewScheduleBody,
+    body: &CreateSchedule,
     json: bool,
 ) -> anyhow::Result<()> {
-    let body = serde_json::to_value(body)?;
     let v: ScheduleCreated = client
-        .post_as(&format!("/v1/runs/{run}/schedules"), &body, None)
+        .post_as(&format!("/v1/runs/{run}/schedules"), body, None)
         .await?;
     if json {
         print_answer(&v);
@@ -446,14 +426,19 @@ pub(super) async fn decide(
     deny_reason: Option<String>,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let (path, body) = match deny_reason {
-        None => (format!("/v1/operations/{op}/approve"), json!({})),
-        Some(reason) => (
-            format!("/v1/operations/{op}/deny"),
-            json!({ "reason": reason }),
-        ),
+    let v: OpView = match deny_reason {
+        None => {
+            let path = format!("/v1/operations/{op}/approve");
+            client.post_empty_as(&path).await?
+        }
+        Some(reason) => {
+            let path = format!("/v1/operations/{op}/deny");
+            let body = Deny {
+                reason: Some(reason),
+            };
+            client.post_as(&path, &body, None).await?
+        }
     };
-    let v: OpView = client.post_as(&path, &body, None).await?;
     if json {
         print_answer(&v);
     } else {

@@ -5,32 +5,24 @@ use std::io::Write;
 
 use anyhow::bail;
 use serde::Serialize;
-use serde_json::{json, Value};
 
 use super::client::Client;
 use super::{describe, exit_status, or_dash, print_answer, print_json, print_op, RunRequest};
+use crate::lifecycle::Status;
+use crate::surfaces::requests::{CreateRun, KillOperation, Note, RunCommand};
 use crate::surfaces::views::{
     ConsoleDone, ConsoleOutput, ContainerInspect, ContainerList, FinishView, NoteAdded, OpList,
     OpView, ReapList, Report, ReportAck, RunCreated,
 };
 
-/// The body of a `run_command` call.
-#[derive(Debug, Serialize)]
-struct RunCommandBody<'a> {
-    command: &'a [String],
-    background: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout_sec: Option<u64>,
-}
-
 /// `opkernel run`: a background op prints its start message; a foreground
 /// one prints its output and exits with its code.
 pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow::Result<i32> {
-    let body = serde_json::to_value(RunCommandBody {
-        command: &req.command,
+    let body = RunCommand {
+        command: req.command.clone(),
         background: req.background,
         timeout_sec: req.timeout,
-    })?;
+    };
     let path = match &req.run {
         Some(run) => format!("/v1/runs/{run}/tools/run_command"),
         None if req.background => {
@@ -49,7 +41,7 @@ pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow:
         print_json(&op);
         return Ok(0);
     }
-    if req.background || op.status == "awaiting_approval" {
+    if req.background || op.status == Status::AwaitingApproval {
         println!("{}", or_dash(&op.message));
         return Ok(0);
     }
@@ -61,10 +53,10 @@ pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow:
         print!("{}", op.output.as_deref().unwrap_or(""));
     }
     std::io::stdout().flush()?;
-    if op.status != "completed" {
+    if op.status != Status::Completed {
         eprintln!("opkernel: {}", describe(&op));
     }
-    Ok(exit_status(&op.status, op.exit_code))
+    Ok(exit_status(Some(op.status), op.exit_code))
 }
 
 pub(super) async fn kill(client: &Client, operation_id: &str, json: bool) -> anyhow::Result<i32> {
@@ -74,7 +66,9 @@ pub(super) async fn kill(client: &Client, operation_id: &str, json: bool) -> any
     let op: OpView = client
         .post_as(
             &format!("/v1/runs/{}/tools/kill_operation", state.run_id),
-            &json!({"operation_id": operation_id}),
+            &KillOperation {
+                operation_id: operation_id.to_owned(),
+            },
             None,
         )
         .await?;
@@ -114,12 +108,9 @@ pub(super) async fn logs(client: &Client, operation_id: &str, follow: bool) -> a
             }
             "done" => {
                 let done: ConsoleDone = serde_json::from_str(data).unwrap_or_default();
-                let state = match done.status.as_str() {
-                    "" => "-",
-                    status => status,
-                };
+                let state = done.status.map_or("unknown", Status::as_str);
                 eprintln!("[opkernel: {state} exit_code={}]", or_dash(&done.exit_code));
-                status = exit_status(state, done.exit_code);
+                status = exit_status(done.status, done.exit_code);
                 false
             }
             _ => true,
@@ -130,7 +121,7 @@ pub(super) async fn logs(client: &Client, operation_id: &str, follow: bool) -> a
 
 async fn ack(client: &Client, run: &str, report_id: &str) -> anyhow::Result<()> {
     let path = format!("/v1/runs/{run}/report/{report_id}/ack");
-    let _: ReportAck = client.post_as(&path, &json!({}), None).await?;
+    let _: ReportAck = client.post_empty_as(&path).await?;
     Ok(())
 }
 
@@ -157,7 +148,10 @@ pub(super) async fn report(
 
 pub(super) async fn note(client: &Client, run: &str, text: &str) -> anyhow::Result<i32> {
     let path = format!("/v1/runs/{run}/notes");
-    let _: NoteAdded = client.post_as(&path, &json!({"text": text}), None).await?;
+    let note = Note {
+        text: text.to_owned(),
+    };
+    let _: NoteAdded = client.post_as(&path, &note, None).await?;
     Ok(0)
 }
 
@@ -174,7 +168,7 @@ struct FinishOutput<'a> {
 /// and every pending report (acking each: this is its one showing).
 pub(super) async fn finish(client: &Client, run: &str, json: bool) -> anyhow::Result<i32> {
     let done: FinishView = client
-        .post_as(&format!("/v1/runs/{run}/finish"), &json!({}), None)
+        .post_empty_as(&format!("/v1/runs/{run}/finish"))
         .await?;
     // a report holds at most so much: ack and fetch until nothing is pending
     let mut texts = Vec::new();
@@ -200,31 +194,10 @@ pub(super) async fn finish(client: &Client, run: &str, json: bool) -> anyhow::Re
     Ok(0)
 }
 
-/// The body of `POST /v1/runs`.
-#[derive(Debug, Serialize)]
-struct CreateRunBody<'a> {
-    run_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    envelope: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    budget: Option<Value>,
-}
-
 /// `opkernel token`: registers a run (operator) or creates a child run (run
 /// token) and prints the new run's token.
-pub(super) async fn token(
-    client: &Client,
-    run: &str,
-    envelope: Option<Value>,
-    budget: Option<Value>,
-    json: bool,
-) -> anyhow::Result<i32> {
-    let body = serde_json::to_value(CreateRunBody {
-        run_id: run,
-        envelope,
-        budget,
-    })?;
-    let v: RunCreated = client.post_as("/v1/runs", &body, None).await?;
+pub(super) async fn token(client: &Client, body: &CreateRun, json: bool) -> anyhow::Result<i32> {
+    let v: RunCreated = client.post_as("/v1/runs", body, None).await?;
     if json {
         print_answer(&v);
     } else {
@@ -288,7 +261,7 @@ pub(super) async fn containers(client: &Client, json: bool) -> anyhow::Result<i3
 
 pub(super) async fn reap(client: &Client, dry_run: bool, json: bool) -> anyhow::Result<i32> {
     let list: ReapList = client
-        .post_as(&format!("/v1/reap?dry_run={dry_run}"), &json!({}), None)
+        .post_empty_as(&format!("/v1/reap?dry_run={dry_run}"))
         .await?;
     if json {
         print_json(&list);

@@ -1,18 +1,20 @@
 //! A tool call, parsed once into a closed [`ToolCall`] from its name and
 //! arguments (pure: no transport, no I/O). `run_command` and
-//! `kill_operation` take the API's own request bodies, which the API
-//! checks (one definition of their limits and messages); the two MCP-only
-//! tools are checked here.
+//! `kill_operation` take the API's own request types (their shape is
+//! checked here, their limits by the API: one definition of the limits and
+//! their messages); the two MCP-only tools are checked here.
 
 use serde_json::{Map, Value};
+
+use crate::surfaces::requests::{KillOperation, RunCommand};
 
 /// What a client asked, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolCall {
     /// `run_command`: its arguments are the API's request body.
-    RunCommand(Map<String, Value>),
+    RunCommand(RunCommand),
     /// `kill_operation`: its arguments are the API's request body.
-    KillOperation(Map<String, Value>),
+    KillOperation(KillOperation),
     /// `operation_state`: one op of the run (or of a delegated run).
     OperationState {
         /// The op asked about.
@@ -42,8 +44,8 @@ impl ToolCall {
     /// The call of tool `name` with `args`.
     pub fn parse(name: &str, args: Map<String, Value>) -> Result<ToolCall, BadCall> {
         match name {
-            "run_command" => Ok(ToolCall::RunCommand(args)),
-            "kill_operation" => Ok(ToolCall::KillOperation(args)),
+            "run_command" => Ok(ToolCall::RunCommand(request(args)?)),
+            "kill_operation" => Ok(ToolCall::KillOperation(request(args)?)),
             "operation_state" => operation_state(&args),
             "wait_background_report" => wait_background_report(&args),
             other => Err(BadCall::UnknownTool(format!(
@@ -52,6 +54,13 @@ impl ToolCall {
             ))),
         }
     }
+}
+
+/// Arguments read as the API's request type (a wrong shape is the model's
+/// to fix: named in a tool error).
+fn request<T: serde::de::DeserializeOwned>(args: Map<String, Value>) -> Result<T, BadCall> {
+    serde_json::from_value(Value::Object(args))
+        .map_err(|e| BadCall::Arguments(format!("invalid arguments: {e}")))
 }
 
 fn is_uuid(v: &Value) -> Option<&str> {
@@ -119,17 +128,35 @@ mod tests {
     fn each_tool_call_parses_into_its_variant_or_its_refusal() {
         let op = "0b7e6a34-64d1-4c8e-9a51-1b1e6c8f3a10";
         let body = json!({"command": ["true"], "nonsense": 1});
-        let Value::Object(map) = body.clone() else {
-            unreachable!()
+        let start = RunCommand {
+            command: vec!["true".into()],
+            background: true,
+            timeout_sec: Some(5),
         };
         let table: Vec<(&str, Value, Result<ToolCall, BadCall>)> = vec![
-            // the API's own bodies go through unchecked: the API checks them
+            // the API's own bodies, in shape (the API checks their limits)
+            (
+                "run_command",
+                json!({"command": ["true"], "background": true, "timeout_sec": 5}),
+                Ok(ToolCall::RunCommand(start)),
+            ),
+            (
+                "kill_operation",
+                json!({ "operation_id": op }),
+                Ok(ToolCall::KillOperation(KillOperation {
+                    operation_id: op.to_owned(),
+                })),
+            ),
             (
                 "run_command",
                 body.clone(),
-                Ok(ToolCall::RunCommand(map.clone())),
+                bad("invalid arguments: unknown field `nonsense`, expected one of `command`, `background`, `timeout_sec`"),
             ),
-            ("kill_operation", body, Ok(ToolCall::KillOperation(map))),
+            (
+                "kill_operation",
+                body,
+                bad("invalid arguments: unknown field `command`, expected `operation_id`"),
+            ),
             (
                 "operation_state",
                 json!({ "operation_id": op }),

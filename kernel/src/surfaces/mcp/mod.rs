@@ -241,7 +241,8 @@ impl OpkernelMcp {
                     self.backend.as_ref(),
                     &auth.token,
                     &path,
-                    Value::Object(args),
+                    serde_json::to_value(&args)
+                        .map_err(|e| McpError::internal_error(e.to_string(), None))?,
                 )
                 .await
                 .map_err(|e| McpError::internal_error(e, None))?;
@@ -250,7 +251,7 @@ impl OpkernelMcp {
             ToolCall::KillOperation(args) => {
                 let path = format!("/v1/runs/{run}/tools/kill_operation");
                 let answer = self
-                    .call(auth, post, &path, Some(Value::Object(args)))
+                    .call(auth, post, &path, serde_json::to_value(&args).ok())
                     .await?;
                 tool_result(answer, kill_operation_text)
             }

@@ -73,7 +73,7 @@ pub struct InspectOp {
     /// The op's id.
     pub operation_id: String,
     /// Where it stands (`running`, `completed`, ...).
-    pub status: String,
+    pub status: crate::lifecycle::Status,
     /// Milliseconds since it was admitted.
     pub age_ms: i64,
     /// Its exit code, once it has one.

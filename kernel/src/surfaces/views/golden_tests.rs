@@ -39,7 +39,7 @@ fn op() -> OpView {
         command: vec!["bash".into(), "-lc".into(), "make".into()],
         command_truncated: false,
         background: true,
-        status: "awaiting_approval".into(),
+        status: Status::AwaitingApproval,
         live: true,
         exit_code: None,
         killed: false,
@@ -82,7 +82,7 @@ fn op_view() {
     golden(&op(), OP);
     // a finished foreground op: its output, no approval, no schedule
     let done = OpView {
-        status: "completed".into(),
+        status: Status::Completed,
         live: false,
         exit_code: Some(0),
         output: Some("hi\n".into()),
@@ -187,7 +187,7 @@ fn console_events() {
     golden(&output, r#"{"offset":6,"text":"hello\n"}"#);
     let done = ConsoleDone {
         operation_id: "op-1".into(),
-        status: "completed".into(),
+        status: Some(Status::Completed),
         exit_code: Some(3),
         killed: false,
         effect: None,
@@ -199,7 +199,8 @@ fn console_events() {
     );
     // an op that is gone ends its console with only a status
     let gone: ConsoleDone = serde_json::from_str(r#"{"status":"unknown"}"#).unwrap();
-    assert_eq!(gone.status, "unknown");
+    assert_eq!(gone.status, None);
+    assert_eq!(serde_json::to_value(&gone).unwrap()["status"], "unknown");
 }
 
 #[test]

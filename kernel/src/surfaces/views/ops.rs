@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::rfc3339;
+use crate::lifecycle::Status;
 use crate::report_text::{bounded_argv, MAX_VIEW_ARGV_BYTES};
 use crate::store::{now_ms, Op};
 
@@ -24,7 +25,7 @@ pub struct OpView {
     pub background: bool,
     /// `awaiting_approval`, `starting`, `running`, or a terminal status:
     /// `completed`, `timed_out`, `lost`, `failed`, `denied`.
-    pub status: String,
+    pub status: Status,
     /// Not terminal (starting, running or awaiting approval): derived by
     /// the server so clients only display it. Absent from a kernel older
     /// than the field (read as false; [`OpView::is_live`] goes by status).
@@ -120,7 +121,7 @@ impl OpView {
     /// Whether the op is not terminal, by its status (what `live` says,
     /// also for an answer from a kernel that did not send `live`).
     pub fn is_live(&self) -> bool {
-        crate::lifecycle::Status::parse(&self.status).is_some_and(|s| !s.is_terminal())
+        !self.status.is_terminal()
     }
 
     /// The view of a stored op (`live`, `duration_sec` and `delivered`
@@ -134,7 +135,7 @@ impl OpView {
             command,
             command_truncated,
             background: op.background,
-            status: op.status.as_str().to_owned(),
+            status: op.status,
             live: !op.status.is_terminal(),
             exit_code: op.exit_code,
             killed: op.killed,
@@ -215,8 +216,10 @@ pub struct ConsoleOutput {
 pub struct ConsoleDone {
     /// The op.
     pub operation_id: String,
-    /// Its terminal status, or `unknown` when the op is gone.
-    pub status: String,
+    /// Its terminal status, or `unknown` (`None`) when the op is gone.
+    #[serde(with = "status_or_unknown", default)]
+    #[schema(value_type = String, example = "completed")]
+    pub status: Option<Status>,
     /// Its exit code, when it has one.
     pub exit_code: Option<i32>,
     /// Ended by a kill or timeout signal.
@@ -225,4 +228,28 @@ pub struct ConsoleDone {
     pub effect: Option<String>,
     /// Why it was lost, failed or denied.
     pub message: Option<String>,
+}
+
+/// A console's end status on the wire: an op's status, or `unknown` when
+/// the op is gone.
+mod status_or_unknown {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::lifecycle::Status;
+
+    const UNKNOWN: &str = "unknown";
+
+    pub fn serialize<S: Serializer>(status: &Option<Status>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(status.map_or(UNKNOWN, Status::as_str))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Status>, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.as_str() {
+            UNKNOWN => Ok(None),
+            other => Status::parse(other)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown status {other:?}"))),
+        }
+    }
 }
