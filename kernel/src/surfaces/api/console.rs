@@ -63,7 +63,7 @@ async fn refuse_pruned(k: &AppState, op_id: &str) -> ApiResult<()> {
     get,
     path = "/v1/operations/{id}/log",
     tag = "operations",
-    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"), OffsetQuery),
+    params(super::params::OpPath, OffsetQuery),
     responses((status = 200, description = "The op's raw output from `offset`", body = Vec<u8>, content_type = "application/octet-stream")),
 )]
 pub async fn raw_log(
@@ -221,7 +221,7 @@ impl Follow {
     get,
     path = "/v1/operations/{id}/console",
     tag = "operations",
-    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"), OffsetQuery),
+    params(super::params::OpPath, OffsetQuery),
     responses((status = 200, description = "A stream of server-sent events", body = String, content_type = "text/event-stream")),
 )]
 pub async fn console(

@@ -40,13 +40,27 @@ pub struct EventsQuery {
     tail: Option<u32>,
 }
 
+/// The query of the events stream.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    /// Events after this sequence number (`Last-Event-ID` wins).
+    #[serde(default)]
+    after: i64,
+    /// End the stream once no new event came for this many seconds (at
+    /// most 300; absent: follow until the client leaves).
+    #[param(maximum = 300)]
+    idle_sec: Option<u64>,
+}
+
 /// `GET /v1/runs/{run}/events?after=SEQ&wait=SEC`: the run's events after
 /// `after`, waiting up to `wait` seconds for the first one.
 #[utoipa::path(
     get,
     path = "/v1/runs/{run}/events",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), EventsQuery),
+    params(super::params::RunPath, EventsQuery),
     responses((status = 200, description = "Success", body = EventsPage)),
 )]
 pub async fn events(
@@ -102,62 +116,101 @@ pub async fn events(
 }
 
 /// `GET /v1/runs/{run}/events/stream`: the run's events over SSE from
-/// `after` (or `Last-Event-ID`), live; each SSE event's id is its `seq`.
+/// `after` (or `Last-Event-ID`), live; each SSE event's id is its `seq`
+/// and its data the event (`RunEventFrame` in the document).
 #[utoipa::path(
     get,
     path = "/v1/runs/{run}/events/stream",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
+    params(super::params::RunPath, StreamQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
     responses((status = 200, description = "A stream of server-sent events", body = String, content_type = "text/event-stream")),
 )]
 pub async fn events_stream(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
-    Params(q): Params<EventsQuery>,
+    Params(q): Params<StreamQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     authorize_run(&k, &principal, &run, Scope::Subtree).await?;
     load_run(&k, &run).await?;
+    if q.idle_sec.is_some_and(|s| s > MAX_EVENTS_WAIT_SEC) {
+        return Err(ApiError::bad_request(format!(
+            "idle_sec must be at most {MAX_EVENTS_WAIT_SEC} s"
+        )));
+    }
+    let idle = q.idle_sec.map(Duration::from_secs);
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(q.after);
-    let journal = k.store.journal();
-    let state = (
+    let follow = Follow {
+        journal: k.store.journal(),
         k,
         run,
         after,
-        journal,
-        std::collections::VecDeque::<Event>::new(),
-    );
-    let stream = futures::stream::unfold(
-        state,
-        |(k, run, mut after, mut journal, mut queue)| async move {
-            loop {
-                if let Some(event) = queue.pop_front() {
-                    after = event.seq;
-                    let data = serde_json::to_string(&event).unwrap_or_default();
-                    let sse = SseEvent::default().id(event.seq.to_string()).data(data);
-                    return Some((Ok(sse), (k, run, after, journal, queue)));
+        queue: std::collections::VecDeque::new(),
+        idle,
+        last_news: Instant::now(),
+    };
+    let stream = futures::stream::unfold(follow, |mut f| async move {
+        let sse = f.next_event().await?;
+        Some((Ok(sse), f))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// A reader of a run's events stream.
+struct Follow {
+    k: AppState,
+    run: String,
+    after: i64,
+    journal: tokio::sync::watch::Receiver<i64>,
+    queue: std::collections::VecDeque<Event>,
+    /// The longest quiet before the stream ends (`None`: never).
+    idle: Option<Duration>,
+    /// When the last event was sent (or the stream opened).
+    last_news: Instant,
+}
+
+impl Follow {
+    /// The next SSE event; `None` ends the stream (idle past its bound,
+    /// or the control plane failed).
+    async fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                self.after = event.seq;
+                self.last_news = Instant::now();
+                let data = serde_json::to_string(&event).unwrap_or_default();
+                return Some(SseEvent::default().id(event.seq.to_string()).data(data));
+            }
+            self.journal.borrow_and_update();
+            match self
+                .k
+                .store
+                .events_after(&self.run, self.after, EVENTS_PAGE)
+                .await
+            {
+                Ok(events) if !events.is_empty() => self.queue.extend(events),
+                Ok(_) => {
+                    let mut nap = Duration::from_secs(5);
+                    if let Some(idle) = self.idle {
+                        let left = idle.saturating_sub(self.last_news.elapsed());
+                        if left.is_zero() {
+                            return None;
+                        }
+                        nap = nap.min(left);
+                    }
+                    let _ = tokio::time::timeout(nap, self.journal.changed()).await;
                 }
-                journal.borrow_and_update();
-                match k.store.events_after(&run, after, EVENTS_PAGE).await {
-                    Ok(events) if !events.is_empty() => queue.extend(events),
-                    Ok(_) => {
-                        let _ =
-                            tokio::time::timeout(Duration::from_secs(5), journal.changed()).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(%e, %run, "events stream ends: control plane error");
-                        return None;
-                    }
+                Err(e) => {
+                    tracing::warn!(%e, run = %self.run, "events stream ends: control plane error");
+                    return None;
                 }
             }
-        },
-    );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -176,7 +229,7 @@ pub struct ReportsQuery {
     get,
     path = "/v1/runs/{run}/reports",
     tag = "reports",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ReportsQuery),
+    params(super::params::RunPath, ReportsQuery),
     responses((status = 200, description = "Success", body = ReportList)),
 )]
 pub async fn reports(

@@ -14,6 +14,7 @@ mod nodes;
 pub mod openapi;
 mod ops;
 pub mod panel;
+mod params;
 mod proxy;
 pub mod reports;
 mod runs;

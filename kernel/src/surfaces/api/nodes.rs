@@ -26,7 +26,7 @@ pub async fn nodes(State(k): State<AppState>, principal: Principal) -> ApiResult
     post,
     path = "/v1/nodes/{name}/drain",
     tag = "operators",
-    params(("name" = String, Path, description = "The node's name")),
+    params(super::params::NodePath),
     responses((status = 200, description = "Success", body = NodeDrained)),
 )]
 pub async fn drain(
@@ -49,7 +49,7 @@ pub async fn drain(
     post,
     path = "/v1/nodes/{name}/activate",
     tag = "operators",
-    params(("name" = String, Path, description = "The node's name")),
+    params(super::params::NodePath),
     responses((status = 200, description = "Success", body = NodeDrained)),
 )]
 pub async fn activate(

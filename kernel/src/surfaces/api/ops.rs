@@ -99,7 +99,7 @@ fn validate(k: &AppState, req: &RunCommand, envelope: &crate::runs::Envelope) ->
     post,
     path = "/v1/runs/{run}/tools/run_command",
     tag = "operations",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried start return the first op (1 to 128 printable ASCII characters)", pattern = r"^[!-~]{1,128}$")),
+    params(super::params::RunPath, ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried start return the first op (1 to 128 printable ASCII characters)", pattern = r"^[!-~]{1,128}$")),
     request_body = RunCommand,
     responses((status = 200, description = "Success", body = OpView)),
 )]
@@ -279,7 +279,7 @@ pub async fn run_oneshot(
     post,
     path = "/v1/runs/{run}/tools/kill_operation",
     tag = "operations",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     request_body = KillOperation,
     responses((status = 200, description = "Success", body = OpView)),
 )]
@@ -339,7 +339,7 @@ pub async fn kill_operation(
     get,
     path = "/v1/operations/{id}",
     tag = "operations",
-    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(super::params::OpPath),
     responses((status = 200, description = "Success", body = OpView)),
 )]
 pub async fn get_operation(
@@ -358,7 +358,7 @@ pub async fn get_operation(
     post,
     path = "/v1/operations/{id}/approve",
     tag = "approvals",
-    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(super::params::OpPath),
     responses((status = 200, description = "Success", body = OpView)),
 )]
 pub async fn approve(
@@ -389,7 +389,7 @@ const MAX_REASON_BYTES: usize = 4096;
     post,
     path = "/v1/operations/{id}/deny",
     tag = "approvals",
-    params(("id" = String, Path, description = "An operation id (a lowercase UUID)", pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(super::params::OpPath),
     request_body = Deny,
     responses((status = 200, description = "Success", body = OpView)),
 )]

@@ -55,7 +55,7 @@ pub async fn wait_report(k: &AppState, run: &str, wait: Duration) -> ApiResult<R
     get,
     path = "/v1/runs/{run}/report",
     tag = "reports",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), WaitQuery),
+    params(super::params::RunPath, WaitQuery),
     responses((status = 200, description = "Success", body = Report)),
 )]
 pub async fn report(
@@ -83,7 +83,7 @@ pub async fn report(
     post,
     path = "/v1/runs/{run}/report/{report_id}/ack",
     tag = "reports",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("report_id" = String, Path, description = "The report to acknowledge (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(super::params::RunPath, ("report_id" = String, Path, description = "The report to acknowledge (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
     responses((status = 200, description = "Success", body = ReportAck)),
 )]
 pub async fn ack(
@@ -114,7 +114,7 @@ pub async fn ack(
     post,
     path = "/v1/runs/{run}/notes",
     tag = "reports",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     request_body = Note,
     responses((status = 200, description = "Success", body = NoteAdded)),
 )]
@@ -148,7 +148,7 @@ pub async fn note(
     post,
     path = "/v1/runs/{run}/finish",
     tag = "reports",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     responses((status = 200, description = "Success", body = FinishView)),
 )]
 pub async fn finish(

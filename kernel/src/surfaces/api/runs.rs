@@ -238,7 +238,7 @@ pub(super) async fn load_run(k: &AppState, run: &str) -> ApiResult<RunRecord> {
     get,
     path = "/v1/runs/{run}",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     responses((status = 200, description = "Success", body = RunView)),
 )]
 pub async fn get_run(
@@ -358,7 +358,7 @@ async fn change(
     operation_id = "pause_run",
     path = "/v1/runs/{run}/pause",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     responses((status = 200, description = "Success", body = RunChangeAnswer)),
 )]
 pub async fn pause(
@@ -374,7 +374,7 @@ pub async fn pause(
     operation_id = "resume_run",
     path = "/v1/runs/{run}/resume",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     responses((status = 200, description = "Success", body = RunChangeAnswer)),
 )]
 pub async fn resume(
@@ -390,7 +390,7 @@ pub async fn resume(
     operation_id = "cancel_run",
     path = "/v1/runs/{run}/cancel",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     responses((status = 200, description = "Success", body = RunChangeAnswer)),
 )]
 pub async fn cancel(
@@ -411,7 +411,7 @@ const MAX_SUMMARY_BYTES: usize = 16 * 1024;
     operation_id = "complete_run",
     path = "/v1/runs/{run}/complete",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     request_body = Complete,
     responses((status = 200, description = "Success", body = RunChangeAnswer)),
 )]
@@ -448,7 +448,7 @@ pub async fn complete(
     operation_id = "record_usage",
     path = "/v1/runs/{run}/usage",
     tag = "runs",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry count once (1 to 128 printable ASCII characters)", pattern = r"^[!-~]{1,128}$")),
+    params(super::params::RunPath, ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry count once (1 to 128 printable ASCII characters)", pattern = r"^[!-~]{1,128}$")),
     request_body = UsageRequest,
     responses((status = 200, description = "Success", body = UsageAnswer)),
 )]

@@ -17,7 +17,7 @@ use crate::timing::Timing;
     operation_id = "create_schedule",
     path = "/v1/runs/{run}/schedules",
     tag = "schedules",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     request_body = CreateSchedule,
     responses((status = 200, description = "Success", body = ScheduleCreated)),
 )]
@@ -98,7 +98,7 @@ pub async fn create(
     operation_id = "list_run_schedules",
     path = "/v1/runs/{run}/schedules",
     tag = "schedules",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::params::RunPath),
     responses((status = 200, description = "Success", body = ScheduleList)),
 )]
 pub async fn list(
@@ -159,7 +159,7 @@ async fn load(k: &AppState, principal: &Principal, run: &str, id: &str) -> ApiRe
     operation_id = "get_schedule",
     path = "/v1/runs/{run}/schedules/{id}",
     tag = "schedules",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(super::params::RunPath, super::params::SchedulePath),
     responses((status = 200, description = "Success", body = ScheduleView)),
 )]
 pub async fn get_one(
@@ -178,7 +178,7 @@ pub async fn get_one(
     operation_id = "delete_schedule",
     path = "/v1/runs/{run}/schedules/{id}",
     tag = "schedules",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(super::params::RunPath, super::params::SchedulePath),
     responses((status = 200, description = "Success", body = ScheduleDeleted)),
 )]
 pub async fn delete(
@@ -219,7 +219,7 @@ async fn set_paused(
     operation_id = "pause_schedule",
     path = "/v1/runs/{run}/schedules/{id}/pause",
     tag = "schedules",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(super::params::RunPath, super::params::SchedulePath),
     responses((status = 200, description = "Success", body = ScheduleView)),
 )]
 pub async fn pause(
@@ -237,7 +237,7 @@ pub async fn pause(
     operation_id = "resume_schedule",
     path = "/v1/runs/{run}/schedules/{id}/resume",
     tag = "schedules",
-    params(("run" = String, Path, description = "A run id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("id" = String, Path, description = "A schedule id (a UUID)", pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(super::params::RunPath, super::params::SchedulePath),
     responses((status = 200, description = "Success", body = ScheduleView)),
 )]
 pub async fn resume(

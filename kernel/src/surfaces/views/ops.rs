@@ -218,7 +218,7 @@ pub struct ConsoleDone {
     pub operation_id: String,
     /// Its terminal status, or `unknown` (`None`) when the op is gone.
     #[serde(with = "status_or_unknown", default)]
-    #[schema(value_type = String, example = "completed")]
+    #[schema(value_type = String, default = "unknown", example = "completed")]
     pub status: Option<Status>,
     /// Its exit code, when it has one.
     pub exit_code: Option<i32>,
