@@ -160,7 +160,7 @@ pub struct ApiDoc;
 /// `data`, a JSON text of the named schema. The stream's media type gets
 /// the schema of one frame (as OpenAPI 3.2's `itemSchema` says it, and as
 /// the fuzzer checks each event).
-const STREAMS: &[(&str, &str, &[(Option<&str>, &str, &str)])] = &[
+const STREAMS: &[(&str, &str, &[Frame])] = &[
     (
         "/v1/runs/{run}/events/stream",
         "RunEventFrame",
@@ -179,6 +179,9 @@ const STREAMS: &[(&str, &str, &[(Option<&str>, &str, &str)])] = &[
         ],
     ),
 ];
+
+/// One kind of frame: its event name, its data's schema, what its id is.
+type Frame = (Option<&'static str>, &'static str, &'static str);
 
 /// One frame's schema: its event name, id and JSON data.
 fn frame_schema(event: Option<&str>, data: &str, id: &str) -> serde_json::Value {
