@@ -24,6 +24,8 @@ pub mod surfaces;
 #[cfg(test)]
 mod circle_tests;
 #[cfg(test)]
+mod docs_tests;
+#[cfg(test)]
 mod fuzz_tests;
 #[cfg(test)]
 mod layers_tests;

@@ -1,6 +1,6 @@
 //! The admit transaction script: one start of an op, in one IMMEDIATE
-//! transaction, in this order: the run tree's lock (its root's row on
-//! PostgreSQL), the idempotency key (a retry finds its op), the run's state
+//! transaction, in this order: the run tree's lock (an advisory lock keyed
+//! by its root on PostgreSQL), the idempotency key (a retry finds its op), the run's state
 //! and budgets on its chain, the run's existence (a run token never
 //! recreates a purged run), the envelope limits over each subtree and the
 //! kernel-wide limit, then the row (`starting`, or `awaiting_approval`
@@ -91,7 +91,7 @@ pub(super) fn insert_in(
     req: &StartRequest,
     limits: Admission,
 ) -> StoreResult<NewOp> {
-    // locks the tree of the op's run (its root's row): the admissions,
+    // locks the tree of the op's run (keyed by its root): the admissions,
     // settlements, cancels and drains of one tree are serialized
     let root = super::tree::lock_tree_of(tx, &req.run_id)?;
     let request_sha = req.fingerprint();

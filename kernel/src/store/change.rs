@@ -1,7 +1,7 @@
 //! The run-change transaction script (SPEC §14): a run's state change by
 //! compare-and-set with its event, in one IMMEDIATE transaction, in this
 //! order: the transition rule with the pause of record
-//! (`tasks::transition_by`), a completion's check that nothing of the
+//! (`runs::transition_by`), a completion's check that nothing of the
 //! subtree is live, the write, then the cascades: a cancel cancels the
 //! subtree, requests every kill, denies every waiting op and ends the
 //! subtree's schedules; a completion ends the run's schedules. It sits

@@ -1,5 +1,6 @@
-//! The control plane: one SQLite database (`<home>/kernel.db`, WAL), the
-//! single authority on every op's lifecycle, its reports, notes and runs.
+//! The control plane: one database (SQLite, `<home>/kernel.db` in WAL
+//! mode, or PostgreSQL shared by a cluster), the single authority on every
+//! op's lifecycle, its reports, notes and runs.
 //! Every call runs on the blocking pool, never on the async workers.
 
 mod admission;

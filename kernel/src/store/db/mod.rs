@@ -2,7 +2,7 @@
 //! dialect. A script talks to one open transaction through [`Tx`], in
 //! portable SQL (`?1` placeholders, `ON CONFLICT`, `RETURNING`, `CAST(… AS
 //! BIGINT)`), with [`Value`] parameters and [`Row`]s read by column name;
-//! each dialect (SQLite today, PostgreSQL per SPEC §19) implements `Tx`
+//! each dialect (SQLite, and PostgreSQL per SPEC §19) implements `Tx`
 //! and differs only where ARCHITECTURE.md's seam table says.
 
 pub mod pglisten;
@@ -24,7 +24,8 @@ use super::StoreResult;
 pub enum Dialect {
     /// One file, one writer at a time (`BEGIN IMMEDIATE`).
     Sqlite,
-    /// A server; a run tree's transactions are serialized by its root's row lock.
+    /// A server; a run tree's transactions are serialized by an advisory
+    /// lock keyed by its root's id.
     Postgres,
 }
 

@@ -139,7 +139,7 @@ async fn statements_round_trip_and_the_ledger_is_append_only() {
 }
 
 /// Two transactions on one run tree run one after the other: the second
-/// waits on the root's row lock until the first commits.
+/// waits on the root's advisory lock until the first commits.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_trees_transactions_serialize_on_its_roots_row() {
     let Some(pool) = fresh_db().await else { return };

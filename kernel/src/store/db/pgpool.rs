@@ -195,7 +195,7 @@ pub async fn migrate(client: &Object) -> StoreResult<i64> {
 
 /// Runs `f` in one transaction on a pooled connection, on the blocking
 /// pool: READ COMMITTED for writes (a run tree's scripts serialize on its
-/// root's row lock), REPEATABLE READ READ ONLY for reads (one snapshot, as
+/// root's advisory lock), REPEATABLE READ READ ONLY for reads (one snapshot, as
 /// SQLite's read transaction). Commits on `Ok`, rolls back on `Err`.
 pub async fn run<T, F>(pool: &Pool, read_only: bool, f: F) -> StoreResult<T>
 where

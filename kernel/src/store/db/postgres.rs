@@ -42,7 +42,7 @@ impl Drop for PgTx<'_> {
 impl<'a> PgTx<'a> {
     /// Begins a transaction: for writes READ COMMITTED (each statement
     /// sees what committed before it; a run tree's scripts serialize on its
-    /// root's row lock, see [`Tx::lock_tree`]), for reads REPEATABLE READ
+    /// root's advisory lock, see [`Tx::lock_tree`]), for reads REPEATABLE READ
     /// READ ONLY (every statement reads one snapshot).
     pub fn begin(client: &'a Object, handle: Handle, read_only: bool) -> StoreResult<PgTx<'a>> {
         let begin = if read_only {
