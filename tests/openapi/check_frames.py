@@ -32,7 +32,7 @@ def main():
         # an unnamed frame is a `message` (the SSE default)
         name = f.get("event") or "message"
         named = [v for v in frame_variants(doc, f["path"])
-                 if v["properties"]["event"]["const"] == name]
+                 if v["properties"]["event"]["enum"] == [name]]
         if len(named) != 1:
             failures.append(f"{f['path']}: no frame named {f.get('event')!r} in the document")
             continue

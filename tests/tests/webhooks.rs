@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
 use opkernel_tests::unique_run;
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! Tokens: fresh 256-bit secrets, stored only as sha256 and compared in
 //! constant time.
 
-use rand::RngCore;
+use rand::Rng;
 use sha2::{Digest, Sha256};
 
 /// A fresh 256-bit token, hex encoded.

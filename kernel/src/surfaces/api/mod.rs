@@ -20,6 +20,7 @@ pub mod reports;
 mod runs;
 pub mod schedules;
 pub(crate) mod schema;
+mod streams_doc;
 
 use std::sync::Arc;
 

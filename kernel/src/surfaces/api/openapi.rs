@@ -10,6 +10,7 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
+use super::streams_doc::Streams;
 
 /// The statuses any operation may answer an error with, and when.
 const ERRORS: &[(&str, &str)] = &[
@@ -141,7 +142,7 @@ impl Modify for Conventions {
         crate::surfaces::views::ConsoleOutput,
         crate::surfaces::views::ConsoleDone
     )),
-    modifiers(&Conventions),
+    modifiers(&Conventions, &Streams),
     security(("bearer" = [])),
     tags(
         (name = "runs", description = "Runs: tasks with states, envelopes, budgets and children"),
@@ -155,73 +156,6 @@ impl Modify for Conventions {
 )]
 pub struct ApiDoc;
 
-/// The SSE endpoints and the frames they send: each frame's `event` name
-/// (`None`: unnamed, which SSE reads as `message`), its `id` and its
-/// `data`, a JSON text of the named schema. The stream's media type gets
-/// the schema of one frame (as OpenAPI 3.2's `itemSchema` says it, and as
-/// the fuzzer checks each event).
-const STREAMS: &[(&str, &str, &[Frame])] = &[
-    (
-        "/v1/runs/{run}/events/stream",
-        "RunEventFrame",
-        &[(None, "Event", "the event's seq")],
-    ),
-    (
-        "/v1/operations/{id}/console",
-        "ConsoleFrame",
-        &[
-            (
-                Some("output"),
-                "ConsoleOutput",
-                "the log offset after this chunk",
-            ),
-            (Some("done"), "ConsoleDone", "none: the stream's last frame"),
-        ],
-    ),
-];
-
-/// One kind of frame: its event name, its data's schema, what its id is.
-type Frame = (Option<&'static str>, &'static str, &'static str);
-
-/// One frame's schema: its event name, id and JSON data.
-fn frame_schema(event: Option<&str>, data: &str, id: &str) -> serde_json::Value {
-    let mut properties = serde_json::json!({
-        "id": {"type": "string", "description": format!("The SSE id: {id}")},
-        "data": {
-            "type": "string",
-            "contentMediaType": "application/json",
-            "contentSchema": {"$ref": format!("#/components/schemas/{data}")},
-        },
-    });
-    let mut required = vec!["data"];
-    properties["event"] = serde_json::json!({"const": event.unwrap_or("message")});
-    if event.is_some() {
-        required.push("event");
-    }
-    serde_json::json!({"type": "object", "required": required, "properties": properties})
-}
-
-/// The document as served: the derived one, with each stream's frames
-/// described (their schemas under `components`).
-pub fn document() -> serde_json::Value {
-    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
-    for (path, name, frames) in STREAMS {
-        let variants: Vec<serde_json::Value> = frames
-            .iter()
-            .map(|(event, data, id)| frame_schema(*event, data, id))
-            .collect();
-        let schema = match variants.as_slice() {
-            [one] => one.clone(),
-            _ => serde_json::json!({ "oneOf": variants }),
-        };
-        doc["components"]["schemas"][*name] = schema;
-        doc["paths"][*path]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"] = serde_json::json!({
-            "$ref": format!("#/components/schemas/{name}"),
-        });
-    }
-    doc
-}
-
 /// The document, as JSON.
 #[utoipa::path(
     get,
@@ -230,8 +164,8 @@ pub fn document() -> serde_json::Value {
     responses((status = 200, description = "This document (OpenAPI 3.1)", body = Object)),
     security(()),
 )]
-pub async fn openapi_json() -> Json<serde_json::Value> {
-    Json(document())
+pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
 }
 
 #[cfg(test)]
@@ -261,7 +195,8 @@ mod tests {
             }
         }
         let mut found = Vec::new();
-        walk(&document(), "", &mut found);
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+        walk(&doc, "", &mut found);
         assert!(found.is_empty(), "null members: {found:?}");
     }
 
@@ -269,8 +204,8 @@ mod tests {
     /// names is one of its components.
     #[test]
     fn the_streams_document_their_frames() {
-        let doc = document();
-        for (path, name, frames) in STREAMS {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+        for (path, name, frames) in crate::surfaces::api::streams_doc::STREAMS {
             let content = &doc["paths"][*path]["get"]["responses"]["200"]["content"];
             let items = &content["text/event-stream"]["schema"]["$ref"];
             assert_eq!(items, &format!("#/components/schemas/{name}"), "{path}");
@@ -279,7 +214,11 @@ mod tests {
             }
         }
         let done = &doc["components"]["schemas"]["ConsoleFrame"]["oneOf"][1];
-        assert_eq!(done["properties"]["event"]["const"], "done");
+        assert_eq!(done["properties"]["event"]["enum"][0], "done");
+        assert_eq!(
+            done["properties"]["data"]["contentSchema"]["$ref"],
+            "#/components/schemas/ConsoleDone"
+        );
     }
 
     /// Each path parameter is declared once (`params.rs`) and every path

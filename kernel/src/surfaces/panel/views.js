@@ -1,6 +1,7 @@
 // @ts-check
 // The API's bodies as the panel reads them: JSDoc types mirroring the Rust
-// views (kernel/src/surfaces/views/*.rs; field names from the SPEC). Types only: nothing here runs, and no module imports it at run time.
+// views (kernel/src/surfaces/views/*.rs; field names from the SPEC). Types only:
+// nothing here runs, and no module imports it at run time.
 
 /**
  * `GET /v1/whoami`.
