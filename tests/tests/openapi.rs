@@ -56,8 +56,12 @@ async fn the_document_is_valid_and_the_api_keeps_to_it_under_fuzzing() {
     let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("openapi/schemathesis.toml");
     let base = k.client.base().to_owned();
     let token = k.client.token().to_owned();
+    let home = k.home.clone();
     let (ok, text) = tokio::task::spawn_blocking(move || {
+        // in the test's home: its caches (crash reproductions) stay out of
+        // the checkout
         run(Command::new(st)
+            .current_dir(&home)
             .arg("--config-file")
             .arg(config)
             .args(["run", &format!("{base}/v1/openapi.json")])

@@ -59,7 +59,7 @@ pub async fn agree_settings(k: &Kernel) -> anyhow::Result<()> {
 /// Joins the cluster (a new epoch): at start, before recovery (then
 /// `keep_lease` keeps it), and again whenever the lease lapsed. The ops
 /// this node lost while it was away (declared dead) have their processes
-/// stopped before it starts anything again ([`stop_lost`]).
+/// stopped before it starts anything again (`stop_lost`).
 pub async fn join(k: &Arc<Kernel>) -> Result<(), StoreError> {
     let Some(node) = &k.node else {
         return Ok(());

@@ -39,7 +39,7 @@ async fn with_pids(
 
 /// Stops the processes of `ops` (a `.pid` each, or one waited for): TERM,
 /// the kill grace, then KILL until nothing is left, the container is gone
-/// or stopped, or [`STOP_PATIENCE`] passed.
+/// or stopped, or `STOP_PATIENCE` passed.
 pub async fn stop_processes(k: &Kernel, ops: Vec<(Op, Option<sandbox::PidRecord>)>) {
     let ops = with_pids(k, ops).await;
     let mut left = signal_all(k, ops, sandbox::Signal::Term).await;

@@ -168,7 +168,7 @@ impl Store {
     }
 
     /// Declares every other node whose lease lapsed `dead`, each in one
-    /// transaction with its ops' settlement (see [`sweep_one`]), judged by
+    /// transaction with its ops' settlement (see `sweep_one`), judged by
     /// `judge` (this node, its epoch, and how long it must have held its
     /// lease since its last join). Safe on every node at once: the node's
     /// row is the compare-and-set.

@@ -89,7 +89,7 @@ pub enum PostOutcome {
     /// The receiver refused this very body: it leaves, recorded in the
     /// kernel's journal (`webhook.dropped`) with the reason.
     Refused(String),
-    /// Not taken (why): tried again after [`backoff_ms`] from when this is
+    /// Not taken (why): tried again after `backoff_ms` from when this is
     /// recorded; its run's later posts wait as long (they go after it).
     Failed(String),
 }
@@ -156,7 +156,7 @@ impl Store {
     /// due when it and every earlier row of its run are, and no other node
     /// holds a live claim on a row of its run. The takers are serialized
     /// (an advisory lock on PostgreSQL, the one writer on SQLite); each
-    /// claim lasts [`CLAIM_MS`] on the database's clock, and a node's own
+    /// claim lasts `CLAIM_MS` on the database's clock, and a node's own
     /// claims are its to take again (after a restart too).
     pub async fn due_posts(&self, per_run: u32, limit: u32) -> StoreResult<Vec<OutboxPost>> {
         let taker = self.outbox_taker();
@@ -204,7 +204,7 @@ impl Store {
         self.node().unwrap_or("single-kernel").to_owned()
     }
 
-    /// Records a round's turns, each run's as [`record_turn`] says, all in
+    /// Records a round's turns, each run's as `record_turn` says, all in
     /// one transaction (one commit for the round).
     pub async fn record_turns(
         &self,

@@ -355,7 +355,7 @@ impl Store {
         .await
     }
 
-    /// The tightest budget on a run's chain (see [`tightest_budget`]).
+    /// The tightest budget on a run's chain (see `tightest_budget`).
     pub async fn tightest_budget(&self, run_id: &str) -> StoreResult<Budget> {
         let run_id = run_id.to_owned();
         self.read(move |tx| tightest_budget(tx, &run_id)).await

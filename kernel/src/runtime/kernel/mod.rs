@@ -3,7 +3,7 @@
 //! ([`registry`]), the run gates between launches and the reaper
 //! ([`gates`]), each live op's handle ([`handles`]) and the per-run cache
 //! of facts and wake-ups ([`runcache`]); the compare-and-set settle that
-//! wakes report waiters ([`settle`]). Observers live in `observer/`, above
+//! wakes report waiters (`settle`). Observers live in `observer/`, above
 //! this module; the background loops in `housekeeping.rs`.
 
 mod containers;

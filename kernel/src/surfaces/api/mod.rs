@@ -43,7 +43,7 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 pub type AppState = Arc<Kernel>;
 
 /// The API's routes (the panel's assets among them); MCP is mounted
-/// beside them by [`crate::runtime::serve::app`].
+/// beside them by `crate::app::serve::app`.
 pub fn router(kernel: Arc<Kernel>) -> Router {
     let mut app = Router::new()
         .route("/", get(panel::index))

@@ -3,7 +3,7 @@
 //! (`opkernel mcp --run RUN`, one process per agent, talking to the daemon
 //! over HTTP) and streamable HTTP at `/mcp` on the daemon (the run token as
 //! bearer). Tools go through the kernel's HTTP API ([`backend`]), so their
-//! schemas, limits and messages are the API's own ([`tools`]).
+//! schemas, limits and messages are the API's own (`tools`).
 //!
 //! Exactly once without loss: a report is acknowledged only when the
 //! client shows it has it. A session (stdio, or a legacy 2025-xx HTTP
