@@ -333,8 +333,8 @@ impl KernelProcess {
     /// kernel is down): the home's SQLite file, or its PostgreSQL database.
     pub async fn offline_store(&self) -> anyhow::Result<crate::store::Store> {
         Ok(match self.postgres_url() {
-            Some(url) => crate::store::Store::connect(&url).await?,
-            None => crate::store::Store::open(&self.home.join("kernel.db"))?,
+            Some(url) => crate::store::Store::connect(&url, Default::default()).await?,
+            None => crate::store::Store::open(&self.home.join("kernel.db"), Default::default())?,
         })
     }
 

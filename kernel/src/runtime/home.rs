@@ -171,7 +171,10 @@ pub(crate) async fn open_store(
             _home: home_lock,
             store: Some(owner),
         };
-        return Ok((ownership, Store::connect(url).await?));
+        return Ok((
+            ownership,
+            Store::connect(url, config.store_options()).await?,
+        ));
     }
     if config.node.is_some() {
         return Err(StartError::Config(
@@ -192,7 +195,7 @@ pub(crate) async fn open_store(
         _home: home_lock,
         store: None,
     };
-    Ok((ownership, Store::open(&db)?))
+    Ok((ownership, Store::open(&db, config.store_options())?))
 }
 
 /// Reads `<home>/operator.token`, creating it (mode 0600) on first start.

@@ -37,7 +37,6 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use crate::base::sync::Lock;
-use db::sqlite::SqliteTx;
 use db::Tx;
 
 pub use admission::Refusal;
@@ -56,9 +55,15 @@ pub use schedules::{Fire, NewSchedule, Schedule, StartupReport, MAX_LAST_TAIL};
 /// Why a control-plane call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// SQLite refused or failed a statement.
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    /// The database refused or failed a statement (on PostgreSQL the
+    /// message starts with the SQLSTATE).
+    #[error("{dialect} error: {message}")]
+    Database {
+        /// Which database answered.
+        dialect: db::Dialect,
+        /// What it said.
+        message: String,
+    },
     /// Stored data breaks the control plane's own rules (a value that does
     /// not parse, a row missing or changed inside its own transaction).
     #[error("stored data is corrupt: {0}")]
@@ -78,9 +83,6 @@ pub enum StoreError {
         /// The newest version this kernel knows.
         known: i64,
     },
-    /// PostgreSQL answered with an error (its SQLSTATE first).
-    #[error("database error: {0}")]
-    Postgres(String),
     /// The database cannot be reached (SPEC §19: `503 store_unavailable`).
     #[error("the control plane's database is unreachable: {0}")]
     Unavailable(String),
@@ -94,34 +96,41 @@ pub enum StoreError {
     Owned,
 }
 
+impl StoreError {
+    /// A database's refusal or failure, in its words.
+    pub fn database(dialect: db::Dialect, message: impl std::fmt::Display) -> StoreError {
+        StoreError::Database {
+            dialect,
+            message: message.to_string(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::database(db::Dialect::Sqlite, e)
+    }
+}
+
 /// A control-plane call's result.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What a store is opened for, fixed for its life: what each transaction
+/// notes besides its own work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Every notified event also puts its post in the webhook outbox, in
+    /// the event's own transaction (the kernel has a webhook URL).
+    pub outbox: bool,
+    /// The cluster node this kernel runs as: admissions place their run
+    /// tree on it, and its recovery, watchdog and hand-off see only the ops
+    /// placed on it. `None`: a single kernel.
+    pub node: Option<String>,
+}
 
 /// Connections a PostgreSQL store keeps (each transaction holds one, on
 /// the blocking pool, for its duration).
 const POSTGRES_POOL: usize = 16;
-
-/// Numbered migrations, applied in order inside one transaction each.
-const MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../../migrations/0001_control_plane.sql")),
-    (2, include_str!("../../migrations/0002_kill_evidence.sql")),
-    (3, include_str!("../../migrations/0003_usage.sql")),
-    (4, include_str!("../../migrations/0004_launcher.sql")),
-    (5, include_str!("../../migrations/0005_runs_as_tasks.sql")),
-    (
-        6,
-        include_str!("../../migrations/0006_approvals_schedules.sql"),
-    ),
-    (7, include_str!("../../migrations/0007_leftovers.sql")),
-    (8, include_str!("../../migrations/0008_retention.sql")),
-    (9, include_str!("../../migrations/0009_webhooks.sql")),
-    (10, include_str!("../../migrations/0010_pool.sql")),
-    (11, include_str!("../../migrations/0011_cluster.sql")),
-    (
-        12,
-        include_str!("../../migrations/0012_cluster_features.sql"),
-    ),
-];
 
 /// The control plane: its database (SQLite or PostgreSQL) and the
 /// journal's wake-up channel. Cheap to clone.
@@ -137,15 +146,8 @@ pub struct Store {
     /// This process's metrics: the facts of committed transactions and
     /// their durations are counted here.
     metrics: Arc<crate::base::metrics::Metrics>,
-    /// Notified events also go to the webhook outbox (set once the kernel
-    /// knows it has a webhook URL).
-    outbox: Arc<std::sync::atomic::AtomicBool>,
-    /// Admissions place their run tree on a cluster node (set once the
-    /// kernel runs as a node).
-    cluster: Arc<std::sync::atomic::AtomicBool>,
-    /// This kernel's cluster node: its recovery, watchdog and hand-off see
-    /// only the ops placed on it.
-    node: Arc<std::sync::OnceLock<String>>,
+    /// What it was opened for.
+    options: Arc<StoreOptions>,
     /// Hand-off hints heard for this node (PostgreSQL only).
     hints: Arc<hints::Hints>,
 }
@@ -171,33 +173,16 @@ enum Backend {
 }
 
 impl Store {
-    /// Opens (or creates) the database at `path` and applies the pending
-    /// migrations; a database from a newer kernel is refused untouched.
-    pub fn open(path: &Path) -> StoreResult<Store> {
-        let mut conn = Connection::open(path)?;
-        // a database from a newer kernel is refused before anything here
-        // writes to it (not even the journal mode)
-        let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        let known = MIGRATIONS.last().map_or(0, |(n, _)| *n);
-        if found > known {
-            return Err(StoreError::NewerSchema { found, known });
-        }
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        // every hot statement stays parsed
-        conn.set_prepared_statement_cache_capacity(256);
-        migrate(&mut conn)?;
+    /// Opens (or creates) the SQLite database at `path` and applies the
+    /// pending migrations; a database from a newer kernel is refused
+    /// untouched.
+    pub fn open(path: &Path, options: StoreOptions) -> StoreResult<Store> {
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
-        let hook = journal.clone();
-        conn.update_hook(Some(
-            move |action: rusqlite::hooks::Action, _db: &str, table: &str, rowid: i64| {
-                if table == "events" && action == rusqlite::hooks::Action::SQLITE_INSERT {
-                    hook.send_replace(rowid);
-                }
-            },
-        ));
+        let conn = db::sqlite::open(path, journal.clone())?;
+        let hints = hints::Hints::default();
+        if let Some(node) = &options.node {
+            hints.set_node(node);
+        }
         Ok(Store {
             backend: Backend::Sqlite {
                 conn: Arc::new(Lock::new(conn)),
@@ -205,10 +190,8 @@ impl Store {
             },
             journal,
             metrics: Default::default(),
-            outbox: Default::default(),
-            cluster: Default::default(),
-            node: Default::default(),
-            hints: Default::default(),
+            options: Arc::new(options),
+            hints: Arc::new(hints),
         })
     }
 
@@ -216,13 +199,16 @@ impl Store {
     /// the migrations this kernel knows (a schema from a newer kernel is
     /// refused untouched), and a listener whose notifications wake journal
     /// readers (they also re-read on their own timer).
-    pub async fn connect(url: &str) -> StoreResult<Store> {
+    pub async fn connect(url: &str, options: StoreOptions) -> StoreResult<Store> {
         let pool = db::pgpool::pool(url, POSTGRES_POOL)?;
         db::pgpool::migrate(&db::pgpool::connection(&pool).await?).await?;
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
         let (listening, stop) = crate::base::sync::Stop::new();
         let hook = journal.clone();
         let hints = Arc::new(hints::Hints::default());
+        if let Some(node) = &options.node {
+            hints.set_node(node);
+        }
         let heard = hints.clone();
         let on_event: db::pglisten::OnEvent = Arc::new(move |channel: &str, payload: &str| {
             if channel != hints::CHANNEL {
@@ -241,9 +227,7 @@ impl Store {
             },
             journal,
             metrics: Default::default(),
-            outbox: Default::default(),
-            cluster: Default::default(),
-            node: Default::default(),
+            options: Arc::new(options),
             hints,
         })
     }
@@ -283,25 +267,24 @@ impl Store {
         self.transaction(true, f).await
     }
 
-    /// From now on, every admission places its run tree on a cluster node
-    /// (the kernel runs as one).
-    pub fn enable_cluster(&self, node: &str) {
-        let _ = self.node.set(node.to_owned());
-        self.hints.set_node(node);
-        self.cluster
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// The cluster node this kernel runs as, if any.
     pub fn node(&self) -> Option<&str> {
-        self.node.get().map(String::as_str)
+        self.options.node.as_deref()
     }
 
-    /// From now on, every notified event also puts its post in the webhook
-    /// outbox, in the event's own transaction.
-    pub fn enable_outbox(&self) {
-        self.outbox
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+    /// The same database, as a store opened with `options` would see it
+    /// (tests: two kernels on one database).
+    #[cfg(test)]
+    pub(crate) fn with_options(&self, options: StoreOptions) -> Store {
+        let hints = hints::Hints::default();
+        if let Some(node) = &options.node {
+            hints.set_node(node);
+        }
+        Store {
+            options: Arc::new(options),
+            hints: Arc::new(hints),
+            ..self.clone()
+        }
     }
 
     /// This process's metrics.
@@ -335,12 +318,8 @@ impl Store {
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
         let began = std::time::Instant::now();
-        let outbox = self.outbox.load(std::sync::atomic::Ordering::Relaxed);
-        let node = self
-            .cluster
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .then(|| self.node().map(str::to_owned))
-            .flatten();
+        let outbox = self.options.outbox;
+        let node = self.options.node.clone();
         let noted = move |tx: &mut dyn Tx| {
             let mut noting = db::Noting::new(tx, outbox, node);
             let value = f(&mut noting)?;
@@ -349,7 +328,7 @@ impl Store {
         let done = match &self.backend {
             Backend::Sqlite { seen, .. } => {
                 let seen = seen.clone();
-                self.call(move |conn| sqlite_transaction(conn, read_only, seen, noted))
+                self.call(move |conn| db::sqlite::transaction(conn, read_only, seen, noted))
                     .await
             }
             Backend::Postgres {
@@ -389,41 +368,6 @@ impl Store {
     }
 }
 
-/// One SQLite transaction: `BEGIN IMMEDIATE` for a write (the file's one
-/// writer, every run tree serialized), deferred for a read; committed when
-/// `f` returns `Ok`, rolled back on `Err`.
-fn sqlite_transaction<T>(
-    conn: &mut Connection,
-    read_only: bool,
-    seen: db::sqlite::Seen,
-    f: impl FnOnce(&mut dyn Tx) -> StoreResult<T>,
-) -> StoreResult<T> {
-    let behavior = if read_only {
-        rusqlite::TransactionBehavior::Deferred
-    } else {
-        rusqlite::TransactionBehavior::Immediate
-    };
-    // dropped uncommitted on `Err`: rolled back
-    let tx = conn.transaction_with_behavior(behavior)?;
-    let value = f(&mut SqliteTx::new(&tx, seen))?;
-    tx.commit()?;
-    Ok(value)
-}
-
-fn migrate(conn: &mut Connection) -> StoreResult<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    for (number, sql) in MIGRATIONS {
-        if *number <= version {
-            continue;
-        }
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", number)?;
-        tx.commit()?;
-    }
-    Ok(())
-}
-
 /// A step applied to the wall clock by the `clock-step` drill (0 otherwise).
 static WALL_CLOCK_STEP_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
@@ -450,7 +394,7 @@ pub fn step_wall_clock(ms: i64) {
 pub(crate) async fn test_store() -> Store {
     if std::env::var("OPKERNEL_TEST_STORE").as_deref() == Ok("postgres") {
         let url = db::pgpool::test_database().await;
-        return Store::connect(&url).await.unwrap();
+        return Store::connect(&url, StoreOptions::default()).await.unwrap();
     }
     sqlite_test_store()
 }
@@ -463,19 +407,20 @@ pub(crate) async fn test_store_pair() -> (Store, Store) {
     if std::env::var("OPKERNEL_TEST_STORE").as_deref() == Ok("postgres") {
         let url = db::pgpool::test_database().await;
         return (
-            Store::connect(&url).await.unwrap(),
-            Store::connect(&url).await.unwrap(),
+            Store::connect(&url, StoreOptions::default()).await.unwrap(),
+            Store::connect(&url, StoreOptions::default()).await.unwrap(),
         );
     }
     let path = std::env::temp_dir().join(format!("opkernel-store-{}.db", uuid::Uuid::new_v4()));
-    (Store::open(&path).unwrap(), Store::open(&path).unwrap())
+    let open = || Store::open(&path, StoreOptions::default()).unwrap();
+    (open(), open())
 }
 
 /// A store for a unit test on SQLite, in a fresh file.
 #[cfg(test)]
 pub(crate) fn sqlite_test_store() -> Store {
     let path = std::env::temp_dir().join(format!("opkernel-store-{}.db", uuid::Uuid::new_v4()));
-    Store::open(&path).unwrap()
+    Store::open(&path, StoreOptions::default()).unwrap()
 }
 
 /// A test store that collects the text of every statement it runs.

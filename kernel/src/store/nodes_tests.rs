@@ -4,7 +4,7 @@
 
 use crate::lifecycle::Status;
 use crate::store::runs::tests::start;
-use crate::store::{test_store, Admission, NewOp, Op, Store};
+use crate::store::{test_store, Admission, NewOp, Op, Store, StoreOptions};
 
 async fn admit(store: &Store, run: &str) -> Op {
     match store
@@ -26,19 +26,23 @@ fn judge(node: &str, epoch: i64) -> crate::store::Judge {
     }
 }
 
-/// A store in cluster mode as node `me`, with `me` joined (epoch returned).
-async fn node(store: &Store, me: &str, ttl_ms: i64) -> i64 {
-    store.enable_cluster(me);
-    store
+/// The store opened as node `me`, with `me` joined (and its epoch).
+async fn node(store: &Store, me: &str, ttl_ms: i64) -> (Store, i64) {
+    let store = store.with_options(StoreOptions {
+        node: Some(me.to_owned()),
+        ..StoreOptions::default()
+    });
+    let epoch = store
         .join_node(me, &format!("http://{me}:7878"), ttl_ms)
         .await
-        .unwrap()
+        .unwrap();
+    (store, epoch)
 }
 
 #[tokio::test]
 async fn a_lease_fences_claims_and_a_lapsed_node_is_swept_once() {
     let store = test_store().await;
-    let epoch = node(&store, "n1", 60_000).await;
+    let (store, epoch) = node(&store, "n1", 60_000).await;
     assert_eq!(epoch, 1);
     let a = admit(&store, "ra").await;
     assert_eq!(a.node.as_deref(), Some("n1"));
@@ -137,7 +141,7 @@ async fn a_lease_fences_claims_and_a_lapsed_node_is_swept_once() {
 #[tokio::test]
 async fn a_tree_is_placed_on_the_least_loaded_active_node_and_stays_there() {
     let store = test_store().await;
-    node(&store, "n1", 60_000).await;
+    let (store, _) = node(&store, "n1", 60_000).await;
     store
         .join_node("n2", "http://n2:7878", 60_000)
         .await
@@ -185,7 +189,7 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
     // §24); the node whose disk holds its files takes it over, once
     let legacy = admit(&store, "old").await;
     assert_eq!(legacy.node, None);
-    node(&store, "n1", 60_000).await;
+    let (store, _) = node(&store, "n1", 60_000).await;
     let unplaced = store.unplaced_ops().await.unwrap();
     assert_eq!(unplaced.len(), 1);
     assert_eq!(store.get_op(&legacy.id).await.unwrap().unwrap().node, None);
@@ -248,7 +252,7 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
 #[tokio::test]
 async fn a_tree_moves_only_off_a_dead_node() {
     let store = test_store().await;
-    node(&store, "n1", 60_000).await;
+    let (store, _) = node(&store, "n1", 60_000).await;
     let first = admit(&store, "r").await;
     assert_eq!(first.node.as_deref(), Some("n1"));
     let n2 = store
@@ -278,7 +282,7 @@ async fn a_tree_moves_only_off_a_dead_node() {
 #[tokio::test]
 async fn the_live_op_limit_is_per_node() {
     let store = test_store().await;
-    node(&store, "n1", 60_000).await;
+    let (store, _) = node(&store, "n1", 60_000).await;
     store
         .join_node("n2", "http://n2:7878", 60_000)
         .await
@@ -329,7 +333,7 @@ async fn the_live_op_limit_is_per_node() {
 #[tokio::test]
 async fn a_stop_asked_for_a_lost_op_is_recorded_for_its_node() {
     let store = test_store().await;
-    let epoch = node(&store, "n1", 60_000).await;
+    let (store, epoch) = node(&store, "n1", 60_000).await;
     let op = admit(&store, "r").await;
     assert!(store
         .claim_exec(&op.id, "k", "c", (false, Some(("n1".to_owned(), epoch))))

@@ -76,8 +76,8 @@ async fn kinds(store: &Store, run: &str) -> Vec<String> {
 async fn two_schedulers_racing_fire_a_due_time_once() {
     // two kernels' connections on one control plane, as two scheduler loops
     let path = std::env::temp_dir().join(format!("opkernel-race-{}.db", uuid::Uuid::new_v4()));
-    let a = Store::open(&path).unwrap();
-    let b = Store::open(&path).unwrap();
+    let a = Store::open(&path, Default::default()).unwrap();
+    let b = Store::open(&path, Default::default()).unwrap();
     let s = create(&a, every("r", 60, false)).await;
     let base = now_ms() - 100_000;
     for round in 0..20 {
@@ -407,8 +407,10 @@ async fn a_corrupt_row_never_stops_the_others() {
 
 #[tokio::test]
 async fn a_node_starting_beside_a_live_one_misses_only_what_it_missed_too() {
-    let store = test_store().await;
-    store.enable_cluster("n1");
+    let store = test_store().await.with_options(crate::store::StoreOptions {
+        node: Some("n1".into()),
+        ..Default::default()
+    });
     let n2 = store
         .join_node("n2", "http://n2:7878", 60_000)
         .await

@@ -7,7 +7,7 @@ fn a_database_from_a_newer_kernel_is_refused_and_left_alone() {
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let before = std::fs::read(&path).unwrap();
-    match super::Store::open(&path) {
+    match super::Store::open(&path, Default::default()) {
         Err(e @ super::StoreError::NewerSchema { found: 99, .. }) => {
             assert!(e.to_string().contains("written by a newer opkernel"), "{e}")
         }
@@ -22,7 +22,7 @@ fn a_database_from_a_newer_kernel_is_refused_and_left_alone() {
 #[test]
 fn schema_check_lists_every_status() {
     // the latest migration that (re)creates the ops table
-    let sql = super::MIGRATIONS[5].1;
+    let sql = super::db::migrations::MIGRATIONS[5].sqlite;
     for s in Status::ALL {
         assert!(sql.contains(&format!("'{}'", s.as_str())), "{s:?}");
     }
@@ -89,10 +89,10 @@ fn a_version_5_database_upgrades_with_its_rows() {
     let path = std::env::temp_dir().join(format!("opkernel-v5-{}.db", uuid::Uuid::new_v4()));
     {
         let mut conn = rusqlite::Connection::open(&path).unwrap();
-        for (number, sql) in &super::MIGRATIONS[..5] {
+        for m in &super::db::migrations::MIGRATIONS[..5] {
             let tx = conn.transaction().unwrap();
-            tx.execute_batch(sql).unwrap();
-            tx.pragma_update(None, "user_version", number).unwrap();
+            tx.execute_batch(m.sqlite).unwrap();
+            tx.pragma_update(None, "user_version", m.version).unwrap();
             tx.commit().unwrap();
         }
         conn.execute_batch(
@@ -102,7 +102,7 @@ fn a_version_5_database_upgrades_with_its_rows() {
         )
         .unwrap();
     }
-    let store = super::Store::open(&path).unwrap();
+    let store = super::Store::open(&path, Default::default()).unwrap();
     let super::Backend::Sqlite { conn, .. } = &store.backend else {
         unreachable!("an SQLite store")
     };
@@ -130,11 +130,11 @@ fn a_version_5_database_upgrades_with_its_rows() {
 #[tokio::test]
 async fn reopening_keeps_the_schema_version() {
     let path = std::env::temp_dir().join(format!("opkernel-mig-{}.db", uuid::Uuid::new_v4()));
-    drop(super::Store::open(&path).unwrap());
-    let store = super::Store::open(&path).unwrap();
+    drop(super::Store::open(&path, Default::default()).unwrap());
+    let store = super::Store::open(&path, Default::default()).unwrap();
     let v: i64 = store
         .call(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
         .await
         .unwrap();
-    assert_eq!(v, super::MIGRATIONS.len() as i64);
+    assert_eq!(v, super::db::migrations::MIGRATIONS.len() as i64);
 }

@@ -138,6 +138,15 @@ pub struct DrillOptions {
 }
 
 impl Config {
+    /// What the control plane is opened for: the webhook outbox when a
+    /// webhook URL is set, the node's placement when it runs as one.
+    pub fn store_options(&self) -> crate::store::StoreOptions {
+        crate::store::StoreOptions {
+            outbox: self.webhook.is_some(),
+            node: self.node.as_ref().map(|n| n.name.clone()),
+        }
+    }
+
     /// The envelope of a top-level run the operator gave none: the
     /// kernel's profile limits, no timeout ceiling beyond the kernel's own,
     /// the per-run live-op limit and no approval rules of its own.

@@ -109,12 +109,6 @@ impl Kernel {
         let approval_match = compile_patterns(&config.runs.approval_match)
             .map_err(|e| StartError::Config(format!("OPKERNEL_APPROVAL_MATCH: {e}")))?;
         let id = kernel_identity();
-        if config.webhook.is_some() {
-            store.enable_outbox();
-        }
-        if let Some(node) = &config.node {
-            store.enable_cluster(&node.name);
-        }
         store.register_kernel(&id).await?;
         let probes = Arc::new(ProbeCache::default());
         let ticks = Ticks::new(config.ops.probe_interval);

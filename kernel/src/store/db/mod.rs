@@ -5,6 +5,7 @@
 //! each dialect (SQLite, and PostgreSQL per SPEC §19) implements `Tx`
 //! and differs only where ARCHITECTURE.md's seam table says.
 
+pub mod migrations;
 pub mod pglisten;
 pub mod pgowner;
 pub mod pgpool;
@@ -27,6 +28,15 @@ pub enum Dialect {
     /// A server; a run tree's transactions are serialized by an advisory
     /// lock keyed by its root's id.
     Postgres,
+}
+
+impl std::fmt::Display for Dialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dialect::Sqlite => "SQLite",
+            Dialect::Postgres => "PostgreSQL",
+        })
+    }
 }
 
 /// One open transaction, as a transaction script sees it.

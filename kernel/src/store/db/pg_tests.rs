@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::pgpool::{connection, migrate, pool, MIGRATIONS};
+use super::migrations::known;
+use super::pgpool::{connection, migrate, pool};
 use super::postgres::{dollar_placeholders, PgTx};
 use super::{Tx, Value};
 use crate::store::StoreError;
@@ -50,7 +51,7 @@ async fn in_tx<T: Send + 'static>(
 async fn migrations_apply_once_and_a_newer_schema_is_refused_untouched() {
     let Some(pool) = fresh_db().await else { return };
     let c = connection(&pool).await.unwrap();
-    let known = MIGRATIONS.last().unwrap().0;
+    let known = known();
     assert_eq!(migrate(&c).await.unwrap(), known);
     assert_eq!(
         migrate(&c).await.unwrap(),
@@ -115,12 +116,12 @@ async fn statements_round_trip_and_the_ledger_is_append_only() {
     })
     .await;
     assert!(
-        matches!(&dup, Err(StoreError::Postgres(m)) if m.starts_with("23505")),
+        matches!(&dup, Err(StoreError::Database { message: m, .. }) if m.starts_with("23505")),
         "{dup:?}"
     );
     let erased = in_tx(&pool, |tx| tx.execute("DELETE FROM usage", &[])).await;
     assert!(
-        matches!(&erased, Err(StoreError::Postgres(m)) if m.contains("append-only")),
+        matches!(&erased, Err(StoreError::Database { message: m, .. }) if m.contains("append-only")),
         "{erased:?}"
     );
     let left = in_tx(&pool, |tx| {
@@ -384,7 +385,7 @@ async fn kernels_migrating_an_empty_database_together_make_one_schema() {
         connection(&pool).await.unwrap(),
     );
     let (ra, rb) = tokio::join!(migrate(&a), migrate(&b));
-    let known = MIGRATIONS.last().unwrap().0;
+    let known = known();
     assert_eq!((ra.unwrap(), rb.unwrap()), (known, known));
     let rows: i64 = a
         .query_one("SELECT COUNT(*) FROM opkernel_schema", &[])
@@ -470,13 +471,16 @@ async fn a_start_or_kill_for_another_nodes_op_hints_that_node_alone() {
     use crate::store::hints::HintKind::{Kill, Start};
     use crate::store::Store;
     let Some(url) = fresh_url().await else { return };
+    let node = |name: &str| crate::store::StoreOptions {
+        node: Some(name.to_owned()),
+        ..Default::default()
+    };
     let (n1, n2, n3) = (
-        Store::connect(&url).await.unwrap(),
-        Store::connect(&url).await.unwrap(),
-        Store::connect(&url).await.unwrap(),
+        Store::connect(&url, node("n1")).await.unwrap(),
+        Store::connect(&url, node("n2")).await.unwrap(),
+        Store::connect(&url, node("n3")).await.unwrap(),
     );
     for (store, name) in [(&n1, "n1"), (&n2, "n2"), (&n3, "n3")] {
-        store.enable_cluster(name);
         store
             .join_node(name, &format!("http://{name}:7878"), 60_000)
             .await

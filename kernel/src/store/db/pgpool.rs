@@ -10,58 +10,6 @@ use tokio_postgres::NoTls;
 use super::postgres::pg_error;
 use crate::store::{StoreError, StoreResult};
 
-/// The migrations, numbered as SQLite's (`../migrations/NNNN_*.sql`).
-pub const MIGRATIONS: &[(i64, &str)] = &[
-    (
-        1,
-        include_str!("../../../migrations/postgres/0001_control_plane.sql"),
-    ),
-    (
-        2,
-        include_str!("../../../migrations/postgres/0002_kill_evidence.sql"),
-    ),
-    (
-        3,
-        include_str!("../../../migrations/postgres/0003_usage.sql"),
-    ),
-    (
-        4,
-        include_str!("../../../migrations/postgres/0004_launcher.sql"),
-    ),
-    (
-        5,
-        include_str!("../../../migrations/postgres/0005_runs_as_tasks.sql"),
-    ),
-    (
-        6,
-        include_str!("../../../migrations/postgres/0006_approvals_schedules.sql"),
-    ),
-    (
-        7,
-        include_str!("../../../migrations/postgres/0007_leftovers.sql"),
-    ),
-    (
-        8,
-        include_str!("../../../migrations/postgres/0008_retention.sql"),
-    ),
-    (
-        9,
-        include_str!("../../../migrations/postgres/0009_webhooks.sql"),
-    ),
-    (
-        10,
-        include_str!("../../../migrations/postgres/0010_pool.sql"),
-    ),
-    (
-        11,
-        include_str!("../../../migrations/postgres/0011_cluster.sql"),
-    ),
-    (
-        12,
-        include_str!("../../../migrations/postgres/0012_cluster_features.sql"),
-    ),
-];
-
 /// Any key for the advisory lock that serializes migrations.
 const MIGRATION_LOCK: i64 = 0x6f70_6b65_726e;
 
@@ -97,7 +45,7 @@ pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
         .wait_timeout(Some(SLOT_TIMEOUT))
         .create_timeout(Some(CONNECT_TIMEOUT))
         .build()
-        .map_err(|e| StoreError::Postgres(e.to_string()))
+        .map_err(|e| StoreError::database(super::Dialect::Postgres, e))
 }
 
 /// How long sent data may go unacknowledged before the connection is
@@ -112,7 +60,10 @@ const UNACKED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
 /// TCP keepalives (within 5 + 3 × 2 s).
 pub fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
     let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-        StoreError::Postgres(format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"))
+        StoreError::database(
+            super::Dialect::Postgres,
+            format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"),
+        )
     })?;
     config
         .connect_timeout(CONNECT_TIMEOUT)
@@ -150,7 +101,7 @@ pub async fn migrate(client: &Object) -> StoreResult<i64> {
         let _ = client.batch_execute("ROLLBACK").await;
         return Err(pg_error(e));
     }
-    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    let known = super::migrations::known();
     loop {
         let mut done = true;
         client.batch_execute("BEGIN").await.map_err(pg_error)?;
@@ -167,10 +118,13 @@ pub async fn migrate(client: &Object) -> StoreResult<i64> {
             if found > known {
                 return Err(StoreError::NewerSchema { found, known });
             }
-            if let Some((n, sql)) = MIGRATIONS.iter().find(|m| m.0 == found + 1) {
-                client.batch_execute(sql).await.map_err(pg_error)?;
+            let next = super::migrations::MIGRATIONS
+                .iter()
+                .find(|m| m.version == found + 1);
+            if let Some(m) = next {
+                client.batch_execute(m.postgres).await.map_err(pg_error)?;
                 client
-                    .execute("UPDATE opkernel_schema SET version = $1", &[n])
+                    .execute("UPDATE opkernel_schema SET version = $1", &[&m.version])
                     .await
                     .map_err(pg_error)?;
                 done = false;

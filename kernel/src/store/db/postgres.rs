@@ -180,10 +180,11 @@ pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
     {
         StoreError::Unavailable(e.to_string())
     } else {
-        StoreError::Postgres(match e.as_db_error() {
+        let message = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
             None => e.to_string(),
-        })
+        };
+        StoreError::database(super::Dialect::Postgres, message)
     }
 }
 

@@ -3,6 +3,7 @@
 //! statements prepared once per connection (`prepare_cached`), [`Value`]s
 //! bound as SQLite's own four kinds and cells read back as them.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -99,6 +100,74 @@ impl ToSql for Value {
     }
 }
 
+/// Opens (or creates) the database at `path`: refused untouched when a
+/// newer kernel wrote it; else WAL, full sync, foreign keys, a busy wait,
+/// the pending migrations, and an update hook that sends each appended
+/// event's sequence number to `journal` (before the writer commits;
+/// readers only re-read).
+pub fn open(path: &Path, journal: Arc<tokio::sync::watch::Sender<i64>>) -> StoreResult<Connection> {
+    let mut conn = Connection::open(path)?;
+    // a database from a newer kernel is refused before anything here
+    // writes to it (not even the journal mode)
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = super::migrations::known();
+    if found > known {
+        return Err(StoreError::NewerSchema { found, known });
+    }
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // every hot statement stays parsed
+    conn.set_prepared_statement_cache_capacity(256);
+    migrate(&mut conn)?;
+    conn.update_hook(Some(
+        move |action: rusqlite::hooks::Action, _db: &str, table: &str, rowid: i64| {
+            if table == "events" && action == rusqlite::hooks::Action::SQLITE_INSERT {
+                journal.send_replace(rowid);
+            }
+        },
+    ));
+    Ok(conn)
+}
+
+/// One SQLite transaction: `BEGIN IMMEDIATE` for a write (the file's one
+/// writer, every run tree serialized), deferred for a read; committed when
+/// `f` returns `Ok`, rolled back on `Err`.
+pub fn transaction<T>(
+    conn: &mut Connection,
+    read_only: bool,
+    seen: Seen,
+    f: impl FnOnce(&mut dyn Tx) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let behavior = if read_only {
+        rusqlite::TransactionBehavior::Deferred
+    } else {
+        rusqlite::TransactionBehavior::Immediate
+    };
+    // dropped uncommitted on `Err`: rolled back
+    let tx = conn.transaction_with_behavior(behavior)?;
+    let value = f(&mut SqliteTx::new(&tx, seen))?;
+    tx.commit()?;
+    Ok(value)
+}
+
+/// Applies the migrations past the file's `user_version`, one
+/// transaction each.
+fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    for m in super::migrations::MIGRATIONS {
+        if m.version <= version {
+            continue;
+        }
+        let tx = conn.transaction()?;
+        tx.execute_batch(m.sqlite)?;
+        tx.pragma_update(None, "user_version", m.version)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,7 +207,10 @@ mod tests {
             .is_none());
         assert!(matches!(
             tx.execute("INSERT INTO nowhere VALUES (1)", &[]),
-            Err(StoreError::Sqlite(_))
+            Err(StoreError::Database {
+                dialect: Dialect::Sqlite,
+                ..
+            })
         ));
         assert_eq!(tx.dialect(), Dialect::Sqlite);
     }

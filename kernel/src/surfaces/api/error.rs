@@ -190,7 +190,10 @@ mod tests {
         );
         let r = e.into_response();
         assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "2");
-        let other = ApiError::from(crate::store::StoreError::Postgres("23505: dup".into()));
+        let other = ApiError::from(crate::store::StoreError::database(
+            crate::store::db::Dialect::Postgres,
+            "23505: dup",
+        ));
         assert_eq!(other.code, "internal");
         assert!(other
             .into_response()
