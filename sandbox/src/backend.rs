@@ -13,15 +13,24 @@ use crate::shim::{LaunchSpec, MarkedProcess, Signal};
 use opkernel_shim::table::ProcessRow;
 use opkernel_shim::RunUser;
 
-/// What the kernel needs from a sandbox backend. Every call is bounded by
-/// the backend's own request timeout; errors are typed [`crate::SandboxError`]s.
-pub trait OpBackend: Send + Sync + 'static {
-    /// The host directory holding a run's `.ops` files.
-    fn ops_dir(&self, scratch_key: &str) -> OpsDir;
+/// What the kernel needs from a sandbox backend, by concern. Every call is
+/// bounded by the backend's own request timeout; errors are typed
+/// [`crate::SandboxError`]s. Call sites bring the concerns' traits into
+/// scope with `use sandbox::backend::prelude::*` to implement them.
+pub trait OpBackend: Containers + Launches + Processes + Scratch + Send + Sync + 'static {}
+
+impl<T: Containers + Launches + Processes + Scratch + Send + Sync + 'static> OpBackend for T {}
+
+/// The concerns' traits, to call a backend's methods.
+pub mod prelude {
+    pub use super::{Containers, Launches, OpBackend, Processes, Scratch};
+}
+
+/// The run containers: made, found, listed, looked into, renamed and removed
+/// (the warm pool's too).
+pub trait Containers {
     /// Whether a container's scratch mount is this kernel home's.
     fn owns(&self, info: &ContainerInfo) -> bool;
-    /// Removes a run's scratch dir (after its container is gone).
-    fn remove_scratch(&self, scratch_key: &str) -> Result<()>;
     /// The user commands are dropped to, as the run image defines it.
     fn check_run_user<'a>(&'a self, profile: &'a Profile) -> BoxFuture<'a, Result<RunUser>>;
     /// The run's container, created (hardened, labelled) when missing.
@@ -35,6 +44,32 @@ pub trait OpBackend: Send + Sync + 'static {
     fn inspect<'a>(&'a self, id_or_name: &'a str) -> BoxFuture<'a, Result<ContainerInfo>>;
     /// Every container labelled as managed by opkernel.
     fn list_managed(&self) -> BoxFuture<'_, Result<Vec<ContainerInfo>>>;
+    /// The container's process table, as the host sees it.
+    fn top<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<TopProcess>>>;
+    /// Force-removes a container; `Ok(false)` when it was already gone.
+    fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// Renames a container (an adopted pool container takes its run's
+    /// container name, SPEC §24).
+    fn rename<'a>(&'a self, container_id: &'a str, _name: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { Err(no_pool(container_id)) })
+    }
+    /// The id of an image as the engine has it now.
+    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move { Err(no_pool(image)) })
+    }
+    /// Creates and starts a warm-pool container (SPEC §22).
+    fn create_pool_container<'a>(
+        &'a self,
+        identity: &'a PoolIdentity,
+        _profile: &'a Profile,
+    ) -> BoxFuture<'a, Result<ContainerInfo>> {
+        Box::pin(async move { Err(no_pool(&identity.name)) })
+    }
+}
+
+/// An op's one launch: created, started (the only place a command is ever
+/// executed) and its own exit status.
+pub trait Launches {
     /// Creates the op's launch (nothing runs yet); returns its id.
     fn create_launch<'a>(
         &'a self,
@@ -46,6 +81,11 @@ pub trait OpBackend: Send + Sync + 'static {
     fn start_launch<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<()>>;
     /// The launch's own exit status (`None` while it runs), out of the command's reach.
     fn launch_status<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<Option<i64>>>;
+}
+
+/// The processes of a container: the marked ones, their table, and the
+/// identity-checked signals.
+pub trait Processes {
     /// Every process in the container that carries an op marker.
     fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>>;
     /// The process table of every marked process, for the operator's
@@ -91,22 +131,14 @@ pub trait OpBackend: Send + Sync + 'static {
         record: &'a PidRecord,
         signal: Signal,
     ) -> BoxFuture<'a, Result<Vec<u32>>>;
-    /// The container's process table, as the host sees it.
-    fn top<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<TopProcess>>>;
-    /// Force-removes a container; `Ok(false)` when it was already gone.
-    fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>>;
-    /// The id of an image as the engine has it now.
-    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
-        Box::pin(async move { Err(no_pool(image)) })
-    }
-    /// Creates and starts a warm-pool container (SPEC §22).
-    fn create_pool_container<'a>(
-        &'a self,
-        identity: &'a PoolIdentity,
-        _profile: &'a Profile,
-    ) -> BoxFuture<'a, Result<ContainerInfo>> {
-        Box::pin(async move { Err(no_pool(&identity.name)) })
-    }
+}
+
+/// A run's host scratch dir: its `.ops` files and a pool container's binding.
+pub trait Scratch {
+    /// The host directory holding a run's `.ops` files.
+    fn ops_dir(&self, scratch_key: &str) -> OpsDir;
+    /// Removes a run's scratch dir (after its container is gone).
+    fn remove_scratch(&self, scratch_key: &str) -> Result<()>;
     /// Writes a run's binding file to a pool container's scratch dir.
     fn bind_scratch(&self, _run_key: &str, pool_key: &str) -> Result<()> {
         Err(no_pool(pool_key))
@@ -123,11 +155,6 @@ pub trait OpBackend: Send + Sync + 'static {
     fn scratch_exists(&self, _scratch_key: &str) -> bool {
         false
     }
-    /// Renames a container (an adopted pool container takes its run's
-    /// container name, SPEC §24).
-    fn rename<'a>(&'a self, container_id: &'a str, _name: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { Err(no_pool(container_id)) })
-    }
 }
 
 /// What a backend without a warm pool answers to the pool's calls.
@@ -135,15 +162,9 @@ fn no_pool(what: &str) -> crate::SandboxError {
     crate::SandboxError::Invalid(format!("this backend keeps no warm pool ({what})"))
 }
 
-impl OpBackend for Sandbox {
-    fn ops_dir(&self, scratch_key: &str) -> OpsDir {
-        Sandbox::ops_dir(self, scratch_key)
-    }
+impl Containers for Sandbox {
     fn owns(&self, info: &ContainerInfo) -> bool {
         Sandbox::owns(self, info)
-    }
-    fn remove_scratch(&self, scratch_key: &str) -> Result<()> {
-        Sandbox::remove_scratch(self, scratch_key)
     }
     fn check_run_user<'a>(&'a self, profile: &'a Profile) -> BoxFuture<'a, Result<RunUser>> {
         Box::pin(Sandbox::check_run_user(self, profile))
@@ -161,6 +182,28 @@ impl OpBackend for Sandbox {
     fn list_managed(&self) -> BoxFuture<'_, Result<Vec<ContainerInfo>>> {
         Box::pin(Sandbox::list_managed(self))
     }
+    fn top<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<TopProcess>>> {
+        Box::pin(Sandbox::top(self, container_id))
+    }
+    fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Sandbox::remove(self, container_id))
+    }
+    fn rename<'a>(&'a self, container_id: &'a str, name: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Sandbox::rename(self, container_id, name))
+    }
+    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
+        Box::pin(Sandbox::image_id(self, image))
+    }
+    fn create_pool_container<'a>(
+        &'a self,
+        identity: &'a PoolIdentity,
+        profile: &'a Profile,
+    ) -> BoxFuture<'a, Result<ContainerInfo>> {
+        Box::pin(Sandbox::create_pool_container(self, identity, profile))
+    }
+}
+
+impl Launches for Sandbox {
     fn create_launch<'a>(
         &'a self,
         container_id: &'a str,
@@ -175,6 +218,9 @@ impl OpBackend for Sandbox {
     fn launch_status<'a>(&'a self, launch_id: &'a str) -> BoxFuture<'a, Result<Option<i64>>> {
         Box::pin(Sandbox::exec_status(self, launch_id))
     }
+}
+
+impl Processes for Sandbox {
     fn probe<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<MarkedProcess>>> {
         Box::pin(Sandbox::probe(self, container_id))
     }
@@ -220,21 +266,14 @@ impl OpBackend for Sandbox {
             signal,
         ))
     }
-    fn top<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<Vec<TopProcess>>> {
-        Box::pin(Sandbox::top(self, container_id))
+}
+
+impl Scratch for Sandbox {
+    fn ops_dir(&self, scratch_key: &str) -> OpsDir {
+        Sandbox::ops_dir(self, scratch_key)
     }
-    fn remove<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Sandbox::remove(self, container_id))
-    }
-    fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
-        Box::pin(Sandbox::image_id(self, image))
-    }
-    fn create_pool_container<'a>(
-        &'a self,
-        identity: &'a PoolIdentity,
-        profile: &'a Profile,
-    ) -> BoxFuture<'a, Result<ContainerInfo>> {
-        Box::pin(Sandbox::create_pool_container(self, identity, profile))
+    fn remove_scratch(&self, scratch_key: &str) -> Result<()> {
+        Sandbox::remove_scratch(self, scratch_key)
     }
     fn bind_scratch(&self, run_key: &str, pool_key: &str) -> Result<()> {
         Sandbox::bind_scratch(self, run_key, pool_key)
@@ -247,8 +286,5 @@ impl OpBackend for Sandbox {
     }
     fn scratch_exists(&self, scratch_key: &str) -> bool {
         Sandbox::scratch_exists(self, scratch_key)
-    }
-    fn rename<'a>(&'a self, container_id: &'a str, name: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Sandbox::rename(self, container_id, name))
     }
 }

@@ -9,6 +9,8 @@
 
 pub mod config;
 pub mod control;
+#[cfg(test)]
+pub(crate) mod fake_backend;
 pub mod home;
 pub mod housekeeping;
 pub mod inbox;
