@@ -47,9 +47,12 @@ async fn test_postgres(env: &[(String, String)]) -> anyhow::Result<Option<String
     }
     let server = std::env::var("OPKERNEL_TEST_PG")
         .map_err(|_| anyhow::anyhow!("OPKERNEL_TEST_STORE=postgres needs OPKERNEL_TEST_PG"))?;
-    Ok(Some(
+    #[cfg(feature = "postgres")]
+    return Ok(Some(
         crate::store::db::pgpool::create_test_database(&server).await?,
-    ))
+    ));
+    #[cfg(not(feature = "postgres"))]
+    anyhow::bail!("OPKERNEL_TEST_STORE=postgres ({server}): this build has no `postgres` feature")
 }
 
 impl KernelProcess {
@@ -236,6 +239,7 @@ impl KernelProcess {
         T: Send + 'static,
         F: FnOnce(&mut dyn crate::store::db::Tx) -> crate::store::StoreResult<T> + Send + 'static,
     {
+        #[cfg(feature = "postgres")]
         if let Some(url) = self.postgres_url() {
             let worker = std::thread::spawn(move || -> anyhow::Result<T> {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -332,10 +336,12 @@ impl KernelProcess {
     /// The kernel's control plane opened by the drill itself (while the
     /// kernel is down): the home's SQLite file, or its PostgreSQL database.
     pub async fn offline_store(&self) -> anyhow::Result<crate::store::Store> {
-        Ok(match self.postgres_url() {
-            Some(url) => crate::store::Store::connect(&url, Default::default()).await?,
-            None => crate::store::Store::open(&self.home.join("kernel.db"), Default::default())?,
-        })
+        #[cfg(feature = "postgres")]
+        if let Some(url) = self.postgres_url() {
+            return Ok(crate::store::Store::connect(&url, Default::default()).await?);
+        }
+        let db = self.home.join("kernel.db");
+        Ok(crate::store::Store::open(&db, Default::default())?)
     }
 
     /// The kernel's PostgreSQL URL (`OPKERNEL_STORE`); `None` on SQLite.

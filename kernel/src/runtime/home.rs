@@ -132,6 +132,7 @@ pub(crate) fn prepare_home(config: &Config) -> Result<(File, String), StartError
 /// database, as one per home).
 pub(crate) struct Ownership {
     _home: File,
+    #[cfg(feature = "postgres")]
     store: Option<crate::store::db::pgowner::Owner>,
 }
 
@@ -139,10 +140,11 @@ impl Ownership {
     /// Resolves, with the reason, once another kernel took the control
     /// plane (PostgreSQL only, after a lost connection); never on SQLite.
     pub(crate) async fn lost(&self) -> String {
-        match &self.store {
-            Some(owner) => owner.lost().await,
-            None => std::future::pending().await,
+        #[cfg(feature = "postgres")]
+        if let Some(owner) = &self.store {
+            return owner.lost().await;
         }
+        std::future::pending().await
     }
 }
 
@@ -156,25 +158,7 @@ pub(crate) async fn open_store(
 ) -> Result<(Ownership, Store), StartError> {
     use std::os::unix::fs::PermissionsExt;
     if let crate::store::StoreLocation::Postgres(url) = &config.store {
-        tracing::info!(store = %config.store.shown(), "control plane on PostgreSQL");
-        use crate::store::db::pgowner::{lock_key, Keys, Owner, START_PATIENCE};
-        // one single kernel per database, or any number of nodes, each name once
-        let keys = match &config.node {
-            None => Keys::from(lock_key("kernel")),
-            Some(node) => Keys {
-                own: lock_key(&format!("node:{}", node.name)),
-                shared: Some(lock_key("kernel")),
-            },
-        };
-        let owner = Owner::take(url, keys, START_PATIENCE).await?;
-        let ownership = Ownership {
-            _home: home_lock,
-            store: Some(owner),
-        };
-        return Ok((
-            ownership,
-            Store::connect(url, config.store_options()).await?,
-        ));
+        return open_postgres(config, url, home_lock).await;
     }
     if config.node.is_some() {
         return Err(StartError::Config(
@@ -193,9 +177,50 @@ pub(crate) async fn open_store(
     }
     let ownership = Ownership {
         _home: home_lock,
+        #[cfg(feature = "postgres")]
         store: None,
     };
     Ok((ownership, Store::open(&db, config.store_options())?))
+}
+
+/// Takes a PostgreSQL control plane's ownership lock (one single kernel
+/// per database, or any number of nodes, each name once), then connects.
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    config: &Config,
+    url: &str,
+    home_lock: File,
+) -> Result<(Ownership, Store), StartError> {
+    use crate::store::db::pgowner::{lock_key, Keys, Owner, START_PATIENCE};
+    tracing::info!(store = %config.store.shown(), "control plane on PostgreSQL");
+    let keys = match &config.node {
+        None => Keys::from(lock_key("kernel")),
+        Some(node) => Keys {
+            own: lock_key(&format!("node:{}", node.name)),
+            shared: Some(lock_key("kernel")),
+        },
+    };
+    let owner = Owner::take(url, keys, START_PATIENCE).await?;
+    let ownership = Ownership {
+        _home: home_lock,
+        store: Some(owner),
+    };
+    let store = Store::connect(url, config.store_options()).await?;
+    Ok((ownership, store))
+}
+
+/// A build without PostgreSQL refuses a postgres:// store at start.
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(
+    _config: &Config,
+    _url: &str,
+    _home_lock: File,
+) -> Result<(Ownership, Store), StartError> {
+    Err(StartError::Config(
+        "OPKERNEL_STORE names a PostgreSQL server, but this opkernel was built without the \
+         `postgres` feature: build it with default features, or use the home's SQLite store"
+            .into(),
+    ))
 }
 
 /// Reads `<home>/operator.token`, creating it (mode 0600) on first start.

@@ -7,7 +7,7 @@
 //! lost hint would have named, and a hint names nothing the op's row does
 //! not say again (the addressed node re-reads the row before it acts).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::db::{Dialect, Tx};
@@ -19,6 +19,7 @@ pub const CHANNEL: &str = "opkernel_nodes";
 
 /// Most hints held between two looks (more are dropped: the poll finds
 /// their ops).
+#[cfg(feature = "postgres")]
 const MAX_HELD: usize = 10_000;
 
 /// What a hint asks of the addressed node.
@@ -42,22 +43,30 @@ impl HintKind {
 /// The hints heard for this kernel's node, until its loop takes them.
 #[derive(Default)]
 pub struct Hints {
-    node: OnceLock<String>,
+    /// The node they are for (the store's, fixed at its open); `None`: a
+    /// single kernel, which hears none.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    node: Option<String>,
     held: Mutex<Vec<(HintKind, String)>>,
     wake: tokio::sync::Notify,
 }
 
 impl Hints {
-    pub(super) fn set_node(&self, node: &str) {
-        let _ = self.node.set(node.to_owned());
+    /// The hints of `node` (`None`: a single kernel's, always empty).
+    pub(super) fn new(node: Option<String>) -> Hints {
+        Hints {
+            node,
+            ..Hints::default()
+        }
     }
 
     /// A notification's payload: kept when it is addressed to this node;
     /// `""` (the listener reconnected: something may have been missed)
     /// only wakes the loop (its next full look, within a second, finds
     /// what was missed).
+    #[cfg(feature = "postgres")]
     pub(super) fn heard(&self, payload: &str) {
-        let Some(me) = self.node.get() else {
+        let Some(me) = &self.node else {
             return;
         };
         if !payload.is_empty() {

@@ -128,6 +128,7 @@ pub struct StoreOptions {
     pub node: Option<String>,
 }
 
+#[cfg(feature = "postgres")]
 /// Connections a PostgreSQL store keeps (each transaction holds one, on
 /// the blocking pool, for its duration).
 const POSTGRES_POOL: usize = 16;
@@ -163,6 +164,7 @@ enum Backend {
     },
     /// A PostgreSQL pool; the listener of its notifications stops when the
     /// last clone of the store goes (`_listening` is its switch).
+    #[cfg(feature = "postgres")]
     Postgres {
         pool: deadpool_postgres::Pool,
         /// A connection of its own for a cluster node's lease: a pool
@@ -179,10 +181,7 @@ impl Store {
     pub fn open(path: &Path, options: StoreOptions) -> StoreResult<Store> {
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
         let conn = db::sqlite::open(path, journal.clone())?;
-        let hints = hints::Hints::default();
-        if let Some(node) = &options.node {
-            hints.set_node(node);
-        }
+        let hints = hints::Hints::new(options.node.clone());
         Ok(Store {
             backend: Backend::Sqlite {
                 conn: Arc::new(Lock::new(conn)),
@@ -199,16 +198,14 @@ impl Store {
     /// the migrations this kernel knows (a schema from a newer kernel is
     /// refused untouched), and a listener whose notifications wake journal
     /// readers (they also re-read on their own timer).
+    #[cfg(feature = "postgres")]
     pub async fn connect(url: &str, options: StoreOptions) -> StoreResult<Store> {
         let pool = db::pgpool::pool(url, POSTGRES_POOL)?;
         db::pgpool::migrate(&db::pgpool::connection(&pool).await?).await?;
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
         let (listening, stop) = crate::base::sync::Stop::new();
         let hook = journal.clone();
-        let hints = Arc::new(hints::Hints::default());
-        if let Some(node) = &options.node {
-            hints.set_node(node);
-        }
+        let hints = Arc::new(hints::Hints::new(options.node.clone()));
         let heard = hints.clone();
         let on_event: db::pglisten::OnEvent = Arc::new(move |channel: &str, payload: &str| {
             if channel != hints::CHANNEL {
@@ -236,6 +233,7 @@ impl Store {
     pub fn dialect(&self) -> db::Dialect {
         match self.backend {
             Backend::Sqlite { .. } => db::Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
             Backend::Postgres { .. } => db::Dialect::Postgres,
         }
     }
@@ -276,10 +274,7 @@ impl Store {
     /// (tests: two kernels on one database).
     #[cfg(test)]
     pub(crate) fn with_options(&self, options: StoreOptions) -> Store {
-        let hints = hints::Hints::default();
-        if let Some(node) = &options.node {
-            hints.set_node(node);
-        }
+        let hints = hints::Hints::new(options.node.clone());
         Store {
             options: Arc::new(options),
             hints: Arc::new(hints),
@@ -312,6 +307,7 @@ impl Store {
         self.transaction_on(true, false, f).await
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     async fn transaction_on<T, F>(&self, lease: bool, read_only: bool, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -331,6 +327,7 @@ impl Store {
                 self.call(move |conn| db::sqlite::transaction(conn, read_only, seen, noted))
                     .await
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres {
                 pool, lease: own, ..
             } => db::pgpool::run(if lease { own } else { pool }, read_only, noted).await,
@@ -354,10 +351,13 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
-        let Backend::Sqlite { conn, .. } = &self.backend else {
-            return Err(StoreError::Worker("not an SQLite store".into()));
+        let conn = match &self.backend {
+            Backend::Sqlite { conn, .. } => conn.clone(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres { .. } => {
+                return Err(StoreError::Worker("not an SQLite store".into()))
+            }
         };
-        let conn = conn.clone();
         tokio::task::spawn_blocking(move || {
             // a panic inside `f` rolled its transaction back as it unwound,
             // so the connection is usable by the next call
@@ -392,6 +392,7 @@ pub fn step_wall_clock(ms: i64) {
 /// both).
 #[cfg(test)]
 pub(crate) async fn test_store() -> Store {
+    #[cfg(feature = "postgres")]
     if std::env::var("OPKERNEL_TEST_STORE").as_deref() == Ok("postgres") {
         let url = db::pgpool::test_database().await;
         return Store::connect(&url, StoreOptions::default()).await.unwrap();
@@ -404,6 +405,7 @@ pub(crate) async fn test_store() -> Store {
 /// (with `OPKERNEL_TEST_STORE=postgres`).
 #[cfg(test)]
 pub(crate) async fn test_store_pair() -> (Store, Store) {
+    #[cfg(feature = "postgres")]
     if std::env::var("OPKERNEL_TEST_STORE").as_deref() == Ok("postgres") {
         let url = db::pgpool::test_database().await;
         return (

@@ -6,14 +6,18 @@
 //! and differs only where ARCHITECTURE.md's seam table says.
 
 pub mod migrations;
+#[cfg(feature = "postgres")]
 pub mod pglisten;
+#[cfg(feature = "postgres")]
 pub mod pgowner;
+#[cfg(feature = "postgres")]
 pub mod pgpool;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
 mod value;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 mod pg_tests;
 
 pub use value::{FromValue, Row, Value};
