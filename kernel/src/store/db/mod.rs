@@ -17,7 +17,8 @@ pub mod postgres;
 pub mod sqlite;
 mod value;
 
-#[cfg(all(test, feature = "postgres"))]
+#[cfg(test)]
+#[cfg(feature = "postgres")]
 mod pg_tests;
 
 pub use value::{FromValue, Row, Value};
