@@ -403,3 +403,27 @@ pub fn pg_rows(k: &opkernel::drills::harness::KernelProcess) -> i64 {
         })
         .sum()
 }
+
+/// What the tests and the bench ask of a kernel process beyond what the
+/// drills need (kept out of the kernel's library).
+pub trait KernelProcessExt {
+    /// Whether its control plane is on PostgreSQL (`OPKERNEL_STORE` set):
+    /// the home then holds no `kernel.db`.
+    fn on_postgres(&self) -> bool;
+    /// How many ops the control plane records as running with their
+    /// process identity, read by a connection of its own: costs the kernel
+    /// nothing, so a benchmark can poll it.
+    fn running_with_pid(&self) -> anyhow::Result<usize>;
+}
+
+impl KernelProcessExt for opkernel::drills::harness::KernelProcess {
+    fn on_postgres(&self) -> bool {
+        self.postgres_url().is_some()
+    }
+
+    fn running_with_pid(&self) -> anyhow::Result<usize> {
+        Ok(self.sql_offline_query(
+            "SELECT COUNT(*) FROM ops WHERE status = 'running' AND pid IS NOT NULL",
+        )? as usize)
+    }
+}

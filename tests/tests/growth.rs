@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
-use opkernel_tests::unique_run;
+use opkernel_tests::{unique_run, KernelProcessExt};
 use reqwest::Method;
 use serde_json::{json, Value};
 

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
+use opkernel_tests::KernelProcessExt;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use opkernel::drills::harness::{docker_exec, kernel_binary, KernelProcess};
 use opkernel::surfaces::cli::client::Client;
-use opkernel_tests::unique_run;
+use opkernel_tests::{unique_run, KernelProcessExt};
 use reqwest::Method;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

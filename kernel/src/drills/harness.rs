@@ -98,12 +98,6 @@ impl KernelProcess {
         Ok(kernel)
     }
 
-    /// Whether its control plane is on PostgreSQL (`OPKERNEL_STORE` set):
-    /// the home then holds no `kernel.db`.
-    pub fn on_postgres(&self) -> bool {
-        self.postgres_url().is_some()
-    }
-
     fn log_path(&self) -> PathBuf {
         self.home.join("kernel.log")
     }
@@ -304,15 +298,6 @@ impl KernelProcess {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-
-    /// How many ops the control plane records as running with their
-    /// process identity, read by a connection of its own: costs the kernel
-    /// nothing, so a benchmark can poll it.
-    pub fn running_with_pid(&self) -> anyhow::Result<usize> {
-        Ok(self.sql_offline_query(
-            "SELECT COUNT(*) FROM ops WHERE status = 'running' AND pid IS NOT NULL",
-        )? as usize)
     }
 
     /// One number from the control plane (the first column of the first

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use opkernel::drills::harness::KernelProcess;
+use opkernel_tests::KernelProcessExt;
 use serde_json::{json, Value};
 
 use crate::scratch_dir;
