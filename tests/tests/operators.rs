@@ -426,3 +426,34 @@ fn a_bad_setting_refuses_the_start_naming_it() {
     );
     let _ = std::fs::remove_dir_all(&home);
 }
+
+#[tokio::test]
+async fn non_loopback_listen_needs_an_explicit_flag() {
+    let home = opkernel_tests::temp_home("remote");
+    let out = Command::new(kernel_binary().unwrap())
+        .args(["serve", "--listen", "0.0.0.0:0", "--home"])
+        .arg(&home)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-remote"));
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[tokio::test]
+async fn a_second_kernel_on_the_same_home_refuses_to_start() {
+    let k = KernelProcess::start(&kernel_binary().unwrap(), "lock", &[])
+        .await
+        .unwrap();
+    let out = Command::new(kernel_binary().unwrap())
+        .args(["serve", "--listen", "127.0.0.1:0", "--home"])
+        .arg(&k.home)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another opkernel serve owns"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
