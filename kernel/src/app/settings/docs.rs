@@ -43,7 +43,7 @@ fn cell(text: &str) -> String {
 /// The Markdown table, one row per setting.
 pub fn markdown() -> String {
     let mut out = String::from(
-        "| Variable | Flag | Kind | Default | Read by | What it does | Old name (one more release) |\n\
+        "| Variable | Flag | Kind | Default | Read by | What it does | Old name (read until 0.2.0) |\n\
          |---|---|---|---|---|---|---|\n",
     );
     for s in ALL {

@@ -182,7 +182,7 @@ impl<'a> Reader<'a> {
             (Some(v), None) => Some(v),
             (None, Some((a, v))) => {
                 self.warnings.push(format!(
-                    "{} is the old name of {} (in {}); it is read for one more release",
+                    "{} is the old name of {} (in {}); it is read until opkernel 0.2.0",
                     a.env,
                     s.env,
                     s.kind.name()
