@@ -248,6 +248,10 @@ impl KernelProcess {
                 .join()
                 .map_err(|_| anyhow::anyhow!("the control plane's reader panicked"))?;
         }
+        #[cfg(not(feature = "postgres"))]
+        if let Some(url) = self.postgres_url() {
+            anyhow::bail!("{url}: this build has no `postgres` feature");
+        }
         let path = self.home.join("kernel.db");
         let conn = if read_only {
             rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?
@@ -324,6 +328,10 @@ impl KernelProcess {
         #[cfg(feature = "postgres")]
         if let Some(url) = self.postgres_url() {
             return Ok(crate::store::Store::connect(&url, Default::default()).await?);
+        }
+        #[cfg(not(feature = "postgres"))]
+        if let Some(url) = self.postgres_url() {
+            anyhow::bail!("{url}: this build has no `postgres` feature");
         }
         let db = self.home.join("kernel.db");
         Ok(crate::store::Store::open(&db, Default::default())?)

@@ -203,14 +203,18 @@ mod tests {
     #[tokio::test]
     async fn a_node_sees_and_forgets_only_its_own_bindings() {
         let (n1, n2) = crate::store::test_store_pair().await;
-        let n1 = n1.with_options(crate::store::StoreOptions {
-            node: Some("n1".into()),
-            ..Default::default()
-        });
-        let n2 = n2.with_options(crate::store::StoreOptions {
-            node: Some("n2".into()),
-            ..Default::default()
-        });
+        let n1 = n1
+            .with_options(crate::store::StoreOptions {
+                node: Some("n1".into()),
+                ..Default::default()
+            })
+            .await;
+        let n2 = n2
+            .with_options(crate::store::StoreOptions {
+                node: Some("n2".into()),
+                ..Default::default()
+            })
+            .await;
         assert_eq!(
             n1.bind_container(on("r1", "c1", Some("n1"))).await.unwrap(),
             Bound::Bound

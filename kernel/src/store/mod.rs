@@ -170,6 +170,9 @@ enum Backend {
         /// A connection of its own for a cluster node's lease: a pool
         /// saturated by load never delays a renewal (opened on first use).
         lease: deadpool_postgres::Pool,
+        /// Where it is (tests open it again).
+        #[cfg_attr(not(test), allow(dead_code))]
+        url: String,
         _listening: Arc<tokio::sync::watch::Sender<bool>>,
     },
 }
@@ -220,6 +223,7 @@ impl Store {
             backend: Backend::Postgres {
                 pool,
                 lease: db::pgpool::pool(url, 1)?,
+                url: url.to_owned(),
                 _listening: Arc::new(listening),
             },
             journal,
@@ -270,10 +274,17 @@ impl Store {
         self.options.node.as_deref()
     }
 
-    /// The same database, as a store opened with `options` would see it
-    /// (tests: two kernels on one database).
+    /// The same database opened again with `options` (tests: two kernels
+    /// on one database). On PostgreSQL a new connection, whose listener
+    /// hears the hints for the new options' node.
     #[cfg(test)]
-    pub(crate) fn with_options(&self, options: StoreOptions) -> Store {
+    pub(crate) async fn with_options(&self, options: StoreOptions) -> Store {
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres { url, .. } = &self.backend {
+            return Store::connect(url, options)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
         let hints = hints::Hints::new(options.node.clone());
         Store {
             options: Arc::new(options),

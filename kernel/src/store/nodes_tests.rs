@@ -28,10 +28,12 @@ fn judge(node: &str, epoch: i64) -> crate::store::Judge {
 
 /// The store opened as node `me`, with `me` joined (and its epoch).
 async fn node(store: &Store, me: &str, ttl_ms: i64) -> (Store, i64) {
-    let store = store.with_options(StoreOptions {
-        node: Some(me.to_owned()),
-        ..StoreOptions::default()
-    });
+    let store = store
+        .with_options(StoreOptions {
+            node: Some(me.to_owned()),
+            ..StoreOptions::default()
+        })
+        .await;
     let epoch = store
         .join_node(me, &format!("http://{me}:7878"), ttl_ms)
         .await

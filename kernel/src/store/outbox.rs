@@ -277,10 +277,12 @@ mod tests {
             store.due_posts(16, 10).await.unwrap().is_empty(),
             "off: none"
         );
-        let store = store.with_options(crate::store::StoreOptions {
-            outbox: true,
-            ..Default::default()
-        });
+        let store = store
+            .with_options(crate::store::StoreOptions {
+                outbox: true,
+                ..Default::default()
+            })
+            .await;
         let (b1, b2) = (
             new_op(&store, "rb", true).await,
             new_op(&store, "rb", true).await,
@@ -347,13 +349,12 @@ mod cluster_tests {
     #[tokio::test]
     async fn a_due_post_is_taken_by_one_node_at_a_time() {
         let (n1, n2) = test_store_pair().await;
-        let open = |store: crate::store::Store, name: &str| {
-            store.with_options(crate::store::StoreOptions {
-                outbox: true,
-                node: Some(name.to_owned()),
-            })
+        let options = |name: &str| crate::store::StoreOptions {
+            outbox: true,
+            node: Some(name.to_owned()),
         };
-        let (n1, n2) = (open(n1, "n1"), open(n2, "n2"));
+        let n1 = n1.with_options(options("n1")).await;
+        let n2 = n2.with_options(options("n2")).await;
         for (store, name) in [(&n1, "n1"), (&n2, "n2")] {
             store
                 .join_node(name, &format!("http://{name}:1"), 60_000)

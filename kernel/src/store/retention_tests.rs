@@ -242,10 +242,13 @@ async fn a_run_tokens_start_never_brings_a_purged_run_back() {
 /// node's own ops were ever marked, so such a tree stayed for ever).
 #[tokio::test]
 async fn a_tree_that_ran_on_a_dead_node_is_purged_by_a_live_one() {
-    let store = test_store().await.with_options(crate::store::StoreOptions {
-        node: Some("n1".into()),
-        ..Default::default()
-    });
+    let store = test_store().await;
+    let store = store
+        .with_options(crate::store::StoreOptions {
+            node: Some("n1".into()),
+            ..Default::default()
+        })
+        .await;
     store.join_node("n1", "http://n1:1", 60_000).await.unwrap();
     let id = op(&store, "r", false).await;
     assert!(store.settle(&id, done()).await.unwrap());

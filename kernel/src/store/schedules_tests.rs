@@ -407,10 +407,13 @@ async fn a_corrupt_row_never_stops_the_others() {
 
 #[tokio::test]
 async fn a_node_starting_beside_a_live_one_misses_only_what_it_missed_too() {
-    let store = test_store().await.with_options(crate::store::StoreOptions {
-        node: Some("n1".into()),
-        ..Default::default()
-    });
+    let store = test_store().await;
+    let store = store
+        .with_options(crate::store::StoreOptions {
+            node: Some("n1".into()),
+            ..Default::default()
+        })
+        .await;
     let n2 = store
         .join_node("n2", "http://n2:7878", 60_000)
         .await

@@ -52,6 +52,20 @@ pub struct StreamQuery {
     /// most 300; absent: follow until the client leaves).
     #[param(maximum = 300)]
     idle_sec: Option<u64>,
+    /// The long poll's parameters, accepted and ignored here (the stream
+    /// documented them once; a client that shares the poll's URL keeps
+    /// working).
+    #[serde(default, rename = "wait")]
+    #[param(value_type = Option<u64>)]
+    _wait: Option<serde::de::IgnoredAny>,
+    /// Ignored, as `wait`.
+    #[serde(default, rename = "limit")]
+    #[param(value_type = Option<u64>)]
+    _limit: Option<serde::de::IgnoredAny>,
+    /// Ignored, as `wait`.
+    #[serde(default, rename = "tail")]
+    #[param(value_type = Option<u64>)]
+    _tail: Option<serde::de::IgnoredAny>,
 }
 
 /// `GET /v1/runs/{run}/events?after=SEQ&wait=SEC`: the run's events after

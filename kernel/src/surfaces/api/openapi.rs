@@ -213,6 +213,24 @@ mod tests {
                 assert!(doc["components"]["schemas"][*data].is_object(), "{data}");
             }
         }
+        let stream = &doc["paths"]["/v1/runs/{run}/events/stream"]["get"]["parameters"];
+        let names: Vec<&str> = stream
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        for name in [
+            "run",
+            "after",
+            "idle_sec",
+            "wait",
+            "limit",
+            "tail",
+            "Last-Event-ID",
+        ] {
+            assert!(names.contains(&name), "{name} not in {names:?}");
+        }
         let done = &doc["components"]["schemas"]["ConsoleFrame"]["oneOf"][1];
         assert_eq!(done["properties"]["event"]["enum"][0], "done");
         assert_eq!(
