@@ -53,6 +53,17 @@ impl Image {
         }
     }
 
+    /// A kernel whose run containers are made from this image.
+    pub async fn kernel(
+        self,
+        tag: &str,
+    ) -> anyhow::Result<opkernel::drills::harness::KernelProcess> {
+        let bin = opkernel::drills::harness::kernel_binary()?;
+        let name = self.name();
+        opkernel::drills::harness::KernelProcess::start(&bin, tag, &[("OPKERNEL_IMAGE", &name)])
+            .await
+    }
+
     pub fn profile(self) -> Profile {
         Profile {
             image: self.name(),

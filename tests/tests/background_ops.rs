@@ -22,17 +22,6 @@ async fn kernel(tag: &str) -> KernelProcess {
         .unwrap()
 }
 
-/// A kernel whose run containers are made from `image`.
-async fn kernel_on(tag: &str, image: Image) -> KernelProcess {
-    KernelProcess::start(
-        &kernel_binary().unwrap(),
-        tag,
-        &[("OPKERNEL_IMAGE", &image.name())],
-    )
-    .await
-    .unwrap()
-}
-
 // the op lifecycle, on each run image
 image_tests!(
     completed_ops_keep_their_real_exit_codes,
@@ -45,7 +34,7 @@ image_tests!(
 );
 
 async fn completed_ops_keep_their_real_exit_codes(image: Image) {
-    let k = kernel_on("codes", image).await;
+    let k = image.kernel("codes").await.unwrap();
     let run = unique_run("codes");
     let ok = k.start_bg(&run, &["true"], 60).await.unwrap();
     let three = k
@@ -72,7 +61,7 @@ async fn completed_ops_keep_their_real_exit_codes(image: Image) {
 }
 
 async fn kill_ends_with_143_or_137_and_killed_true(image: Image) {
-    let k = kernel_on("kill", image).await;
+    let k = image.kernel("kill").await.unwrap();
     let run = unique_run("kill");
     let polite = k.start_bg(&run, &["sleep", "300"], 600).await.unwrap();
     let stubborn = k
@@ -160,7 +149,7 @@ fn a_failed_docker_exec_is_an_error() {
 }
 
 async fn timeout_kills_and_reports_timed_out(image: Image) {
-    let k = kernel_on("timeout", image).await;
+    let k = image.kernel("timeout").await.unwrap();
     let run = unique_run("timeout");
     let op = k.start_bg(&run, &["sleep", "300"], 2).await.unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();
@@ -185,7 +174,7 @@ async fn timeout_kills_and_reports_timed_out(image: Image) {
 }
 
 async fn vanished_process_is_lost_never_zero(image: Image) {
-    let k = kernel_on("lost", image).await;
+    let k = image.kernel("lost").await.unwrap();
     let run = unique_run("lost");
     let op = k
         .start_bg(&run, &["sh", "-c", "exec sleep 301"], 600)
@@ -235,7 +224,7 @@ async fn refused_start_is_failed_and_reported() {
 }
 
 async fn instant_exit_and_kill_racing_completion_settle_once(image: Image) {
-    let k = kernel_on("race", image).await;
+    let k = image.kernel("race").await.unwrap();
     let run = unique_run("race");
     let fast = k.start_bg(&run, &["true"], 60).await.unwrap();
     let racing = k.start_bg(&run, &["sleep", "0.3"], 60).await.unwrap();
@@ -280,7 +269,7 @@ async fn instant_exit_and_kill_racing_completion_settle_once(image: Image) {
 }
 
 async fn twenty_ops_ending_together_are_each_delivered_once(image: Image) {
-    let k = kernel_on("twenty", image).await;
+    let k = image.kernel("twenty").await.unwrap();
     let run = unique_run("twenty");
     let mut ids = HashSet::new();
     for _ in 0..20 {
@@ -392,7 +381,7 @@ async fn a_note_wakes_a_waiting_report() {
 }
 
 async fn console_streams_output_and_ends_with_done(image: Image) {
-    let k = kernel_on("console", image).await;
+    let k = image.kernel("console").await.unwrap();
     let run = unique_run("console");
     let op = k
         .start_bg(

@@ -16,17 +16,6 @@ async fn kernel(tag: &str) -> KernelProcess {
         .unwrap()
 }
 
-/// A kernel whose run containers are made from `image`.
-async fn kernel_on(tag: &str, image: Image) -> KernelProcess {
-    KernelProcess::start(
-        &kernel_binary().unwrap(),
-        tag,
-        &[("OPKERNEL_IMAGE", &image.name())],
-    )
-    .await
-    .unwrap()
-}
-
 // an op's process tree ends with the op (SPEC §21), on each run image
 image_tests!(
     leftovers_are_stopped_before_the_code_and_charged,
@@ -86,7 +75,7 @@ async fn report_line(k: &KernelProcess, run: &str, op: &str) -> String {
 }
 
 async fn leftovers_are_stopped_before_the_code_and_charged(image: Image) {
-    let k = kernel_on("leftover", image).await;
+    let k = image.kernel("leftover").await.unwrap();
     let run = unique_run("leftover");
     // the reproduction of issue 22 (defect 4): a spinning loop left behind
     let op = k
@@ -154,7 +143,7 @@ async fn leftovers_are_stopped_before_the_code_and_charged(image: Image) {
 }
 
 async fn a_leftover_ignoring_term_is_killed_after_the_grace(image: Image) {
-    let k = kernel_on("stubborn", image).await;
+    let k = image.kernel("stubborn").await.unwrap();
     let run = unique_run("stubborn");
     let op = k
         .start_bg(
