@@ -3,18 +3,24 @@
 # start/running latency vs bare API exec and `docker exec -d`, exit-to-report
 # delay, 1,000 concurrent ops (CPU, RSS, exactly-once), and recovery of 500
 # running ops over 50 containers after SIGKILL, and a new run's first command
-# with the warm pool on and off.
+# with the warm pool on and off, an interactive op's write -> echo
+# beside `docker exec -i` doing the same, and a large file up and down the
+# files API beside `docker cp` (kernel memory meanwhile) and forks of a
+# 200 MiB workspace.
 # Usage: [OPKERNEL_STORE=postgres://…] scripts/bench.sh [--quick] [--json] [--check]
 # (with a PostgreSQL URL each kernel it starts gets a fresh database there;
 # the JSON says "store": "sqlite" or "postgres")
 #        scripts/bench.sh --recovery-only OPS CONTAINERS
+#        scripts/bench.sh --interactive-only [SAMPLES]: write_stdin -> echo vs docker exec -i
+#        scripts/bench.sh --files-only [--quick]: 1 GiB (256 MiB) up and down vs docker cp; forks
 #        scripts/bench.sh --cluster [--quick] [--json]: the cluster's figures on
 #        scripts/cluster.sh nodes (start on the run's node vs through another,
 #        throughput of 3,000 ops over 30 runs on 1 node vs 3, docker kill to
 #        dead over 10 trials, ops lost on a kill, PostgreSQL commits per op)
 # --check: exit non-zero when a correctness figure is off (an op lost or
 # duplicated, an op started by docker exec in the launcher path, kernel
-# peak RSS over 150 MB, a measuring client that failed); timings are
+# peak RSS over 150 MB, a measuring client that failed, a file that came
+# back changed or grew the kernel's memory past 64 MB); timings are
 # reported, never asserted (the machine is noisy).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -34,7 +34,7 @@ debootstrap_rootfs() {
 
 build_debian() {
   local image=opkernel-sandbox:debian
-  local packages=python3,git,procps,ca-certificates
+  local packages=python3,git,procps,ca-certificates,curl
   local recipe current work="$root/target/debian-image"
   recipe=$(printf 'bookworm minbase %s\n' "$packages" | cat - <(declare -f build_debian debootstrap_rootfs) | sha256sum | cut -c1-16)
   current=$(docker image inspect -f '{{ index .Config.Labels "opkernel.recipe" }}' "$image" 2>/dev/null || true)

@@ -126,9 +126,11 @@ impl Kill {
     /// The kill after `signal` was sent at `at`; `hit` when it reached a process.
     pub fn sent(self, signal: Signal, at: Instant, hit: bool) -> Kill {
         Kill {
+            // the kill sequence sends TERM, then KILL; an agent's single
+            // signal (SPEC §25) is not a kill and never comes here
             phase: match signal {
-                Signal::Term => KillPhase::TermSent { at },
                 Signal::Kill => KillPhase::KillSent { at },
+                _ => KillPhase::TermSent { at },
             },
             signalled: self.signalled || hit,
             intent: true,

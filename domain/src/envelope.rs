@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::egress::{AllowList, AllowSpec, Network};
+
 /// Approval rules (SPEC §16) carried by the envelope; children may add
 /// rules, never remove them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -72,14 +74,20 @@ pub struct EnvelopeRequest {
     pub cpus: Option<f64>,
     /// The container's limit on the number of processes.
     pub pids_limit: Option<i64>,
-    /// The Docker network the container joins (`none`: no network).
-    pub network: Option<String>,
+    /// The run's network: `"none"`, `"open"`, or `{"allow": [...]}`
+    /// (SPEC §27).
+    pub network: Option<Network>,
     /// Live ops of the run and its descendants together.
     pub max_live_ops: Option<u64>,
     /// Unfinished (active or paused) descendant runs.
     pub max_children: Option<u64>,
     /// Approval rules to add to the inherited ones (never removing any).
     pub approval: Option<ApprovalRules>,
+    /// The images (by the operator's names) the run's children may be
+    /// created with (SPEC §26).
+    pub images: Option<Vec<String>>,
+    /// Disk the tree's snapshots may hold together, in bytes (SPEC §26).
+    pub disk_bytes: Option<u64>,
 }
 
 /// A run's envelope with every field resolved (at the run's creation, from
@@ -95,9 +103,9 @@ pub struct Envelope {
     pub cpus: f64,
     /// The container's limit on processes (0 or less: unlimited).
     pub pids_limit: i64,
-    /// The Docker network of the container: `none` unless the operator allowed
-    /// one.
-    pub network: String,
+    /// The run's network: `none` unless the operator allowed one (a Docker
+    /// network, or an allow list through the egress proxy).
+    pub network: Network,
     /// Live ops of the run and its descendants together.
     pub max_live_ops: u64,
     /// Unfinished (active or paused) descendant runs.
@@ -107,6 +115,14 @@ pub struct Envelope {
     /// gated).
     #[serde(default, skip_serializing_if = "ApprovalRules::is_empty")]
     pub approval: ApprovalRules,
+    /// The images (by name) children may be created with; `None`: every
+    /// image the operator lists (SPEC §26).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<String>>,
+    /// Disk the tree's snapshots may hold together, in bytes; `None`: no
+    /// limit of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
 }
 
 /// The kernel's default `max_children` (`OPKERNEL_MAX_CHILDREN`), also
@@ -139,6 +155,7 @@ const MAX_APPROVAL_PATTERNS: usize = 64;
 /// Longest approval timeout: a year.
 const MAX_APPROVAL_TIMEOUT_SEC: u64 = 366 * 24 * 3600;
 const MAX_PATTERN_BYTES: usize = 1024;
+const MAX_IMAGES: usize = 64;
 
 pub(crate) fn invalid(msg: impl Into<String>) -> EnvelopeError {
     EnvelopeError::Invalid(msg.into())
@@ -173,6 +190,53 @@ fn validate_network(name: &str) -> Result<(), EnvelopeError> {
     }
 }
 
+/// The operator's open network: the kernel's own when it has one, else
+/// Docker's default bridge.
+fn open_network(defaults: &Envelope) -> String {
+    match &defaults.network {
+        Network::Named(n) if n != "none" => n.clone(),
+        _ => "bridge".to_owned(),
+    }
+}
+
+/// An allow list with its entries as the kernel spells them.
+fn normalized(n: &Network) -> Network {
+    match n.allow_list() {
+        Some(list) => Network::Allow(AllowSpec {
+            allow: list.to_strings(),
+        }),
+        None => n.clone(),
+    }
+}
+
+/// A child's network within its parent's: `none` always; the parent's own
+/// open network (by name or as `open`); an allow list under an open
+/// network, or one whose every entry lies within the parent's list.
+fn narrow_network(asked: &Network, parent: &Network) -> Result<Network, EnvelopeError> {
+    match asked {
+        Network::Named(n) if n == "none" => Ok(Network::none()),
+        Network::Named(n) if parent.is_open() && (n == "open" || *asked == *parent) => {
+            Ok(parent.clone())
+        }
+        Network::Named(n) => Err(wider("network", n, parent)),
+        Network::Allow(_) => {
+            let child = asked
+                .allow_list()
+                .ok_or_else(|| invalid("envelope network: a bad allow list"))?;
+            if parent.is_open() {
+                return Ok(normalized(asked));
+            }
+            match parent.allow_list() {
+                Some(p) => match p.wider_entry(&child) {
+                    None => Ok(normalized(asked)),
+                    Some(entry) => Err(wider("network", format!("allow {entry}"), parent)),
+                },
+                None => Err(wider("network", asked, parent)),
+            }
+        }
+    }
+}
+
 impl EnvelopeRequest {
     /// Checks each given field on its own (ranges, regexes).
     pub fn validate(&self) -> Result<(), EnvelopeError> {
@@ -200,14 +264,24 @@ impl EnvelopeRequest {
                 )));
             }
         }
-        if let Some(n) = &self.network {
-            validate_network(n)?;
+        match &self.network {
+            Some(Network::Named(n)) => validate_network(n)?,
+            Some(Network::Allow(spec)) => {
+                AllowList::parse(&spec.allow).map_err(|e| invalid(e.to_string()))?;
+            }
+            None => {}
         }
         if self.max_live_ops == Some(0) {
             return Err(invalid("envelope max_live_ops must be at least 1"));
         }
         if self.max_children.is_some_and(|c| c > 1 << 20) {
             return Err(invalid("envelope max_children must be at most 1048576"));
+        }
+        if let Some(images) = &self.images {
+            validate_images(images)?;
+        }
+        if self.disk_bytes.is_some_and(|d| d > 1 << 50) {
+            return Err(invalid("envelope disk_bytes must be at most 2^50"));
         }
         if let Some(a) = &self.approval {
             if a.patterns.len() > MAX_APPROVAL_PATTERNS {
@@ -244,12 +318,18 @@ impl EnvelopeRequest {
         env.memory_bytes = self.memory_bytes.unwrap_or(defaults.memory_bytes);
         env.cpus = self.cpus.unwrap_or(defaults.cpus);
         env.pids_limit = self.pids_limit.unwrap_or(defaults.pids_limit);
-        env.network = self.network.clone().unwrap_or(defaults.network.clone());
+        env.network = match &self.network {
+            Some(Network::Named(n)) if n == "open" => Network::Named(open_network(defaults)),
+            Some(n) => normalized(n),
+            None => defaults.network.clone(),
+        };
         env.max_live_ops = self.max_live_ops.unwrap_or(defaults.max_live_ops);
         env.max_children = self.max_children.unwrap_or(defaults.max_children);
         if let Some(a) = &self.approval {
             env.approval = add_rules(&defaults.approval, a);
         }
+        env.images = self.images.clone().or(defaults.images.clone());
+        env.disk_bytes = self.disk_bytes.or(defaults.disk_bytes);
         Ok(env)
     }
 
@@ -284,11 +364,7 @@ impl EnvelopeRequest {
             env.pids_limit = p;
         }
         if let Some(n) = &self.network {
-            // the only narrower network than the parent's is none at all
-            if *n != parent.network && n != "none" {
-                return Err(wider("network", n, &parent.network));
-            }
-            env.network = n.clone();
+            env.network = narrow_network(n, &parent.network)?;
         }
         if let Some(l) = self.max_live_ops {
             if l > parent.max_live_ops {
@@ -305,7 +381,57 @@ impl EnvelopeRequest {
         if let Some(a) = &self.approval {
             env.approval = add_rules(&parent.approval, a);
         }
+        if let Some(images) = &self.images {
+            if let Some(wide) = parent
+                .images
+                .as_ref()
+                .and_then(|allowed| images.iter().find(|i| !allowed.contains(i)))
+            {
+                let allowed = parent.images.clone().unwrap_or_default().join(", ");
+                return Err(wider("images", wide, format!("[{allowed}]")));
+            }
+            env.images = Some(images.clone());
+        }
+        if let Some(d) = self.disk_bytes {
+            if let Some(max) = parent.disk_bytes.filter(|max| d > *max) {
+                return Err(wider("disk_bytes", d, max));
+            }
+            env.disk_bytes = Some(d);
+        }
         Ok(env)
+    }
+}
+
+/// Checks an envelope's image names: at most 64, each `[a-z0-9_.-]{1,64}`
+/// (whether the operator lists them is the API's to check).
+fn validate_images(images: &[String]) -> Result<(), EnvelopeError> {
+    if images.len() > MAX_IMAGES {
+        return Err(invalid(format!(
+            "envelope images holds at most {MAX_IMAGES} names"
+        )));
+    }
+    for name in images {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
+            });
+        if !ok {
+            return Err(invalid(format!(
+                "envelope images: {:?} is not an image name ([a-z0-9_.-]{{1,64}})",
+                name.chars().take(80).collect::<String>()
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Envelope {
+    /// Whether the envelope lets children use the image called `name`.
+    pub fn allows_image(&self, name: &str) -> bool {
+        self.images
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|i| i == name))
     }
 }
 

@@ -42,6 +42,15 @@ pub enum EventKind {
     /// settled `lost` (its node came back): recorded, the op unchanged.
     #[serde(rename = "tool.late_result")]
     ToolLateResult(ToolLateResult),
+    /// `tool.stdin`: Bytes were written to an op's stdin (SPEC §25).
+    #[serde(rename = "tool.stdin")]
+    ToolStdin(ToolStdin),
+    /// `tool.nudged`: A nudge was written to an op's stdin (seed 002).
+    #[serde(rename = "tool.nudged")]
+    ToolNudged(ToolNudged),
+    /// `tool.signalled`: One signal was sent to an op's process group.
+    #[serde(rename = "tool.signalled")]
+    ToolSignalled(ToolSignalled),
     /// `note.received`: A note arrived for the next report.
     #[serde(rename = "note.received")]
     NoteReceived(NoteReceived),
@@ -84,6 +93,24 @@ pub enum EventKind {
     /// `schedule.skipped`: A schedule skipped a due time.
     #[serde(rename = "schedule.skipped")]
     ScheduleSkipped(ScheduleSkipped),
+    /// `file.written`: A file or an archive was written into the run's
+    /// workspace through the files API.
+    #[serde(rename = "file.written")]
+    FileWritten(FileWritten),
+    /// `run.forked`: The run started from a copy of another run's
+    /// workspace (or a snapshot of it).
+    #[serde(rename = "run.forked")]
+    RunForked(RunForked),
+    /// `snapshot.made`: A named copy of the run's workspace was kept.
+    #[serde(rename = "snapshot.made")]
+    SnapshotMade(SnapshotMade),
+    /// `net.denied`: The egress proxy refused a connection of the run (at
+    /// most once a minute per host).
+    #[serde(rename = "net.denied")]
+    NetDenied(NetDenied),
+    /// `net.policy`: The run's network allow list was changed.
+    #[serde(rename = "net.policy")]
+    NetPolicy(NetPolicy),
 }
 
 impl EventKind {
@@ -94,6 +121,9 @@ impl EventKind {
             EventKind::ToolCompleted(_) => "tool.completed",
             EventKind::ToolFailed(_) => "tool.failed",
             EventKind::ToolLateResult(_) => "tool.late_result",
+            EventKind::ToolStdin(_) => "tool.stdin",
+            EventKind::ToolNudged(_) => "tool.nudged",
+            EventKind::ToolSignalled(_) => "tool.signalled",
             EventKind::NoteReceived(_) => "note.received",
             EventKind::ReportDelivered(_) => "report.delivered",
             EventKind::RunPaused(_) => "run.paused",
@@ -108,6 +138,11 @@ impl EventKind {
             EventKind::ApprovalEscalated(_) => "approval.escalated",
             EventKind::ScheduleFired(_) => "schedule.fired",
             EventKind::ScheduleSkipped(_) => "schedule.skipped",
+            EventKind::FileWritten(_) => "file.written",
+            EventKind::RunForked(_) => "run.forked",
+            EventKind::SnapshotMade(_) => "snapshot.made",
+            EventKind::NetDenied(_) => "net.denied",
+            EventKind::NetPolicy(_) => "net.policy",
         }
     }
 
@@ -182,6 +217,93 @@ pub struct ToolCompleted {
     pub op_seconds: Option<f64>,
     /// CPU seconds of its process tree, when the shim measured them.
     pub cpu_seconds: Option<f64>,
+}
+
+/// `tool.stdin`: bytes written to an op's stdin; how many, never what.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct ToolStdin {
+    /// Bytes written.
+    pub bytes: u64,
+    /// The write closed stdin (EOF).
+    pub eof: bool,
+}
+
+/// `tool.nudged`: a nudge (its text and a newline) written to an op's
+/// stdin; its length, never its content.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct ToolNudged {
+    /// Bytes written (the newline included).
+    pub bytes: u64,
+}
+
+/// `file.written`: the files API wrote a file, or unpacked an archive,
+/// in the run's workspace (SPEC §26).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct FileWritten {
+    /// The container path written (an archive's directory).
+    pub path: String,
+    /// Bytes written (an archive's file contents together).
+    pub bytes: u64,
+}
+
+/// `net.denied`: a connection the run's allow list does not allow
+/// (SPEC §27).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct NetDenied {
+    /// The host the request named.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+}
+
+/// `net.policy`: the run's allow list as it now is (SPEC §27).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct NetPolicy {
+    /// The entries now allowed.
+    pub allow: Vec<String>,
+    /// Who changed it: `operator` or `run:<id>`.
+    pub by: String,
+    /// The run whose change this is (itself, or the ancestor that
+    /// narrowed its descendants).
+    pub from_run: String,
+}
+
+/// `run.forked`: the run's workspace started as a copy of another's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct RunForked {
+    /// `RUN` or `RUN@SNAPSHOT`: what was copied.
+    pub from: String,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Whether the source's container was frozen during the copy.
+    pub consistent: bool,
+}
+
+/// `snapshot.made`: a named copy of the run's workspace.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct SnapshotMade {
+    /// Its name.
+    pub name: String,
+    /// Bytes it holds.
+    pub bytes: u64,
+}
+
+/// `tool.signalled`: one signal sent to an op's foreground process group
+/// (`kill_operation` with a `signal`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct ToolSignalled {
+    /// Its name: `INT`, `TERM`, `KILL`, `HUP`, `QUIT`, `USR1` or `USR2`.
+    pub signal: String,
+    /// Processes it reached.
+    pub processes: u32,
 }
 
 /// `tool.late_result`: the real end of an op settled `lost` before it was

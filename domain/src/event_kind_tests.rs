@@ -177,6 +177,69 @@ fn every_kind() -> Vec<(EventKind, &'static str, &'static str)> {
             r#"{"ended_at":1795910400000,"exit_code":143,"node":"n2","stopped_on_rejoin":true}"#,
         ),
         (
+            EventKind::ToolStdin(ToolStdin {
+                bytes: 4,
+                eof: true,
+            }),
+            "tool.stdin",
+            r#"{"bytes":4,"eof":true}"#,
+        ),
+        (
+            EventKind::FileWritten(FileWritten {
+                path: "/scratch/a.txt".into(),
+                bytes: 3,
+            }),
+            "file.written",
+            r#"{"bytes":3,"path":"/scratch/a.txt"}"#,
+        ),
+        (
+            EventKind::RunForked(RunForked {
+                from: "r@v1".into(),
+                bytes: 9,
+                consistent: true,
+            }),
+            "run.forked",
+            r#"{"bytes":9,"consistent":true,"from":"r@v1"}"#,
+        ),
+        (
+            EventKind::SnapshotMade(SnapshotMade {
+                name: "v1".into(),
+                bytes: 9,
+            }),
+            "snapshot.made",
+            r#"{"bytes":9,"name":"v1"}"#,
+        ),
+        (
+            EventKind::NetDenied(NetDenied {
+                host: "evil.org".into(),
+                port: 443,
+            }),
+            "net.denied",
+            r#"{"host":"evil.org","port":443}"#,
+        ),
+        (
+            EventKind::NetPolicy(NetPolicy {
+                allow: vec!["pypi.org".into()],
+                by: "run:r".into(),
+                from_run: "r".into(),
+            }),
+            "net.policy",
+            r#"{"allow":["pypi.org"],"by":"run:r","from_run":"r"}"#,
+        ),
+        (
+            EventKind::ToolNudged(ToolNudged { bytes: 6 }),
+            "tool.nudged",
+            r#"{"bytes":6}"#,
+        ),
+        (
+            EventKind::ToolSignalled(ToolSignalled {
+                signal: "INT".into(),
+                processes: 1,
+            }),
+            "tool.signalled",
+            r#"{"processes":1,"signal":"INT"}"#,
+        ),
+        (
             EventKind::ScheduleFired(ScheduleFired {
                 schedule_id: "s".into(),
                 due_at: "2026-11-29T00:00:00.000Z".into(),

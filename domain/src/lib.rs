@@ -10,6 +10,7 @@
 
 pub mod approval;
 pub mod decide;
+pub mod egress;
 pub mod envelope;
 pub mod event_kind;
 pub mod evidence;

@@ -281,6 +281,12 @@ pub struct Used {
     pub tokens: u64,
     /// Model cost, in millionths of the currency unit.
     pub cost_micros: u64,
+    /// Connections through the egress proxy (SPEC §27).
+    pub net_connections: u64,
+    /// Bytes the egress proxy brought in to the run's containers.
+    pub net_bytes_in: u64,
+    /// Bytes the egress proxy sent out for them.
+    pub net_bytes_out: u64,
 }
 
 impl Used {
@@ -292,6 +298,9 @@ impl Used {
             "cpu_seconds": self.cpu_ms as f64 / 1000.0,
             "tokens": self.tokens,
             "cost_micros": self.cost_micros,
+            "net_connections": self.net_connections,
+            "net_bytes_in": self.net_bytes_in,
+            "net_bytes_out": self.net_bytes_out,
         })
     }
 

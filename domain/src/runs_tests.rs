@@ -15,6 +15,8 @@ fn parent() -> Envelope {
             timeout_sec: None,
             on_timeout: None,
         },
+        images: Some(vec!["base".into(), "python".into()]),
+        disk_bytes: Some(1 << 30),
     }
 }
 
@@ -189,13 +191,18 @@ fn a_child_may_narrow_every_field() {
             timeout_sec: Some(30),
             on_timeout: Some(OnTimeout::Deny),
         }),
+        images: Some(vec!["python".into()]),
+        disk_bytes: Some(1 << 20),
     };
     let env = req.narrow(&parent()).unwrap();
+    assert_eq!(env.images, Some(vec!["python".to_owned()]));
+    assert!(env.allows_image("python") && !env.allows_image("base"));
+    assert_eq!(env.disk_bytes, Some(1 << 20));
     assert_eq!(env.max_timeout_sec, Some(60));
     assert_eq!(env.memory_bytes, 256 << 20);
     assert_eq!(env.cpus, 0.5);
     assert_eq!(env.pids_limit, 64);
-    assert_eq!(env.network, "none");
+    assert_eq!(env.network, crate::egress::Network::none());
     assert_eq!(env.max_live_ops, 4);
     assert_eq!(env.max_children, 2);
     // rules are added to the parent's, never replace them
@@ -257,6 +264,20 @@ fn every_widening_is_refused_naming_its_field() {
             "max_children",
             EnvelopeRequest {
                 max_children: Some(9),
+                ..Default::default()
+            },
+        ),
+        (
+            "images",
+            EnvelopeRequest {
+                images: Some(vec!["python".into(), "node".into()]),
+                ..Default::default()
+            },
+        ),
+        (
+            "disk_bytes",
+            EnvelopeRequest {
+                disk_bytes: Some((1 << 30) + 1),
                 ..Default::default()
             },
         ),

@@ -12,7 +12,9 @@
 #![deny(missing_docs)]
 
 /// The pure rules (`opkernel-domain`), under the names the kernel uses.
-pub use opkernel_domain::{approval, envelope, event_kind, lifecycle, report_text, runs, timing};
+pub use opkernel_domain::{
+    approval, egress, envelope, event_kind, lifecycle, report_text, runs, timing,
+};
 
 pub mod app;
 pub mod base;

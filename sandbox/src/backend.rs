@@ -65,6 +65,30 @@ pub trait Containers {
     ) -> BoxFuture<'a, Result<ContainerInfo>> {
         Box::pin(async move { Err(no_pool(&identity.name)) })
     }
+    /// Freezes (`true`) or thaws a container's processes (a consistent
+    /// fork, SPEC §26).
+    fn set_paused<'a>(&'a self, container_id: &'a str, _paused: bool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { Err(no_pool(container_id)) })
+    }
+    /// The host pid of a running container's main process (its root is
+    /// `/proc/<pid>/root`, the files API's view, SPEC §26).
+    fn main_pid<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move { Err(no_pool(container_id)) })
+    }
+    /// Finds or makes the kernel's internal egress network (SPEC §27).
+    fn ensure_egress_network<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<crate::egress::EgressNetwork>> {
+        Box::pin(async move { Err(no_egress(name)) })
+    }
+    /// The containers on a network, with their IPv4 addresses.
+    fn network_peers<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(String, std::net::Ipv4Addr)>>> {
+        Box::pin(async move { Err(no_egress(name)) })
+    }
 }
 
 /// An op's one launch: created, started (the only place a command is ever
@@ -131,6 +155,21 @@ pub trait Processes {
         record: &'a PidRecord,
         signal: Signal,
     ) -> BoxFuture<'a, Result<Vec<u32>>>;
+    /// Signals the op's foreground process group only (SPEC §25); returns
+    /// the pids hit.
+    fn signal_group<'a>(
+        &'a self,
+        _container_id: &'a str,
+        op_id: &'a str,
+        _record: &'a PidRecord,
+        _signal: Signal,
+    ) -> BoxFuture<'a, Result<Vec<u32>>> {
+        Box::pin(async move {
+            Err(crate::SandboxError::Invalid(format!(
+                "this backend sends no group signals ({op_id})"
+            )))
+        })
+    }
 }
 
 /// A run's host scratch dir: its `.ops` files and a pool container's binding.
@@ -158,6 +197,10 @@ pub trait Scratch {
 }
 
 /// What a backend without a warm pool answers to the pool's calls.
+fn no_egress(what: &str) -> crate::SandboxError {
+    crate::SandboxError::Invalid(format!("this backend has no egress network ({what})"))
+}
+
 fn no_pool(what: &str) -> crate::SandboxError {
     crate::SandboxError::Invalid(format!("this backend keeps no warm pool ({what})"))
 }
@@ -193,6 +236,24 @@ impl Containers for Sandbox {
     }
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
         Box::pin(Sandbox::image_id(self, image))
+    }
+    fn set_paused<'a>(&'a self, container_id: &'a str, paused: bool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Sandbox::set_paused(self, container_id, paused))
+    }
+    fn main_pid<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(Sandbox::main_pid(self, container_id))
+    }
+    fn ensure_egress_network<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<crate::egress::EgressNetwork>> {
+        Box::pin(Sandbox::ensure_egress_network(self, name))
+    }
+    fn network_peers<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(String, std::net::Ipv4Addr)>>> {
+        Box::pin(Sandbox::network_peers(self, name))
     }
     fn create_pool_container<'a>(
         &'a self,
@@ -258,13 +319,16 @@ impl Processes for Sandbox {
         record: &'a PidRecord,
         signal: Signal,
     ) -> BoxFuture<'a, Result<Vec<u32>>> {
-        Box::pin(Sandbox::signal_op(
-            self,
-            container_id,
-            op_id,
-            record,
-            signal,
-        ))
+        Box::pin(self.signal_processes(container_id, op_id, record, signal, false))
+    }
+    fn signal_group<'a>(
+        &'a self,
+        container_id: &'a str,
+        op_id: &'a str,
+        record: &'a PidRecord,
+        signal: Signal,
+    ) -> BoxFuture<'a, Result<Vec<u32>>> {
+        Box::pin(self.signal_processes(container_id, op_id, record, signal, true))
     }
 }
 

@@ -492,15 +492,17 @@ impl Sandbox {
     }
 
     /// Sends `signal` to every identity-checked process of the op except its
-    /// wrapper (which survives to write the exit code). Returns the pids hit.
-    pub async fn signal_op(
+    /// wrapper (which survives to write the exit code), or with `group` to
+    /// its foreground process group only (SPEC §25). Returns the pids hit.
+    pub async fn signal_processes(
         &self,
         container_id: &str,
         op_id: &str,
         record: &PidRecord,
         signal: Signal,
+        group: bool,
     ) -> Result<Vec<u32>> {
-        let argv = signal_argv(op_id, record.pid, record.start_ticks, signal)?;
+        let argv = signal_argv(op_id, record.pid, record.start_ticks, signal, group)?;
         let out = self.run_helper(container_id, argv).await?;
         parse_signalled(&out).ok_or_else(|| SandboxError::Probe {
             container: container_id.to_owned(),

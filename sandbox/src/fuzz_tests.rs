@@ -93,7 +93,7 @@ proptest! {
 
     #[test]
     fn fuzz_commands_pass_verbatim(cmd in proptest::collection::vec(".{0,30}", 0..6)) {
-        let spec = LaunchSpec { op_id: "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d", run_as: Some("1000:1000"), log_cap_bytes: 1024 };
+        let spec = LaunchSpec { op_id: "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d", run_as: Some("1000:1000"), log_cap_bytes: 1024, io: crate::shim::Io::Null };
         match launch_argv(&spec, &cmd) {
             Ok(argv) => {
                 prop_assert!(validate_command(&cmd).is_ok());

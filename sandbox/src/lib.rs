@@ -9,13 +9,20 @@
 
 pub mod backend;
 pub mod docker;
+pub mod egress;
 pub mod error;
+// the *at system calls std lacks (openat, fstatat, readlinkat, ...),
+// each call with its SAFETY note
+#[allow(unsafe_code)]
+pub mod files;
 pub mod launcher;
 pub mod liveness;
 pub mod opfiles;
 mod pool;
 pub mod profile;
 pub mod shim;
+pub mod stdin;
+mod workspace;
 
 pub use backend::OpBackend;
 pub use docker::{unix_now, ContainerInfo, Sandbox, TopProcess};
@@ -27,7 +34,7 @@ pub use opfiles::{
 pub use opkernel_shim::table::ProcessRow;
 pub use opkernel_shim::{passwd_lookup, RunAs, RunUser};
 pub use profile::{PoolIdentity, Profile, RunIdentity};
-pub use shim::{LaunchSpec, MarkedProcess, Signal};
+pub use shim::{Io, LaunchSpec, MarkedProcess, Signal};
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -215,10 +215,11 @@ impl OpsDir {
 
     /// Removes an op's own files once it is delivered and old (SPEC §21):
     /// `.pid` first, so a `.pid` never stands without its `.code` (which
-    /// would read as a live op), then `.code`, `.log`, and the handover
-    /// files. Already gone is fine.
+    /// would read as a live op), then `.code`, `.log`, the stdin FIFO and
+    /// the handover files. Already gone is fine.
     pub fn remove_op_files(&self, op_id: &str) -> Result<(), OpFileError> {
-        for ext in ["pid", "code", "log"] {
+        // `.in`: an interactive op's stdin FIFO, left by a shim that was killed
+        for ext in ["pid", "code", "log", "in"] {
             let path = self.file(op_id, ext)?;
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
@@ -526,6 +527,7 @@ mod tests {
             op_id: id.into(),
             run_as: "1000:1000".into(),
             log_cap: 10,
+            io: opkernel_shim::Io::Null,
             argv: vec!["true".into()],
         };
         assert_eq!(ops.withdraw(ID), Ok(Handback::NeverFiled));

@@ -18,8 +18,8 @@ use sha2::{Digest, Sha256};
 use crate::error::{Result, SandboxError};
 
 pub use opkernel_shim::{
-    marker, parse_probe, parse_signalled, validate_op_id as check_op_id, MarkedProcess, Request,
-    RunAs, Signal, MARKER_VAR, OPS_DIR, SHIM_PATH,
+    marker, parse_probe, parse_signalled, validate_op_id as check_op_id, Io, MarkedProcess,
+    Request, RunAs, Signal, MARKER_VAR, OPS_DIR, SHIM_PATH,
 };
 
 /// The static shim binary this kernel speaks to.
@@ -78,6 +78,8 @@ pub struct LaunchSpec<'a> {
     pub run_as: Option<&'a str>,
     /// Log size cap in bytes; what passes it is dropped (and counted in a mark).
     pub log_cap_bytes: u64,
+    /// How its stdin is wired (SPEC §25).
+    pub io: Io,
 }
 
 /// The launch of an op, validated: what goes into `docker exec` as an argv
@@ -95,21 +97,20 @@ pub fn launch_request(spec: &LaunchSpec<'_>, command: &[String], host: &str) -> 
         op_id: spec.op_id.to_owned(),
         run_as: run_as.spec(),
         log_cap: spec.log_cap_bytes.max(1),
+        io: spec.io,
         argv: command.to_vec(),
     })
 }
 
-/// The exec argv of an op: `/.opkernel/shim launch <id> <run-as> <cap> ARGV...`
-/// (the same as the launcher runs for a request).
+/// The exec argv of an op: `/.opkernel/shim launch [--io=<mode>] <id>
+/// <run-as> <cap> ARGV...` (the same as the launcher runs for a request).
 pub fn launch_argv(spec: &LaunchSpec<'_>, command: &[String]) -> Result<Vec<String>> {
     let req = launch_request(spec, command, "exec")?;
-    let mut argv = vec![
-        SHIM_PATH.to_owned(),
-        "launch".to_owned(),
-        req.op_id,
-        req.run_as,
-        req.log_cap.to_string(),
-    ];
+    let mut argv = vec![SHIM_PATH.to_owned(), "launch".to_owned()];
+    if req.io != Io::Null {
+        argv.push(format!("--io={}", req.io.spec()));
+    }
+    argv.extend([req.op_id, req.run_as, req.log_cap.to_string()]);
     argv.extend(req.argv);
     Ok(argv)
 }
@@ -126,23 +127,29 @@ pub fn ps_argv() -> Vec<String> {
 }
 
 /// The signaller's argv: `signal` to every process of the op except its
-/// launcher, each checked to carry the op's marker and to have started no
-/// earlier than the launcher (a reused pid fails one of the two).
+/// launcher (with `group`: of its foreground process group only), each
+/// checked to carry the op's marker and to have started no earlier than
+/// the launcher (a reused pid fails one of the two).
 pub fn signal_argv(
     op_id: &str,
     launcher_pid: u32,
     launcher_start_ticks: u64,
     signal: Signal,
+    group: bool,
 ) -> Result<Vec<String>> {
     validate_op_id(op_id)?;
-    Ok(vec![
+    let mut argv = vec![
         SHIM_PATH.to_owned(),
         "signal".to_owned(),
         op_id.to_owned(),
         launcher_pid.to_string(),
         launcher_start_ticks.to_string(),
         signal.name().to_owned(),
-    ])
+    ];
+    if group {
+        argv.push("group".to_owned());
+    }
+    Ok(argv)
 }
 
 /// Total argv size bound (bytes, including one separator per argument).
@@ -209,6 +216,7 @@ mod tests {
             op_id: ID,
             run_as: Some("1000:1000"),
             log_cap_bytes: 1024,
+            io: Io::Null,
         };
         let cmd = vec![
             "bash".to_owned(),
@@ -223,6 +231,14 @@ mod tests {
             ..spec.clone()
         };
         assert_eq!(launch_argv(&root, &cmd).unwrap()[3], "root");
+        let tty = LaunchSpec {
+            io: Io::Tty { rows: 24, cols: 80 },
+            ..spec.clone()
+        };
+        assert_eq!(
+            launch_argv(&tty, &cmd).unwrap()[..4],
+            [SHIM_PATH, "launch", "--io=tty:24x80", ID]
+        );
     }
 
     #[test]
@@ -233,6 +249,7 @@ mod tests {
                 op_id,
                 run_as,
                 log_cap_bytes: 1,
+                io: Io::Pipe,
             };
             assert!(launch_argv(&spec, &cmd).is_err(), "{spec:?}");
         }
@@ -249,8 +266,13 @@ mod tests {
 
     #[test]
     fn signal_argv_names_the_launcher_and_its_start() {
-        let argv = signal_argv(ID, 42, 1000, Signal::Kill).unwrap();
+        let argv = signal_argv(ID, 42, 1000, Signal::Kill, false).unwrap();
         assert_eq!(argv, [SHIM_PATH, "signal", ID, "42", "1000", "KILL"]);
-        assert!(signal_argv("nope", 42, 1000, Signal::Kill).is_err());
+        let argv = signal_argv(ID, 42, 1000, Signal::Int, true).unwrap();
+        assert_eq!(
+            argv,
+            [SHIM_PATH, "signal", ID, "42", "1000", "INT", "group"]
+        );
+        assert!(signal_argv("nope", 42, 1000, Signal::Kill, false).is_err());
     }
 }

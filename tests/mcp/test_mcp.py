@@ -8,6 +8,7 @@ legacy (2025, session) mode.
 """
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -29,7 +30,18 @@ from mcp.client.streamable_http import streamable_http_client
 URL = os.environ["OPKERNEL_URL"].rstrip("/")
 BIN = os.environ["OPKERNEL_BIN"]
 OPERATOR = os.environ["OPKERNEL_OPERATOR_TOKEN"]
-TOOLS = {"run_command", "kill_operation", "operation_state", "wait_background_report"}
+TOOLS = {
+    "run_command",
+    "kill_operation",
+    "write_stdin",
+    "read_output",
+    "resize_tty",
+    "read_file",
+    "write_file",
+    "list_dir",
+    "operation_state",
+    "wait_background_report",
+}
 # the bound of a background start's median latency, API or MCP (the target is
 # tens of milliseconds; the bound leaves room for a loaded test machine)
 LATENCY_P50_BOUND_MS = 250
@@ -128,6 +140,47 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
             for required in schema.get("required", []):
                 self.assertIn(required, schema["properties"])
         self.assertIn("background", listed["run_command"].input_schema["properties"])
+        for field in ("stdin", "tty", "yield_ms"):
+            self.assertIn(field, listed["run_command"].input_schema["properties"])
+
+    async def interactive(self, c):
+        """A cat with stdin driven over write_stdin, read back with read_output."""
+        r = await c.call_tool(
+            "run_command", {"command": ["cat"], "background": True, "stdin": True}
+        )
+        self.assertFalse(r.is_error, text_of(r))
+        op = r.structured_content["operation_id"]
+        w = await c.call_tool("write_stdin", {"operation_id": op, "text": "hello mcp\n"})
+        self.assertFalse(w.is_error, text_of(w))
+        self.assertIn("hello mcp", text_of(w))
+        self.assertEqual(w.structured_content["output"], "hello mcp\n")
+        out = await c.call_tool("read_output", {"operation_id": op, "offset": 0})
+        self.assertEqual(out.structured_content["output"], "hello mcp\n")
+        self.assertTrue(out.structured_content["running"])
+        end = await c.call_tool("write_stdin", {"operation_id": op, "eof": True, "yield_ms": 3000})
+        self.assertEqual(end.structured_content["status"], "completed", text_of(end))
+        again = await c.call_tool("write_stdin", {"operation_id": op, "text": "x"})
+        self.assertTrue(again.is_error)
+        self.assertEqual(again.structured_content["error"]["code"], "operation_ended")
+
+    async def files(self, c):
+        """write_file, read_file in slices and as base64, list_dir (SPEC §26)."""
+        w = await c.call_tool("write_file", {"path": "/scratch/m/notes.txt", "text": "hello files\n"})
+        self.assertFalse(w.is_error, text_of(w))
+        self.assertEqual(w.structured_content["bytes"], 12)
+        r = await c.call_tool("read_file", {"path": "/scratch/m/notes.txt", "offset": 6, "length": 3})
+        self.assertEqual(r.structured_content["content"], "fil", text_of(r))
+        self.assertEqual((r.structured_content["next_offset"], r.structured_content["eof"]), (9, False))
+        b = await c.call_tool("read_file", {"path": "/scratch/m/notes.txt", "encoding": "base64"})
+        self.assertEqual(base64.b64decode(b.structured_content["content"]), b"hello files\n")
+        ls = await c.call_tool("list_dir", {"path": "/scratch/m"})
+        self.assertEqual([e["name"] for e in ls.structured_content["entries"]], ["notes.txt"])
+        self.assertIn("notes.txt", text_of(ls))
+        ops = await c.call_tool("read_file", {"path": "/scratch/.ops/inbox"})
+        self.assertTrue(ops.is_error)
+        self.assertEqual(ops.structured_content["error"]["code"], "path_refused")
+        cat = await c.call_tool("run_command", {"command": ["cat", "/scratch/m/notes.txt"]})
+        self.assertIn("hello files", text_of(cat))
 
     async def background_report_and_resource(self, c, run):
         op, started = await start_bg(c, ["sh", "-c", "echo from-mcp; sleep 0.3"])
@@ -181,6 +234,8 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
             await self.check_tools(c)
             await self.background_report_and_resource(c, run)
             await self.bad_arguments(c)
+            await self.interactive(c)
+            await self.files(c)
 
     async def test_http_default_negotiation_is_stateless(self):
         run, token = new_run()
@@ -195,6 +250,8 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
             done = await c.call_tool("wait_background_report", {"wait_sec": 0, "ack": first})
             self.assertIsNone(done.structured_content["report_id"])
             await self.bad_arguments(c)
+            await self.interactive(c)
+            await self.files(c)
 
     async def test_http_legacy_session(self):
         run, token = new_run()

@@ -219,6 +219,25 @@ class PanelTest(unittest.TestCase):
         b.shot("03-op-left-on-completion.png")
         self.assertEqual(api("GET", f"/v1/operations/{op}")["status"], "completed")
 
+    def test_1b_type_a_line_into_an_op_with_stdin(self):
+        b = self.b
+        b.sign_in(OPERATOR)
+        run, token = new_run()
+        script = "while read l; do echo \"heard $l\"; done"
+        op = api("POST", f"/v1/runs/{run}/tools/run_command",
+                 {"command": ["sh", "-c", script], "background": True, "stdin": True,
+                  "timeout_sec": 120}, token)["operation_id"]
+        field = f"{card(op)}.querySelector('form.stdin input')"
+        b.wait(f"{card(op)} && !!{field}", what="the op's card with its input line")
+        b.eval(f"{field}.value = 'hello panel'; "
+               f"{card(op)}.querySelector('form.stdin').requestSubmit(); true")
+        b.wait(f"{card(op)}.querySelector('pre').textContent.includes('heard hello panel')",
+               what="the line written and answered")
+        self.assertEqual(b.eval(f"{field}.value"), "", "the field is cleared once sent")
+        b.shot("02b-op-input-line.png")
+        api("POST", f"/v1/runs/{run}/tools/write_stdin", {"operation_id": op, "eof": True}, token)
+        b.wait(f"!{card(op)}", timeout=30, what="the card to leave once stdin closed")
+
     def test_2_approve_a_waiting_op_from_the_panel(self):
         b = self.b
         b.sign_in(OPERATOR)

@@ -2,6 +2,7 @@
 //! unique run ids, and polling with a deadline instead of fixed sleeps.
 
 pub mod cluster;
+pub mod outside;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

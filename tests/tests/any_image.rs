@@ -208,6 +208,29 @@ async fn a_command_runs_in_an_image_with_no_shell_at_all() {
     kill(&k, &run, &op).await;
     let s = k.wait_terminal(&op, T).await.unwrap();
     assert_eq!(ended(&s), (Some("completed"), Some(143), Some(true)), "{s}");
+    // stdin and a terminal need nothing from the image either (SPEC §25)
+    for (io, enter) in [(json!({"stdin": true}), "\n"), (json!({"tty": true}), "\r")] {
+        let mut body = json!({"command": ["/hello", "cat"], "background": true});
+        body.as_object_mut()
+            .unwrap()
+            .extend(io.as_object().unwrap().clone());
+        let op = k
+            .client
+            .post(&format!("/v1/runs/{run}/tools/run_command"), &body)
+            .await
+            .unwrap()["operation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let path = format!("/v1/runs/{run}/tools/write_stdin");
+        let line = json!({"operation_id": op, "text": format!("abc{enter}"), "yield_ms": 5000});
+        let v = k.client.post(&path, &line).await.unwrap();
+        assert!(v["output"].as_str().unwrap().contains("abc"), "{io}: {v}");
+        let eof = json!({"operation_id": op, "eof": true, "yield_ms": 5000});
+        let v = k.client.post(&path, &eof).await.unwrap();
+        assert_eq!(v["exit_code"], 0, "{io}: {v}");
+        assert!(v["output"].as_str().unwrap().contains("eof"), "{io}: {v}");
+    }
 }
 
 const HELLO_C: &str = r#"
@@ -219,6 +242,13 @@ const HELLO_C: &str = r#"
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "sleep") == 0) {
         for (;;) pause();
+    }
+    if (argc > 1 && strcmp(argv[1], "cat") == 0) {
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(0, buf, sizeof buf)) > 0) write(1, buf, n);
+        printf("eof\n");
+        return 0;
     }
     printf("uid=%d gid=%d groups=%d home=%s args=", (int)getuid(), (int)getgid(),
            getgroups(0, NULL), getenv("HOME"));

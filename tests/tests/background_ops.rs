@@ -197,19 +197,51 @@ async fn vanished_process_is_lost_never_zero(image: Image) {
 #[tokio::test]
 async fn refused_start_is_failed_and_reported() {
     let bin = kernel_binary().unwrap();
-    let k = KernelProcess::start(
+    // a listed image the engine lacks stops the kernel at start, named
+    let missing = KernelProcess::start(
         &bin,
-        "failed",
+        "missing",
         &[("OPKERNEL_IMAGE", "opkernel-no-such-image:never")],
     )
     .await
-    .unwrap();
+    .err()
+    .expect("a kernel with a missing image must not start")
+    .to_string();
+    assert!(
+        missing.contains("default=opkernel-no-such-image:never"),
+        "{missing}"
+    );
+    // an image gone after the start: the op is refused and reported failed
+    let doomed = format!("opkernel-test-doomed:{}", uuid::Uuid::new_v4().simple());
+    let tag = std::process::Command::new("docker")
+        .args(["tag", &opkernel_tests::image(), &doomed])
+        .status()
+        .unwrap();
+    assert!(tag.success());
+    let images = format!("doomed={doomed}");
+    let k = KernelProcess::start(&bin, "failed", &[("OPKERNEL_IMAGES", &images)])
+        .await
+        .unwrap();
+    let untag = std::process::Command::new("docker")
+        .args(["rmi", &doomed])
+        .output()
+        .unwrap();
+    assert!(untag.status.success());
     let run = unique_run("failed");
+    let made = k
+        .client
+        .post("/v1/runs", &json!({"run_id": run, "image": "doomed"}))
+        .await
+        .unwrap();
+    assert_eq!(made["image"], "doomed");
     let op = k.start_bg(&run, &["true"], 60).await.unwrap();
     let s = k.wait_terminal(&op, T).await.unwrap();
     assert_eq!(s["status"], "failed", "{s}");
     assert!(
-        s["message"].as_str().unwrap().contains("no-such-image"),
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("opkernel-test-doomed"),
         "{s}"
     );
     let report = k

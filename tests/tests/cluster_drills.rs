@@ -236,6 +236,8 @@ mod chaos;
 mod chaos_check;
 #[path = "cluster_drills/faults.rs"]
 mod faults;
+#[path = "cluster_drills/workspaces.rs"]
+mod workspaces;
 
 /// The webhook's signing secret of every node.
 const SECRET: &str = "cluster-drills-webhook-secret";
@@ -261,6 +263,7 @@ async fn the_cluster_drills_on_three_docker_in_docker_nodes() {
     let c = std::sync::Arc::new(Cluster::up(3, &env).unwrap());
     all_active(&c, "n1").await;
     faults::any_node_serves(&c).await;
+    workspaces::through_any_node(&c).await;
     faults::node_kill(&c).await;
     faults::cut(&c, faults::Cut::Pause, "n1", false).await;
     faults::cut(&c, faults::Cut::Pause, "n1", true).await;

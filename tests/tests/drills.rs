@@ -50,6 +50,8 @@ fn every_drill_has_a_test() {
 
 drills!(
     kernel_sigkill_repeated => "kernel-sigkill-repeated",
+    stdin_across_restart => "stdin-across-restart",
+    tty_ctrl_c => "tty-ctrl-c",
     exit_while_down => "exit-while-down",
     killed_from_inside => "killed-from-inside",
     container_removed => "container-removed",

@@ -165,6 +165,7 @@ async fn the_launcher_answers_probes_like_the_exec_probe() {
         op_id: op.clone(),
         run_as: "1000:1000".into(),
         log_cap: 1024,
+        io: sandbox::Io::Null,
         argv: vec!["sh".into(), "-c".into(), "sleep 30 & sleep 31".into()],
     };
     let ops = fx.sandbox.ops_dir(&identity.scratch_key);

@@ -36,6 +36,7 @@ async fn run_to_record(
         op_id: &id,
         run_as: Some("1000:1000"),
         log_cap_bytes: cap,
+        io: sandbox::Io::Null,
     };
     fx.sandbox
         .launch(&info.id, &spec, &cmd(command))
@@ -146,6 +147,7 @@ async fn shim_files_codes_and_usage(image: Image) {
         op_id: &id,
         run_as: Some("nobody-here"),
         log_cap_bytes: 1024,
+        io: sandbox::Io::Null,
     };
     fx.sandbox
         .launch(&info.id, &spec, &cmd(&["sh", "-c", "touch /scratch/ran"]))
@@ -224,6 +226,7 @@ async fn identity_probe_and_tree_kill(image: Image) {
         op_id: &id,
         run_as: Some("1000:1000"),
         log_cap_bytes: 1 << 20,
+        io: sandbox::Io::Null,
     };
     // a tree that ignores SIGTERM, with a child in the background
     let script = "trap '' TERM; sleep 300 & sleep 301 & wait";
@@ -275,21 +278,21 @@ async fn identity_probe_and_tree_kill(image: Image) {
     };
     assert!(fx
         .sandbox
-        .signal_op(&info.id, &id, &future, Signal::Kill)
+        .signal_processes(&info.id, &id, &future, Signal::Kill, false)
         .await
         .unwrap()
         .is_empty());
 
     let hit = fx
         .sandbox
-        .signal_op(&info.id, &id, &record, Signal::Term)
+        .signal_processes(&info.id, &id, &record, Signal::Term, false)
         .await
         .unwrap();
     assert!(hit.len() >= 3, "{hit:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(ops.read_code(&id).is_err(), "TERM is ignored by the tree");
     fx.sandbox
-        .signal_op(&info.id, &id, &record, Signal::Kill)
+        .signal_processes(&info.id, &id, &record, Signal::Kill, false)
         .await
         .unwrap();
     let code = wait_for("exit code", Duration::from_secs(10), || {

@@ -40,6 +40,9 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     let (keeping, keep) = crate::base::sync::Stop::new();
     tokio::spawn(crate::runtime::node::keep_lease(kernel.clone(), keep));
     let started = std::time::Instant::now();
+    crate::runtime::workspace::thaw_all(&kernel).await;
+    // the proxy again for allow-list containers made before this start
+    kernel.egress_resume().await;
     let attached = crate::runtime::observer::recover(&kernel).await?;
     tracing::info!(attached, ms = started.elapsed().as_millis() as u64, kernel = %kernel.id, "recovered live ops");
     let housekeeping = crate::runtime::housekeeping::Housekeeping::start(&kernel).await?;

@@ -56,6 +56,8 @@ pub struct Metrics {
     containers: IntGaugeVec,
     pool_containers: IntGaugeVec,
     node_lease_age: prometheus::GaugeVec,
+    egress_connections: IntCounterVec,
+    egress_bytes: IntCounterVec,
     /// One render at a time: the levels are set, then gathered.
     rendering: crate::base::sync::Lock<()>,
 }
@@ -76,6 +78,16 @@ fn histogram(name: &str, help: &str, buckets: &[f64]) -> HistogramOpts {
     HistogramOpts::new(name, help).buckets(buckets.to_vec())
 }
 
+/// A counter with one label.
+fn counter_vec(name: &str, help: &str, label: &str) -> IntCounterVec {
+    built(IntCounterVec::new(Opts::new(name, help), &[label]))
+}
+
+/// A gauge by `state`.
+fn gauge_vec(name: &str, help: &str) -> IntGaugeVec {
+    built(IntGaugeVec::new(Opts::new(name, help), &["state"]))
+}
+
 /// Names and label sets are constants: building them cannot fail.
 fn built<T>(made: prometheus::Result<T>) -> T {
     match made {
@@ -89,13 +101,11 @@ impl Metrics {
     pub fn new() -> Metrics {
         let registry = built(Registry::new_custom(Some("opkernel".into()), None));
         let m = Metrics {
-            ops: built(IntCounterVec::new(
-                Opts::new(
-                    "ops_total",
-                    "Ops that reached a terminal status, by status.",
-                ),
-                &["status"],
-            )),
+            ops: counter_vec(
+                "ops_total",
+                "Ops that reached a terminal status, by status.",
+                "status",
+            ),
             op_starts: built(IntCounter::new(
                 "op_starts_total",
                 "Ops admitted (run_command accepted, schedules fired).",
@@ -127,17 +137,11 @@ impl Metrics {
                 "webhook_posts_pending",
                 "Webhook posts in the outbox, not yet taken by the receiver.",
             )),
-            containers: built(IntGaugeVec::new(
-                Opts::new("containers", "Managed run containers, by Docker state."),
-                &["state"],
-            )),
-            pool_containers: built(IntGaugeVec::new(
-                Opts::new(
-                    "pool_containers",
-                    "Warm-pool containers, by role (free, making, adopting, bound, unconfirmed, stray).",
-                ),
-                &["state"],
-            )),
+            containers: gauge_vec("containers", "Managed run containers, by Docker state."),
+            pool_containers: gauge_vec(
+                "pool_containers",
+                "Warm-pool containers, by role (free, making, adopting, bound, unconfirmed, stray).",
+            ),
             node_lease_age: built(prometheus::GaugeVec::new(
                 Opts::new(
                     "node_lease_age_seconds",
@@ -145,6 +149,16 @@ impl Metrics {
                 ),
                 &["node"],
             )),
+            egress_connections: counter_vec(
+                "egress_connections_total",
+                "Connections to the egress proxy, by outcome (allowed, denied, failed: allowed but unreachable).",
+                "outcome",
+            ),
+            egress_bytes: counter_vec(
+                "egress_bytes_total",
+                "Bytes through the egress proxy, by direction (in: to the container).",
+                "direction",
+            ),
             registry,
             rendering: crate::base::sync::Lock::new(()),
         };
@@ -155,11 +169,17 @@ impl Metrics {
         for kind in ["read", "write"] {
             m.store_transaction_seconds.with_label_values(&[kind]);
         }
+        for outcome in ["allowed", "denied", "failed"] {
+            m.egress_connections.with_label_values(&[outcome]);
+        }
+        for direction in ["in", "out"] {
+            m.egress_bytes.with_label_values(&[direction]);
+        }
         m
     }
 
     fn register(&self) {
-        let all: [Box<dyn prometheus::core::Collector>; 11] = [
+        let all: [Box<dyn prometheus::core::Collector>; 13] = [
             Box::new(self.ops.clone()),
             Box::new(self.op_starts.clone()),
             Box::new(self.op_start_seconds.clone()),
@@ -171,6 +191,8 @@ impl Metrics {
             Box::new(self.containers.clone()),
             Box::new(self.pool_containers.clone()),
             Box::new(self.node_lease_age.clone()),
+            Box::new(self.egress_connections.clone()),
+            Box::new(self.egress_bytes.clone()),
         ];
         for c in all {
             built(self.registry.register(c));
@@ -195,6 +217,18 @@ impl Metrics {
     /// A background op was delivered `waited_ms` after it ended.
     pub fn op_reported(&self, waited_ms: i64) {
         self.op_report_seconds.observe(seconds(waited_ms));
+    }
+
+    /// A connection to the egress proxy ended `outcome` (`allowed`,
+    /// `denied`, `failed`), having moved these bytes.
+    pub fn egress(&self, outcome: &str, bytes_in: u64, bytes_out: u64) {
+        self.egress_connections.with_label_values(&[outcome]).inc();
+        self.egress_bytes
+            .with_label_values(&["in"])
+            .inc_by(bytes_in);
+        self.egress_bytes
+            .with_label_values(&["out"])
+            .inc_by(bytes_out);
     }
 
     /// A control-plane transaction took `secs`, commit included.

@@ -202,6 +202,7 @@ pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
         command: vec!["sh".into(), "-c".into(), cmd.into()],
         background: true,
         timeout_sec: 60,
+        io: sandbox::Io::Null,
         idempotency_key: None,
         approval: None,
         schedule_id: None,

@@ -6,6 +6,7 @@
 mod crash;
 mod faults;
 pub mod harness;
+mod interactive;
 mod launcher;
 pub mod pgserver;
 mod pool;
@@ -58,6 +59,8 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("scheduler-crash", "the kernel SIGKILLed while a schedule's claim is held: the op ends once, no due time fires twice"),
     ("approval-restart", "an op awaiting approval across a kernel SIGKILL: still waiting, nothing ran; approved, it runs once"),
     ("pool-adopt-crash", "the kernel SIGKILLed at each step of a warm-pool adoption (before the binding row, after it, after the binding file): the container is the run's or the pool's, never both; the op runs once; no other run gets it"),
+    ("stdin-across-restart", "a cat with stdin, the kernel SIGKILLed between two writes: both lines reach the same process once, in order; EOF ends it 0, reported once"),
+    ("tty-ctrl-c", "INT (Ctrl-C) to bash -i on a terminal stops its sleep; bash lives on and exits with its own code"),
     ("store-outage", "the PostgreSQL control plane crashed (pg_ctl -m immediate) for 20 s under 100 live ops: starts get 503, then every op settles with its real code, ran once, delivered once"),
 ];
 
@@ -108,6 +111,10 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
         "scheduler-crash" => Box::pin(async move { runs::scheduler_crash(&kit).await }),
         "approval-restart" => Box::pin(async move { runs::approval_restart(&kit).await }),
         "store-outage" => Box::pin(async move { store::store_outage(&kit).await }),
+        "stdin-across-restart" => {
+            Box::pin(async move { interactive::stdin_across_restart(&kit).await })
+        }
+        "tty-ctrl-c" => Box::pin(async move { interactive::tty_ctrl_c(&kit).await }),
         "pool-adopt-crash" => Box::pin(async move { pool::pool_adopt_crash(&kit).await }),
         _ => return None,
     })

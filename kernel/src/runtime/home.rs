@@ -86,6 +86,33 @@ pub(crate) async fn check_run_user(
     }
 }
 
+/// Refuses to start when an image the operator lists (`OPKERNEL_IMAGE`,
+/// `OPKERNEL_IMAGES`) is missing from the engine, naming each (SPEC §26):
+/// a run never learns of it at its first op. An engine that cannot answer
+/// now defers the question to each container.
+pub(crate) async fn check_images(
+    backend: &dyn OpBackend,
+    config: &Config,
+) -> Result<(), StartError> {
+    let mut missing = Vec::new();
+    for image in &config.images.list {
+        match backend.image_id(&image.reference).await {
+            Ok(_) => {}
+            Err(sandbox::SandboxError::NotFound(_)) => {
+                missing.push(format!("{}={}", image.name, image.reference))
+            }
+            Err(e) => tracing::warn!(%e, image = %image.reference, "cannot check the image now"),
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(StartError::Config(format!(
+        "the engine has no image for {} (build or load it, or take it off OPKERNEL_IMAGE / OPKERNEL_IMAGES)",
+        missing.join(", ")
+    )))
+}
+
 fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
     move |source| StartError::Home {
         path: path.display().to_string(),

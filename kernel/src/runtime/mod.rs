@@ -9,11 +9,13 @@
 
 pub mod config;
 pub mod control;
+pub mod egress;
 #[cfg(test)]
 pub(crate) mod fake_backend;
 pub mod home;
 pub mod housekeeping;
 pub mod inbox;
+pub mod interactive;
 pub mod kernel;
 pub mod node;
 pub mod observer;
@@ -26,3 +28,4 @@ pub mod scheduler;
 pub mod stop;
 pub mod watcher;
 pub mod webhooks;
+pub mod workspace;

@@ -84,8 +84,17 @@ pub async fn run_pass(k: &Kernel) -> Result<Pass, StoreError> {
         tracing::info!(root = %tree.root, runs = tree.runs.len(), ops = tree.ops, "run tree purged");
         for run in &tree.runs {
             k.forget_run(run);
+            let _ = std::fs::remove_dir_all(crate::runtime::workspace::run_snapshots_dir(k, run));
         }
         pass.trees_purged += 1;
+    }
+    crate::runtime::workspace::retry_thaws(k).await;
+    let swept = crate::runtime::workspace::sweep(k).await?;
+    if swept > 0 {
+        tracing::info!(
+            swept,
+            "snapshots of purged runs and stale fork copies removed"
+        );
     }
     let (runs, containers): (HashSet<String>, HashSet<Option<String>>) =
         k.store.live_work().await?.into_iter().unzip();

@@ -15,16 +15,25 @@ pub struct RunMeta {
     /// without one).
     pub envelope: Envelope,
     /// The container profile: the kernel's base profile narrowed by the
-    /// envelope.
+    /// envelope, on the run's image.
     pub profile: sandbox::Profile,
+    /// The run's image, by the operator's name (SPEC §26).
+    pub image: String,
     /// The envelope's approval patterns, compiled.
     approval: Vec<Pattern>,
 }
 
 impl RunMeta {
     /// The facts of a run record; a run without an envelope of its own has
-    /// `default_envelope`, and its profile is the envelope over `base`.
-    pub fn new(record: &RunRecord, default_envelope: Envelope, base: &sandbox::Profile) -> RunMeta {
+    /// `default_envelope`, and its profile is the envelope over `base`, on
+    /// the image the record names (from `images`; a name the operator no
+    /// longer lists stays the reference, and its container cannot be made).
+    pub fn new(
+        record: &RunRecord,
+        default_envelope: Envelope,
+        base: &sandbox::Profile,
+        images: &crate::runtime::config::Images,
+    ) -> RunMeta {
         let envelope = record.envelope.clone().unwrap_or(default_envelope);
         // patterns were checked when the run was made; one that no longer
         // compiles holds every op rather than none (fail closed)
@@ -32,9 +41,16 @@ impl RunMeta {
             tracing::error!(run = %record.run_id, %e, "approval pattern does not compile; every op waits");
             vec![("(invalid pattern)".to_owned(), regex::Regex::new("").unwrap_or_else(|_| unreachable!()))]
         });
+        let image = record
+            .image
+            .clone()
+            .unwrap_or_else(|| images.default.clone());
+        let mut profile = profile_of(&envelope, base);
+        profile.image = images.reference(&image).unwrap_or(&image).to_owned();
         RunMeta {
             chain: record.chain.clone(),
-            profile: profile_of(&envelope, base),
+            profile,
+            image,
             envelope,
             approval,
         }
@@ -56,7 +72,11 @@ pub fn profile_of(envelope: &Envelope, base: &sandbox::Profile) -> sandbox::Prof
         memory_bytes: envelope.memory_bytes,
         nano_cpus: (envelope.cpus * 1e9).round() as i64,
         pids_limit: envelope.pids_limit,
-        network: envelope.network.clone(),
+        network: match &envelope.network {
+            crate::egress::Network::Named(n) => n.clone(),
+            // the kernel's egress network, once its container is made
+            crate::egress::Network::Allow(_) => crate::runtime::egress::PLACEHOLDER.to_owned(),
+        },
         ..base.clone()
     }
 }
@@ -74,10 +94,12 @@ mod tests {
             memory_bytes: base.memory_bytes,
             cpus: base.nano_cpus as f64 / 1e9,
             pids_limit: base.pids_limit,
-            network: base.network.clone(),
+            network: crate::egress::Network::Named(base.network.clone()),
             max_live_ops: 512,
             max_children: 32,
             approval: ApprovalRules::default(),
+            images: None,
+            disk_bytes: None,
         };
         assert_eq!(profile_of(&env, &base), base);
     }

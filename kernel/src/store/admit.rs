@@ -181,8 +181,9 @@ fn insert_row(
     let sql = format!(
         "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
          created_at, idempotency_key, request_sha256, approval_rule, approval_timeout_sec, \
-         approval_on_timeout, schedule_id, node) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) RETURNING {COLUMNS}"
+         approval_on_timeout, schedule_id, node, io) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+         RETURNING {COLUMNS}"
     );
     let row = tx.query_one(
         &sql,
@@ -202,6 +203,7 @@ fn insert_row(
             hold.map(|h| h.on_timeout.as_str()),
             &req.schedule_id,
             node,
+            super::ops::io_column(req.io),
         ],
     )?;
     tx.note_fact(super::db::Fact::Admitted);

@@ -77,6 +77,7 @@ fn fire_in(
         command: s.command.clone(),
         background: true,
         timeout_sec: s.timeout_sec,
+        io: sandbox::Io::Null,
         idempotency_key: Some(format!("schedule:{}:{}", s.id, due)),
         approval: hold,
         schedule_id: Some(s.id.clone()),

@@ -79,13 +79,40 @@ pub(super) fn usage_over_subtree(tx: &mut dyn Tx, run_id: &str) -> StoreResult<U
         row.get("tokens")?,
         row.get("cost")?,
     );
+    let net = tx.query_one(
+        "SELECT COALESCE(SUM(CAST(connections AS DOUBLE PRECISION)), 0) AS c, \
+         COALESCE(SUM(CAST(bytes_in AS DOUBLE PRECISION)), 0) AS i, \
+         COALESCE(SUM(CAST(bytes_out AS DOUBLE PRECISION)), 0) AS o \
+         FROM net_usage WHERE run_id IN (SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1)",
+        vals![run_id],
+    )?;
+    let (c, i, o): (f64, f64, f64) = (net.get("c")?, net.get("i")?, net.get("o")?);
     // `as` saturates: a total past u64 reads as u64::MAX, past any limit
     Ok(Used {
         op_ms: op.max(0.0) as u64,
         cpu_ms: cpu.max(0.0) as u64,
         tokens: tokens.max(0.0) as u64,
         cost_micros: cost.max(0.0) as u64,
+        net_connections: c.max(0.0) as u64,
+        net_bytes_in: i.max(0.0) as u64,
+        net_bytes_out: o.max(0.0) as u64,
     })
+}
+
+/// One fact of the egress proxy's counts for `run_id` (nothing for a run
+/// the control plane no longer has).
+pub(super) fn record_net_usage(
+    tx: &mut dyn Tx,
+    run_id: &str,
+    (connections, bytes_in, bytes_out): (u64, u64, u64),
+) -> StoreResult<()> {
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    tx.execute(
+        "INSERT INTO net_usage (run_id, at, connections, bytes_in, bytes_out) \
+         SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1)",
+        vals![run_id, now_ms(), n(connections), n(bytes_in), n(bytes_out)],
+    )?;
+    Ok(())
 }
 
 /// The ledger fact of a settled op: its wall time from its recorded start
@@ -177,6 +204,41 @@ impl Store {
     ) -> StoreResult<UsageRecorded> {
         let run_id = run_id.to_owned();
         self.write(move |tx| record_model_usage_in(tx, &run_id, usage, idempotency_key))
+            .await
+    }
+
+    /// Records what the egress proxy counted for a run (SPEC §27):
+    /// connections, bytes in, bytes out.
+    pub async fn record_net_usage(
+        &self,
+        run_id: &str,
+        connections: u64,
+        bytes_in: u64,
+        bytes_out: u64,
+    ) -> StoreResult<()> {
+        let run_id = run_id.to_owned();
+        let counts = (connections, bytes_in, bytes_out);
+        self.write(move |tx| record_net_usage(tx, &run_id, counts))
+            .await
+    }
+
+    /// Appends a run's own event (no op: a fork, a file written).
+    pub async fn record_run_event(&self, run_id: &str, kind: EventKind) -> StoreResult<()> {
+        let run_id = run_id.to_owned();
+        self.write(move |tx| append_event(tx, &run_id, None, kind).map(drop))
+            .await
+    }
+
+    /// Appends one event about an op of the run: what the kernel records
+    /// outside another transaction (its stdin written, a nudge, a signal).
+    pub async fn record_event(
+        &self,
+        run_id: &str,
+        op_id: &str,
+        kind: EventKind,
+    ) -> StoreResult<()> {
+        let (run_id, op_id) = (run_id.to_owned(), op_id.to_owned());
+        self.write(move |tx| append_event(tx, &run_id, Some(&op_id), kind).map(drop))
             .await
     }
 

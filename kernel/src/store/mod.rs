@@ -16,6 +16,7 @@ mod journal;
 mod lease;
 mod levels;
 mod location;
+mod netpolicy;
 mod nodes;
 #[cfg(test)]
 mod nodes_tests;
@@ -27,6 +28,7 @@ mod runs;
 mod schedules;
 mod settle;
 mod shared;
+mod snapshots;
 #[cfg(test)]
 mod statements_tests;
 mod tree;
@@ -44,6 +46,7 @@ pub use approvals::{TimeoutAction, BY_KILL, BY_OPERATOR, BY_TIMEOUT};
 pub use bindings::{Binding, Bound};
 pub use journal::{Event, ModelUsage, UsageRecorded};
 pub use location::StoreLocation;
+pub use netpolicy::NetChanged;
 pub use nodes::{Judge, NodeRow, Swept};
 pub use ops::{Admission, ApprovalHold, AttemptStart, NewOp, Op, Settlement, StartRequest};
 pub use outbox::{OutboxPost, PostOutcome};
@@ -51,6 +54,7 @@ pub use reports::{Report, ReportItem, RunningItem, MAX_PENDING_NOTES};
 pub use retention::{PrunableOp, PurgedTree};
 pub use runs::{CreatedRun, NewRun, RunChange, RunRecord};
 pub use schedules::{Fire, NewSchedule, Schedule, StartupReport, MAX_LAST_TAIL};
+pub use snapshots::{Snapshot, SnapshotRecorded};
 
 /// Why a control-plane call failed.
 #[derive(Debug, thiserror::Error)]

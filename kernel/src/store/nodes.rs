@@ -405,6 +405,63 @@ impl Store {
         .await
     }
 
+    /// The node holding the workspace of `run`'s tree (SPEC §26): its
+    /// root's node while that is not dead; else the tree is placed now, as
+    /// its first op's admission would place it (a file written before any
+    /// command goes where the commands will run). `None`: no such run, or
+    /// no node can take the tree.
+    pub async fn workspace_node(&self, run: &str) -> StoreResult<Option<String>> {
+        let asked = run.to_owned();
+        let placed = self
+            .read(move |tx| {
+                let root = super::tree::tree_root(tx, &asked)?;
+                tx.query_opt(
+                    "SELECT r.node FROM runs r JOIN nodes n ON n.name = r.node \
+                     WHERE r.run_id = ?1 AND n.state <> 'dead'",
+                    vals![root],
+                )?
+                .map(|row| row.get::<String>("node"))
+                .transpose()
+            })
+            .await?;
+        if placed.is_some() {
+            return Ok(placed);
+        }
+        let run = run.to_owned();
+        self.write(move |tx| {
+            let root = super::tree::lock_tree_of(tx, &run)?;
+            if super::runs::get_run(tx, &run)?.is_none() {
+                return Ok(None);
+            }
+            place(tx, &root, u64::MAX)
+        })
+        .await
+    }
+
+    /// Places the tree of a run forked on `node` there, unless it is placed
+    /// on a live node already (a child's tree is its parent's); whether the
+    /// tree is on `node` now (its workspace, just copied, is on that disk).
+    pub async fn place_fork(&self, run: &str, node: &str) -> StoreResult<bool> {
+        let (run, node) = (run.to_owned(), node.to_owned());
+        self.write(move |tx| {
+            let root = super::tree::lock_tree_of(tx, &run)?;
+            let sql = format!(
+                "UPDATE runs SET node = ?2 WHERE run_id = ?1 AND (node IS NULL OR node IN \
+                 (SELECT name FROM nodes WHERE state = 'dead')) AND EXISTS (SELECT 1 FROM nodes \
+                 WHERE name = ?2 AND state IN ('active', 'draining') AND lease_until > {})",
+                db_now(tx)
+            );
+            tx.execute(&sql, vals![&root, &node])?;
+            let now: Option<String> = tx
+                .query_opt("SELECT node FROM runs WHERE run_id = ?1", vals![&root])?
+                .map(|r| r.get("node"))
+                .transpose()?
+                .flatten();
+            Ok(now.as_deref() == Some(node.as_str()))
+        })
+        .await
+    }
+
     /// The observed ops a single kernel left unplaced (the database turned
     /// into a cluster's), with their runs: a node takes over those whose
     /// files its own disk holds ([`Store::take_over_op`]).

@@ -24,6 +24,8 @@ pub struct Op {
     pub background: bool,
     /// Its timeout in seconds, counted from its start.
     pub timeout_sec: u64,
+    /// How its stdin is wired (SPEC §25): `/dev/null`, a pipe, a terminal.
+    pub io: sandbox::Io,
     /// Where it stands in the lifecycle.
     pub status: Status,
     /// The current observer attempt; only attempt 1 may launch the command.
@@ -134,7 +136,7 @@ pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, 
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, kill_intent, exec_id, \
     handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, leftovers, kernel_id, report_id, delivered_inline, \
     approval_rule, approval_timeout_sec, approval_on_timeout, approval_escalated_at, approval_decided_by, \
-    approval_decided_at, schedule_id, node";
+    approval_decided_at, schedule_id, node, io";
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
 pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
@@ -150,6 +152,7 @@ pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
             .map_err(|e| StoreError::Corrupt(format!("op command: {e}")))?,
         background: row.get("background")?,
         timeout_sec: row.get::<i64>("timeout_sec")? as u64,
+        io: io_from(row.get("io")?)?,
         status: Status::parse(&status)
             .ok_or_else(|| StoreError::Corrupt(format!("status {status}")))?,
         attempt: row.get::<i64>("attempt")? as u32,
@@ -212,6 +215,18 @@ pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
     })
 }
 
+/// An op's stdin mode as its row holds it (NULL: `/dev/null`).
+fn io_from(text: Option<String>) -> StoreResult<sandbox::Io> {
+    text.map_or(Ok(sandbox::Io::Null), |t| {
+        sandbox::Io::parse(&t).map_err(|e| StoreError::Corrupt(format!("op io: {e}")))
+    })
+}
+
+/// The column value of a stdin mode (NULL for `/dev/null`).
+pub(super) fn io_column(io: sandbox::Io) -> Option<String> {
+    io.has_stdin().then(|| io.spec())
+}
+
 /// The ops a query with [`COLUMNS`] reads, in its order.
 pub(super) fn ops_of(tx: &mut dyn Tx, sql: &str, params: &[Value]) -> StoreResult<Vec<Op>> {
     tx.query(sql, params)?.iter().map(op_from_row).collect()
@@ -230,6 +245,8 @@ pub struct StartRequest {
     pub background: bool,
     /// The timeout, in seconds.
     pub timeout_sec: u64,
+    /// How its stdin is wired (SPEC §25).
+    pub io: sandbox::Io,
     /// The `Idempotency-Key` header: a retry with the same key finds the same
     /// op.
     pub idempotency_key: Option<String>,
@@ -244,7 +261,13 @@ pub use crate::approval::ApprovalHold;
 impl StartRequest {
     /// What a retry under the same idempotency key must repeat exactly.
     pub(super) fn fingerprint(&self) -> String {
-        let body = serde_json::json!([self.command, self.background, self.timeout_sec]);
+        // an op without stdin keeps the fingerprint it had before SPEC §25
+        let body = match self.io {
+            sandbox::Io::Null => {
+                serde_json::json!([self.command, self.background, self.timeout_sec])
+            }
+            io => serde_json::json!([self.command, self.background, self.timeout_sec, io.spec()]),
+        };
         hex::encode(Sha256::digest(body.to_string().as_bytes()))
     }
 }

@@ -9,6 +9,7 @@ fn req(key: Option<&str>, cmd: &str) -> StartRequest {
         command: vec!["sh".into(), "-c".into(), cmd.into()],
         background: true,
         timeout_sec: 60,
+        io: sandbox::Io::Null,
         idempotency_key: key.map(str::to_owned),
         approval: None,
         schedule_id: None,
@@ -186,4 +187,48 @@ async fn lost_is_uncertain_and_has_no_exit_code() {
     let row = store.get_op(&op.id).await.unwrap().unwrap();
     assert_eq!(row.exit_code, None);
     assert_eq!(row.effect.as_deref(), Some(EFFECT_UNCERTAIN));
+}
+
+/// A foreground op's result goes one way (SPEC §25): a yielded op is the
+/// report's and never marked inline; one that settled before the yield is
+/// the caller's and never reported.
+#[tokio::test]
+async fn a_yielded_result_is_reported_and_never_also_inline() {
+    let store = test_store().await;
+    let fg = || StartRequest {
+        background: false,
+        ..req(None, "true")
+    };
+    let yielded = created(&store, fg()).await;
+    let flipped = store
+        .yield_to_background(&yielded.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(flipped.background && flipped.status == Status::Starting);
+    assert!(store
+        .yield_to_background(&yielded.id)
+        .await
+        .unwrap()
+        .is_none());
+    crate::store::reports::tests::settle(&store, &yielded.id, 0).await;
+    assert!(!store.mark_delivered_inline(&yielded.id).await.unwrap());
+    let report = store.drain_report("r1").await.unwrap().unwrap();
+    let ids: Vec<&str> = report
+        .resolved
+        .iter()
+        .map(|r| r.operation_id.as_str())
+        .collect();
+    assert_eq!(ids, [yielded.id.as_str()]);
+
+    let inline = created(&store, fg()).await;
+    crate::store::reports::tests::settle(&store, &inline.id, 0).await;
+    assert!(store
+        .yield_to_background(&inline.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store.mark_delivered_inline(&inline.id).await.unwrap());
+    let row = store.get_op(&inline.id).await.unwrap().unwrap();
+    assert!(!row.background && row.delivered_inline && row.report_id.is_none());
 }

@@ -367,6 +367,7 @@ pub(crate) mod tests {
             command: vec!["true".into()],
             background,
             timeout_sec: 60,
+            io: sandbox::Io::Null,
             idempotency_key: None,
             approval: None,
             schedule_id: None,

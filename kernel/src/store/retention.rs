@@ -38,9 +38,11 @@ pub struct PurgedTree {
 
 /// The tables a purge empties for a tree's runs, in order (rows of runs
 /// and their ancestry last).
-const PURGED_TABLES: [&str; 7] = [
+const PURGED_TABLES: [&str; 9] = [
     "events",
+    "snapshots",
     "usage",
+    "net_usage",
     "ops",
     "reports",
     "notes",

@@ -9,6 +9,7 @@ fn start(run: &str, background: bool) -> StartRequest {
         command: vec!["true".into()],
         background,
         timeout_sec: 60,
+        io: sandbox::Io::Null,
         idempotency_key: None,
         approval: None,
         schedule_id: None,
@@ -54,6 +55,7 @@ async fn child(store: &Store, id: &str, parent: &str) {
             token_sha256: format!("sha-{id}"),
             idempotency_key: None,
             limits: Admission::UNLIMITED,
+            image: None,
         })
         .await
         .unwrap();

@@ -48,6 +48,9 @@ pub struct RunRecord {
     /// The cluster node a top-level run's tree is placed on (SPEC §20);
     /// `None` for a child (its root's node holds) or without a cluster.
     pub node: Option<String>,
+    /// The run's image, by the operator's name (SPEC §26); `None`: the
+    /// kernel's default image.
+    pub image: Option<String>,
 }
 
 impl RunRecord {
@@ -59,7 +62,7 @@ impl RunRecord {
 }
 
 const RUN_COLUMNS: &str = "run_id, parent_run_id, chain, principal, state, envelope, budget, \
-    created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at, node";
+    created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at, node, image";
 
 fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
     let corrupt = |what: String| StoreError::Corrupt(what);
@@ -87,6 +90,7 @@ fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
         idempotency_key: row.get("idempotency_key")?,
         finished_at: row.get("finished_at")?,
         node: row.get("node")?,
+        image: row.get("image")?,
     })
 }
 
@@ -162,6 +166,9 @@ pub struct NewRun {
     pub idempotency_key: Option<String>,
     /// The kernel's defaults for runs without an envelope of their own.
     pub limits: Admission,
+    /// Its image by name (checked against the operator's list and the
+    /// parent's envelope); `None`: the kernel's default.
+    pub image: Option<String>,
 }
 
 /// The result of creating a run.
@@ -233,6 +240,9 @@ fn create_in(tx: &mut dyn Tx, new: &NewRun) -> StoreResult<CreatedRun> {
             if let Some(why) = tree_limit_refusal(tx, parent, Counted::Children, new.limits)? {
                 return Ok(CreatedRun::Refused(Refusal::Limit(why)));
             }
+            if let Some(why) = wider_network(&p, new) {
+                return Ok(CreatedRun::Refused(Refusal::Limit(why)));
+            }
             let mut chain = p.chain.clone();
             chain.push(parent.clone());
             (chain, format!("run:{parent}"))
@@ -251,6 +261,18 @@ fn create_in(tx: &mut dyn Tx, new: &NewRun) -> StoreResult<CreatedRun> {
     Ok(CreatedRun::Created(run))
 }
 
+/// A child's allow list wider than its parent's as the tree's lock now
+/// shows it (the parent narrowed meanwhile, SPEC §27): the refusal.
+fn wider_network(parent: &RunRecord, new: &NewRun) -> Option<String> {
+    let theirs = parent.envelope.as_ref()?.network.allow_list()?;
+    let asked = new.envelope.as_ref()?.network.allow_list()?;
+    let entry = theirs.wider_entry(&asked)?;
+    Some(format!(
+        "network: allow {entry} is wider than the parent's allow list now ({})",
+        theirs.to_strings().join(", ")
+    ))
+}
+
 /// The row of a new run and its ancestry (itself at 0, then its chain).
 fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) -> StoreResult<()> {
     let envelope = match &new.envelope {
@@ -259,8 +281,8 @@ fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) 
     };
     tx.execute(
         "INSERT INTO runs (run_id, token_sha256, created_at, parent_run_id, chain, principal, \
-         envelope, budget, state_changed_at, idempotency_key) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9)",
+         envelope, budget, state_changed_at, idempotency_key, image) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9, ?10)",
         vals![
             &new.run_id,
             &new.token_sha256,
@@ -270,7 +292,8 @@ fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) 
             principal,
             envelope,
             to_json(&new.budget)?,
-            &new.idempotency_key
+            &new.idempotency_key,
+            &new.image
         ],
     )?;
     let ancestry = "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?2, ?3)";

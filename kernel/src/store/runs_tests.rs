@@ -13,6 +13,7 @@ pub(in crate::store) fn start(run: &str) -> StartRequest {
         command: vec!["true".into()],
         background: true,
         timeout_sec: 60,
+        io: sandbox::Io::Null,
         idempotency_key: None,
         approval: None,
         schedule_id: None,
@@ -29,6 +30,7 @@ async fn run(store: &Store, id: &str, parent: Option<&str>, budget: Budget) {
             token_sha256: format!("sha-{id}"),
             idempotency_key: None,
             limits: Admission::UNLIMITED,
+            image: None,
         })
         .await
         .unwrap();
@@ -109,6 +111,7 @@ async fn admission_stops_exactly_at_the_limit_of_the_run_or_any_ancestor() {
             token_sha256: "sha-late".into(),
             idempotency_key: None,
             limits: Admission::UNLIMITED,
+            image: None,
         })
         .await
         .unwrap();
@@ -436,6 +439,8 @@ fn envelope(max_live_ops: u64, max_children: u64) -> crate::runs::Envelope {
         max_live_ops,
         max_children,
         approval: Default::default(),
+        images: None,
+        disk_bytes: None,
     }
 }
 
@@ -455,6 +460,7 @@ async fn create_with(
             token_sha256: format!("sha-{id}"),
             idempotency_key: None,
             limits,
+            image: None,
         })
         .await
         .unwrap()

@@ -105,17 +105,49 @@ impl Store {
         self.write(move |tx| settle_in(tx, &id, &s)).await
     }
 
-    /// Marks a foreground op's result as handed to its caller directly.
-    pub async fn mark_delivered_inline(&self, id: &str) -> StoreResult<()> {
+    /// A foreground call gave up waiting (its `yield_ms`, SPEC §25): the op
+    /// becomes a background op, its result to come in a report. Serialized
+    /// with its settlement and the run's drains (the tree's lock): `None`
+    /// when it has settled already (its caller answers with the result,
+    /// and it is delivered inline), so the result goes one way only. The
+    /// row as the flip left it (never a result settled after it).
+    pub async fn yield_to_background(&self, id: &str) -> StoreResult<Option<Op>> {
         let id = id.to_owned();
         self.write(move |tx| {
+            let Some(run_id) = run_of(tx, &id)? else {
+                return Ok(None);
+            };
+            super::tree::lock_tree_of(tx, &run_id)?;
+            let sql = format!(
+                "UPDATE ops SET background = 1 WHERE id = ?1 AND background = 0 \
+                 AND delivered_inline = 0 AND status NOT IN ({}) RETURNING {}",
+                terminal_sql(),
+                super::ops::COLUMNS
+            );
+            tx.query(&sql, vals![id])?
+                .first()
+                .map(super::ops::op_from_row)
+                .transpose()
+        })
+        .await
+    }
+
+    /// Marks a foreground op's result as handed to its caller directly;
+    /// whether it was (a yielded op, now a background one, or one a
+    /// report took, is not). Serialized with the run's drains.
+    pub async fn mark_delivered_inline(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.write(move |tx| {
+            let Some(run_id) = run_of(tx, &id)? else {
+                return Ok(false);
+            };
+            super::tree::lock_tree_of(tx, &run_id)?;
             let sql = format!(
                 "UPDATE ops SET delivered_inline = 1 WHERE id = ?1 AND report_id IS NULL \
-                 AND status IN ({})",
+                 AND background = 0 AND status IN ({})",
                 terminal_sql()
             );
-            tx.execute(&sql, vals![id])?;
-            Ok(())
+            Ok(tx.execute(&sql, vals![id])? == 1)
         })
         .await
     }

@@ -27,6 +27,7 @@ fn start(run: &str, key: Option<&str>, hold: Option<OnTimeout>) -> StartRequest 
         command: vec!["true".into()],
         background: true,
         timeout_sec: 60,
+        io: sandbox::Io::Null,
         idempotency_key: key.map(str::to_owned),
         approval: hold.map(|on_timeout| ApprovalHold {
             rule: "*".into(),
@@ -72,6 +73,8 @@ async fn create_run(store: &Store, id: &str, parent: Option<&str>) {
         max_live_ops: 100,
         max_children: 100,
         approval: Default::default(),
+        images: None,
+        disk_bytes: None,
     };
     let created = store
         .create_run(NewRun {
@@ -85,6 +88,7 @@ async fn create_run(store: &Store, id: &str, parent: Option<&str>) {
             token_sha256: format!("sha-{id}"),
             idempotency_key: None,
             limits: LIMITS,
+            image: None,
         })
         .await
         .unwrap();
@@ -99,7 +103,34 @@ pub(crate) async fn tour(store: &Store) {
     reports_and_usage(store).await;
     schedules(store).await;
     changes(store).await;
+    snapshots(store).await;
     retention(store).await;
+}
+
+/// Snapshots (SPEC §26): recorded once, listed, counted against the
+/// chain's `disk_bytes`, forgotten.
+async fn snapshots(store: &Store) {
+    use crate::store::SnapshotRecorded;
+    let made = store.record_snapshot("root.c", "v1", 10).await.unwrap();
+    assert_eq!(made, SnapshotRecorded::Made);
+    let again = store.record_snapshot("root.c", "v1", 10).await.unwrap();
+    assert_eq!(again, SnapshotRecorded::Exists);
+    let none = store.record_snapshot("nope", "v1", 10).await.unwrap();
+    assert_eq!(none, SnapshotRecorded::NoRun);
+    assert_eq!(store.snapshots("root.c").await.unwrap().len(), 1);
+    assert_eq!(
+        store.snapshot("root.c", "v1").await.unwrap().unwrap().bytes,
+        10
+    );
+    assert!(store.delete_snapshot("root.c", "v1").await.unwrap());
+    assert!(store.snapshot("root.c", "v1").await.unwrap().is_none());
+    store
+        .record_run_event(
+            "root",
+            crate::event_kind::EventKind::RunForked(Default::default()),
+        )
+        .await
+        .unwrap();
 }
 
 async fn runs_and_ops(store: &Store) {
@@ -113,6 +144,7 @@ async fn runs_and_ops(store: &Store) {
         token_sha256: "x".into(),
         idempotency_key: None,
         limits: LIMITS,
+        image: None,
     });
     assert!(matches!(again.await.unwrap(), CreatedRun::Exists(_)));
     assert!(store.rekey_run("root", "sha-root-2").await.unwrap());

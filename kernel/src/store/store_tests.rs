@@ -42,6 +42,7 @@ async fn failed_attempts_count_in_a_row_only() {
         command: vec!["true".into()],
         background: true,
         timeout_sec: 60,
+        io: sandbox::Io::Null,
         idempotency_key: None,
         approval: None,
         schedule_id: None,

@@ -272,11 +272,16 @@ pub struct Request {
     pub run_as: String,
     /// Bytes of output kept in `<id>.log` (at least 1).
     pub log_cap: u64,
+    /// How its stdin is wired (SPEC §25).
+    pub io: crate::Io,
     /// The command and its arguments (the first non-empty).
     pub argv: Vec<String>,
 }
 
 const REQUEST_TAG: &str = "opkernel-request-2";
+/// A request with a stdin mode (after the log cap): launchers older than
+/// SPEC §25 refuse it (the op is then `failed`, never started wrong).
+const REQUEST_TAG_IO: &str = "opkernel-request-3";
 /// Largest request file read (the kernel bounds an argv to 256 KiB).
 pub const MAX_REQUEST: usize = 320 * 1024;
 
@@ -285,7 +290,18 @@ impl Request {
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let cap = self.log_cap.to_string();
-        let head = [REQUEST_TAG, &self.host, &self.op_id, &self.run_as, &cap];
+        let io = self.io.spec();
+        let head = match self.io {
+            crate::Io::Null => vec![REQUEST_TAG, &self.host, &self.op_id, &self.run_as, &cap],
+            _ => vec![
+                REQUEST_TAG_IO,
+                &self.host,
+                &self.op_id,
+                &self.run_as,
+                &cap,
+                &io,
+            ],
+        };
         for field in head.into_iter().chain(self.argv.iter().map(String::as_str)) {
             out.extend_from_slice(field.as_bytes());
             out.push(0);
@@ -308,9 +324,11 @@ impl Request {
                 .ok_or_else(|| format!("request has no {what}"))?
                 .map_err(|_| format!("request {what} is not utf-8"))
         };
-        if next("tag")? != REQUEST_TAG {
-            return Err("not an opkernel request".into());
-        }
+        let with_io = match next("tag")? {
+            REQUEST_TAG => false,
+            REQUEST_TAG_IO => true,
+            _ => return Err("not an opkernel request".into()),
+        };
         let host = next("host")?.to_owned();
         if host.is_empty() || host.len() > 255 || !host.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(format!("bad host {:?}", clip(&host)));
@@ -323,6 +341,13 @@ impl Request {
         let log_cap = canonical_decimal::<u64>(cap)
             .filter(|&c| c > 0)
             .ok_or_else(|| format!("bad log cap {:?}", clip(cap)))?;
+        let io = match with_io {
+            true => match crate::Io::parse(next("stdin mode")?)? {
+                crate::Io::Null => return Err("a request with a stdin mode names none".into()),
+                io => io,
+            },
+            false => crate::Io::Null,
+        };
         let argv = fields
             .map(|f| {
                 f.map(str::to_owned)
@@ -337,6 +362,7 @@ impl Request {
             op_id,
             run_as,
             log_cap,
+            io,
             argv,
         })
     }
@@ -394,24 +420,46 @@ pub enum Signal {
     Term,
     /// SIGKILL: ends it.
     Kill,
+    /// SIGINT: what Ctrl-C sends (SPEC §25).
+    Int,
+    /// SIGHUP: the terminal hung up; many servers reload on it.
+    Hup,
+    /// SIGQUIT: what Ctrl-\ sends.
+    Quit,
+    /// SIGUSR1.
+    Usr1,
+    /// SIGUSR2.
+    Usr2,
 }
 
 impl Signal {
-    /// The name on the signaller's command line (`TERM`, `KILL`).
+    /// Every signal an agent may send, by name.
+    pub const ALL: [Signal; 7] = [
+        Signal::Int,
+        Signal::Term,
+        Signal::Kill,
+        Signal::Hup,
+        Signal::Quit,
+        Signal::Usr1,
+        Signal::Usr2,
+    ];
+
+    /// The name on the signaller's command line (`TERM`, `KILL`, `INT`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Signal::Term => "TERM",
             Signal::Kill => "KILL",
+            Signal::Int => "INT",
+            Signal::Hup => "HUP",
+            Signal::Quit => "QUIT",
+            Signal::Usr1 => "USR1",
+            Signal::Usr2 => "USR2",
         }
     }
 
     /// The signal of a name; `None` for any other.
     pub fn parse(name: &str) -> Option<Signal> {
-        match name {
-            "TERM" => Some(Signal::Term),
-            "KILL" => Some(Signal::Kill),
-            _ => None,
-        }
+        Signal::ALL.into_iter().find(|s| s.name() == name)
     }
 
     /// The signal's number for `kill(2)`.
@@ -419,6 +467,11 @@ impl Signal {
         match self {
             Signal::Term => libc::SIGTERM,
             Signal::Kill => libc::SIGKILL,
+            Signal::Int => libc::SIGINT,
+            Signal::Hup => libc::SIGHUP,
+            Signal::Quit => libc::SIGQUIT,
+            Signal::Usr1 => libc::SIGUSR1,
+            Signal::Usr2 => libc::SIGUSR2,
         }
     }
 }

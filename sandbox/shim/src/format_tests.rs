@@ -157,6 +157,7 @@ fn requests_round_trip_and_refuse_the_rest() {
         op_id: ID.into(),
         run_as: "1000:1000".into(),
         log_cap: 65536,
+        io: crate::Io::Null,
         argv: vec![
             "sh".into(),
             "-c".into(),
@@ -197,6 +198,30 @@ fn requests_round_trip_and_refuse_the_rest() {
 }
 
 #[test]
+fn a_request_with_stdin_names_its_mode() {
+    let req = Request {
+        host: "c0ffee".into(),
+        op_id: ID.into(),
+        run_as: "1000:1000".into(),
+        log_cap: 10,
+        io: crate::Io::Tty { rows: 24, cols: 80 },
+        argv: vec!["bash".into(), "-i".into()],
+    };
+    let bytes = req.render();
+    assert!(bytes.starts_with(b"opkernel-request-3\0"));
+    assert_eq!(Request::parse(&bytes), Ok(req.clone()));
+    let text = String::from_utf8(bytes).unwrap();
+    for (from, to) in [
+        ("tty:24x80", "null"),
+        ("tty:24x80", "tty:0x80"),
+        ("tty:24x80", "pipe"),
+    ] {
+        let swapped = Request::parse(text.replacen(from, to, 1).as_bytes());
+        assert_eq!(swapped.is_ok(), to == "pipe", "{to}");
+    }
+}
+
+#[test]
 fn probe_listings_parse_only_when_complete() {
     let p = MarkedProcess {
         pid: 12,
@@ -221,5 +246,10 @@ fn signaller_output_needs_its_end() {
     assert_eq!(parse_signalled("signalled x\nend\n"), None);
     assert_eq!(parse_signalled("end\n"), Some(vec![]));
     assert_eq!(Signal::parse("TERM"), Some(Signal::Term));
-    assert_eq!(Signal::parse("HUP"), None);
+    assert_eq!(Signal::parse("HUP"), Some(Signal::Hup));
+    assert_eq!(Signal::parse("SIGHUP"), None);
+    assert_eq!(Signal::parse("int"), None);
+    for s in Signal::ALL {
+        assert_eq!(Signal::parse(s.name()), Some(s));
+    }
 }

@@ -86,7 +86,7 @@ proptest! {
         if let Ok(req) = Request::parse(&bytes) {
             prop_assert_eq!(req.render(), bytes);
         }
-        let req = Request { host: "h".into(), op_id: "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d".into(), run_as: "1000:1000".into(), log_cap: 1, argv };
+        let req = Request { host: "h".into(), op_id: "0b6f1c2e-8a47-4c1e-9d3a-5f2b7c9e1a0d".into(), run_as: "1000:1000".into(), log_cap: 1, io: crate::Io::Null, argv };
         let ok = !req.argv[0].is_empty();
         prop_assert_eq!(Request::parse(&req.render()).ok(), ok.then_some(req));
     }

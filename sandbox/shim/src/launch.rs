@@ -1,11 +1,16 @@
-//! `opkernel-shim launch <op id> <run-as> <log cap bytes> <command>...`:
+//! `opkernel-shim launch [--io=<mode>] <op id> <run-as> <log cap bytes> <command>...`:
 //! runs one op's command and writes its files in `/scratch/.ops/`.
 //!
-//! 1. `<id>.pid` (this process's pid, start ticks, hostname), renamed into
+//! 1. for an op with stdin (`--io=pipe` or `--io=tty:<rows>x<cols>`), its
+//!    FIFO `<id>.in`, held open from here on (see `input.rs`);
+//!    `<id>.pid` (this process's pid, start ticks, hostname), renamed into
 //!    place before the command starts;
 //! 2. the command, in its own session, dropped to the run user (groups
-//!    cleared, `HOME=/scratch`), stdin from `/dev/null`, stdout and stderr
-//!    into one pipe that this process copies into `<id>.log` up to the cap;
+//!    cleared, `HOME=/scratch`), stdin from `/dev/null` (or a pipe the
+//!    FIFO's frames go to), stdout and stderr into one pipe that this
+//!    process copies into `<id>.log` up to the cap; on a terminal, stdin,
+//!    stdout and stderr are the slave, the terminal is the session's
+//!    controlling one, and the master's stream is what goes to the log;
 //! 3. once the command ends: the rest of its output (at most 2 s more, from
 //!    processes it left behind); then those processes are stopped (TERM, a
 //!    grace, KILL, each identity-checked: see `tree.rs`) and reaped; then
@@ -34,11 +39,12 @@ use std::time::Duration;
 
 use opkernel_shim::procfs::stat_start_ticks;
 use opkernel_shim::{
-    validate_op_id, ExitRecord, OpResult, PidRecord, RunAs, RunUser, OPS_DIR, SCRATCH_DIR,
+    validate_op_id, ExitRecord, Io, OpResult, PidRecord, RunAs, RunUser, OPS_DIR, SCRATCH_DIR,
 };
 
-use crate::sys;
+use crate::input::{self, Fifo, Sink};
 use crate::tree::{self, Owner};
+use crate::{pty, sys};
 
 /// How long output from processes the command left behind is still
 /// captured after the command itself ended.
@@ -48,6 +54,7 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 pub const SHIM_FAILED: i32 = 125;
 
 struct Launch {
+    io: Io,
     op: String,
     run_as: RunAs,
     cap: u64,
@@ -55,7 +62,15 @@ struct Launch {
 }
 
 fn parse(args: Vec<OsString>) -> Result<Launch, String> {
-    let mut args = args.into_iter();
+    let mut args = args.into_iter().peekable();
+    let io = match args.peek().and_then(|a| a.to_str()?.strip_prefix("--io=")) {
+        Some(mode) => {
+            let io = Io::parse(mode)?;
+            args.next();
+            io
+        }
+        None => Io::Null,
+    };
     let mut text = |what: &str| -> Result<String, String> {
         args.next()
             .ok_or_else(|| format!("missing {what}"))?
@@ -76,6 +91,7 @@ fn parse(args: Vec<OsString>) -> Result<Launch, String> {
         return Err("missing command".into());
     }
     Ok(Launch {
+        io,
         op,
         run_as,
         cap,
@@ -167,6 +183,13 @@ pub(crate) fn own_identity() -> io::Result<PidRecord> {
 fn run(launch: &Launch) -> io::Result<i32> {
     sys::default_sigchld()?;
     let me = own_identity()?;
+    // the FIFO exists before `.pid` does: a kernel that sees the op
+    // running can write to it
+    let fifo = match launch.io.has_stdin() {
+        true => Some(Fifo::create(&launch.op).map_err(|e| format!("cannot make its stdin: {e}"))),
+        false => None,
+    };
+    let fifo_path = fifo.as_ref().and_then(|f| f.as_ref().ok()).map(Fifo::path);
     write_atomic(&op_file(&launch.op, "pid"), &me.render())?;
     let mut log = OpenOptions::new()
         .append(true)
@@ -181,7 +204,7 @@ fn run(launch: &Launch) -> io::Result<i32> {
         pid: me.pid,
         since: me.start_ticks,
     };
-    let (result, status) = match start(launch, &log) {
+    let (result, status) = match start(launch, &log, fifo.transpose()) {
         Ok(running) => {
             let ended = running.finish(&mut log, launch.cap, &owner)?;
             (OpResult::Exited(ended), ended.code)
@@ -201,12 +224,17 @@ fn run(launch: &Launch) -> io::Result<i32> {
         }
     };
     drop(log);
+    if let Some(path) = &fifo_path {
+        input::close(path);
+    }
     write_durable(&op_file(&launch.op, "code"), &result.render())?;
     Ok(status)
 }
 
 struct Running {
     child: u32,
+    /// The op's FIFO, unlinked as soon as the command ends.
+    fifo: Option<PathBuf>,
     copied: mpsc::Receiver<io::Result<Copied>>,
     /// Closing it (dropping) tells the copier to stop.
     stop: io::PipeWriter,
@@ -238,67 +266,137 @@ fn exec_refusal(e: &io::Error) -> Option<i32> {
     }
 }
 
+/// How the command's standard streams are wired, and what this process
+/// keeps: the output's read end and the input's sink.
+struct Wiring {
+    stdin: Stdio,
+    stdout: Stdio,
+    stderr: Stdio,
+    output: File,
+    sink: Option<Sink>,
+    tty: bool,
+}
+
+/// The streams for `io`: `/dev/null` or a pipe as stdin and one pipe for
+/// stdout and stderr, or the three on a new terminal's slave.
+fn wire(io: Io, user: RunUser) -> io::Result<Wiring> {
+    if let Io::Tty { rows, cols } = io {
+        let pair = pty::open_pair(rows, cols, user.uid, user.gid)?;
+        return Ok(Wiring {
+            stdin: pair.slave.try_clone()?.into(),
+            stdout: pair.slave.try_clone()?.into(),
+            stderr: pair.slave.into(),
+            sink: Some(input::master_sink(&pair.master)?),
+            output: pair.master,
+            tty: true,
+        });
+    }
+    let (reader, writer) = io::pipe()?;
+    let stderr = writer.try_clone()?;
+    let (stdin, sink) = match io {
+        Io::Pipe => {
+            let (r, w) = io::pipe()?;
+            (Stdio::from(r), Some(Sink::Pipe(w)))
+        }
+        _ => (Stdio::null(), None),
+    };
+    Ok(Wiring {
+        stdin,
+        stdout: writer.into(),
+        stderr: stderr.into(),
+        output: File::from(std::os::fd::OwnedFd::from(reader)),
+        sink,
+        tty: false,
+    })
+}
+
 /// Starts the copier, then the command with its output going into the
-/// copier's pipe.
-fn start(launch: &Launch, log: &File) -> Result<Running, Unstarted> {
+/// copier's pipe (or terminal), then the input (when it has stdin).
+fn start(
+    launch: &Launch,
+    log: &File,
+    fifo: Result<Option<Fifo>, String>,
+) -> Result<Running, Unstarted> {
     let passwd = std::fs::read_to_string("/etc/passwd").ok();
     let user = launch
         .run_as
         .resolve(passwd.as_deref())
         .map_err(Unstarted::Never)?;
+    let fifo = fifo.map_err(Unstarted::Never)?;
     let setup = |what: &str, e: io::Error| Unstarted::Never(format!("cannot {what}: {e}"));
     sys::become_subreaper().map_err(|e| setup("become a subreaper", e))?;
-    let (reader, writer) = io::pipe().map_err(|e| setup("make a pipe", e))?;
-    let stderr = writer.try_clone().map_err(|e| setup("make a pipe", e))?;
+    let wiring = wire(launch.io, user).map_err(|e| setup("wire its streams", e))?;
     let log = log.try_clone().map_err(|e| setup("share the log", e))?;
     // the copier blocks until output, the pipe's end, or this pipe's end:
     // no timer, so thousands of waiting ops cost no CPU
     let (copier_stop, stop) = io::pipe().map_err(|e| setup("make a pipe", e))?;
     let (done, copied) = mpsc::channel();
     let cap = launch.cap;
+    let output = wiring.output;
     // the copier exists before the command does: a command never writes
     // into a pipe nobody reads
     std::thread::Builder::new()
         .name("copier".into())
         .spawn(move || {
-            let _ = done.send(copy_capped(reader, log, cap, &copier_stop));
+            let _ = done.send(copy_capped(output, log, cap, &copier_stop));
         })
         .map_err(|e| setup("start the output copier", e))?;
     let mut command = Command::new(&launch.command[0]);
     command
         .args(&launch.command[1..])
         .env("HOME", SCRATCH_DIR)
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(stderr);
+        .stdin(wiring.stdin)
+        .stdout(wiring.stdout)
+        .stderr(wiring.stderr);
     if user != RunUser::ROOT {
         command.uid(user.uid).gid(user.gid);
     }
     let RunUser { uid, gid } = user;
+    let tty = wiring.tty;
     // SAFETY: the closure only makes async-signal-safe system calls.
     #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(move || sys::enter_session_dropped_to(uid, gid));
+        command.pre_exec(move || {
+            sys::enter_session_dropped_to(uid, gid)?;
+            if tty {
+                pty::take_controlling_terminal()?;
+            }
+            Ok(())
+        });
     }
     let spawned = command.spawn();
-    // the parent's copies of the pipe's write end go with `command`: on a
-    // failed spawn the copier sees the end of the pipe and stops
+    // the parent's copies of the streams (the pipe's write end, the
+    // slave) go with `command`: on a failed spawn the copier sees the end
     drop(command);
-    let child = spawned.map_err(|e| {
-        let name = launch.command[0].to_string_lossy();
-        match exec_refusal(&e) {
-            Some(code) => Unstarted::Exec {
-                code,
-                message: format!("cannot run {name:?}: {e}"),
-            },
-            None => Unstarted::Never(format!("cannot start {name:?} as uid {uid} gid {gid}: {e}")),
+    let child = spawned.map_err(|e| spawn_refusal(launch, uid, gid, e))?;
+    let fifo_path = fifo.as_ref().map(Fifo::path);
+    if let (Some(fifo), Some(sink)) = (fifo, wiring.sink) {
+        // the command runs: an input that cannot start closes its stdin
+        // (writes are refused), never the op
+        if let Err(e) = input::start(fifo, sink) {
+            eprintln!("opkernel-shim launch {}: stdin not wired: {e}", launch.op);
+            if let Some(path) = &fifo_path {
+                input::close(path);
+            }
         }
-    })?;
+    }
     Ok(Running {
         child: child.id(),
+        fifo: fifo_path,
         copied,
         stop,
     })
+}
+
+fn spawn_refusal(launch: &Launch, uid: u32, gid: u32, e: io::Error) -> Unstarted {
+    let name = launch.command[0].to_string_lossy();
+    match exec_refusal(&e) {
+        Some(code) => Unstarted::Exec {
+            code,
+            message: format!("cannot run {name:?}: {e}"),
+        },
+        None => Unstarted::Never(format!("cannot start {name:?} as uid {uid} gid {gid}: {e}")),
+    }
 }
 
 impl Running {
@@ -309,7 +407,12 @@ impl Running {
     fn finish(self, log: &mut File, cap: u64, owner: &Owner<'_>) -> io::Result<ExitRecord> {
         let code = loop {
             match sys::reap(false)? {
-                Some((pid, status)) if pid == self.child => break sys::exit_code(status),
+                Some((pid, status)) if pid == self.child => {
+                    if let Some(path) = &self.fifo {
+                        input::close(path);
+                    }
+                    break sys::exit_code(status);
+                }
                 Some(_orphan) => continue,
                 None => {
                     return Err(io::Error::other(
@@ -375,7 +478,7 @@ struct Copied {
 /// the rest is counted, not written. Ends at the pipe's end, or when the
 /// `stop` pipe ends (its writer dropped).
 fn copy_capped(
-    mut reader: io::PipeReader,
+    mut reader: File,
     mut log: File,
     cap: u64,
     stop: &io::PipeReader,
@@ -401,6 +504,13 @@ fn copy_capped(
             }
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // a terminal's master reads EIO once no process holds the slave
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                return Ok(Copied {
+                    dropped,
+                    cut_off: false,
+                })
+            }
             Err(e) => return Err(e),
         };
         let room = cap.saturating_sub(written).min(n as u64) as usize;

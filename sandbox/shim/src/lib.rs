@@ -10,6 +10,7 @@
 
 pub mod format;
 pub mod procfs;
+pub mod stdin;
 pub mod table;
 pub mod user;
 
@@ -17,6 +18,7 @@ pub use format::{
     marker, parse_probe, parse_signalled, validate_op_id, ExitRecord, FormatError, Handback,
     MarkedProcess, OpResult, PidRecord, Request, Signal, Usage, MARKER_VAR,
 };
+pub use stdin::Io;
 pub use user::{passwd_lookup, RunAs, RunUser};
 
 /// Where the shim is mounted in every run container.

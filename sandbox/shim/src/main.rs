@@ -1,15 +1,17 @@
 //! `opkernel-shim`: the static helper mounted read-only at `/.opkernel/shim`
 //! in every run container. It needs nothing from the image.
 //!
-//! - `launch <op id> <run-as> <log cap> <command>...`: runs an op (see `launch.rs`);
+//! - `launch [--io=<mode>] <op id> <run-as> <log cap> <command>...`: runs an op (see `launch.rs`);
 //! - `probe`: lists the processes that carry an op marker;
 //! - `ps`: their process table (user, CPU, RSS, age, command) for inspect;
 //! - `signal <op id> <launcher pid> <start ticks> TERM|KILL`: signals an op's processes;
 //! - `serve`: the container's main process, the resident launcher (see `serve.rs`);
 //! - `idle`: the main process of containers without a launcher; sleeps until stopped.
 
+mod input;
 mod launch;
 mod ps;
+mod pty;
 mod scan;
 mod serve;
 mod sys;

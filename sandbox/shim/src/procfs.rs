@@ -10,6 +10,36 @@ pub fn stat_start_ticks(stat: &str) -> Option<u64> {
     after.split(' ').nth(19)?.parse().ok()
 }
 
+/// Where a process stands among sessions and groups (fields 4 to 8 of a
+/// stat line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Groups {
+    /// Its parent.
+    pub ppid: u32,
+    /// Its process group.
+    pub pgrp: i32,
+    /// Its session.
+    pub session: i32,
+    /// The foreground process group of its controlling terminal; -1 or 0
+    /// when it has none.
+    pub tpgid: i32,
+}
+
+/// Fields 4 (ppid), 5 (pgrp), 6 (session) and 8 (tpgid) of a stat line.
+pub fn stat_groups(stat: &str) -> Option<Groups> {
+    let (_, after) = stat.rsplit_once(") ")?;
+    let f: Vec<&str> = after.split(' ').take(6).collect();
+    let [_, ppid, pgrp, session, _, tpgid] = f.as_slice() else {
+        return None;
+    };
+    Some(Groups {
+        ppid: ppid.parse().ok()?,
+        pgrp: pgrp.parse().ok()?,
+        session: session.parse().ok()?,
+        tpgid: tpgid.parse().ok()?,
+    })
+}
+
 /// The op id a process is marked with: the value of its first
 /// `__OPKERNEL_OP=` entry in `/proc/<pid>/environ` (NUL-separated), when
 /// that value is a well-formed op id.
@@ -36,6 +66,14 @@ mod tests {
         assert_eq!(stat_start_ticks(odd), Some(3460));
         assert_eq!(stat_start_ticks("13 (x) S 0"), None);
         assert_eq!(stat_start_ticks(""), None);
+    }
+
+    #[test]
+    fn groups_are_read_after_the_command_name() {
+        let stat = "40 (sl (e) ep) S 12 40 12 34816 41 4194560 1 0 0 0 0 0 0 0 20 0 1 0 3456 1 2";
+        let g = stat_groups(stat).unwrap();
+        assert_eq!((g.ppid, g.pgrp, g.session, g.tpgid), (12, 40, 12, 41));
+        assert_eq!(stat_groups("13 (x) S 0 1"), None);
     }
 
     #[test]

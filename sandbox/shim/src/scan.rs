@@ -2,8 +2,9 @@
 //!
 //! The probe lists every process that carries an op marker, with its start
 //! ticks, and closes the listing with `end` (a listing without it proves
-//! nothing). The signaller sends TERM or KILL to every process of one op
-//! except its launcher, each identity-checked through a pidfd: the marker
+//! nothing). The signaller sends a signal to every process of one op
+//! except its launcher (or, with `group`, to those of its foreground
+//! process group only), each identity-checked through a pidfd: the marker
 //! and a start no earlier than the launcher's are read after the pidfd is
 //! open, so the signal reaches that very process or none.
 
@@ -11,6 +12,7 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 
 use opkernel_shim::format::{render_signalled, END_LINE};
+use opkernel_shim::procfs::{stat_groups, Groups};
 use opkernel_shim::{validate_op_id, Signal};
 
 use crate::tree::{marked, pids, signal_checked};
@@ -59,6 +61,9 @@ struct Target {
     launcher: u32,
     since: u64,
     signal: Signal,
+    /// Only the op's foreground process group (`group`, SPEC §25): the
+    /// terminal's foreground job, else the command's own group.
+    group: bool,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Target, String> {
@@ -69,8 +74,14 @@ fn parse(args: Vec<OsString>) -> Result<Target, String> {
                 .map_err(|_| "arguments must be utf-8".to_owned())
         })
         .collect::<Result<_, _>>()?;
-    let [op, launcher, since, signal] = args.as_slice() else {
-        return Err("usage: signal <op id> <launcher pid> <launcher start ticks> TERM|KILL".into());
+    let (args, group) = match args.split_last() {
+        Some((last, rest)) if last == "group" => (rest, true),
+        _ => (args.as_slice(), false),
+    };
+    let [op, launcher, since, signal] = args else {
+        return Err(
+            "usage: signal <op id> <launcher pid> <launcher start ticks> <SIGNAL> [group]".into(),
+        );
     };
     validate_op_id(op)?;
     Ok(Target {
@@ -82,19 +93,37 @@ fn parse(args: Vec<OsString>) -> Result<Target, String> {
             .parse()
             .map_err(|_| format!("bad start ticks {since:?}"))?,
         signal: Signal::parse(signal).ok_or_else(|| format!("bad signal {signal:?}"))?,
+        group,
+    })
+}
+
+fn groups(pid: u32) -> Option<Groups> {
+    stat_groups(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The process group a `group` signal goes to: the command (the
+/// launcher's child, leader of its own session) names it: its terminal's
+/// foreground group when it has a terminal, else its own group.
+fn target_group(t: &Target, pids: &[u32]) -> Option<i32> {
+    pids.iter().find_map(|&pid| {
+        let m = marked(pid).filter(|m| m.op_id == t.op && m.start_ticks >= t.since)?;
+        let g = groups(m.pid).filter(|g| g.ppid == t.launcher && g.session == pid as i32)?;
+        Some(if g.tpgid > 0 { g.tpgid } else { g.pgrp })
     })
 }
 
 /// Sends the signal to `pid` if it is (still) one of the target's processes
-/// and not its launcher.
-fn signal_if_ours(pid: u32, t: &Target) -> bool {
+/// (in `group` when one is given) and not its launcher.
+fn signal_if_ours(pid: u32, t: &Target, group: Option<i32>) -> bool {
     // the launcher itself (pid and start ticks) is never signalled; a process
     // that reused its pid after it died is judged like any other
     let ours = || {
-        marked(pid).is_some_and(|p| {
-            let launcher = p.pid == t.launcher && p.start_ticks == t.since;
-            p.op_id == t.op && p.start_ticks >= t.since && !launcher
-        })
+        let in_group = group.is_none_or(|g| groups(pid).is_some_and(|p| p.pgrp == g));
+        in_group
+            && marked(pid).is_some_and(|p| {
+                let launcher = p.pid == t.launcher && p.start_ticks == t.since;
+                p.op_id == t.op && p.start_ticks >= t.since && !launcher
+            })
     };
     signal_checked(pid, t.signal, ours)
 }
@@ -110,11 +139,17 @@ pub fn signal(args: Vec<OsString>) -> i32 {
     let me = std::process::id();
     let result = (|| -> io::Result<()> {
         let mut out = io::stdout().lock();
-        for pid in pids()? {
-            if pid == me {
+        let all = pids()?;
+        // a group signal without its command (it ended) reaches nothing
+        let group = match target.group {
+            true => Some(target_group(&target, &all).unwrap_or(0)),
+            false => None,
+        };
+        for pid in all {
+            if pid == me || group == Some(0) {
                 continue;
             }
-            if signal_if_ours(pid, &target) {
+            if signal_if_ours(pid, &target, group) {
                 out.write_all(render_signalled(pid).as_bytes())?;
             }
         }

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use opkernel_shim::Usage;
 
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+pub(crate) fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
         Err(io::Error::last_os_error())
     } else {

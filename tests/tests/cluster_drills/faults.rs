@@ -61,6 +61,7 @@ pub async fn any_node_serves(c: &Cluster) {
         .unwrap()
         .unwrap();
     assert!(first.contains("from-n2"), "{first}");
+    interactive_through_any_node(c, &on_n2[0].run).await;
     // a one-shot runs on the node that took it, which removes its container
     one_shot_leaves_nothing(c, "n3").await;
     // a draining node too: it runs it itself (SPEC §24), never leaving its
@@ -89,6 +90,25 @@ pub async fn any_node_serves(c: &Cluster) {
     release(c, &on_n2);
     ends(c, "n3", &on_n2, "completed", json!(7)).await;
     all_delivered_once(c, "n1", &[on_n2, on_n3].concat()).await;
+}
+
+/// An op with stdin on n2 (its run's node), talked to through n1 and n3
+/// (SPEC §25): each call is forwarded to n2, whose FIFO and log they are.
+async fn interactive_through_any_node(c: &Cluster, run: &str) {
+    let (n1, n3) = (&c.node("n1").client, &c.node("n3").client);
+    let path = |tool: &str| format!("/v1/runs/{run}/tools/{tool}");
+    let body = json!({"command": ["cat"], "background": true, "stdin": true});
+    let started = timed(n1.post(&path("run_command"), &body)).await.unwrap();
+    let op = started["operation_id"].as_str().unwrap().to_owned();
+    let body = json!({"operation_id": op, "text": "via-n3\n", "yield_ms": 5000});
+    let written = timed(n3.post(&path("write_stdin"), &body)).await.unwrap();
+    assert_eq!(written["output"], "via-n3\n", "{written}");
+    let body = json!({"operation_id": op});
+    let read = timed(n1.post(&path("read_output"), &body)).await.unwrap();
+    assert_eq!(read["output"], "via-n3\n", "{read}");
+    let body = json!({"operation_id": op, "eof": true, "yield_ms": 5000});
+    let closed = timed(n1.post(&path("write_stdin"), &body)).await.unwrap();
+    assert_eq!(closed["status"], "completed", "{closed}");
 }
 
 /// A one-shot taken by `node` runs there and leaves no container on any

@@ -10,7 +10,7 @@ use sandbox::Profile;
 use super::table as t;
 use super::Reader;
 use crate::runtime::config::{
-    Config, DockerOptions, DrillOptions, NodeConfig, OpOptions, PoolConfig, RunOptions,
+    Config, DockerOptions, DrillOptions, Images, NodeConfig, OpOptions, PoolConfig, RunOptions,
     UpkeepOptions, Webhook,
 };
 use crate::store::StoreLocation;
@@ -43,7 +43,8 @@ pub fn defaults(home: PathBuf) -> Config {
 /// The config `r` reads; what does not parse is left in `r.invalid`.
 pub fn config(r: &mut Reader) -> Config {
     let profile = profile(r);
-    let pool = pool(r, &profile);
+    let images = images(r, &profile);
+    let pool = pool(r, &profile, &images);
     Config {
         home: home(r),
         listen: listen(r),
@@ -57,6 +58,9 @@ pub fn config(r: &mut Reader) -> Config {
         upkeep: upkeep(r),
         pool,
         profile,
+        images,
+        file_max_bytes: r.bytes(&t::FILE_MAX_BYTES),
+        egress: egress(r),
         node: node(r),
         metrics_listen: r.address(&t::METRICS_LISTEN),
         webhook: webhook(r),
@@ -102,6 +106,30 @@ fn store(r: &mut Reader) -> StoreLocation {
         r.invalid.push(e);
         StoreLocation::Sqlite
     })
+}
+
+/// The egress proxy's settings (SPEC §27).
+fn egress(r: &mut Reader) -> crate::runtime::config::EgressConfig {
+    let port = r.count(&t::EGRESS_PORT);
+    let hosts = r.text(&t::EGRESS_HOSTS).unwrap_or_default();
+    let hosts = crate::runtime::config::EgressConfig::parse_hosts(&hosts).unwrap_or_else(|e| {
+        r.invalid.push(format!("OPKERNEL_EGRESS_HOSTS: {e}"));
+        Default::default()
+    });
+    let port = u16::try_from(port)
+        .ok()
+        .filter(|p| *p > 0)
+        .unwrap_or_else(|| {
+            r.invalid.push(format!(
+                "OPKERNEL_EGRESS_PORT: a port from 1 to 65535, got {port}"
+            ));
+            3128
+        });
+    crate::runtime::config::EgressConfig {
+        on: r.switch(&t::EGRESS),
+        port,
+        hosts,
+    }
 }
 
 /// The base profile: the sandbox's defaults with the table's settings.
@@ -185,10 +213,18 @@ fn upkeep(r: &mut Reader) -> UpkeepOptions {
     }
 }
 
-fn pool(r: &mut Reader, base: &Profile) -> PoolConfig {
+fn images(r: &mut Reader, base: &Profile) -> Images {
+    let listed = r.text(&t::IMAGES).unwrap_or_default();
+    Images::parse(&listed, &base.image).unwrap_or_else(|e| {
+        r.invalid.push(format!("{}: {e}", t::IMAGES.env));
+        Images::parse("", &base.image).unwrap_or_else(|_| unreachable!())
+    })
+}
+
+fn pool(r: &mut Reader, base: &Profile, images: &Images) -> PoolConfig {
     let size = usize::try_from(r.count(&t::POOL)).unwrap_or(usize::MAX);
     let listed = r.text(&t::POOL_PROFILES).unwrap_or_default();
-    let profiles = PoolConfig::profiles(base, &listed).unwrap_or_else(|e| {
+    let profiles = PoolConfig::profiles(base, &listed, images).unwrap_or_else(|e| {
         r.invalid.push(format!("{}: {e}", t::POOL_PROFILES.env));
         vec![base.clone()]
     });

@@ -62,10 +62,25 @@ settings! {
         alias "OPKERNEL_DOCKER_TIMEOUT_SECONDS" in Seconds;
     /// The image of runs without one of their own.
     IMAGE = "OPKERNEL_IMAGE", Text, Serve, default "opkernel-sandbox:latest";
+    /// More images runs may name at creation, `;`-separated
+    /// `NAME=REFERENCE` pairs (`OPKERNEL_IMAGE` is listed too, as
+    /// `default` unless named here).
+    IMAGES = "OPKERNEL_IMAGES", Text, Serve, default "";
+    /// The largest file or archive the files API takes in one request.
+    FILE_MAX_BYTES = "OPKERNEL_FILE_MAX_BYTES", Bytes, Serve, default "1GiB";
     /// The `uid:gid` or user commands run as; `root` only when spelled out.
     RUN_AS = "OPKERNEL_RUN_AS", Text, Serve, default "1000:1000";
     /// The Docker network of runs without an envelope of their own.
     NETWORK = "OPKERNEL_NETWORK", Text, Serve, default "none";
+    /// Serve runs whose envelope has a network allow list through the
+    /// kernel's egress proxy (off: such runs are refused).
+    EGRESS = "OPKERNEL_EGRESS", Switch, Serve, default "on";
+    /// The egress proxy's port, on the host's address on the kernel's
+    /// internal egress network.
+    EGRESS_PORT = "OPKERNEL_EGRESS_PORT", Count, Serve, default "3128";
+    /// For tests only: `name=IPv4;…`, addresses the egress proxy uses for
+    /// these names instead of DNS (the kernel warns when it is set).
+    EGRESS_HOSTS = "OPKERNEL_EGRESS_HOSTS", Text, Serve, default "";
     /// A run container's memory limit.
     MEMORY = "OPKERNEL_MEMORY", Bytes, Serve, default "2GiB",
         alias "OPKERNEL_MEMORY_BYTES" in Bytes;

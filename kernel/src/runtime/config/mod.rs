@@ -2,10 +2,12 @@
 //! concern, filled once at start by `app::settings::load` from the one
 //! settings table and fixed for the process's life.
 
+mod images;
 mod node;
 mod pool;
 mod webhook;
 
+pub use images::{check_name as check_image_name, Images, NamedImage};
 pub use node::NodeConfig;
 pub use pool::PoolConfig;
 pub use webhook::Webhook;
@@ -31,6 +33,12 @@ pub struct Config {
     pub docker: DockerOptions,
     /// Container settings of every run without an envelope of its own.
     pub profile: Profile,
+    /// The images runs may be created with (SPEC §26).
+    pub images: Images,
+    /// The largest file or archive the files API takes (SPEC §26).
+    pub file_max_bytes: u64,
+    /// The egress proxy's settings (SPEC §27).
+    pub egress: EgressConfig,
     /// How ops are started, watched, killed and bounded.
     pub ops: OpOptions,
     /// The control plane's limits on runs.
@@ -156,10 +164,12 @@ impl Config {
             memory_bytes: self.profile.memory_bytes,
             cpus: self.profile.nano_cpus as f64 / 1e9,
             pids_limit: self.profile.pids_limit,
-            network: self.profile.network.clone(),
+            network: crate::egress::Network::Named(self.profile.network.clone()),
             max_live_ops: self.runs.max_live_ops_per_run,
             max_children: self.runs.max_children,
             approval: crate::runs::ApprovalRules::default(),
+            images: None,
+            disk_bytes: None,
         }
     }
 
@@ -177,5 +187,38 @@ impl Config {
     /// `<home>/scratch`: where every run's scratch dir lives.
     pub fn scratch_root(&self) -> PathBuf {
         self.home.join("scratch")
+    }
+}
+
+/// The egress proxy's settings (SPEC §27).
+#[derive(Debug, Clone, Default)]
+pub struct EgressConfig {
+    /// Serve allow-list runs (`OPKERNEL_EGRESS`).
+    pub on: bool,
+    /// The proxy's port (`OPKERNEL_EGRESS_PORT`).
+    pub port: u16,
+    /// Names resolved without DNS (`OPKERNEL_EGRESS_HOSTS`, for tests).
+    pub hosts: std::collections::HashMap<String, std::net::Ipv4Addr>,
+}
+
+impl EgressConfig {
+    /// Parses `name=IPv4;…` (names normalized as allow entries are).
+    pub fn parse_hosts(
+        text: &str,
+    ) -> Result<std::collections::HashMap<String, std::net::Ipv4Addr>, String> {
+        let mut hosts = std::collections::HashMap::new();
+        for pair in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, addr) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} is not name=IPv4"))?;
+            let name = crate::egress::normalize_host(name.trim())
+                .ok_or_else(|| format!("{name:?} is not a host name"))?;
+            let addr = addr
+                .trim()
+                .parse()
+                .map_err(|_| format!("{addr:?} is not an IPv4 address"))?;
+            hosts.insert(name, addr);
+        }
+        Ok(hosts)
     }
 }

@@ -17,8 +17,14 @@ pub struct PoolConfig {
 impl PoolConfig {
     /// The default profile, then each `;`-separated entry of `listed`: a
     /// `,`-separated list of `memory_bytes=N`, `cpus=F`, `pids_limit=N`,
-    /// `network=NAME` over `base` (the limits a child envelope narrows).
-    pub fn profiles(base: &Profile, listed: &str) -> Result<Vec<Profile>, String> {
+    /// `network=NAME`, `image=NAME` (one of `images`) over `base` (the
+    /// limits a child envelope narrows, SPEC §26: the pool is kept per
+    /// image and profile).
+    pub fn profiles(
+        base: &Profile,
+        listed: &str,
+        images: &super::Images,
+    ) -> Result<Vec<Profile>, String> {
         let mut out = vec![base.clone()];
         for entry in listed.split(';').map(str::trim).filter(|e| !e.is_empty()) {
             let mut p = base.clone();
@@ -26,7 +32,7 @@ impl PoolConfig {
                 let (key, value) = pair
                     .split_once('=')
                     .ok_or_else(|| format!("{pair:?} is not key=value"))?;
-                set(&mut p, key.trim(), value.trim())?;
+                set(&mut p, key.trim(), value.trim(), images)?;
             }
             if !out.contains(&p) {
                 out.push(p);
@@ -36,7 +42,7 @@ impl PoolConfig {
     }
 }
 
-fn set(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
+fn set(p: &mut Profile, key: &str, value: &str, images: &super::Images) -> Result<(), String> {
     let count = |v: &str| {
         v.parse::<i64>()
             .ok()
@@ -55,9 +61,20 @@ fn set(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
             p.nano_cpus = (cpus * 1e9).round() as i64;
         }
         "network" if !value.is_empty() => p.network = value.to_owned(),
+        "image" => {
+            p.image = images
+                .reference(value)
+                .ok_or_else(|| {
+                    format!(
+                        "image {value:?} is not one of OPKERNEL_IMAGES ({})",
+                        images.names().join(", ")
+                    )
+                })?
+                .to_owned()
+        }
         _ => {
             return Err(format!(
-                "unknown setting {key:?} (memory_bytes, cpus, pids_limit, network)"
+                "unknown setting {key:?} (memory_bytes, cpus, pids_limit, network, image)"
             ))
         }
     }
@@ -71,25 +88,32 @@ mod tests {
     #[test]
     fn listed_profiles_narrow_the_default_and_bad_ones_are_named() {
         let base = Profile::default();
+        let images = super::super::Images::parse("deb=img:debian", &base.image).unwrap();
         let got = PoolConfig::profiles(
             &base,
-            " memory_bytes=1073741824, cpus=0.5 ;; pids_limit=64;",
+            " memory_bytes=1073741824, cpus=0.5 ;; pids_limit=64; image=deb",
+            &images,
         )
         .unwrap();
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[3].image, "img:debian");
         assert_eq!(got[0], base);
         assert_eq!(got[1].memory_bytes, 1 << 30);
         assert_eq!(got[1].nano_cpus, 500_000_000);
         assert_eq!(got[2].pids_limit, 64);
-        assert_eq!(PoolConfig::profiles(&base, "").unwrap(), vec![base.clone()]);
+        assert_eq!(
+            PoolConfig::profiles(&base, "", &images).unwrap(),
+            vec![base.clone()]
+        );
         for bad in [
             "memory=1",
             "cpus=-1",
             "pids_limit=x",
             "network=",
             "memory_bytes",
+            "image=nope",
         ] {
-            assert!(PoolConfig::profiles(&base, bad).is_err(), "{bad}");
+            assert!(PoolConfig::profiles(&base, bad, &images).is_err(), "{bad}");
         }
     }
 }

@@ -20,6 +20,15 @@ impl Kernel {
         identity: &RunIdentity,
         profile: &sandbox::Profile,
     ) -> sandbox::Result<ContainerInfo> {
+        // an allow-list run's container is on the egress network, the
+        // proxy in its environment (SPEC §27)
+        let egress;
+        let profile = if profile.network == crate::runtime::egress::PLACEHOLDER {
+            egress = self.egress_profile(profile).await?;
+            &egress
+        } else {
+            profile
+        };
         if let Some(info) = self.known_container(identity, profile) {
             return Ok(info);
         }

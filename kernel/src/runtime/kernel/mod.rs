@@ -9,6 +9,7 @@
 mod containers;
 pub mod gates;
 pub mod handles;
+pub mod inputs;
 pub mod node;
 pub mod registry;
 pub mod runcache;
@@ -28,7 +29,9 @@ use crate::store::Store;
 
 use crate::approval::{compile_patterns, Pattern};
 pub use crate::runtime::home::StartError;
-use crate::runtime::home::{check_run_user, kernel_identity, open_store, prepare_home, Ownership};
+use crate::runtime::home::{
+    check_images, check_run_user, kernel_identity, open_store, prepare_home, Ownership,
+};
 pub use crate::runtime::runmeta::RunMeta;
 
 pub use handles::OpHandle;
@@ -63,10 +66,16 @@ pub struct Kernel {
     pub gates: gates::RunGates,
     /// Runs' immutable facts and wake-up channels.
     pub runs: runcache::RunCache,
+    /// Per op: one write to its stdin at a time.
+    pub inputs: inputs::OpInputs,
     /// The warm pool: free containers and every run's binding (SPEC §22).
     pub pool: crate::runtime::pool::Pool,
     /// This kernel as a cluster node (`None`: a single kernel).
     pub node: Option<node::NodeState>,
+    /// The egress proxy of allow-list runs (SPEC §27).
+    pub egress: crate::runtime::egress::Egress,
+    /// This kernel itself, for the tasks it starts from `&self`.
+    me: std::sync::Weak<Kernel>,
     /// `OPKERNEL_APPROVAL_MATCH`, compiled.
     approval_match: Vec<Pattern>,
     /// The home's lock, and the control plane's on PostgreSQL.
@@ -106,13 +115,16 @@ impl Kernel {
         backend: Arc<dyn OpBackend>,
     ) -> Result<Arc<Kernel>, StartError> {
         check_run_user(backend.as_ref(), &config).await?;
+        check_images(backend.as_ref(), &config).await?;
         let approval_match = compile_patterns(&config.runs.approval_match)
             .map_err(|e| StartError::Config(format!("OPKERNEL_APPROVAL_MATCH: {e}")))?;
         let id = kernel_identity();
         store.register_kernel(&id).await?;
         let probes = Arc::new(ProbeCache::default());
         let ticks = Ticks::new(config.ops.probe_interval);
-        Ok(Arc::new(Kernel {
+        Ok(Arc::new_cyclic(|me| Kernel {
+            me: me.clone(),
+            egress: Default::default(),
             monitors: Monitors::new(backend.clone(), probes.clone(), ticks),
             pool: crate::runtime::pool::Pool::new(
                 config.pool.clone(),
@@ -131,9 +143,16 @@ impl Kernel {
             registry: Default::default(),
             gates: Default::default(),
             runs: Default::default(),
+            inputs: Default::default(),
             approval_match,
             ownership,
         }))
+    }
+
+    /// This kernel as its callers share it (`None` only while it is being
+    /// dropped).
+    pub fn arc(&self) -> Option<Arc<Kernel>> {
+        self.me.upgrade()
     }
 
     /// Resolves, with the reason, once another kernel took this kernel's
@@ -304,7 +323,12 @@ impl Kernel {
 
     /// Caches the immutable facts of a run record.
     pub fn remember_run(&self, record: &crate::store::RunRecord) -> Arc<RunMeta> {
-        let meta = RunMeta::new(record, self.config.default_envelope(), &self.config.profile);
+        let meta = RunMeta::new(
+            record,
+            self.config.default_envelope(),
+            &self.config.profile,
+            &self.config.images,
+        );
         self.runs.insert(&record.run_id, meta)
     }
 

@@ -67,6 +67,7 @@ impl Harness {
             command: vec!["sh".into(), "-c".into(), command.into()],
             background: true,
             timeout_sec: 60,
+            io: sandbox::Io::Null,
             idempotency_key: None,
             approval: None,
             schedule_id: None,
@@ -317,6 +318,7 @@ async fn a_request_left_by_a_dead_kernel_runs_exactly_once() {
             op_id: op.id.clone(),
             run_as: "1000:1000".into(),
             log_cap: 1024,
+            io: sandbox::Io::Null,
             argv: vec!["true".into()],
         };
         h.fake.run_ops().submit(&request).unwrap();

@@ -108,6 +108,7 @@ impl ObserverAttempt {
             op_id: &self.op.id,
             run_as: k.config.profile.run_as.as_deref(),
             log_cap_bytes: k.config.ops.log_cap_bytes,
+            io: self.op.io,
         };
         // what cannot be a request cannot be an exec either: that path
         // refuses it with the same error
@@ -186,6 +187,7 @@ impl ObserverAttempt {
             op_id: &self.op.id,
             run_as: k.config.profile.run_as.as_deref(),
             log_cap_bytes: k.config.ops.log_cap_bytes,
+            io: self.op.io,
         };
         let launch_id = match k
             .backend

@@ -79,8 +79,9 @@ struct State {
     by_container: HashMap<String, String>,
     /// Pool keys named by a binding file without a row, with its run key.
     unconfirmed: HashMap<String, String>,
-    /// The image id of the default profile's image, as last seen.
-    image_id: Option<String>,
+    /// The image id of each pooled profile's image (by reference), as
+    /// last seen.
+    image_ids: HashMap<String, String>,
 }
 
 impl State {

@@ -65,8 +65,7 @@ pub async fn recover(k: &Kernel) -> Result<(), StoreError> {
     let Ok(list) = k.backend.list_managed().await else {
         return Ok(());
     };
-    let image = k.backend.image_id(&k.config.profile.image).await.ok();
-    k.pool.state.lock().image_id = image;
+    let _ = k.pool.refresh_images(k).await;
     for c in list {
         let key = c.labels.get(LABEL_SCRATCH_KEY).cloned().unwrap_or_default();
         let fresh = k.pool.fresh(k, &c) && reconcile::untouched(k, &key);
@@ -99,8 +98,7 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
 
 /// One round: the removals, then the refill.
 async fn tick(k: &Kernel) -> Result<(), sandbox::SandboxError> {
-    let image = k.backend.image_id(&k.config.profile.image).await?;
-    k.pool.state.lock().image_id = Some(image.clone());
+    k.pool.refresh_images(k).await?;
     let list = k.backend.list_managed().await?;
     k.pool.drop_vanished(&list);
     for c in list.iter().filter(|c| c.labels.contains_key(LABEL_POOL)) {
@@ -114,6 +112,7 @@ async fn tick(k: &Kernel) -> Result<(), sandbox::SandboxError> {
         tracing::warn!(%e, "warm pool: bindings not reconciled this round");
     }
     for profile in &k.pool.config.profiles {
+        let image = k.pool.image_id_of(profile).unwrap_or_default();
         while k.pool.free_of(profile) < k.pool.size() {
             let identity = PoolIdentity::new(profile, &image);
             // listed as being made: a reaper pass meanwhile keeps it
@@ -198,19 +197,40 @@ pub async fn remove_unbound(
 }
 
 impl Pool {
+    /// Reads the image id of each pooled profile's image (SPEC §26: the
+    /// pool is kept per image); a rebuilt image drains its containers.
+    async fn refresh_images(&self, k: &Kernel) -> Result<(), sandbox::SandboxError> {
+        let mut ids = std::collections::HashMap::new();
+        for p in &self.config.profiles {
+            if !ids.contains_key(&p.image) {
+                ids.insert(p.image.clone(), k.backend.image_id(&p.image).await?);
+            }
+        }
+        self.state.lock().image_ids = ids;
+        Ok(())
+    }
+
+    /// The image id `profile`'s containers are made from, as last seen.
+    fn image_id_of(&self, profile: &sandbox::Profile) -> Option<String> {
+        self.state.lock().image_ids.get(&profile.image).cloned()
+    }
+
     /// Whether an unbound pool container may serve a new run: running,
-    /// this home's, of a pooled profile and the current image.
+    /// this home's, of a pooled profile and that profile's current image.
     fn fresh(&self, k: &Kernel, c: &ContainerInfo) -> bool {
-        let s = self.state.lock();
-        let pooled = c
+        let profile = c
             .labels
             .get(LABEL_POOL)
-            .is_some_and(|f| self.fingerprints.contains(f));
-        pooled
-            && c.running
+            .and_then(|f| self.fingerprints.iter().position(|p| p == f))
+            .map(|i| &self.config.profiles[i]);
+        let Some(profile) = profile else {
+            return false;
+        };
+        let image = self.image_id_of(profile);
+        c.running
             && k.backend.owns(c)
-            && s.image_id.is_some()
-            && c.labels.get(LABEL_POOL_IMAGE) == s.image_id.as_ref()
+            && image.is_some()
+            && c.labels.get(LABEL_POOL_IMAGE) == image.as_ref()
     }
 
     /// Why an unbound pool container must go now (`None`: it stays, or it

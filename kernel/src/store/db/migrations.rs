@@ -38,6 +38,9 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(10, "0010_pool.sql"),
     migration!(11, "0011_cluster.sql"),
     migration!(12, "0012_cluster_features.sql"),
+    migration!(13, "0013_interactive.sql"),
+    migration!(14, "0014_workspaces.sql"),
+    migration!(15, "0015_egress.sql"),
 ];
 
 /// The newest schema version this kernel knows.

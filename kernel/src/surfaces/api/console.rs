@@ -3,7 +3,6 @@
 //! always ends with a `done` event.
 
 use std::convert::Infallible;
-use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
 
 use axum::body::Body as HttpBody;
@@ -29,20 +28,15 @@ pub struct OffsetQuery {
 }
 
 fn read_from(k: &AppState, scratch_key: &str, op_id: &str, offset: u64, max: u64) -> Vec<u8> {
-    let Ok(mut file) = k.backend.ops_dir(scratch_key).open_log(op_id) else {
-        return Vec::new();
-    };
-    if file.seek(SeekFrom::Start(offset)).is_err() {
-        return Vec::new();
-    }
-    let mut buf = Vec::new();
-    let _ = file.take(max).read_to_end(&mut buf);
-    buf
+    let ops = k.backend.ops_dir(scratch_key);
+    ops.read_log_at(op_id, offset, max)
+        .map(|(bytes, _)| bytes)
+        .unwrap_or_default()
 }
 
 /// 410 `log_pruned` once the op's files went (SPEC §21): its state still
 /// has the log's digest, size and tail.
-async fn refuse_pruned(k: &AppState, op_id: &str) -> ApiResult<()> {
+pub(super) async fn refuse_pruned(k: &AppState, op_id: &str) -> ApiResult<()> {
     match k.store.files_pruned_at(op_id).await? {
         None => Ok(()),
         Some(at) => Err(super::ApiError::new(
@@ -261,7 +255,7 @@ pub async fn console(
 }
 
 /// A request's path with its query, as forwarded to another node.
-fn path_of(uri: &Uri) -> String {
+pub(super) fn path_of(uri: &Uri) -> String {
     uri.path_and_query()
         .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned())
 }

@@ -8,8 +8,13 @@ mod drill_hooks;
 pub mod error;
 mod events;
 mod fanout;
+mod files;
+mod files_range;
+mod files_tools;
 mod inspect;
+mod interactive;
 pub mod metrics;
+mod network;
 mod nodes;
 pub mod openapi;
 mod ops;
@@ -17,10 +22,14 @@ pub mod panel;
 mod params;
 mod proxy;
 pub mod reports;
+mod run_hop;
 mod runs;
 pub mod schedules;
 pub(crate) mod schema;
+mod snapshots;
 mod streams_doc;
+mod waits;
+mod workspaces;
 
 use std::sync::Arc;
 
@@ -54,6 +63,7 @@ pub fn router(kernel: Arc<Kernel>) -> Router {
         .route("/v1/whoami", get(daemon::whoami))
         .route("/v1/tools", get(daemon::tools))
         .merge(run_routes())
+        .merge(workspace_routes(&kernel))
         .merge(op_routes())
         .merge(operator_routes());
     if kernel.config.drills.on {
@@ -74,6 +84,7 @@ fn run_routes() -> Router<AppState> {
         .route("/v1/runs/{run}/cancel", post(runs::cancel))
         .route("/v1/runs/{run}/complete", post(runs::complete))
         .route("/v1/runs/{run}/usage", post(runs::usage))
+        .route("/v1/runs/{run}/network", post(network::change))
         .route("/v1/runs/{run}/events", get(events::events))
         .route("/v1/runs/{run}/events/stream", get(events::events_stream))
         .route("/v1/runs/{run}/reports", get(events::reports))
@@ -98,6 +109,40 @@ fn run_routes() -> Router<AppState> {
             post(schedules::resume),
         )
         .route("/v1/schedules", get(schedules::list_all))
+        .route("/v1/images", get(workspaces::images))
+}
+
+/// A run's workspace: its files, archives and snapshots, answered by the
+/// node that holds it (`run_hop`).
+fn workspace_routes(kernel: &AppState) -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/runs/{run}/files/{*path}",
+            get(files::get_file)
+                .put(files::put_file)
+                .delete(files::delete_file),
+        )
+        .route(
+            "/v1/runs/{run}/tools/read_file",
+            post(files_tools::read_file),
+        )
+        .route(
+            "/v1/runs/{run}/tools/write_file",
+            post(files_tools::write_file),
+        )
+        .route("/v1/runs/{run}/tools/list_dir", post(files_tools::list_dir))
+        .route(
+            "/v1/runs/{run}/archive/{*path}",
+            get(files::get_archive).put(files::put_archive),
+        )
+        .route(
+            "/v1/runs/{run}/snapshots",
+            post(snapshots::make).get(snapshots::list),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            kernel.clone(),
+            run_hop::on_its_node,
+        ))
 }
 
 /// The tools and an op's own endpoints.
@@ -109,6 +154,19 @@ fn op_routes() -> Router<AppState> {
             "/v1/runs/{run}/tools/kill_operation",
             post(ops::kill_operation),
         )
+        .route(
+            "/v1/runs/{run}/tools/write_stdin",
+            post(interactive::write_stdin),
+        )
+        .route(
+            "/v1/runs/{run}/tools/read_output",
+            post(interactive::read_output),
+        )
+        .route(
+            "/v1/runs/{run}/tools/resize_tty",
+            post(interactive::resize_tty),
+        )
+        .route("/v1/operations/{id}/nudge", post(interactive::nudge))
         .route("/v1/operations/{id}", get(ops::get_operation))
         .route("/v1/operations/{id}/approve", post(ops::approve))
         .route("/v1/operations/{id}/deny", post(ops::deny))

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
+use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
 
@@ -34,26 +35,6 @@ pub fn started_message(id: &str, timeout_sec: u64) -> String {
          (exit code + output tail) will arrive automatically as a follow-up message. The operation times out \
          after {timeout_sec} s. Use kill_operation to cancel it."
     )
-}
-
-pub(super) fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = value
-        .to_str()
-        .ok()
-        .filter(|k| !k.is_empty() && k.len() <= 128 && k.bytes().all(|b| b.is_ascii_graphic()))
-        .ok_or_else(|| {
-            ApiError::bad_request("Idempotency-Key must be 1-128 printable ASCII characters")
-        })?;
-    // the kernel's own keys (a schedule's due times) are not the caller's
-    if key.starts_with("schedule:") {
-        return Err(ApiError::bad_request(
-            "Idempotency-Key may not start with \"schedule:\" (reserved for schedules)",
-        ));
-    }
-    Ok(Some(key.to_owned()))
 }
 
 /// The command's timeout: the one asked for, or the default (never above
@@ -113,7 +94,8 @@ pub async fn run_command(
     authorize_run(&k, &principal, &run, Scope::Own).await?;
     let meta = run_meta_for(&k, &principal, &run).await?;
     let timeout = validate(&k, &req, &meta.envelope)?;
-    let key = idempotency_key(&headers)?;
+    let (io, yield_after) = super::interactive::interactive_of(&req)?;
+    let key = super::params::idempotency_key(&headers)?;
     // a command an approval rule holds waits for an operator: its result
     // comes in a report, as a background op's does (a caller cannot be
     // kept waiting for a human)
@@ -124,6 +106,7 @@ pub async fn run_command(
         command: req.command,
         background: req.background || approval.is_some(),
         timeout_sec: timeout,
+        io,
         idempotency_key: key,
         approval,
         schedule_id: None,
@@ -132,7 +115,7 @@ pub async fn run_command(
         implicit_run: principal == Principal::Operator,
         ..k.config.admission()
     };
-    start_and_answer(&k, start, limits).await
+    start_and_answer(&k, start, limits, yield_after).await
 }
 
 /// The run's facts for a start: the operator's run is created when it is
@@ -159,6 +142,7 @@ async fn start_and_answer(
     k: &AppState,
     start: StartRequest,
     limits: crate::store::Admission,
+    yield_after: Option<Duration>,
 ) -> ApiResult<Json<OpView>> {
     let background = start.background;
     // the limits, the run's state and its budgets are checked in the
@@ -182,49 +166,48 @@ async fn start_and_answer(
             OpView::of(&op).saying(started_message(&op.id, op.timeout_sec)),
         ));
     }
-    Ok(Json(wait_foreground(k, &op).await?))
-}
-
-/// The op's row once its observer is done (it settled), or `budget` ran
-/// out (it still lives): whichever comes first.
-async fn after_observer(k: &AppState, id: &str, budget: Duration) -> ApiResult<Op> {
-    let deadline = tokio::time::Instant::now() + budget;
-    let _ = tokio::time::timeout_at(deadline, k.wait_observer_done(id)).await;
-    loop {
-        let op = k
-            .store
-            .get_op(id)
-            .await?
-            .ok_or_else(|| ApiError::internal("operation vanished"))?;
-        // another cluster node runs it, or this node's observer stopped
-        // short (its lease not held: the hand-off starts another): its end
-        // is read from the control plane
-        if op.status.is_terminal() || tokio::time::Instant::now() >= deadline {
-            return Ok(op);
+    // a retried foreground call whose op already yielded: it is a
+    // background op now, its result the report's (never also inline)
+    if op.background {
+        let after = yield_after.unwrap_or_default();
+        return Ok(Json(super::interactive::yielded(k, op, after).await));
+    }
+    match yield_after {
+        None => Ok(Json(wait_foreground(k, &op, None).await?)),
+        // the wait and its flip go on if the caller leaves: a yield never
+        // leaves its op a foreground one nobody answers
+        Some(after) => {
+            let (k, op) = (k.clone(), op.clone());
+            let wait = tokio::spawn(async move { wait_foreground(&k, &op, Some(after)).await });
+            let view = wait
+                .await
+                .map_err(|e| ApiError::internal(format!("the foreground wait failed: {e}")))??;
+            Ok(Json(view))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-async fn wait_foreground(k: &AppState, op: &Op) -> ApiResult<OpView> {
+async fn wait_foreground(
+    k: &AppState,
+    op: &Op,
+    yield_after: Option<Duration>,
+) -> ApiResult<OpView> {
     let budget =
         Duration::from_secs(op.timeout_sec) + k.config.ops.kill_grace * 3 + Duration::from_secs(30);
-    let op = after_observer(k, &op.id, budget).await?;
-    if op.status.is_terminal() {
-        k.store.mark_delivered_inline(&op.id).await?;
+    let mut op =
+        super::waits::after_observer(k, &op.id, yield_after.unwrap_or(budget).min(budget)).await?;
+    if let (false, Some(after)) = (op.status.is_terminal(), yield_after) {
+        // the op becomes a background one unless it has just settled
+        if let Some(flipped) = k.store.yield_to_background(&op.id).await? {
+            return Ok(super::interactive::yielded(k, flipped, after).await);
+        }
+        op = super::waits::after_observer(k, &op.id, Duration::ZERO).await?;
     }
-    // another node's op: its log is there; the row keeps its output's end
-    let output = match k.runs_here(op.node.as_deref()) {
-        true => k
-            .backend
-            .ops_dir(&op.scratch_key)
-            .log_tail(&op.id, 64 * 1024)
-            .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
-            .unwrap_or_default(),
-        false => op.output_tail.clone().unwrap_or_default(),
-    };
+    let delivered = op.status.is_terminal() && k.store.mark_delivered_inline(&op.id).await?;
+    let (output, _) = super::waits::output_so_far(k, &op);
     Ok(OpView {
         output: Some(output),
+        delivered,
         ..OpView::of(&op)
     })
 }
@@ -248,6 +231,12 @@ pub async fn run_oneshot(
             "background commands need a run: use /v1/runs/{run}/tools/run_command",
         ));
     }
+    if req.stdin || req.tty.is_some() || req.yield_ms.is_some() {
+        return Err(ApiError::bad_request(
+            "stdin, tty and yield_ms need a run (a throwaway container is removed when the call \
+             answers): use /v1/runs/{run}/tools/run_command",
+        ));
+    }
     let timeout = validate(&k, &req, &k.config.default_envelope())?;
     let run = format!("oneshot-{}", uuid::Uuid::new_v4().simple());
     // in a cluster, on this node: its container is removed here afterwards
@@ -260,11 +249,12 @@ pub async fn run_oneshot(
         command: req.command,
         background: false,
         timeout_sec: timeout,
+        io: sandbox::Io::Null,
         idempotency_key: None,
         approval: None,
         schedule_id: None,
     };
-    let answer = start_and_answer(&k, start, k.config.admission()).await;
+    let answer = start_and_answer(&k, start, k.config.admission(), None).await;
     // an op that outlived the wait keeps its container (the reaper takes
     // it once the op has ended)
     let ended = answer.as_ref().is_ok_and(|view| view.status.is_terminal());
@@ -287,8 +277,9 @@ pub async fn kill_operation(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
+    headers: HeaderMap,
     Body(req): Body<KillOperation>,
-) -> ApiResult<Json<OpView>> {
+) -> ApiResult<axum::response::Response> {
     // an ancestor may kill a descendant's op (through the descendant's path)
     authorize_run(&k, &principal, &run, Scope::Subtree).await?;
     let op = visible_op(&k, &principal, &req.operation_id).await?;
@@ -298,17 +289,28 @@ pub async fn kill_operation(
             op.id
         )));
     }
+    if let (Some(name), false) = (req.signal, op.status.is_terminal()) {
+        return super::interactive::signal(&k, &op, name, &headers, &req).await;
+    }
+    kill_whole(&k, op)
+        .await
+        .map(|view| Json(view).into_response())
+}
+
+/// `kill_operation` without a signal: TERM, the grace, KILL (or the
+/// withdrawal of an op awaiting approval).
+async fn kill_whole(k: &AppState, op: Op) -> ApiResult<OpView> {
     if op.status.is_terminal() {
         let mut ended = format!("operation already ended: {}", op.status.as_str());
         // a lost op's command may still run: its node stops it (SPEC §24)
-        if op.status == Status::Lost && crate::runtime::stop::stop_settled_anywhere(&k, &op).await {
+        if op.status == Status::Lost && crate::runtime::stop::stop_settled_anywhere(k, &op).await {
             ended.push_str("; what of its command may still run is being stopped");
         }
-        return Ok(Json(OpView::of(&op).saying(ended)));
+        return Ok(OpView::of(&op).saying(ended));
     }
     if op.status == Status::AwaitingApproval {
         let reason = "cancelled before approval";
-        crate::runtime::control::deny(&k, &op, reason, BY_KILL).await?;
+        crate::runtime::control::deny(k, &op, reason, BY_KILL).await?;
         let op = k
             .store
             .get_op(&op.id)
@@ -317,22 +319,20 @@ pub async fn kill_operation(
         if op.status == Status::Denied {
             // it may have been denied just before, for another reason
             let why = op.error.clone().unwrap_or_else(|| reason.to_owned());
-            return Ok(Json(
-                OpView::of(&op).saying(format!("operation denied: {why}")),
-            ));
+            return Ok(OpView::of(&op).saying(format!("operation denied: {why}")));
         }
         // approved meanwhile: it is an ordinary op now, killed as one
     }
-    crate::runtime::control::kill(&k, &op.id, KillReason::Kill).await?;
+    crate::runtime::control::kill(k, &op.id, KillReason::Kill).await?;
     // give the TERM → grace → KILL sequence time to finish, then answer with the state
     let budget = k.config.ops.kill_grace * 2 + Duration::from_secs(5);
-    let op = after_observer(&k, &op.id, budget).await?;
+    let op = super::waits::after_observer(k, &op.id, budget).await?;
     let message = if op.status.is_terminal() {
         format!("operation killed: {}", op.status.as_str())
     } else {
         "kill under way: SIGTERM sent, SIGKILL follows after the grace period; the outcome arrives as a normal resolution".to_owned()
     };
-    Ok(Json(OpView::of(&op).saying(message)))
+    Ok(OpView::of(&op).saying(message))
 }
 
 #[utoipa::path(

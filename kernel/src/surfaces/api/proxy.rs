@@ -1,11 +1,11 @@
-//! A read of another cluster node's op (SPEC §20): its log and console live
-//! on that node, so the call is forwarded to the node's advertised URL
+//! A call about another cluster node's op (SPEC §20, §25): its log, its
+//! console and its stdin live on that node, so the call is forwarded to the node's advertised URL
 //! with the caller's own token (checked again there) and its answer
 //! streamed back. A forwarded call (its mark proven with the cluster's
 //! operator token) is never forwarded again.
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use futures::TryStreamExt;
 
@@ -40,28 +40,95 @@ pub(super) async fn elsewhere(
     headers: &HeaderMap,
     path: &str,
 ) -> ApiResult<Option<Response>> {
+    forward(k, op, headers, path, None).await
+}
+
+/// [`elsewhere`] for a `POST` with a JSON body (an interactive call,
+/// SPEC §25): its `Idempotency-Key` goes along.
+pub(super) async fn elsewhere_post(
+    k: &AppState,
+    op: &Op,
+    headers: &HeaderMap,
+    path: &str,
+    body: &impl serde::Serialize,
+) -> ApiResult<Option<Response>> {
+    let body = serde_json::to_vec(body).map_err(|e| ApiError::internal(e.to_string()))?;
+    forward(k, op, headers, path, Some(body)).await
+}
+
+async fn forward(
+    k: &AppState,
+    op: &Op,
+    headers: &HeaderMap,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> ApiResult<Option<Response>> {
     let (Some(_), Some(node)) = (&k.node, op.node.as_deref()) else {
         return Ok(None);
     };
     if k.runs_here(Some(node)) || is_forwarded(k, headers, path) {
         return Ok(None);
     }
+    let hop = Hop {
+        node,
+        lost: format!(
+            "op {} ran on node {node}, which is dead: its log was on it",
+            op.id
+        ),
+        path,
+        method: if body.is_some() {
+            Method::POST
+        } else {
+            Method::GET
+        },
+        body: body.map(|b| {
+            (
+                reqwest::Body::from(b),
+                HeaderValue::from_static("application/json"),
+            )
+        }),
+    };
+    relay(k, headers, hop).await.map(Some)
+}
+
+/// One call relayed to another node: where, what, and what to say when
+/// that node is dead.
+pub(super) struct Hop<'a> {
+    /// The node's name.
+    pub node: &'a str,
+    /// The refusal when the node is dead.
+    pub lost: String,
+    /// The path with its query.
+    pub path: &'a str,
+    /// The caller's method.
+    pub method: Method,
+    /// The body and its type (streamed on as it comes).
+    pub body: Option<(reqwest::Body, HeaderValue)>,
+}
+
+/// Sends `hop` to its node's advertised URL with the caller's token and
+/// the headers a call's meaning depends on; streams the answer back.
+pub(super) async fn relay(k: &AppState, headers: &HeaderMap, hop: Hop<'_>) -> ApiResult<Response> {
+    let node = hop.node;
     let row = k.store.nodes().await?.into_iter().find(|n| n.name == node);
     let unavailable =
         |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "node_unavailable", why);
     let Some(row) = row.filter(|n| n.state != "dead") else {
-        return Err(unavailable(format!(
-            "op {} ran on node {node}, which is dead: its log was on it",
-            op.id
-        )));
+        return Err(unavailable(hop.lost));
     };
+    let url = format!("{}{}", row.advertise_url, hop.path);
     let mut req = client()
-        .get(format!("{}{path}", row.advertise_url))
-        .header(FORWARDED, proof(k, path));
+        .request(hop.method, url)
+        .header(FORWARDED, proof(k, hop.path));
+    if let Some((body, kind)) = hop.body {
+        req = req.header(header::CONTENT_TYPE, kind).body(body);
+    }
     for name in [
         header::AUTHORIZATION,
         header::ACCEPT,
+        header::RANGE,
         header::HeaderName::from_static("last-event-id"),
+        header::HeaderName::from_static("idempotency-key"),
     ] {
         if let Some(v) = headers.get(&name) {
             req = req.header(name, v);
@@ -73,6 +140,12 @@ pub(super) async fn elsewhere(
             row.advertise_url
         ))
     })?;
+    answered(answer)
+}
+
+/// The other node's answer as this node's: its status, its end-to-end
+/// headers, its body streamed.
+fn answered(answer: reqwest::Response) -> ApiResult<Response> {
     let mut out = Response::builder().status(answer.status().as_u16());
     let named: Vec<String> = answer
         .headers()
@@ -91,7 +164,6 @@ pub(super) async fn elsewhere(
     }
     let body = Body::from_stream(answer.bytes_stream().map_err(std::io::Error::other));
     out.body(body)
-        .map(Some)
         .map_err(|e| ApiError::internal(format!("forwarded answer: {e}")))
 }
 

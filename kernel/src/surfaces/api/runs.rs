@@ -58,8 +58,12 @@ pub async fn create_run(
     principal: Principal,
     headers: HeaderMap,
     Body(req): Body<CreateRun>,
-) -> ApiResult<Json<RunCreated>> {
-    let key = super::ops::idempotency_key(&headers)?;
+) -> ApiResult<axum::response::Response> {
+    let key = super::params::idempotency_key(&headers)?;
+    // in a cluster, a fork is made where its source's workspace is
+    if let Some(there) = super::workspaces::fork_elsewhere(&k, &principal, &headers, &req).await? {
+        return Ok(there);
+    }
     let mut req = req;
     // a child's id lives in its parent's namespace (`<parent>.<name>`)
     if let Principal::Run(parent) = &principal {
@@ -74,6 +78,17 @@ pub async fn create_run(
     let budget = req.budget.unwrap_or_default();
     budget.validate().map_err(envelope_error("budget"))?;
     let (parent, envelope) = resolve_envelope(&k, &principal, &req, &budget).await?;
+    super::network::check_served(&k, envelope.as_ref())?;
+    let image = super::workspaces::run_image(&k, &principal, &req).await?;
+    let fork = match &req.fork_from {
+        Some(from) => {
+            let source = super::workspaces::fork_source(&k, &principal, from).await?;
+            let (temp, copied) =
+                super::workspaces::copy_fork(&k, &source, req.consistent, None).await?;
+            Some((source, temp, copied))
+        }
+        None => None,
+    };
     let token = new_token();
     let new = NewRun {
         run_id: req.run_id.clone(),
@@ -83,8 +98,11 @@ pub async fn create_run(
         token_sha256: token_sha256(&token),
         idempotency_key: key,
         limits: k.config.admission(),
+        image,
     };
-    let record = match k.store.create_run(new.clone()).await? {
+    let (created, forked_from) =
+        super::workspaces::create_placing(&k, &new, fork.as_ref(), req.consistent).await?;
+    let record = match created {
         CreatedRun::Created(record) => record,
         CreatedRun::Exists(record) => {
             // a retry of the same creation gets a fresh token (the first
@@ -102,7 +120,7 @@ pub async fn create_run(
         CreatedRun::NoParent => return Err(ApiError::not_found("the token's run is gone")),
     };
     let meta = k.remember_run(&record);
-    Ok(Json(RunCreated {
+    let created = RunCreated {
         run_id: record.run_id,
         token,
         parent_run_id: record.parent_run_id,
@@ -110,7 +128,10 @@ pub async fn create_run(
         state: record.state,
         envelope: meta.envelope.clone(),
         budget: record.budget,
-    }))
+        image: meta.image.clone(),
+        forked_from,
+    };
+    Ok(axum::response::IntoResponse::into_response(Json(created)))
 }
 
 /// The new run's parent and envelope: the operator's top-level run gets
@@ -149,11 +170,18 @@ async fn resolve_envelope(
             ),
         ));
     }
+    // an allow list may have changed since the run was cached (SPEC §27)
+    let mut parent_envelope = meta.envelope.clone();
+    if let crate::egress::Network::Allow(_) = parent_envelope.network {
+        if let Some(now) = k.store.get_run(parent).await?.and_then(|r| r.envelope) {
+            parent_envelope.network = now.network;
+        }
+    }
     let envelope = req
         .envelope
         .clone()
         .unwrap_or_default()
-        .narrow(&meta.envelope)
+        .narrow(&parent_envelope)
         .map_err(envelope_error("envelope"))?;
     budget
         .narrow(&k.store.tightest_budget(parent).await?)
@@ -170,11 +198,13 @@ fn is_retry(record: &RunRecord, new: &NewRun, req: &CreateRun) -> bool {
     match &new.parent {
         None => {
             record.parent_run_id.is_none()
+                && (req.image.is_none() || record.image == new.image)
                 && (req.envelope.is_none() || record.envelope == new.envelope)
                 && (req.budget.is_none() || record.budget == new.budget)
         }
         Some(_) => {
             record.parent_run_id == new.parent
+                && record.image == new.image
                 && record.envelope == new.envelope
                 && record.budget == new.budget
                 && new.idempotency_key.is_some()
@@ -224,6 +254,7 @@ async fn run_view(k: &AppState, record: RunRecord) -> ApiResult<RunView> {
         summary: record.summary,
         decided_by: record.decided_by,
         run_id: record.run_id,
+        image: meta.image.clone(),
     })
 }
 
@@ -480,7 +511,7 @@ pub async fn usage(
         }
     }
     let record = load_run(&k, &run).await?;
-    let key = super::ops::idempotency_key(&headers)?;
+    let key = super::params::idempotency_key(&headers)?;
     let usage = ModelUsage {
         model: req.model,
         input_tokens: req.input_tokens,

@@ -75,6 +75,23 @@ impl Client {
         Self::check(resp).await
     }
 
+    /// A raw request with the token (`body` streamed when given): the
+    /// answer, an error status turned into an error with the API's message.
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<reqwest::Body>,
+    ) -> anyhow::Result<reqwest::Response> {
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(body) = body {
+            req = req
+                .header("content-type", "application/octet-stream")
+                .body(body);
+        }
+        self.send(req).await
+    }
+
     /// `GET` with the token, the JSON answer as it came; an error status
     /// becomes an error with the API's message.
     pub async fn get(&self, path: &str) -> anyhow::Result<Value> {

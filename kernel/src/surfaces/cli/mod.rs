@@ -1,6 +1,8 @@
 //! The `opkernel` client verbs: each a client of the daemon's HTTP API.
 
+mod attach;
 pub mod client;
+mod files;
 mod nodes;
 mod runs;
 mod verbs;
@@ -34,14 +36,28 @@ pub enum Command {
         /// A retry with the same key returns the same operation
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Keep its stdin open and attach this terminal (needs --run; with
+        /// --background: start it without attaching, for `opkernel write`)
+        #[arg(long)]
+        stdin: bool,
+        /// Run it on a terminal and attach this one, raw (needs --run; Ctrl-] detaches)
+        #[arg(long, conflicts_with = "stdin")]
+        tty: bool,
         /// The command and its arguments, after --
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// Kill an operation (SIGTERM, grace, SIGKILL)
+    /// Write a line to an operation's stdin and print what it answers
+    Write(attach::WriteArgs),
+    /// Print an operation's output from an offset (--follow: until it ends)
+    Output(attach::OutputArgs),
+    /// Kill an operation (SIGTERM, grace, SIGKILL), or send it one signal
     Kill {
         /// Operation to kill
         operation_id: String,
+        /// Send only this signal (INT, TERM, KILL, HUP, QUIT, USR1, USR2)
+        #[arg(long)]
+        signal: Option<String>,
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
@@ -93,16 +109,18 @@ pub enum Command {
     },
     /// Register a run and print its run token (with a run token: create a
     /// child of that run, which may only narrow its envelope and budget)
-    Token {
-        /// Run id to register (with a run token: the child's id)
-        #[arg(long)]
-        run: String,
-        /// Envelope as JSON, e.g. '{"memory_bytes": 536870912, "max_timeout_sec": 600}'
-        #[arg(long)]
-        envelope: Option<String>,
-        /// Budget as JSON, e.g. '{"tokens": 200000, "op_seconds": 3600}'
-        #[arg(long)]
-        budget: Option<String>,
+    Token(verbs::TokenArgs),
+    /// Copy a file or directory between here and a run: `RUN:/path` on one side
+    Cp {
+        /// Source: a local path or RUN:/path
+        src: String,
+        /// Destination: a local path or RUN:/path (ending in / or an existing dir: under the source's name)
+        dst: String,
+    },
+    /// List a directory of a run's container: RUN:/path
+    Ls {
+        /// RUN:/path
+        target: String,
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
@@ -370,7 +388,7 @@ fn or_dash<T: std::fmt::Display>(v: &Option<T>) -> String {
 }
 
 /// A flag's JSON value, read as the request type it stands for.
-fn parse_json<T: serde::de::DeserializeOwned>(
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(
     what: &str,
     v: Option<String>,
 ) -> anyhow::Result<Option<T>> {
@@ -426,6 +444,8 @@ pub async fn run_client(client: Client, cmd: Command) -> anyhow::Result<i32> {
             timeout,
             json,
             idempotency_key,
+            stdin,
+            tty,
             command,
         } => {
             let req = RunRequest {
@@ -433,11 +453,19 @@ pub async fn run_client(client: Client, cmd: Command) -> anyhow::Result<i32> {
                 background,
                 timeout,
                 idempotency_key,
+                stdin,
+                tty,
                 command,
             };
             verbs::run(&client, req, json).await
         }
-        Command::Kill { operation_id, json } => verbs::kill(&client, &operation_id, json).await,
+        Command::Write(args) => attach::write(&client, args).await,
+        Command::Output(args) => attach::output(&client, args).await,
+        Command::Kill {
+            operation_id,
+            signal,
+            json,
+        } => verbs::kill(&client, &operation_id, signal.as_deref(), json).await,
         Command::State { operation_id, json } => verbs::state(&client, &operation_id, json).await,
         Command::Logs {
             operation_id,
@@ -446,19 +474,9 @@ pub async fn run_client(client: Client, cmd: Command) -> anyhow::Result<i32> {
         Command::Report { run, wait, json } => verbs::report(&client, &run, wait, json).await,
         Command::Note { run, text } => verbs::note(&client, &run, &text).await,
         Command::Finish { run, json } => verbs::finish(&client, &run, json).await,
-        Command::Token {
-            run,
-            envelope,
-            budget,
-            json,
-        } => {
-            let body = crate::surfaces::requests::CreateRun {
-                run_id: run,
-                envelope: parse_json("envelope", envelope)?,
-                budget: parse_json("budget", budget)?,
-            };
-            verbs::token(&client, &body, json).await
-        }
+        Command::Token(args) => verbs::token(&client, args).await,
+        Command::Cp { src, dst } => files::cp(&client, &src, &dst).await,
+        Command::Ls { target, json } => files::ls(&client, &target, json).await,
         Command::Ps { run, json, limit } => verbs::ps(&client, run.as_deref(), json, limit).await,
         Command::Containers { json } => verbs::containers(&client, json).await,
         Command::Nodes { json } => nodes::list(&client, json).await,
@@ -541,5 +559,7 @@ struct RunRequest {
     background: bool,
     timeout: Option<u64>,
     idempotency_key: Option<String>,
+    stdin: bool,
+    tty: bool,
     command: Vec<String>,
 }

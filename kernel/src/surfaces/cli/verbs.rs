@@ -18,10 +18,19 @@ use crate::surfaces::views::{
 /// `opkernel run`: a background op prints its start message; a foreground
 /// one prints its output and exits with its code.
 pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow::Result<i32> {
+    let attached = (req.stdin || req.tty) && !req.background;
+    if (req.stdin || req.tty) && req.run.is_none() {
+        bail!("--stdin and --tty need --run: a throwaway container ends with its call");
+    }
+    // attached: the call answers at once (yield_ms 0) and the op goes on
+    // while this terminal is attached to it
     let body = RunCommand {
         command: req.command.clone(),
         background: req.background,
         timeout_sec: req.timeout,
+        stdin: req.stdin,
+        tty: req.tty.then_some(crate::surfaces::requests::Tty::On(true)),
+        yield_ms: attached.then_some(0),
     };
     let path = match &req.run {
         Some(run) => format!("/v1/runs/{run}/tools/run_command"),
@@ -41,6 +50,9 @@ pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow:
         print_json(&op);
         return Ok(0);
     }
+    if attached && !op.status.is_terminal() && op.status != Status::AwaitingApproval {
+        return super::attach::attach(client, &op, req.tty).await;
+    }
     if req.background || op.status == Status::AwaitingApproval {
         println!("{}", or_dash(&op.message));
         return Ok(0);
@@ -59,7 +71,24 @@ pub(super) async fn run(client: &Client, req: RunRequest, json: bool) -> anyhow:
     Ok(exit_status(Some(op.status), op.exit_code))
 }
 
-pub(super) async fn kill(client: &Client, operation_id: &str, json: bool) -> anyhow::Result<i32> {
+pub(super) async fn kill(
+    client: &Client,
+    operation_id: &str,
+    signal: Option<&str>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let signal = match signal {
+        None => None,
+        Some(name) => Some(
+            serde_json::from_value(serde_json::Value::String(name.to_ascii_uppercase())).map_err(
+                |_| {
+                    anyhow::anyhow!(
+                        "unknown signal {name:?}: INT, TERM, KILL, HUP, QUIT, USR1 or USR2"
+                    )
+                },
+            )?,
+        ),
+    };
     let state: OpView = client
         .get_as(&format!("/v1/operations/{operation_id}"))
         .await?;
@@ -68,6 +97,7 @@ pub(super) async fn kill(client: &Client, operation_id: &str, json: bool) -> any
             &format!("/v1/runs/{}/tools/kill_operation", state.run_id),
             &KillOperation {
                 operation_id: operation_id.to_owned(),
+                signal,
             },
             None,
         )
@@ -194,10 +224,45 @@ pub(super) async fn finish(client: &Client, run: &str, json: bool) -> anyhow::Re
     Ok(0)
 }
 
+/// `opkernel token`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// Run id to register (with a run token: the child's id)
+    #[arg(long)]
+    run: String,
+    /// Envelope as JSON, e.g. '{"memory_bytes": 536870912, "max_timeout_sec": 600}'
+    #[arg(long)]
+    envelope: Option<String>,
+    /// Budget as JSON, e.g. '{"tokens": 200000, "op_seconds": 3600}'
+    #[arg(long)]
+    budget: Option<String>,
+    /// The run's image, by the operator's name (see GET /v1/images; a child: its parent's unless named)
+    #[arg(long)]
+    image: Option<String>,
+    /// Start from a copy of another run's workspace: RUN or RUN@SNAPSHOT
+    #[arg(long, value_name = "RUN[@SNAPSHOT]")]
+    fork_from: Option<String>,
+    /// With --fork-from RUN: freeze the source's containers while copying
+    #[arg(long, requires = "fork_from")]
+    consistent: bool,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+}
+
 /// `opkernel token`: registers a run (operator) or creates a child run (run
-/// token) and prints the new run's token.
-pub(super) async fn token(client: &Client, body: &CreateRun, json: bool) -> anyhow::Result<i32> {
-    let v: RunCreated = client.post_as("/v1/runs", body, None).await?;
+/// token), an image or a fork named, and prints the new run's token.
+pub(super) async fn token(client: &Client, args: TokenArgs) -> anyhow::Result<i32> {
+    let body = CreateRun {
+        run_id: args.run,
+        envelope: super::parse_json("envelope", args.envelope)?,
+        budget: super::parse_json("budget", args.budget)?,
+        image: args.image,
+        fork_from: args.fork_from,
+        consistent: args.consistent,
+    };
+    let json = args.json;
+    let v: RunCreated = client.post_as("/v1/runs", &body, None).await?;
     if json {
         print_answer(&v);
     } else {

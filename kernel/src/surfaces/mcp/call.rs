@@ -6,7 +6,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::surfaces::requests::{KillOperation, RunCommand};
+use crate::surfaces::requests::{
+    KillOperation, ListDir, ReadFile, ReadOutput, ResizeTty, RunCommand, WriteFile, WriteStdin,
+};
 
 /// What a client asked, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +17,18 @@ pub enum ToolCall {
     RunCommand(RunCommand),
     /// `kill_operation`: its arguments are the API's request body.
     KillOperation(KillOperation),
+    /// `write_stdin`: its arguments are the API's request body.
+    WriteStdin(WriteStdin),
+    /// `read_output`: its arguments are the API's request body.
+    ReadOutput(ReadOutput),
+    /// `resize_tty`: its arguments are the API's request body.
+    ResizeTty(ResizeTty),
+    /// `read_file`: its arguments are the API's request body.
+    ReadFile(ReadFile),
+    /// `write_file`: its arguments are the API's request body.
+    WriteFile(WriteFile),
+    /// `list_dir`: its arguments are the API's request body.
+    ListDir(ListDir),
     /// `operation_state`: one op of the run (or of a delegated run).
     OperationState {
         /// The op asked about.
@@ -46,10 +60,17 @@ impl ToolCall {
         match name {
             "run_command" => Ok(ToolCall::RunCommand(request(args)?)),
             "kill_operation" => Ok(ToolCall::KillOperation(request(args)?)),
+            "write_stdin" => Ok(ToolCall::WriteStdin(request(args)?)),
+            "read_output" => Ok(ToolCall::ReadOutput(request(args)?)),
+            "resize_tty" => Ok(ToolCall::ResizeTty(request(args)?)),
+            "read_file" => Ok(ToolCall::ReadFile(request(args)?)),
+            "write_file" => Ok(ToolCall::WriteFile(request(args)?)),
+            "list_dir" => Ok(ToolCall::ListDir(request(args)?)),
             "operation_state" => operation_state(&args),
             "wait_background_report" => wait_background_report(&args),
             other => Err(BadCall::UnknownTool(format!(
                 "unknown tool {other:?}: the tools are run_command, kill_operation, \
+                 write_stdin, read_output, resize_tty, read_file, write_file, list_dir, \
                  operation_state, wait_background_report"
             ))),
         }
@@ -132,6 +153,9 @@ mod tests {
             command: vec!["true".into()],
             background: true,
             timeout_sec: Some(5),
+            stdin: false,
+            tty: None,
+            yield_ms: None,
         };
         let table: Vec<(&str, Value, Result<ToolCall, BadCall>)> = vec![
             // the API's own bodies, in shape (the API checks their limits)
@@ -145,17 +169,34 @@ mod tests {
                 json!({ "operation_id": op }),
                 Ok(ToolCall::KillOperation(KillOperation {
                     operation_id: op.to_owned(),
+                    signal: None,
                 })),
+            ),
+            (
+                "write_stdin",
+                json!({ "operation_id": op, "text": "2+3\n" }),
+                Ok(ToolCall::WriteStdin(WriteStdin {
+                    operation_id: op.to_owned(),
+                    text: Some("2+3\n".into()),
+                    data_base64: None,
+                    eof: false,
+                    yield_ms: None,
+                })),
+            ),
+            (
+                "kill_operation",
+                json!({ "operation_id": op, "signal": "SIGINT" }),
+                bad("invalid arguments: unknown variant `SIGINT`, expected one of `INT`, `TERM`, `KILL`, `HUP`, `QUIT`, `USR1`, `USR2`"),
             ),
             (
                 "run_command",
                 body.clone(),
-                bad("invalid arguments: unknown field `nonsense`, expected one of `command`, `background`, `timeout_sec`"),
+                bad("invalid arguments: unknown field `nonsense`, expected one of `command`, `background`, `timeout_sec`, `stdin`, `tty`, `yield_ms`"),
             ),
             (
                 "kill_operation",
                 body,
-                bad("invalid arguments: unknown field `command`, expected `operation_id`"),
+                bad("invalid arguments: unknown field `command`, expected `operation_id` or `signal`"),
             ),
             (
                 "operation_state",
@@ -234,7 +275,7 @@ mod tests {
                 Err(BadCall::UnknownTool(
                     concat!(
                         "unknown tool \"run_shell\": the tools are run_command, kill_operation, ",
-                        "operation_state, wait_background_report"
+                        "write_stdin, read_output, resize_tty, read_file, write_file, list_dir, operation_state, wait_background_report"
                     )
                     .to_owned(),
                 )),

@@ -221,6 +221,21 @@ impl OpkernelMcp {
             .map_err(|e| McpError::internal_error(e, None))
     }
 
+    /// A tool that is one `POST` of the API's tool endpoint of the same
+    /// name, its answer read back as its typed view.
+    async fn plain<A: serde::Serialize, V: serde::de::DeserializeOwned>(
+        &self,
+        auth: &RunAuth,
+        tool: &str,
+        args: &A,
+        text: impl FnOnce(&V) -> String,
+    ) -> Result<rmcp::model::CallToolResult, McpError> {
+        let path = format!("/v1/runs/{}/tools/{tool}", auth.run);
+        let body = serde_json::to_value(args).ok();
+        let answer = self.call(auth, reqwest::Method::POST, &path, body).await?;
+        Ok(tool_result(answer, text))
+    }
+
     /// Carries out a parsed tool call: each tool is a call of the API,
     /// its answer read back as its typed view.
     async fn dispatch(
@@ -254,6 +269,36 @@ impl OpkernelMcp {
                     .call(auth, post, &path, serde_json::to_value(&args).ok())
                     .await?;
                 tool_result(answer, kill_operation_text)
+            }
+            ToolCall::WriteStdin(args) => {
+                // keyed like a start: a retried write is applied once
+                let path = format!("/v1/runs/{run}/tools/write_stdin");
+                let body = serde_json::to_value(&args)
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                let answer = backend::start_once(self.backend.as_ref(), &auth.token, &path, body)
+                    .await
+                    .map_err(|e| McpError::internal_error(e, None))?;
+                tool_result(answer, tools::stdin_text)
+            }
+            ToolCall::ReadOutput(args) => {
+                self.plain(auth, "read_output", &args, tools::output_text)
+                    .await?
+            }
+            ToolCall::ResizeTty(args) => {
+                self.plain(auth, "resize_tty", &args, kill_operation_text)
+                    .await?
+            }
+            ToolCall::ReadFile(args) => {
+                self.plain(auth, "read_file", &args, tools::file_text)
+                    .await?
+            }
+            ToolCall::WriteFile(args) => {
+                self.plain(auth, "write_file", &args, tools::written_text)
+                    .await?
+            }
+            ToolCall::ListDir(args) => {
+                self.plain(auth, "list_dir", &args, tools::listing_text)
+                    .await?
             }
             ToolCall::OperationState { operation_id } => {
                 let path = format!("/v1/operations/{operation_id}");

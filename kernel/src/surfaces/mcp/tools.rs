@@ -9,7 +9,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::backend::Answer;
-use crate::surfaces::views::{OpView, ToolsView};
+use crate::surfaces::views::{
+    FileContent, FileList, FileType, FileWrittenView, OpView, OutputView, StdinAnswer, ToolsView,
+};
 
 /// The tools an MCP client sees: `run_command` and `kill_operation` exactly
 /// as `GET /v1/tools` publishes them (fetched from the API), and the two
@@ -131,6 +133,12 @@ fn exit_code_text(op: &OpView) -> String {
 /// What a model reads of `run_command`'s answer.
 pub(super) fn run_command_text(op: &OpView) -> String {
     match &op.message {
+        // a foreground call that yielded: its output so far, then where to go on
+        Some(m) if op.running == Some(true) => format!(
+            "{m}\nnext_offset={}\noutput so far:\n{}",
+            op.next_offset.unwrap_or(0),
+            op.output.as_deref().unwrap_or_default()
+        ),
         Some(m) => m.clone(),
         // a foreground op: its output and exit code
         None => format!(
@@ -140,6 +148,30 @@ pub(super) fn run_command_text(op: &OpView) -> String {
             op.output.as_deref().unwrap_or_default()
         ),
     }
+}
+
+/// What a model reads of `write_stdin`'s answer.
+pub(super) fn stdin_text(a: &StdinAnswer) -> String {
+    let code = a
+        .exit_code
+        .map(|c| format!(" exit_code={c}"))
+        .unwrap_or_default();
+    format!(
+        "status={}{code} next_offset={}\n{}",
+        a.status, a.next_offset, a.output
+    )
+}
+
+/// What a model reads of `read_output`'s answer.
+pub(super) fn output_text(a: &OutputView) -> String {
+    let code = a
+        .exit_code
+        .map(|c| format!(" exit_code={c}"))
+        .unwrap_or_default();
+    format!(
+        "status={}{code} running={} next_offset={}\n{}",
+        a.status, a.running, a.next_offset, a.output
+    )
 }
 
 /// What a model reads of `kill_operation`'s answer.
@@ -163,4 +195,36 @@ pub(super) fn operation_state_text(op: &OpView) -> String {
             .map(|t| format!("\noutput tail:\n{t}"))
             .unwrap_or_default()
     )
+}
+
+/// What a model reads of `read_file`'s answer: a header line, then the
+/// slice.
+pub(super) fn file_text(f: &FileContent) -> String {
+    format!(
+        "{} size={} offset={} next_offset={} eof={} encoding={}\n{}",
+        f.path, f.size, f.offset, f.next_offset, f.eof, f.encoding, f.content
+    )
+}
+
+/// What a model reads of `write_file`'s answer.
+pub(super) fn written_text(w: &FileWrittenView) -> String {
+    format!("wrote {} bytes to {}", w.bytes, w.path)
+}
+
+/// What a model reads of `list_dir`'s answer: one line per entry.
+pub(super) fn listing_text(l: &FileList) -> String {
+    let mut out = format!("{} ({} entries)", l.path, l.entries.len());
+    for e in &l.entries {
+        let kind = match e.kind {
+            FileType::File => "file",
+            FileType::Dir => "dir",
+            FileType::Symlink => "symlink",
+            FileType::Other => "other",
+        };
+        out.push_str(&format!(
+            "\n{kind:7} {:>10} {:>4} {}",
+            e.size, e.mode, e.name
+        ));
+    }
+    out
 }

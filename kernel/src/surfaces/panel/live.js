@@ -74,8 +74,36 @@ function card(op) {
     el("div", { class: "bar", role: "progressbar", "aria-label": "time used of the timeout" }, bar),
     out);
   const c = { li, out, bar, meta, err, st, op, ctl: new AbortController(), done: false, offset: 0 };
+  if (op.stdin) li.append(inputLine(c));
   follow(c);
   return c;
+}
+
+/**
+ * The input line of an op with stdin (SPEC §25): a line typed here is
+ * written to its stdin (Enter on a terminal); its answer shows in the
+ * output as the op prints it.
+ * @param {Card} c
+ * @returns {HTMLElement}
+ */
+function inputLine(c) {
+  const id = c.op.operation_id;
+  const field = el("input", { type: "text", class: "mono", "aria-label": `input for ${id}`,
+    placeholder: c.op.tty ? "keys for its terminal" : "a line for its stdin", autocomplete: "off" });
+  const send = async (/** @type {SubmitEvent} */ e) => {
+    e.preventDefault();
+    const input = /** @type {HTMLInputElement} */ (field);
+    const text = input.value + (c.op.tty ? "\r" : "\n");
+    try {
+      await api("POST", `/v1/runs/${encodeURIComponent(c.op.run_id)}/tools/write_stdin`,
+        { operation_id: id, text, yield_ms: 0 });
+      input.value = "";
+      outputError(c, null);
+    } catch (err) {
+      c.err.textContent = ` · input: ${message(err)}`;
+    }
+  };
+  return el("form", { class: "stdin", onsubmit: send }, field, el("button", { type: "submit" }, "Send"));
 }
 
 /**

@@ -62,6 +62,8 @@
  * @property {string} [output] a foreground op's output (in its reply only)
  * @property {ApprovalView} [approval] the hold, for an op an approval rule matched
  * @property {string} [schedule_id] the schedule that fired it
+ * @property {boolean} [stdin] its stdin is open to write_stdin
+ * @property {boolean} [tty] it runs on a terminal
  */
 
 /**

@@ -42,6 +42,7 @@ fn run_view() -> RunView {
             cpu_seconds: Some(0.0),
             tokens: Some(10),
             cost_micros: Some(0),
+            ..Amounts::default()
         },
         remaining: Amounts {
             op_seconds: Some(58.5),
@@ -53,6 +54,7 @@ fn run_view() -> RunView {
         summary: None,
         decided_by: None,
         node: None,
+        image: "default".into(),
     }
 }
 
@@ -64,7 +66,7 @@ fn run_view_wire() -> String {
             r#""budget":{{"op_seconds":60,"tokens":1000}},"#,
             r#""used":{{"op_seconds":1.5,"cpu_seconds":0.0,"tokens":10,"cost_micros":0}},"#,
             r#""remaining":{{"op_seconds":58.5,"tokens":990}},"created_at":1795910400000,"#,
-            r#""state_changed_at":1795910401000,"summary":null,"decided_by":null,"node":null}}"#
+            r#""state_changed_at":1795910401000,"summary":null,"decided_by":null,"node":null,"image":"default"}}"#
         ),
         ENVELOPE
     )
@@ -85,9 +87,11 @@ fn run_created() {
         state: RunState::Active,
         envelope: envelope(),
         budget: Budget::default(),
+        image: "python".into(),
+        forked_from: Some("a@v1".into()),
     };
     let wire = format!(
-        r#"{{"run_id":"a.b","token":"tok","parent_run_id":"a","chain":["a"],"state":"active","envelope":{ENVELOPE},"budget":{{}}}}"#
+        r#"{{"run_id":"a.b","token":"tok","parent_run_id":"a","chain":["a"],"state":"active","envelope":{ENVELOPE},"budget":{{}},"image":"python","forked_from":"a@v1"}}"#
     );
     golden(&created, &wire);
 }
@@ -140,6 +144,7 @@ fn usage_answer() {
             cpu_seconds: Some(0.0),
             tokens: Some(15),
             cost_micros: Some(30),
+            ..Amounts::default()
         },
         remaining: Amounts::default(),
     };

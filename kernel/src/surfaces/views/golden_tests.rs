@@ -64,6 +64,10 @@ fn op() -> OpView {
         delivered: false,
         report_id: None,
         output: None,
+        running: None,
+        next_offset: None,
+        stdin: false,
+        tty: false,
         approval: Some(ApprovalView {
             rule: "^make".into(),
             timeout_sec: Some(60),

@@ -7,11 +7,13 @@
 mod containers;
 mod daemon;
 mod events;
+mod interactive;
 mod nodes;
 mod ops;
 mod reports;
 mod runs;
 mod schedules;
+mod workspaces;
 
 pub use crate::report_text::rfc3339;
 pub use crate::runtime::probes::ProbeCounts;
@@ -23,6 +25,7 @@ pub use daemon::{
     ClockStepped, DrillFault, DrillWoken, Health, PrincipalKind, ToolDefinition, ToolsView, WhoAmI,
 };
 pub use events::{Event, EventKind, EventsPage};
+pub use interactive::{OutputView, StdinAnswer};
 pub use nodes::{NodeDrained, NodeList, NodeView};
 pub use ops::{ApprovalView, ConsoleDone, ConsoleOutput, FinishView, OpList, OpView};
 pub use reports::{NoteAdded, Report, ReportAck, ReportList, ReportSummary};
@@ -30,6 +33,10 @@ pub use runs::{
     Amounts, ChildView, RunChangeAnswer, RunCreated, RunList, RunSummary, RunView, UsageAnswer,
 };
 pub use schedules::{ScheduleCreated, ScheduleDeleted, ScheduleList, ScheduleView};
+pub use workspaces::{
+    FileContent, FileEntry, FileList, FileType, FileWrittenView, ImageList, ImageView, NetworkView,
+    SnapshotList, SnapshotView,
+};
 
 #[cfg(test)]
 mod golden_tests;

@@ -88,6 +88,19 @@ pub struct OpView {
     /// A foreground op's output (in its reply only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// In a foreground reply: the op still runs (its `yield_ms` passed);
+    /// its result comes in a report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<bool>,
+    /// In a foreground reply: the offset after `output`, for `read_output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+    /// Its stdin is open to `write_stdin` (started with `stdin` or `tty`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin: bool,
+    /// It runs on a terminal (`resize_tty` applies).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tty: bool,
     /// The approval hold, for an op an approval rule matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalView>,
@@ -160,6 +173,10 @@ impl OpView {
             delivered: op.report_id.is_some() || op.delivered_inline,
             report_id: op.report_id.clone(),
             output: None,
+            running: None,
+            next_offset: None,
+            stdin: op.io.has_stdin(),
+            tty: op.io.is_tty(),
             approval: op.approval_rule.as_ref().map(|rule| ApprovalView {
                 rule: rule.clone(),
                 timeout_sec: op.approval_timeout_sec,

@@ -40,6 +40,8 @@ pub struct RunView {
     /// The cluster node its tree lives on (placed at its first use; a
     /// child's is its root's); null without a cluster or before any op.
     pub node: Option<String>,
+    /// Its image, by the operator's name (SPEC §26).
+    pub image: String,
 }
 
 /// A child run, with its state.
@@ -68,6 +70,15 @@ pub struct Amounts {
     /// Model cost, in millionths of the currency unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_micros: Option<u64>,
+    /// Connections the egress proxy let through (SPEC §27).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_connections: Option<u64>,
+    /// Bytes the egress proxy brought in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_bytes_in: Option<u64>,
+    /// Bytes the egress proxy sent out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_bytes_out: Option<u64>,
 }
 
 impl Amounts {
@@ -100,6 +111,12 @@ pub struct RunCreated {
     pub envelope: Envelope,
     /// Its own budget limits.
     pub budget: Budget,
+    /// Its image, by the operator's name (SPEC §26).
+    pub image: String,
+    /// What its workspace was copied from (`RUN` or `RUN@SNAPSHOT`), when
+    /// it was forked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 /// `GET /v1/runs`: every run the token reaches, oldest first.

@@ -7,7 +7,10 @@ use std::path::Path;
 use opkernel::drills::harness::KernelProcess;
 use serde_json::{json, Value};
 
-use crate::{abuse, fallbacks, latency, pct, pool, scale, storecost, Checks, BENCH_ENV};
+use crate::{
+    abuse, fallbacks, interactive, latency, pct, pool, scale, storecost, workspaces, Checks,
+    BENCH_ENV,
+};
 
 /// Every measurement of one full (or quick) run.
 pub struct Run {
@@ -17,12 +20,14 @@ pub struct Run {
     pub(crate) notify_samples: usize,
     pub(crate) notify_missing: usize,
     pub(crate) cost: Option<storecost::StoreCost>,
+    pub(crate) inter: interactive::Interactive,
     /// 1,000 ops over 20 runs (full mode only).
     pub(crate) conc_small: Option<(scale::Concurrent, usize)>,
     pub(crate) conc: scale::Concurrent,
     pub(crate) rec: scale::Recovery,
     pub(crate) abuse: abuse::Abuse,
     pub(crate) pool: pool::PoolFigures,
+    pub(crate) files: workspaces::Workspaces,
     /// Ops started by `docker exec`, per phase: latency, concurrency,
     /// recovery, abuse.
     pub(crate) fallbacks: [usize; 4],
@@ -36,6 +41,7 @@ pub async fn measure(bin: &Path, quick: bool) -> anyhow::Result<Run> {
     let notify_samples = if quick { 15 } else { 40 };
     let (notify, notify_missing) = latency::notify(&k, notify_samples).await?;
     let cost = storecost::measure(&k, if quick { 50 } else { 200 }).await?;
+    let inter = interactive::measure(&k, samples).await?;
     let lat_fallbacks = fallbacks(&k)?;
     drop(k);
     let conc_small = if quick {
@@ -58,14 +64,17 @@ pub async fn measure(bin: &Path, quick: bool) -> anyhow::Result<Run> {
     let abuse_fallbacks = fallbacks(&k)?;
     drop(k);
     let pool = pool::measure(bin, if quick { 10 } else { 30 }).await?;
+    let files = workspaces::measure(bin, quick).await?;
     Ok(Run {
         pool,
+        files,
         samples,
         lat,
         notify,
         notify_samples,
         notify_missing,
         cost,
+        inter,
         conc_small,
         conc,
         rec,
@@ -89,6 +98,7 @@ impl Run {
         let [lat, conc, rec, abuse] = self.fallbacks;
         checks.zero("latency_fallback_ops", lat);
         checks.zero("notify_missing", self.notify_missing);
+        checks.zero("stdin_echo_missing", self.inter.missing);
         if let Some((small, fell_back)) = &self.conc_small {
             checks.concurrent(small, *fell_back);
         }
@@ -98,6 +108,7 @@ impl Run {
         checks.abuse(&self.abuse);
         checks.zero("abuse_fallback_ops", abuse);
         checks.zero("pool_first_commands_not_adopted", self.pool.not_adopted);
+        checks.files(&self.files);
     }
 
     /// Every figure, as the JSON line prints them.
@@ -107,6 +118,8 @@ impl Run {
             self.scale_figures(),
             self.abuse_figures(),
             self.pool_figures(),
+            self.interactive_figures(),
+            self.files.figures(),
         ];
         if let Some(map) = figures.as_object_mut() {
             map.insert("mode".into(), json!(if quick { "quick" } else { "full" }));
@@ -191,6 +204,21 @@ impl Run {
             "abuse_other_run_start_p50_before_ms": abuse.start_p50_before_ms,
             "abuse_other_run_start_p50_during_ms": abuse.start_p50_during_ms,
             "abuse_start_ratio": abuse.start_p50_during_ms / abuse.start_p50_before_ms,
+        })
+    }
+
+    fn interactive_figures(&self) -> Value {
+        let i = &self.inter;
+        json!({
+            "stdin_echo_p50_ms": p50(&i.echo),
+            "stdin_echo_p90_ms": pct(&i.echo, 90.0),
+            "stdin_echo_missing": i.missing,
+            "docker_exec_i_session_p50_ms": p50(&i.exec_session),
+            "docker_exec_i_session_p90_ms": pct(&i.exec_session, 90.0),
+            "docker_exec_i_once_p50_ms": p50(&i.exec_once),
+            "docker_exec_i_once_p90_ms": pct(&i.exec_once, 90.0),
+            "yield_overhead_ms": i.yield_overhead_ms,
+            "yield_100ms_answer_p50_ms": p50(&i.yielded_after),
         })
     }
 

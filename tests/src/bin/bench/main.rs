@@ -14,12 +14,14 @@
 mod abuse;
 mod cluster;
 mod full;
+mod interactive;
 mod latency;
 mod only;
 mod pool;
 mod report;
 mod scale;
 mod storecost;
+mod workspaces;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -95,6 +97,11 @@ pub fn fallbacks(k: &KernelProcess) -> anyhow::Result<usize> {
 /// 250 MB: still a leak's alarm, its own allocations larger).
 const MAX_RSS_MB: f64 = if cfg!(debug_assertions) { 250.0 } else { 150.0 };
 
+/// How much a file moved up and down through the files API may grow the
+/// kernel's peak RSS: a streamed transfer holds a few chunks in flight,
+/// whatever the file's size (256 MiB in quick mode, 1 GiB in full).
+const MAX_FILES_GROWTH_MB: f64 = 64.0;
+
 /// The correctness figures of one bench run, each held to its target by
 /// `--check`: nothing lost or duplicated, every op through the launcher,
 /// the kernel's memory bounded, every measuring client served.
@@ -140,6 +147,16 @@ impl Checks {
             r.delivered,
             &r.ops.to_string(),
             r.delivered == r.ops,
+        );
+    }
+
+    fn files(&mut self, w: &workspaces::Workspaces) {
+        self.zero("files_corrupt", w.corrupt);
+        self.want(
+            "files_kernel_rss_growth_mb",
+            format!("{:.1} MB", w.rss_growth_mb),
+            &format!("<= {MAX_FILES_GROWTH_MB} MB, for a {} MiB file", w.file_mib),
+            w.rss_growth_mb <= MAX_FILES_GROWTH_MB,
         );
     }
 
@@ -222,8 +239,13 @@ async fn main() -> anyhow::Result<()> {
         only::concurrent(&bin, ops, runs, &mut checks).await?;
     } else if flag("--latency-only") {
         only::latency(&bin, num("--latency-only", 1).unwrap_or(100), &mut checks).await?;
+    } else if flag("--interactive-only") {
+        let samples = num("--interactive-only", 1).unwrap_or(100);
+        only::interactive(&bin, samples, &mut checks).await?;
     } else if flag("--pool-only") {
         only::pool(&bin, num("--pool-only", 1).unwrap_or(30), &mut checks).await?;
+    } else if flag("--files-only") {
+        only::files(&bin, quick, &mut checks).await?;
     } else if flag("--abuse-only") {
         only::abuse(&bin, &mut checks).await?;
     } else if flag("--cluster") {

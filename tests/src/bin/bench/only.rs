@@ -85,3 +85,27 @@ pub async fn pool(bin: &Path, samples: usize, checks: &mut Checks) -> anyhow::Re
     checks.zero("pool_first_commands_not_adopted", p.not_adopted);
     Ok(())
 }
+
+/// Interactive ops: write → echo, beside `docker exec -i`, and `yield_ms`.
+pub async fn interactive(bin: &Path, samples: usize, checks: &mut Checks) -> anyhow::Result<()> {
+    let k = KernelProcess::start(bin, "bench-interactive", BENCH_ENV).await?;
+    let i = crate::interactive::measure(&k, samples).await?;
+    row("stdin write -> echo", &i.echo);
+    row("docker exec -i (kept)", &i.exec_session);
+    row("docker exec -i (per line)", &i.exec_once);
+    row("yield_ms 100: answer", &i.yielded_after);
+    println!(
+        "yield_ms on a command that ends in time: {:+.2} ms at p50",
+        i.yield_overhead_ms
+    );
+    checks.zero("stdin_echo_missing", i.missing);
+    Ok(())
+}
+
+/// A large file up and down, beside `docker cp`, and forks.
+pub async fn files(bin: &Path, quick: bool, checks: &mut Checks) -> anyhow::Result<()> {
+    let w = crate::workspaces::measure(bin, quick).await?;
+    w.print();
+    checks.files(&w);
+    Ok(())
+}

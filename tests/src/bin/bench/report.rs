@@ -25,6 +25,10 @@ impl Run {
             &self.pool.first_command_nopool,
         );
         row("pool refill", &self.pool.refill);
+        row("stdin write -> echo", &self.inter.echo);
+        row("docker exec -i (kept)", &self.inter.exec_session);
+        row("docker exec -i (per line)", &self.inter.exec_once);
+        row("yield_ms 100: answer", &self.inter.yielded_after);
         let f = |name: &str| figures[name].as_f64().unwrap_or(f64::NAN);
         println!(
             "ratios: start/cli {:.3}  running/api {:.3}  running/cli {:.3}",
@@ -52,7 +56,12 @@ impl Run {
             "warm pool: an idle pool container holds {:.1} MiB; first commands not in a pool container: {}",
             self.pool.idle_container_mib, self.pool.not_adopted
         );
+        println!(
+            "yield_ms on a command that ends in time: {:+.2} ms at p50",
+            self.inter.yield_overhead_ms
+        );
         self.print_scale();
+        self.files.print();
         if self.notify_missing > 0 {
             println!(
                 "notify: {} of {} ops never came back in a report",

@@ -64,7 +64,7 @@ fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
 }
 
 /// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...).
-fn status_kb(pid: u32, field: &str) -> anyhow::Result<u64> {
+pub fn status_kb(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()

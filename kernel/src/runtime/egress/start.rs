@@ -1,0 +1,92 @@
+//! Starting the egress proxy from the kernel: at the first allow-list
+//! container, or at start when the network exists from before; and the
+//! profile such a container is made with.
+
+use std::sync::Arc;
+
+use super::{network_name, Active, PLACEHOLDER};
+use crate::runtime::kernel::Kernel;
+
+impl Kernel {
+    /// The proxy, started now if it is not yet: the network made or found,
+    /// the firewall rule in place, the listener bound. An error says why
+    /// allow-list runs cannot be served (they are refused, never opened).
+    pub async fn egress_active(&self) -> Result<Arc<Active>, String> {
+        let e = &self.egress;
+        if let Some(a) = e.active.get() {
+            return Ok(a.clone());
+        }
+        let _one = e.starting.lock().await;
+        if let Some(a) = e.active.get() {
+            return Ok(a.clone());
+        }
+        let k = &self.arc().ok_or("the kernel is stopping")?;
+        if !k.config.egress.on {
+            return Err("this kernel serves no allow-list network (OPKERNEL_EGRESS=off)".into());
+        }
+        let name = network_name(&k.config.home);
+        let net = k
+            .backend
+            .ensure_egress_network(&name)
+            .await
+            .map_err(|e| format!("the egress network {name}: {e}"))?;
+        let port = k.config.egress.port;
+        super::firewall::confine(&net, port)
+            .map_err(|e| format!("the egress firewall rule: {e}"))?;
+        let listener = tokio::net::TcpListener::bind((net.gateway, port))
+            .await
+            .map_err(|e| format!("the egress proxy on {}:{port}: {e}", net.gateway))?;
+        let url = format!("http://{}:{port}", net.gateway);
+        tracing::info!(network = %name, %url, "egress proxy listening");
+        let active = Arc::new(Active { net, url });
+        let _ = e.active.set(active.clone());
+        tokio::spawn(super::proxy::serve(Arc::downgrade(k), listener));
+        tokio::spawn(super::tally::flush_loop(Arc::downgrade(k)));
+        Ok(active)
+    }
+
+    /// At start: the proxy again when the network exists from before (its
+    /// containers' commands still name it); a warning when the test-only
+    /// host map is set.
+    pub async fn egress_resume(&self) {
+        let k = self;
+        if !k.config.egress.hosts.is_empty() {
+            tracing::warn!(
+                hosts = k.config.egress.hosts.len(),
+                "OPKERNEL_EGRESS_HOSTS is set: the egress proxy resolves those names without DNS (meant for tests)"
+            );
+        }
+        let name = network_name(&k.config.home);
+        if k.config.egress.on && k.backend.network_peers(&name).await.is_ok() {
+            if let Err(e) = self.egress_active().await {
+                tracing::error!(%e, "the egress proxy could not start: allow-list runs are refused");
+            }
+        }
+    }
+
+    /// The profile an allow-list run's container is made with: the
+    /// egress network, and the proxy in every command's environment.
+    /// Other profiles as they are.
+    pub async fn egress_profile(
+        &self,
+        profile: &sandbox::Profile,
+    ) -> sandbox::Result<sandbox::Profile> {
+        if profile.network != PLACEHOLDER {
+            return Ok(profile.clone());
+        }
+        let active = self
+            .egress_active()
+            .await
+            .map_err(sandbox::SandboxError::Invalid)?;
+        let mut out = profile.clone();
+        out.network = active.net.name.clone();
+        for var in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            out.env.push(format!("{var}={}", active.url));
+        }
+        for var in ["NO_PROXY", "no_proxy"] {
+            out.env.push(format!("{var}=localhost,127.0.0.1"));
+        }
+        out.env.sort();
+        Ok(out)
+    }
+}
