@@ -13,6 +13,9 @@
 #        scripts/bench.sh --recovery-only OPS CONTAINERS
 #        scripts/bench.sh --interactive-only [SAMPLES]: write_stdin -> echo vs docker exec -i
 #        scripts/bench.sh --files-only [--quick]: 1 GiB (256 MiB) up and down vs docker cp; forks
+#        scripts/bench.sh --egress-only [--quick]: a request through the egress
+#        proxy vs directly on an open network, and 256 MiB (64) downloaded both
+#        ways (needs the Debian image and openssl)
 #        scripts/bench.sh --cluster [--quick] [--json]: the cluster's figures on
 #        scripts/cluster.sh nodes (start on the run's node vs through another,
 #        throughput of 3,000 ops over 30 runs on 1 node vs 3, docker kill to

@@ -22,6 +22,11 @@ fi
 if ! command -v strace >/dev/null; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
 fi
+# the egress tests make their outside server's certificates with openssl
+# and the kernel's egress proxy keeps its network with iptables rules
+if ! command -v openssl >/dev/null || ! command -v iptables >/dev/null; then
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl iptables >/dev/null
+fi
 # the panel is tested in a real headless Chromium (Debian's package)
 if ! command -v chromium >/dev/null; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

@@ -64,7 +64,15 @@ pub fn normalize_host(host: &str) -> Option<String> {
             && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     };
     let ok = !host.is_empty() && host.len() <= MAX_NAME && host.split('.').all(label_ok);
-    ok.then_some(host)
+    // a name whose last label is all digits is an IPv4 address or nothing
+    // (no top-level domain is numeric; `127.1` or `2130706433` would be
+    // read as addresses by a resolver)
+    let numeric = host
+        .rsplit('.')
+        .next()
+        .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()));
+    let address = host.parse::<std::net::Ipv4Addr>().is_ok();
+    (ok && (!numeric || address)).then_some(host)
 }
 
 impl AllowEntry {
@@ -89,7 +97,7 @@ impl AllowEntry {
         let pattern = match host.strip_prefix("*.") {
             Some(rest) => {
                 let name = normalize_host(rest).ok_or_else(|| bad("not a host name under *."))?;
-                if !name.contains('.') {
+                if !name.contains('.') || name.parse::<std::net::Ipv4Addr>().is_ok() {
                     return Err(bad(
                         "a wildcard names a domain with a dot, like *.example.org",
                     ));
@@ -114,8 +122,31 @@ impl AllowEntry {
         self.port.is_none_or(|p| p == port)
             && match &self.host {
                 HostPattern::Exact(h) => h == host,
-                HostPattern::Under(s) => is_under(host, s),
+                HostPattern::Under(s) => is_under(host, s) && !is_address(host),
             }
+    }
+
+    /// What both this entry and `other` allow, when anything.
+    pub fn intersect(&self, other: &AllowEntry) -> Option<AllowEntry> {
+        let port = match (self.port, other.port) {
+            (None, p) | (p, None) => p,
+            (Some(a), Some(b)) if a == b => Some(a),
+            _ => return None,
+        };
+        let host = match (&self.host, &other.host) {
+            (HostPattern::Exact(a), HostPattern::Exact(b)) => (a == b).then(|| self.host.clone()),
+            (HostPattern::Exact(h), HostPattern::Under(s))
+            | (HostPattern::Under(s), HostPattern::Exact(h)) => {
+                (is_under(h, s) && !is_address(h)).then(|| HostPattern::Exact(h.clone()))
+            }
+            (HostPattern::Under(s), HostPattern::Under(t)) if s == t || is_under(s, t) => {
+                Some(self.host.clone())
+            }
+            (HostPattern::Under(s), HostPattern::Under(t)) => {
+                is_under(t, s).then(|| other.host.clone())
+            }
+        }?;
+        Some(AllowEntry { host, port })
     }
 
     /// Whether everything `other` allows, this entry allows too.
@@ -133,6 +164,11 @@ impl AllowEntry {
         };
         ports && hosts
     }
+}
+
+/// Whether `host` is an IPv4 address (which no wildcard names).
+fn is_address(host: &str) -> bool {
+    host.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 /// Whether `host` is a name under `suffix` (not `suffix` itself).
@@ -191,10 +227,63 @@ impl AllowList {
             .find(|n| !self.entries.iter().any(|e| e.covers(n)))
     }
 
+    /// What both lists allow: each entry of this one cut to each of
+    /// `other`'s (a descendant's list when its ancestor's narrows).
+    pub fn intersect(&self, other: &AllowList) -> AllowList {
+        let mut entries: Vec<AllowEntry> = Vec::new();
+        for e in &self.entries {
+            for cut in other.entries.iter().filter_map(|o| e.intersect(o)) {
+                if !entries.contains(&cut) {
+                    entries.push(cut);
+                }
+            }
+        }
+        AllowList { entries }
+    }
+
     /// The entries as given back (normalized).
     pub fn to_strings(&self) -> Vec<String> {
         self.entries.iter().map(ToString::to_string).collect()
     }
+}
+
+/// Whether `ip` is an address on the public internet: not loopback,
+/// private (RFC 1918), shared (100.64/10), link-local (the clouds'
+/// metadata service among them), unspecified, broadcast, multicast,
+/// documentation, benchmarking or reserved. The proxy connects to a name
+/// that resolves elsewhere only where the operator allows it, so a name
+/// in an allow list cannot be pointed at the host or its neighbours.
+pub fn is_public(ip: std::net::Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    let shared = a == 100 && (64..128).contains(&b);
+    let special = a == 192 && b == 0 && c == 0;
+    let benchmark = a == 198 && (18..20).contains(&b);
+    !(ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || a == 0
+        || a >= 240
+        || shared
+        || special
+        || benchmark)
+}
+
+/// Whether `ip` is never a proxy's target, whatever the operator allows
+/// for private addresses: loopback (the host itself), link-local (the
+/// clouds' metadata service), unspecified, broadcast, multicast, reserved.
+pub fn is_never_reached(ip: std::net::Ipv4Addr) -> bool {
+    let a = ip.octets()[0];
+    ip.is_loopback()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || a == 0
+        || a >= 240
 }
 
 /// A run's network in its envelope (SPEC §27): `"none"`, `"open"` (the
@@ -292,7 +381,7 @@ pub fn parse_ask(first_line: &str) -> Result<ProxyAsk, BadAsk> {
     else {
         return Err(BadAsk("a request line is METHOD TARGET VERSION"));
     };
-    if !version.starts_with("HTTP/1.") {
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
         return Err(BadAsk("only HTTP/1.x is proxied"));
     }
     if method == "CONNECT" {

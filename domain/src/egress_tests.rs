@@ -145,6 +145,36 @@ proptest! {
             prop_assert!(parent.allows(host, port));
         }
     }
+
+    /// The intersection allows exactly what both lists allow, and it
+    /// narrows each of them.
+    #[test]
+    fn an_intersection_allows_what_both_allow(
+        a in prop::collection::vec(entry(), 0..4),
+        b in prop::collection::vec(entry(), 0..4),
+        host in prop::sample::select(vec!["a.org", "b.a.org", "c.b.a.org", "d.c.b.a.org", "x.org", "a.x.org"]),
+        port in prop::sample::select(vec![22u16, 80, 443, 8080]),
+    ) {
+        let (a, b) = (list_of(&a), list_of(&b));
+        let both = a.intersect(&b);
+        prop_assert_eq!(both.allows(host, port), a.allows(host, port) && b.allows(host, port));
+        prop_assert!(a.wider_entry(&both).is_none());
+        prop_assert!(b.wider_entry(&both).is_none());
+    }
+}
+
+#[test]
+fn numeric_names_are_addresses_or_nothing_and_no_wildcard_names_one() {
+    for bad in ["127.1", "2130706433", "*.0.0.1", "*.1.2.3.4", "a.b.99"] {
+        assert!(AllowEntry::parse(bad).is_err(), "{bad}");
+    }
+    let wild = list(&["*.org", "1.2.3.4:80"][1..]);
+    assert!(wild.allows("1.2.3.4", 80));
+    let under = AllowEntry::parse("*.example.org").unwrap();
+    assert!(!under.allows("1.2.3.4", 80));
+    assert!(parse_ask("GET http://127.1/ HTTP/1.1").is_err());
+    assert!(parse_ask("GET http://h/ HTTP/1.1\nX: y").is_err());
+    assert!(parse_ask("GET http://h/ HTTP/1.0").is_ok());
 }
 
 fn list_of(entries: &[String]) -> AllowList {
@@ -246,4 +276,32 @@ fn a_top_level_open_network_is_the_operators() {
     assert_eq!(old.network, Network::none());
     let listed = serde_json::to_value(allow(&["a.org"])).unwrap();
     assert_eq!(listed, serde_json::json!({"allow": ["a.org"]}));
+}
+
+#[test]
+fn only_internet_addresses_are_public() {
+    for private in [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.17.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "255.255.255.255",
+        "224.0.0.1",
+        "192.0.2.1",
+        "198.18.0.1",
+        "240.0.0.1",
+        "192.0.0.8",
+    ] {
+        assert!(!super::is_public(private.parse().unwrap()), "{private}");
+    }
+    for public in ["1.1.1.1", "151.101.0.223", "172.32.0.1", "100.128.0.1"] {
+        assert!(super::is_public(public.parse().unwrap()), "{public}");
+    }
+    for never in ["127.0.0.1", "169.254.169.254", "0.0.0.0", "224.0.0.1"] {
+        assert!(super::is_never_reached(never.parse().unwrap()), "{never}");
+    }
+    assert!(!super::is_never_reached("10.1.2.3".parse().unwrap()));
 }

@@ -75,10 +75,12 @@ pub trait Containers {
     fn main_pid<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<i64>> {
         Box::pin(async move { Err(no_pool(container_id)) })
     }
-    /// Finds or makes the kernel's internal egress network (SPEC §27).
+    /// Finds or makes the kernel's internal egress network (SPEC §27),
+    /// made for the proxy's `port`.
     fn ensure_egress_network<'a>(
         &'a self,
         name: &'a str,
+        _port: u16,
     ) -> BoxFuture<'a, Result<crate::egress::EgressNetwork>> {
         Box::pin(async move { Err(no_egress(name)) })
     }
@@ -246,8 +248,9 @@ impl Containers for Sandbox {
     fn ensure_egress_network<'a>(
         &'a self,
         name: &'a str,
+        port: u16,
     ) -> BoxFuture<'a, Result<crate::egress::EgressNetwork>> {
-        Box::pin(Sandbox::ensure_egress_network(self, name))
+        Box::pin(Sandbox::ensure_egress_network(self, name, port))
     }
     fn network_peers<'a>(
         &'a self,

@@ -21,6 +21,9 @@ pub struct EgressNetwork {
     pub gateway: Ipv4Addr,
     /// The host's interface for it (`com.docker.network.bridge.name`).
     pub bridge: String,
+    /// The proxy port it was made for (its `opkernel.egress.port` label):
+    /// the commands of its containers name it in their environment.
+    pub port: Option<u16>,
 }
 
 /// The bridge interface name of egress network `name` (at most 15 bytes,
@@ -39,8 +42,9 @@ pub fn bridge_of(name: &str) -> String {
 
 impl Sandbox {
     /// Finds or makes the internal network `name` (labelled as this
-    /// kernel's, inter-container traffic off), and reads its gateway.
-    pub async fn ensure_egress_network(&self, name: &str) -> Result<EgressNetwork> {
+    /// kernel's and with the proxy's `port`, inter-container traffic off),
+    /// and reads its gateway.
+    pub async fn ensure_egress_network(&self, name: &str, port: u16) -> Result<EgressNetwork> {
         let found = self.docker.inspect_network(name, None).await;
         let net = match found.map_err(SandboxError::from) {
             Ok(net) => net,
@@ -58,10 +62,10 @@ impl Sandbox {
                     internal: Some(true),
                     enable_ipv6: Some(false),
                     options: Some(options),
-                    labels: Some(HashMap::from([(
-                        "opkernel.egress".to_owned(),
-                        "1".to_owned(),
-                    )])),
+                    labels: Some(HashMap::from([
+                        ("opkernel.egress".to_owned(), "1".to_owned()),
+                        ("opkernel.egress.port".to_owned(), port.to_string()),
+                    ])),
                     ..Default::default()
                 };
                 match self
@@ -90,6 +94,11 @@ impl Sandbox {
             .into_iter()
             .find_map(|c| c.gateway?.parse::<Ipv4Addr>().ok())
             .ok_or_else(|| SandboxError::Invalid(format!("network {name} has no IPv4 gateway")))?;
+        let port = net
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("opkernel.egress.port"))
+            .and_then(|p| p.parse().ok());
         let bridge = net
             .options
             .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
@@ -98,6 +107,7 @@ impl Sandbox {
             name: name.to_owned(),
             gateway,
             bridge,
+            port,
         })
     }
 

@@ -210,24 +210,3 @@ impl Drop for Outside {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
-
-/// Removes a kernel home's egress network and its firewall rules (a test's
-/// cleanup; the kernel keeps both for its restarts).
-pub fn remove_egress(home: &std::path::Path) {
-    let name = opkernel::runtime::egress::network_name(home);
-    let _ = Command::new("docker")
-        .args(["network", "rm", &name])
-        .output();
-    let bridge = sandbox::egress::bridge_of(&name);
-    let rules = Command::new("iptables").args(["-S", "INPUT"]).output();
-    let rules = rules
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    for rule in rules
-        .lines()
-        .filter(|r| r.contains(&format!("-i {bridge} ")))
-    {
-        let args: Vec<&str> = rule.split_whitespace().skip(1).collect();
-        let _ = Command::new("iptables").arg("-D").args(&args).output();
-    }
-}

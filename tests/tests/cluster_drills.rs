@@ -234,6 +234,8 @@ async fn epoch(c: &Cluster, via: &str, node: &str) -> i64 {
 mod chaos;
 #[path = "cluster_drills/chaos_check.rs"]
 mod chaos_check;
+#[path = "cluster_drills/egress.rs"]
+mod egress;
 #[path = "cluster_drills/faults.rs"]
 mod faults;
 #[path = "cluster_drills/workspaces.rs"]
@@ -252,6 +254,10 @@ async fn the_cluster_drills_on_three_docker_in_docker_nodes() {
     let port = chaos::receiver(posts.clone()).await;
     let subnet = std::env::var("OPKERNEL_CLUSTER_SUBNET").unwrap_or_else(|_| "10.213.7".into());
     let hook = format!("http://{subnet}.1:{port}/hook");
+    // egress allow lists served by each node's proxy, to an outside of the
+    // drills' own on the host, named without DNS
+    let outside = egress::outside().await;
+    let egress_hosts = egress::hosts(&subnet);
     let env = [
         ("OPKERNEL_NODE_TTL", ttl.as_str()),
         ("OPKERNEL_WEBHOOK_URL", hook.as_str()),
@@ -259,11 +265,13 @@ async fn the_cluster_drills_on_three_docker_in_docker_nodes() {
         ("OPKERNEL_APPROVAL_MATCH", "needs-approval"),
         ("OPKERNEL_OP_FILES_RETENTION", "1m"),
         ("OPKERNEL_RETENTION", "10m"),
+        ("OPKERNEL_EGRESS_HOSTS", egress_hosts.as_str()),
     ];
     let c = std::sync::Arc::new(Cluster::up(3, &env).unwrap());
     all_active(&c, "n1").await;
     faults::any_node_serves(&c).await;
     workspaces::through_any_node(&c).await;
+    egress::through_its_node(&c, outside).await;
     faults::node_kill(&c).await;
     faults::cut(&c, faults::Cut::Pause, "n1", false).await;
     faults::cut(&c, faults::Cut::Pause, "n1", true).await;

@@ -79,6 +79,7 @@ drills!(
     cancel_interrupted => "cancel-interrupted",
     scheduler_crash => "scheduler-crash",
     approval_restart => "approval-restart",
+    egress_bypass => "egress-bypass",
 );
 
 // the store's outage drill crashes a PostgreSQL server of its own whatever

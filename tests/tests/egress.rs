@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
-use opkernel_tests::outside::{remove_egress, Outside};
+use opkernel_tests::outside::Outside;
 use opkernel_tests::{unique_run, wait_for};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -94,7 +94,7 @@ async fn an_allow_list_reaches_its_hosts_through_the_proxy_and_nothing_else() {
     let outside = Outside::start(DEBIAN).unwrap();
     let mut k = kernel(&outside).await;
     let run = unique_run("egress");
-    let token = listed_run(&k, &outside, &run, &["outside.test"]).await;
+    let token = listed_run(&k, &outside, &run, &["outside.test", "localhost"]).await;
     let (code, out) = sh(
         &k,
         &run,
@@ -123,6 +123,7 @@ async fn an_allow_list_reaches_its_hosts_through_the_proxy_and_nothing_else() {
     denied_names_are_refused_with_their_event(&k, &run).await;
     nothing_else_leaves(&k, &outside, &run).await;
     narrowing(&k, &run, &token).await;
+    connections_are_bounded(&k, &run).await;
     // the policy survives a SIGKILL: the same proxy address, the same list
     k.restart().await.unwrap();
     assert_eq!(
@@ -139,9 +140,6 @@ async fn an_allow_list_reaches_its_hosts_through_the_proxy_and_nothing_else() {
     })
     .await;
     assert!(used["used"]["net_bytes_in"].as_u64().unwrap() > 0, "{used}");
-    let home = k.home.clone();
-    drop(k);
-    remove_egress(&home);
 }
 
 async fn denied_names_are_refused_with_their_event(k: &KernelProcess, run: &str) {
@@ -184,6 +182,18 @@ async fn denied_names_are_refused_with_their_event(k: &KernelProcess, run: &str)
     assert!(
         metrics.contains("opkernel_egress_connections_total{outcome=\"denied\"} 3"),
         "{metrics}"
+    );
+    // a listed name that resolves to the host itself is refused too
+    let (code, said) = sh(
+        k,
+        run,
+        None,
+        "curl -sS --noproxy '' --max-time 10 http://localhost:8080/",
+    )
+    .await;
+    assert!(
+        code == 0 && said.contains("resolves to 127.0.0.1, not a public address"),
+        "{said}"
     );
 }
 
@@ -228,6 +238,39 @@ async fn nothing_else_leaves(k: &KernelProcess, outside: &Outside, run: &str) {
         Vec::<String>::new(),
         "a UDP packet left"
     );
+}
+
+/// One container holds at most 256 connections to the proxy at once: the
+/// rest are closed at once; once it lets go, it connects again.
+async fn connections_are_bounded(k: &KernelProcess, run: &str) {
+    let script = r#"python3 -c '
+import os, socket, time
+host, port = os.environ["HTTP_PROXY"][7:].split(":")
+socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(300)]
+time.sleep(1)
+closed = 0
+for s in socks:
+    s.settimeout(0.2)
+    try:
+        closed += s.recv(1) == b""
+    except socket.timeout:
+        pass
+    except OSError:
+        closed += 1
+print(closed)
+'"#;
+    let (code, said) = sh(k, run, None, script).await;
+    let closed: usize = said.trim().parse().unwrap_or(0);
+    assert!(code == 0 && (44..=50).contains(&closed), "{said}");
+    let again = wait_for(
+        "the proxy answers again",
+        Duration::from_secs(20),
+        || async {
+            (curl_code(k, run, None, "https://outside.test:8443/").await == "200").then_some(())
+        },
+    )
+    .await;
+    let _: () = again;
 }
 
 /// A child narrows at creation; the run narrows itself (its child with
@@ -337,8 +380,40 @@ async fn narrowing(k: &KernelProcess, run: &str, token: &str) {
     let changes = events_of(k, run, "net.policy").await;
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert_eq!(changes[1]["data"]["by"], "operator");
-    // back to HTTPS only, for the restart's check
+    // the operator widens a child only within its parent's list
+    let child_path = format!("/v1/runs/{child_run}/network");
+    let (status, v) = call(
+        k,
+        Method::POST,
+        &child_path,
+        None,
+        json!({"allow": ["other.test"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["code"].clone()),
+        (403, json!("envelope_exceeded")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("its parent"),
+        "{v}"
+    );
     let (status, _) = call(
+        k,
+        Method::POST,
+        &child_path,
+        None,
+        json!({"allow": ["outside.test"]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // back to HTTPS only, for the restart's check: the child's any-port
+    // entry is cut to the port, not dropped
+    let (status, v) = call(
         k,
         Method::POST,
         &path,
@@ -347,6 +422,17 @@ async fn narrowing(k: &KernelProcess, run: &str, token: &str) {
     )
     .await;
     assert_eq!(status, 200);
+    assert_eq!(v["narrowed"], json!([child_run]), "{v}");
+    let child = k
+        .client
+        .get(&format!("/v1/runs/{child_run}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        child["envelope"]["network"],
+        json!({"allow": ["outside.test:8443"]}),
+        "{child}"
+    );
 }
 
 #[tokio::test]

@@ -219,16 +219,26 @@ impl Metrics {
         self.op_report_seconds.observe(seconds(waited_ms));
     }
 
-    /// A connection to the egress proxy ended `outcome` (`allowed`,
-    /// `denied`, `failed`), having moved these bytes.
-    pub fn egress(&self, outcome: &str, bytes_in: u64, bytes_out: u64) {
+    /// A connection to the egress proxy was judged `outcome`: `allowed`,
+    /// `denied` (by a run's policy), `failed` (the target did not answer),
+    /// `invalid` (not a proxy request), `unknown` (from no run's
+    /// container), `busy` (over the connection limits).
+    pub fn egress(&self, outcome: &str) {
         self.egress_connections.with_label_values(&[outcome]).inc();
-        self.egress_bytes
-            .with_label_values(&["in"])
-            .inc_by(bytes_in);
-        self.egress_bytes
-            .with_label_values(&["out"])
-            .inc_by(bytes_out);
+    }
+
+    /// Bytes moved through the egress proxy: in (to containers), out.
+    pub fn egress_bytes(&self, bytes_in: u64, bytes_out: u64) {
+        if bytes_in > 0 {
+            self.egress_bytes
+                .with_label_values(&["in"])
+                .inc_by(bytes_in);
+        }
+        if bytes_out > 0 {
+            self.egress_bytes
+                .with_label_values(&["out"])
+                .inc_by(bytes_out);
+        }
     }
 
     /// A control-plane transaction took `secs`, commit included.

@@ -490,10 +490,37 @@ impl KernelProcess {
     }
 }
 
+impl KernelProcess {
+    /// Removes this kernel's egress network (once its containers are
+    /// gone) and the firewall rules of its bridge.
+    pub fn remove_egress(&self) {
+        let name = crate::runtime::egress::network_name(&self.home);
+        let removed = Command::new("docker")
+            .args(["network", "rm", &name])
+            .output();
+        if !removed.is_ok_and(|o| o.status.success()) {
+            return;
+        }
+        let bridge = sandbox::egress::bridge_of(&name);
+        let rules = Command::new("iptables").args(["-S", "INPUT"]).output();
+        let rules = rules
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        for rule in rules
+            .lines()
+            .filter(|r| r.contains(&format!("-i {bridge} ")))
+        {
+            let args: Vec<&str> = rule.split_whitespace().skip(1).collect();
+            let _ = Command::new("iptables").arg("-D").args(&args).output();
+        }
+    }
+}
+
 impl Drop for KernelProcess {
     fn drop(&mut self) {
         self.sigkill();
         self.remove_containers();
+        self.remove_egress();
         if std::env::var_os("OPKERNEL_KEEP_HOMES").is_none() {
             let _ = std::fs::remove_dir_all(&self.home);
         }

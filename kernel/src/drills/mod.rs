@@ -4,6 +4,7 @@
 //! invented. `opkernel drill` and the test suite run the same code.
 
 mod crash;
+mod egress;
 mod faults;
 pub mod harness;
 mod interactive;
@@ -61,6 +62,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("pool-adopt-crash", "the kernel SIGKILLed at each step of a warm-pool adoption (before the binding row, after it, after the binding file): the container is the run's or the pool's, never both; the op runs once; no other run gets it"),
     ("stdin-across-restart", "a cat with stdin, the kernel SIGKILLed between two writes: both lines reach the same process once, in order; EOF ends it 0, reported once"),
     ("tty-ctrl-c", "INT (Ctrl-C) to bash -i on a terminal stops its sleep; bash lives on and exits with its own code"),
+    ("egress-bypass", "a run with an allow list tries the ways around the proxy (the host's other ports on the egress gateway and on docker0, Docker's TCP port and socket, another run's container, an IPv4-mapped address, IPv6, a raw socket, UDP): each fails, the proxy answers"),
     ("store-outage", "the PostgreSQL control plane crashed (pg_ctl -m immediate) for 20 s under 100 live ops: starts get 503, then every op settles with its real code, ran once, delivered once"),
 ];
 
@@ -115,6 +117,7 @@ fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {
             Box::pin(async move { interactive::stdin_across_restart(&kit).await })
         }
         "tty-ctrl-c" => Box::pin(async move { interactive::tty_ctrl_c(&kit).await }),
+        "egress-bypass" => Box::pin(async move { egress::egress_bypass(&kit).await }),
         "pool-adopt-crash" => Box::pin(async move { pool::pool_adopt_crash(&kit).await }),
         _ => return None,
     })

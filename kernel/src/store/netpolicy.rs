@@ -26,7 +26,8 @@ pub enum NetChanged {
     NoRun,
     /// The run's network is not an allow list (it is this).
     NotAllowList(String),
-    /// A run token asked for an entry its current list does not cover.
+    /// An entry outside the bound: a run token's own list, the operator's
+    /// the parent's (the entry and the bound, in words).
     Wider(String),
 }
 
@@ -56,9 +57,68 @@ fn policy_event(allow: Vec<String>, by: &str, from_run: &str) -> EventKind {
     })
 }
 
+/// The bound a new list of `record`'s run must stay within: its own list
+/// for a run token; its parent's list for the operator (a top-level run,
+/// or one under an open network, has none). `Err` names the bound.
+fn bound_of(
+    tx: &mut dyn Tx,
+    record: &super::runs::RunRecord,
+    own: &AllowList,
+    may_widen: bool,
+) -> StoreResult<Option<(AllowList, String)>> {
+    if !may_widen {
+        return Ok(Some((own.clone(), "the run's allow list".to_owned())));
+    }
+    let Some(parent) = record.parent_run_id.as_deref() else {
+        return Ok(None);
+    };
+    let list = get_run(tx, parent)?
+        .and_then(|p| p.envelope)
+        .and_then(|e| e.network.allow_list());
+    Ok(list.map(|l| (l, format!("the allow list of its parent {parent}"))))
+}
+
+/// Each descendant's list cut to what `asked` allows (an entry wider than
+/// the new list is narrowed to it, never dropped when part of it stays),
+/// each change with its event; the descendants changed.
+fn cut_descendants(
+    tx: &mut dyn Tx,
+    run: &str,
+    asked: &AllowList,
+    by: &str,
+) -> StoreResult<Vec<String>> {
+    let sql = "SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1 AND distance > 0 \
+               ORDER BY distance, run_id";
+    let descendants: Vec<String> = tx
+        .query(sql, vals![run])?
+        .iter()
+        .map(|r| r.get("run_id"))
+        .collect::<StoreResult<_>>()?;
+    let mut narrowed = Vec::new();
+    for d in descendants {
+        let Some(theirs) = get_run(tx, &d)?
+            .and_then(|r| r.envelope)
+            .and_then(|e| e.network.allow_list())
+        else {
+            continue;
+        };
+        if asked.wider_entry(&theirs).is_none() {
+            continue;
+        }
+        let kept = theirs.intersect(asked).to_strings();
+        let spec = AllowSpec {
+            allow: kept.clone(),
+        };
+        set_network(tx, &d, Network::Allow(spec))?;
+        super::journal::append_event(tx, &d, None, policy_event(kept, by, run))?;
+        narrowed.push(d);
+    }
+    Ok(narrowed)
+}
+
 /// The change script: the tree's lock, the run's list, the check (a run
-/// only narrows), the run's new list, then each descendant's list cut to
-/// what the new one covers, each change with its `net.policy` event.
+/// only narrows its own; the operator stays within the parent's), the
+/// run's new list, then each descendant's list cut to it.
 fn change_in(
     tx: &mut dyn Tx,
     run: &str,
@@ -75,53 +135,18 @@ fn change_in(
         let shown = current.map_or("the kernel's default".to_owned(), |n| n.to_string());
         return Ok(NetChanged::NotAllowList(shown));
     };
-    if !may_widen {
-        if let Some(entry) = list.wider_entry(asked) {
-            return Ok(NetChanged::Wider(entry.to_string()));
+    if let Some((bound, name)) = bound_of(tx, &record, &list, may_widen)? {
+        if let Some(entry) = bound.wider_entry(asked) {
+            return Ok(NetChanged::Wider(format!("{entry} is not within {name}")));
         }
     }
     let allow = asked.to_strings();
-    set_network(
-        tx,
-        run,
-        Network::Allow(AllowSpec {
-            allow: allow.clone(),
-        }),
-    )?;
+    let spec = AllowSpec {
+        allow: allow.clone(),
+    };
+    set_network(tx, run, Network::Allow(spec))?;
     super::journal::append_event(tx, run, None, policy_event(allow.clone(), by, run))?;
-    let sql = "SELECT run_id FROM run_ancestry WHERE ancestor_id = ?1 AND distance > 0 \
-               ORDER BY distance, run_id";
-    let descendants: Vec<String> = tx
-        .query(sql, vals![run])?
-        .iter()
-        .map(|r| r.get("run_id"))
-        .collect::<StoreResult<_>>()?;
-    let mut narrowed = Vec::new();
-    for d in descendants {
-        let Some(theirs) = get_run(tx, &d)?
-            .and_then(|r| r.envelope)
-            .and_then(|e| e.network.allow_list())
-        else {
-            continue;
-        };
-        let kept: Vec<String> = theirs
-            .entries()
-            .iter()
-            .filter(|e| asked.entries().iter().any(|a| a.covers(e)))
-            .map(ToString::to_string)
-            .collect();
-        if kept.len() < theirs.entries().len() {
-            set_network(
-                tx,
-                &d,
-                Network::Allow(AllowSpec {
-                    allow: kept.clone(),
-                }),
-            )?;
-            super::journal::append_event(tx, &d, None, policy_event(kept, by, run))?;
-            narrowed.push(d);
-        }
-    }
+    let narrowed = cut_descendants(tx, run, asked, by)?;
     Ok(NetChanged::Changed { allow, narrowed })
 }
 

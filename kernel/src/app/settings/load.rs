@@ -127,6 +127,7 @@ fn egress(r: &mut Reader) -> crate::runtime::config::EgressConfig {
         });
     crate::runtime::config::EgressConfig {
         on: r.switch(&t::EGRESS),
+        private: r.switch(&t::EGRESS_PRIVATE),
         port,
         hosts,
     }

@@ -78,6 +78,10 @@ settings! {
     /// The egress proxy's port, on the host's address on the kernel's
     /// internal egress network.
     EGRESS_PORT = "OPKERNEL_EGRESS_PORT", Count, Serve, default "3128";
+    /// Let the egress proxy connect to names that resolve to loopback,
+    /// private, link-local or other non-public addresses (off: refused,
+    /// unless the allow list names the address itself).
+    EGRESS_PRIVATE = "OPKERNEL_EGRESS_PRIVATE", Switch, Serve, default "off";
     /// For tests only: `name=IPv4;…`, addresses the egress proxy uses for
     /// these names instead of DNS (the kernel warns when it is set).
     EGRESS_HOSTS = "OPKERNEL_EGRESS_HOSTS", Text, Serve, default "";

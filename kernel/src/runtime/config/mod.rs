@@ -195,6 +195,9 @@ impl Config {
 pub struct EgressConfig {
     /// Serve allow-list runs (`OPKERNEL_EGRESS`).
     pub on: bool,
+    /// Connect to names resolving to non-public addresses
+    /// (`OPKERNEL_EGRESS_PRIVATE`).
+    pub private: bool,
     /// The proxy's port (`OPKERNEL_EGRESS_PORT`).
     pub port: u16,
     /// Names resolved without DNS (`OPKERNEL_EGRESS_HOSTS`, for tests).

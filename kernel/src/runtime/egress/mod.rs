@@ -16,7 +16,10 @@
 //! its containers outlive it): connections in flight drop, new ones work.
 
 mod firewall;
+mod peers;
 mod proxy;
+mod relay;
+mod resolve;
 mod start;
 mod tally;
 
@@ -35,6 +38,8 @@ pub struct Active {
     pub net: sandbox::egress::EgressNetwork,
     /// `http://<gateway>:<port>`.
     pub url: String,
+    /// The proxy's port.
+    pub port: u16,
 }
 
 /// The kernel's egress state: started at the first allow-list container
@@ -44,6 +49,7 @@ pub struct Egress {
     active: tokio::sync::OnceCell<Arc<Active>>,
     starting: tokio::sync::Mutex<()>,
     tally: tally::Tally,
+    peers: peers::Peers,
 }
 
 /// The name of the egress network of the kernel home `home` (one engine

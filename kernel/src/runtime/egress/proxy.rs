@@ -3,7 +3,7 @@
 //! list as the control plane holds it now, then a tunnel (`CONNECT`) or
 //! the request sent on in origin form, bytes counted both ways.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -51,9 +51,9 @@ async fn read_head(sock: &mut TcpStream) -> Result<(String, Vec<u8>), &'static s
         if buf.len() > MAX_HEAD {
             return Err("a request head over 16 KiB");
         }
-        let n = tokio::time::timeout(HEAD_WAIT, sock.read(&mut chunk))
+        let n = sock
+            .read(&mut chunk)
             .await
-            .map_err(|_| "no request head in 30 s")?
             .map_err(|_| "the connection failed")?;
         if n == 0 {
             return Err("the connection closed before its request head");
@@ -73,15 +73,30 @@ async fn answer(sock: &mut TcpStream, status: &str, body: &str) {
 }
 
 async fn handle(k: Arc<Kernel>, mut sock: TcpStream, peer: SocketAddr) {
-    let (head, early) = match read_head(&mut sock).await {
-        Ok(read) => read,
-        Err(why) => return answer(&mut sock, "400 Bad Request", why).await,
+    let Some(_slot) = k.egress.peers.admit(peer.ip()) else {
+        k.store.metrics().egress("busy");
+        return;
     };
-    let first = head.split("\r\n").next().unwrap_or_default();
-    let ask = match parse_ask(first) {
-        Ok(ask) => ask,
-        Err(e) => {
-            let why = format!("opkernel egress proxy: {e}");
+    let Some(run) = super::peers::run_of(&k, peer.ip()).await else {
+        k.store.metrics().egress("unknown");
+        let why = format!(
+            "opkernel egress proxy: {} is no run container of this kernel",
+            peer.ip()
+        );
+        return answer(&mut sock, "403 Forbidden", &why).await;
+    };
+    let read = tokio::time::timeout(HEAD_WAIT, read_head(&mut sock)).await;
+    let asked = match read {
+        Ok(Ok((head, early))) => parse_ask(head.split("\r\n").next().unwrap_or_default())
+            .map(|ask| (ask, head, early))
+            .map_err(|e| format!("opkernel egress proxy: {e}")),
+        Ok(Err(why)) => Err(why.to_owned()),
+        Err(_) => Err("no whole request head in 30 s".to_owned()),
+    };
+    let (ask, head, early) = match asked {
+        Ok(asked) => asked,
+        Err(why) => {
+            k.store.metrics().egress("invalid");
             return answer(&mut sock, "400 Bad Request", &why).await;
         }
     };
@@ -90,78 +105,55 @@ async fn handle(k: Arc<Kernel>, mut sock: TcpStream, peer: SocketAddr) {
             (host.clone(), *port)
         }
     };
-    let run = match run_of(&k, peer.ip()).await {
-        Some(run) => run,
-        None => {
-            let why = format!(
-                "opkernel egress proxy: {} is no run container of this kernel",
-                peer.ip()
-            );
-            return answer(&mut sock, "403 Forbidden", &why).await;
-        }
-    };
     if let Err(why) = allowed(&k, &run, &host, port).await {
-        k.store.metrics().egress("denied", 0, 0);
-        if k.egress.tally.record_denial(&run, &host) {
-            let event = crate::event_kind::EventKind::NetDenied(crate::event_kind::NetDenied {
-                host: host.clone(),
-                port,
-            });
-            if let Err(e) = k.store.record_run_event(&run, event).await {
-                tracing::warn!(%run, %e, "net.denied not recorded");
-            }
-        }
-        return answer(&mut sock, "403 Forbidden", &why).await;
+        return deny(&k, &mut sock, &run, &host, port, &why).await;
     }
-    let mut upstream = match connect(&k, &host, port).await {
+    let mut upstream = match connect(&k, &run, &host, port).await {
         Ok(up) => up,
-        Err(why) => {
-            k.store.metrics().egress("failed", 0, 0);
+        Err(Unreached::Policy(why)) => return deny(&k, &mut sock, &run, &host, port, &why).await,
+        Err(Unreached::Failed(why)) => {
+            k.store.metrics().egress("failed");
             return answer(&mut sock, "502 Bad Gateway", &why).await;
         }
     };
+    k.store.metrics().egress("allowed");
+    k.egress.tally.connection(&run);
+    let count = |i: u64, o: u64| {
+        k.egress.tally.bytes(&run, i, o);
+        k.store.metrics().egress_bytes(i, o);
+    };
     let sent = match &ask {
-        ProxyAsk::Connect { .. } => sock
-            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            .await
-            .map(|()| 0),
+        ProxyAsk::Connect { .. } => {
+            let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+            sock.write_all(established).await
+        }
         ProxyAsk::Forward { request_line, .. } => {
             let head = origin_head(request_line, &host, port, &head);
-            upstream
-                .write_all(head.as_bytes())
-                .await
-                .map(|()| head.len() as u64)
+            count(0, head.len() as u64);
+            upstream.write_all(head.as_bytes()).await
         }
     };
-    let Ok(head_bytes) = sent else {
-        return;
-    };
-    let early_bytes = early.len() as u64;
-    if !early.is_empty() && upstream.write_all(&early).await.is_err() {
+    if sent.is_err() || (!early.is_empty() && upstream.write_all(&early).await.is_err()) {
         return;
     }
-    let (out, back) = tokio::io::copy_bidirectional(&mut sock, &mut upstream)
-        .await
-        .unwrap_or((0, 0));
-    let (bytes_in, bytes_out) = (back, out + head_bytes + early_bytes);
-    k.store.metrics().egress("allowed", bytes_in, bytes_out);
-    k.egress.tally.connection(&run, bytes_in, bytes_out);
+    count(0, early.len() as u64);
+    super::relay::relay(sock, upstream, count).await;
 }
 
-/// The run whose container holds `ip` on the egress network; `None` when
-/// no container of this kernel's does.
-pub(super) async fn run_of(k: &Kernel, ip: IpAddr) -> Option<String> {
-    let IpAddr::V4(ip) = ip else {
-        return None;
-    };
-    let name = super::network_name(&k.config.home);
-    let peers = k.backend.network_peers(&name).await.ok()?;
-    let (id, _) = peers.into_iter().find(|(_, addr)| *addr == ip)?;
-    let info = k.backend.inspect(&id).await.ok()?;
-    if !k.backend.owns(&info) {
-        return None;
+/// Refuses a connection by the run's policy: counted, its event recorded
+/// (at most one a minute per run and host), `403` with the policy's words.
+async fn deny(k: &Kernel, sock: &mut TcpStream, run: &str, host: &str, port: u16, why: &str) {
+    k.store.metrics().egress("denied");
+    if k.egress.tally.record_denial(run, host) {
+        let event = crate::event_kind::EventKind::NetDenied(crate::event_kind::NetDenied {
+            host: host.to_owned(),
+            port,
+        });
+        if let Err(e) = k.store.record_run_event(run, event).await {
+            tracing::warn!(%run, %e, "net.denied not recorded");
+        }
     }
-    k.run_of(&info)
+    answer(sock, "403 Forbidden", why).await
 }
 
 /// Whether the run's allow list, as the control plane has it now, allows
@@ -187,31 +179,53 @@ async fn allowed(k: &Kernel, run: &str, host: &str, port: u16) -> Result<(), Str
     }
 }
 
-/// A connection to `host:port`: its address from the test-only host map,
-/// else DNS done here (an IPv4 address), within [`CONNECT_WAIT`].
-async fn connect(k: &Kernel, host: &str, port: u16) -> Result<TcpStream, String> {
-    let addr: Ipv4Addr = match k.config.egress.hosts.get(host) {
-        Some(addr) => *addr,
-        None => match host.parse() {
-            Ok(addr) => addr,
-            Err(_) => {
-                let found = tokio::net::lookup_host((host, port))
-                    .await
-                    .map_err(|e| format!("opkernel egress proxy: {host}: {e}"))?;
-                found
-                    .filter_map(|a| match a.ip() {
-                        IpAddr::V4(v4) => Some(v4),
-                        IpAddr::V6(_) => None,
-                    })
-                    .next()
-                    .ok_or_else(|| format!("opkernel egress proxy: {host} has no IPv4 address"))?
-            }
-        },
+/// Why a target was not reached.
+enum Unreached {
+    /// The policy refuses it (a name resolving to a private address).
+    Policy(String),
+    /// DNS or the target failed.
+    Failed(String),
+}
+
+/// The address to connect to for `host`: from the test-only host map or
+/// the name itself (the operator's own words, taken as they are), else by
+/// DNS done here, a public IPv4 address unless `OPKERNEL_EGRESS_PRIVATE`.
+async fn address(k: &Kernel, run: &str, host: &str, port: u16) -> Result<Ipv4Addr, Unreached> {
+    if let Some(addr) = k.config.egress.hosts.get(host) {
+        return Ok(*addr);
+    }
+    if let Ok(addr) = host.parse() {
+        return Ok(addr);
+    }
+    let v4 = super::resolve::resolve(host, port)
+        .await
+        .map_err(Unreached::Failed)?;
+    let private = k.config.egress.private;
+    let usable = |a: &&Ipv4Addr| {
+        crate::egress::is_public(**a) || (private && !crate::egress::is_never_reached(**a))
     };
+    match (v4.iter().find(usable), v4.first()) {
+        (Some(addr), _) => Ok(*addr),
+        (None, Some(addr)) => Err(Unreached::Policy(format!(
+            "opkernel egress policy of run {run}: {host} resolves to {addr}, not a public address (an operator allows such names with OPKERNEL_EGRESS_PRIVATE=on, or lists the address itself)"
+        ))),
+        (None, None) => Err(Unreached::Failed(format!(
+            "opkernel egress proxy: {host} has no IPv4 address"
+        ))),
+    }
+}
+
+/// A connection to `host:port` within [`CONNECT_WAIT`].
+async fn connect(k: &Kernel, run: &str, host: &str, port: u16) -> Result<TcpStream, Unreached> {
+    let addr = address(k, run, host, port).await?;
     tokio::time::timeout(CONNECT_WAIT, TcpStream::connect((addr, port)))
         .await
-        .map_err(|_| format!("opkernel egress proxy: {host}:{port} did not answer in 10 s"))?
-        .map_err(|e| format!("opkernel egress proxy: {host}:{port}: {e}"))
+        .map_err(|_| {
+            Unreached::Failed(format!(
+                "opkernel egress proxy: {host}:{port} did not answer in 10 s"
+            ))
+        })?
+        .map_err(|e| Unreached::Failed(format!("opkernel egress proxy: {host}:{port}: {e}")))
 }
 
 /// The head sent to the origin: the request line in origin form, `Host`

@@ -27,10 +27,15 @@ impl Kernel {
         let name = network_name(&k.config.home);
         let net = k
             .backend
-            .ensure_egress_network(&name)
+            .ensure_egress_network(&name, k.config.egress.port)
             .await
             .map_err(|e| format!("the egress network {name}: {e}"))?;
-        let port = k.config.egress.port;
+        // the port the network was made for: its containers' commands name it
+        let port = net.port.unwrap_or(k.config.egress.port);
+        if port != k.config.egress.port {
+            tracing::warn!(network = %name, port, setting = k.config.egress.port,
+                "the egress network was made for another proxy port: kept while it exists (remove the network for OPKERNEL_EGRESS_PORT to apply)");
+        }
         super::firewall::confine(&net, port)
             .map_err(|e| format!("the egress firewall rule: {e}"))?;
         let listener = tokio::net::TcpListener::bind((net.gateway, port))
@@ -38,7 +43,7 @@ impl Kernel {
             .map_err(|e| format!("the egress proxy on {}:{port}: {e}", net.gateway))?;
         let url = format!("http://{}:{port}", net.gateway);
         tracing::info!(network = %name, %url, "egress proxy listening");
-        let active = Arc::new(Active { net, url });
+        let active = Arc::new(Active { net, url, port });
         let _ = e.active.set(active.clone());
         tokio::spawn(super::proxy::serve(Arc::downgrade(k), listener));
         tokio::spawn(super::tally::flush_loop(Arc::downgrade(k)));
@@ -62,6 +67,13 @@ impl Kernel {
                 tracing::error!(%e, "the egress proxy could not start: allow-list runs are refused");
             }
         }
+    }
+
+    /// Before a container is made or started on the egress network: it
+    /// may get an address a removed one held, so the proxy forgets which
+    /// run each address was.
+    pub fn egress_forget_peers(&self) {
+        self.egress.peers.forget_all();
     }
 
     /// The profile an allow-list run's container is made with: the

@@ -23,7 +23,8 @@ impl Kernel {
         // an allow-list run's container is on the egress network, the
         // proxy in its environment (SPEC §27)
         let egress;
-        let profile = if profile.network == crate::runtime::egress::PLACEHOLDER {
+        let on_egress = profile.network == crate::runtime::egress::PLACEHOLDER;
+        let profile = if on_egress {
             egress = self.egress_profile(profile).await?;
             &egress
         } else {
@@ -61,6 +62,9 @@ impl Kernel {
                     }
                 }
             }
+        }
+        if on_egress {
+            self.egress_forget_peers();
         }
         let info = self.backend.ensure_container(identity, profile).await?;
         self.remember_container(&info);

@@ -59,9 +59,9 @@ pub async fn change(
                  (its container was made for its network)"
             ),
         )),
-        NetChanged::Wider(entry) => Err(ApiError::envelope_exceeded(format!(
-            "network: allow {entry} is not within the run's allow list: a run only narrows it \
-             (the operator may widen)"
+        NetChanged::Wider(why) => Err(ApiError::envelope_exceeded(format!(
+            "network: allow {why} (a run only narrows its own list; the operator may widen \
+             it within its parent's)"
         ))),
     }
 }

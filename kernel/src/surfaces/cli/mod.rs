@@ -163,6 +163,19 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Set a run's egress allow list (a run narrows its own; the
+    /// operator may widen); new connections follow at once
+    Network {
+        /// The run whose list changes
+        run: String,
+        /// An entry of the new list: host, *.domain, host:port or IPv4;
+        /// none given: an empty list, nothing allowed
+        #[arg(long = "allow")]
+        allow: Vec<String>,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
     /// Complete a run with a summary (refused while its ops are live)
     Complete {
         /// Run to complete
@@ -510,6 +523,7 @@ async fn run_task_verb(client: &Client, cmd: Command) -> anyhow::Result<i32> {
         Command::Cancel { run, json } => {
             runs::change(client, &run, RunAction::Cancel, None, json).await
         }
+        Command::Network { run, allow, json } => runs::network(client, &run, allow, json).await,
         Command::Complete { run, summary, json } => {
             runs::change(client, &run, RunAction::Complete, Some(summary), json).await
         }

@@ -133,6 +133,27 @@ pub(super) async fn change(
     Ok(0)
 }
 
+/// `opkernel network RUN --allow …`: the run's allow list from now on.
+pub(super) async fn network(
+    client: &Client,
+    run: &str,
+    allow: Vec<String>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let path = format!("/v1/runs/{run}/network");
+    let body = crate::surfaces::requests::ChangeNetwork { allow };
+    let v: crate::surfaces::views::NetworkView = client.post_as(&path, &body, None).await?;
+    if json {
+        print_answer(&v);
+        return Ok(0);
+    }
+    println!("run {run}: allow [{}]", v.allow.join(", "));
+    if !v.narrowed.is_empty() {
+        println!("narrowed with it: {}", v.narrowed.join(", "));
+    }
+    Ok(0)
+}
+
 /// `opkernel usage RUN`: the run's usage, budget and what remains; with a
 /// model, records its usage first (the answer has no budget).
 pub(super) async fn usage(

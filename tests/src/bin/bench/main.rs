@@ -5,6 +5,7 @@
 //! `--concurrent-only OPS RUNS` only the concurrency one;
 //! `--latency-only [SAMPLES]` only the start and running latencies;
 //! `--pool-only [SAMPLES]` only a new run's first command, pool on and off;
+//! `--files-only` the files API and forks; `--egress-only` the egress proxy;
 //! `--cluster` the cluster's figures on `scripts/cluster.sh` nodes.
 //! `--check` exits non-zero when a correctness figure is off (see
 //! [`Checks`]); timings are reported, never asserted (the machine is noisy).
@@ -13,6 +14,7 @@
 
 mod abuse;
 mod cluster;
+mod egress;
 mod full;
 mod interactive;
 mod latency;
@@ -246,6 +248,8 @@ async fn main() -> anyhow::Result<()> {
         only::pool(&bin, num("--pool-only", 1).unwrap_or(30), &mut checks).await?;
     } else if flag("--files-only") {
         only::files(&bin, quick, &mut checks).await?;
+    } else if flag("--egress-only") {
+        only::egress(&bin, quick, &mut checks).await?;
     } else if flag("--abuse-only") {
         only::abuse(&bin, &mut checks).await?;
     } else if flag("--cluster") {

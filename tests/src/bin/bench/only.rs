@@ -109,3 +109,11 @@ pub async fn files(bin: &Path, quick: bool, checks: &mut Checks) -> anyhow::Resu
     checks.files(&w);
     Ok(())
 }
+
+/// The egress proxy's cost per connection and a download through it.
+pub async fn egress(bin: &Path, quick: bool, checks: &mut Checks) -> anyhow::Result<()> {
+    let e = crate::egress::measure(bin, quick).await?;
+    e.print();
+    checks.zero("egress_failed_requests", e.bad);
+    Ok(())
+}
