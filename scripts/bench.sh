@@ -6,7 +6,8 @@
 # with the warm pool on and off, an interactive op's write -> echo
 # beside `docker exec -i` doing the same, and a large file up and down the
 # files API beside `docker cp` (kernel memory meanwhile) and forks of a
-# 200 MiB workspace.
+# 200 MiB workspace, and a request and a download through the egress proxy
+# beside the same made directly.
 # Usage: [OPKERNEL_STORE=postgres://…] scripts/bench.sh [--quick] [--json] [--check]
 # (with a PostgreSQL URL each kernel it starts gets a fresh database there;
 # the JSON says "store": "sqlite" or "postgres")

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use opkernel::drills::harness::KernelProcess;
 use opkernel_tests::outside::Outside;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::{pct, row, BENCH_ENV};
 
@@ -118,6 +118,19 @@ pub async fn measure(bin: &Path, quick: bool) -> anyhow::Result<Egress> {
 }
 
 impl Egress {
+    pub fn figures(&self) -> Value {
+        json!({
+            "egress_request_proxied_p50_ms": pct(&self.proxied, 50.0),
+            "egress_request_proxied_p90_ms": pct(&self.proxied, 90.0),
+            "egress_request_direct_p50_ms": pct(&self.direct, 50.0),
+            "egress_proxy_cost_p50_ms": pct(&self.proxied, 50.0) - pct(&self.direct, 50.0),
+            "egress_download_mib": self.download_mib,
+            "egress_download_proxied_sec": self.download_proxied_sec,
+            "egress_download_direct_sec": self.download_direct_sec,
+            "egress_failed_requests": self.bad,
+        })
+    }
+
     pub fn print(&self) {
         row("request via egress proxy", &self.proxied);
         row("request direct (open net)", &self.direct);

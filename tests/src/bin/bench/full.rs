@@ -8,8 +8,8 @@ use opkernel::drills::harness::KernelProcess;
 use serde_json::{json, Value};
 
 use crate::{
-    abuse, fallbacks, interactive, latency, pct, pool, scale, storecost, workspaces, Checks,
-    BENCH_ENV,
+    abuse, egress, fallbacks, interactive, latency, pct, pool, scale, storecost, workspaces,
+    Checks, BENCH_ENV,
 };
 
 /// Every measurement of one full (or quick) run.
@@ -28,6 +28,7 @@ pub struct Run {
     pub(crate) abuse: abuse::Abuse,
     pub(crate) pool: pool::PoolFigures,
     pub(crate) files: workspaces::Workspaces,
+    pub(crate) egress: egress::Egress,
     /// Ops started by `docker exec`, per phase: latency, concurrency,
     /// recovery, abuse.
     pub(crate) fallbacks: [usize; 4],
@@ -65,7 +66,9 @@ pub async fn measure(bin: &Path, quick: bool) -> anyhow::Result<Run> {
     drop(k);
     let pool = pool::measure(bin, if quick { 10 } else { 30 }).await?;
     let files = workspaces::measure(bin, quick).await?;
+    let egress = egress::measure(bin, quick).await?;
     Ok(Run {
+        egress,
         pool,
         files,
         samples,
@@ -109,6 +112,7 @@ impl Run {
         checks.zero("abuse_fallback_ops", abuse);
         checks.zero("pool_first_commands_not_adopted", self.pool.not_adopted);
         checks.files(&self.files);
+        checks.zero("egress_failed_requests", self.egress.bad);
     }
 
     /// Every figure, as the JSON line prints them.
@@ -120,6 +124,7 @@ impl Run {
             self.pool_figures(),
             self.interactive_figures(),
             self.files.figures(),
+            self.egress.figures(),
         ];
         if let Some(map) = figures.as_object_mut() {
             map.insert("mode".into(), json!(if quick { "quick" } else { "full" }));

@@ -62,6 +62,7 @@ impl Run {
         );
         self.print_scale();
         self.files.print();
+        self.egress.print();
         if self.notify_missing > 0 {
             println!(
                 "notify: {} of {} ops never came back in a report",
