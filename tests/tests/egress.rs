@@ -471,4 +471,26 @@ async fn only_an_allow_list_changes_and_bad_entries_name_themselves() {
     )
     .await;
     assert_ne!(code, 0);
+    the_proxy_comes_back_after_its_network_was_removed(&k, &outside).await;
+}
+
+/// An operator removes the egress network (its containers first): the
+/// kernel notices within its 10 s check, and the next allow-list run gets
+/// a new network and proxy.
+async fn the_proxy_comes_back_after_its_network_was_removed(k: &KernelProcess, outside: &Outside) {
+    let first = unique_run("gone");
+    listed_run(k, outside, &first, &["outside.test"]).await;
+    let url = "http://outside.test:8080/";
+    assert_eq!(curl_code(k, &first, None, url).await, "200");
+    k.remove_containers();
+    let name = opkernel::runtime::egress::network_name(&k.home);
+    let removed = std::process::Command::new("docker")
+        .args(["network", "rm", &name])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{removed:?}");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let second = unique_run("back");
+    listed_run(k, outside, &second, &["outside.test"]).await;
+    assert_eq!(curl_code(k, &second, None, url).await, "200");
 }

@@ -33,12 +33,18 @@ pub fn hosts(subnet: &str) -> String {
     format!("outside.test={subnet}.1;other.test={subnet}.1")
 }
 
-/// `wget` of `url` in `run` through `via` (busybox's, through the proxy
-/// its environment names): its output and exit code, and the op's node.
-async fn wget(c: &Cluster, via: &str, run: &str, url: &str) -> (String, String) {
+/// A plain HTTP GET of `url` in `run` through `via`, sent to the proxy
+/// its environment names (by bash's `/dev/tcp`: the default image's
+/// static busybox `wget` cannot resolve even a proxy's address): the
+/// status line and the body's last line, and the op's node.
+async fn fetch(c: &Cluster, via: &str, run: &str, url: &str) -> (String, String) {
     let path = format!("/v1/runs/{run}/tools/run_command");
-    let script = format!("wget -q -T 10 -O - {url} 2>&1; echo \"rc=$?\"");
-    let body = json!({"command": ["sh", "-c", script], "timeout_sec": 60});
+    let script = format!(
+        r#"p=${{HTTP_PROXY#http://}}; exec 3<>"/dev/tcp/${{p%:*}}/${{p##*:}}" || exit 9
+printf 'GET {url} HTTP/1.1\r\nHost: x\r\n\r\n' >&3
+reply=$(timeout 10 cat <&3); printf '%s\n' "$reply" | head -n 1 | tr -d '\r'; printf '%s\n' "$reply" | tail -n 1"#
+    );
+    let body = json!({"command": ["bash", "-c", script], "timeout_sec": 60});
     let v = timed(c.node(via).client.post(&path, &body)).await.unwrap();
     let out = v["output"].as_str().unwrap_or_default().to_owned();
     (out, v["node"].as_str().unwrap_or_default().to_owned())
@@ -55,10 +61,10 @@ pub async fn through_its_node(c: &Cluster, port: u16) {
         .await
         .unwrap();
     let url = format!("http://outside.test:{port}/x");
-    let (said, node) = wget(c, "n1", &run, &url).await;
+    let (said, node) = fetch(c, "n1", &run, &url).await;
     assert_eq!(
         said,
-        format!("outside:outside.test:{port}/x\nrc=0\n"),
+        format!("HTTP/1.1 200 OK\noutside:outside.test:{port}/x\n"),
         "on {node}"
     );
     let other = c
@@ -67,8 +73,8 @@ pub async fn through_its_node(c: &Cluster, port: u16) {
         .map(|n| n.name.clone())
         .find(|n| *n != node)
         .unwrap();
-    let (said, _) = wget(c, &other, &run, &format!("http://other.test:{port}/")).await;
-    assert!(said.contains("403") && !said.ends_with("rc=0\n"), "{said}");
+    let (said, _) = fetch(c, &other, &run, &format!("http://other.test:{port}/")).await;
+    assert!(said.starts_with("HTTP/1.1 403"), "{said}");
     let events = format!("/v1/runs/{run}/events?limit=500");
     wait_for(
         "net.denied through another node",
@@ -88,7 +94,10 @@ pub async fn through_its_node(c: &Cluster, port: u16) {
         .await
         .unwrap();
     assert_eq!(cut["allow"], json!([]), "{cut}");
-    let (said, again) = wget(c, "n1", &run, &url).await;
-    assert!(said.contains("403"), "after the cut, on {again}: {said}");
+    let (said, again) = fetch(c, "n1", &run, &url).await;
+    assert!(
+        said.starts_with("HTTP/1.1 403"),
+        "after the cut, on {again}: {said}"
+    );
     assert_eq!(again, node, "the run stays on its node");
 }

@@ -46,7 +46,12 @@ pub struct Active {
 /// (or at start, when the network exists from before).
 #[derive(Default)]
 pub struct Egress {
-    active: tokio::sync::OnceCell<Arc<Active>>,
+    /// The running proxy and its accept loop (reset when its network was
+    /// removed from under it: the next allow-list container starts it
+    /// again).
+    active: crate::base::sync::Lock<Option<(Arc<Active>, tokio::task::AbortHandle)>>,
+    /// The usage flush loop runs (once for the kernel's life).
+    flushing: std::sync::atomic::AtomicBool,
     starting: tokio::sync::Mutex<()>,
     tally: tally::Tally,
     peers: peers::Peers,
@@ -61,6 +66,18 @@ pub fn network_name(home: &Path) -> String {
 }
 
 impl Egress {
+    /// The running proxy, when there is one.
+    fn current(&self) -> Option<Arc<Active>> {
+        self.active.lock().as_ref().map(|(a, _)| a.clone())
+    }
+
+    /// Stops the proxy whose network is gone.
+    fn reset(&self) {
+        if let Some((_, serving)) = self.active.lock().take() {
+            serving.abort();
+        }
+    }
+
     /// What the proxy counted for `run` and not yet recorded: connections,
     /// bytes in, bytes out (the flush loop records them).
     pub fn pending(&self, run: &str) -> (u64, u64, u64) {

@@ -13,12 +13,12 @@ impl Kernel {
     /// allow-list runs cannot be served (they are refused, never opened).
     pub async fn egress_active(&self) -> Result<Arc<Active>, String> {
         let e = &self.egress;
-        if let Some(a) = e.active.get() {
-            return Ok(a.clone());
+        if let Some(a) = e.current() {
+            return Ok(a);
         }
         let _one = e.starting.lock().await;
-        if let Some(a) = e.active.get() {
-            return Ok(a.clone());
+        if let Some(a) = e.current() {
+            return Ok(a);
         }
         let k = &self.arc().ok_or("the kernel is stopping")?;
         if !k.config.egress.on {
@@ -44,9 +44,11 @@ impl Kernel {
         let url = format!("http://{}:{port}", net.gateway);
         tracing::info!(network = %name, %url, "egress proxy listening");
         let active = Arc::new(Active { net, url, port });
-        let _ = e.active.set(active.clone());
-        tokio::spawn(super::proxy::serve(Arc::downgrade(k), listener));
-        tokio::spawn(super::tally::flush_loop(Arc::downgrade(k)));
+        let serving = tokio::spawn(super::proxy::serve(Arc::downgrade(k), listener));
+        *e.active.lock() = Some((active.clone(), serving.abort_handle()));
+        if !e.flushing.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tokio::spawn(super::tally::flush_loop(Arc::downgrade(k)));
+        }
         Ok(active)
     }
 

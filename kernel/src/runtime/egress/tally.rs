@@ -117,11 +117,19 @@ pub(super) async fn flush_loop(k: Weak<Kernel>) {
 }
 
 /// Puts the firewall rules back when something (a firewall reload, an
-/// `iptables -F`) removed them.
+/// `iptables -F`) removed them; stops the proxy whose network was removed
+/// (Docker removes none with containers on it), to be made again by the
+/// next allow-list container.
 async fn recheck_firewall(k: &Kernel) {
-    let Some(active) = k.egress.active.get().cloned() else {
+    let Some(active) = k.egress.current() else {
         return;
     };
+    if let Err(sandbox::SandboxError::NotFound(_)) = k.backend.network_peers(&active.net.name).await
+    {
+        tracing::warn!(network = %active.net.name, "the egress network was removed: the proxy stops until the next allow-list container");
+        k.egress.reset();
+        return;
+    }
     let checked =
         tokio::task::spawn_blocking(move || super::firewall::confine(&active.net, active.port))
             .await;
