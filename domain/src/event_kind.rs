@@ -201,6 +201,10 @@ pub struct ToolStarted {
     pub timeout_sec: u64,
     /// The schedule that fired it (null for a direct start).
     pub schedule_id: Option<String>,
+    /// Where it came from (SPEC §28); absent in events of ops admitted
+    /// before origins were recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::origin::Origin>,
 }
 
 /// `tool.completed`: the command ended with a code (killed or not).

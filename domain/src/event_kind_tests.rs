@@ -24,6 +24,7 @@ fn every_kind() -> Vec<(EventKind, &'static str, &'static str)> {
                 background: true,
                 timeout_sec: 900,
                 schedule_id: None,
+                origin: None,
             }),
             "tool.started",
             r#"{"background":true,"command":["bash","-lc","make"],"schedule_id":null,"timeout_sec":900}"#,

@@ -15,6 +15,7 @@ pub mod envelope;
 pub mod event_kind;
 pub mod evidence;
 pub mod lifecycle;
+pub mod origin;
 pub mod report_text;
 pub mod runs;
 pub mod timing;

@@ -13,7 +13,7 @@
 
 /// The pure rules (`opkernel-domain`), under the names the kernel uses.
 pub use opkernel_domain::{
-    approval, egress, envelope, event_kind, lifecycle, report_text, runs, timing,
+    approval, egress, envelope, event_kind, lifecycle, origin, report_text, runs, timing,
 };
 
 pub mod app;

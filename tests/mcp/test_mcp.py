@@ -188,6 +188,12 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
         state = await c.call_tool("operation_state", {"operation_id": op})
         self.assertFalse(state.is_error)
         self.assertEqual(state.structured_content["run_id"], run)
+        # its origin: the MCP surface, the client and its session, the run
+        # token's principal (SPEC §28), whatever the arguments said
+        _, seen = api("GET", f"/v1/operations/{op}")
+        origin = seen["origin"]
+        self.assertEqual((origin["surface"], origin["principal"]), ("mcp", f"run:{run}"), origin)
+        self.assertRegex(origin["channel"], r"^\S.* session \S+$", origin)
         report = await c.call_tool("wait_background_report", {"wait_sec": 60})
         self.assertFalse(report.is_error, text_of(report))
         body = report.structured_content

@@ -238,6 +238,32 @@ class PanelTest(unittest.TestCase):
         api("POST", f"/v1/runs/{run}/tools/write_stdin", {"operation_id": op, "eof": True}, token)
         b.wait(f"!{card(op)}", timeout=30, what="the card to leave once stdin closed")
 
+    def test_1c_start_a_command_from_the_panel_and_see_its_origin(self):
+        b = self.b
+        b.sign_in(OPERATOR)
+        run, token = new_run()
+        # the run was made by this test's plain HTTP client
+        made = api("GET", f"/v1/runs/{run}")["origin"]
+        self.assertEqual((made["surface"], made["principal"]), ("http", "operator"), made)
+        b.eval(f"document.getElementById('start-run').value = '{run}'; "
+               "document.getElementById('start-cmd').value = 'echo from-panel; sleep 30'; "
+               "document.getElementById('start').requestSubmit(); true")
+        b.wait("document.getElementById('start-said').textContent.startsWith('started ')",
+               what="the start answered")
+        op = b.eval("document.getElementById('start-said').textContent.slice('started '.length)")
+        b.wait(f"{card(op)} && !!{card(op)}.querySelector('.origin')", what="its card with its origin")
+        said = b.eval(f"{card(op)}.querySelector('.origin').textContent")
+        self.assertTrue(said.startswith("via panel (panel Mozilla/"), said)
+        self.assertTrue(said.endswith(" by operator"), said)
+        origin = api("GET", f"/v1/operations/{op}")["origin"]
+        self.assertEqual((origin["surface"], origin["principal"]), ("panel", "operator"), origin)
+        listed = api("GET", f"/v1/ops?run={run}&surface=panel")["operations"]
+        self.assertEqual([o["operation_id"] for o in listed], [op])
+        self.assertEqual(api("GET", f"/v1/ops?run={run}&surface=cli")["operations"], [])
+        b.shot("02c-started-from-the-panel.png")
+        api("POST", f"/v1/runs/{run}/tools/kill_operation", {"operation_id": op})
+        b.wait(f"!{card(op)}", timeout=30, what="the card to leave once killed")
+
     def test_2_approve_a_waiting_op_from_the_panel(self):
         b = self.b
         b.sign_in(OPERATOR)

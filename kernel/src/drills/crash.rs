@@ -206,6 +206,7 @@ pub async fn crash_around_create(kit: &Kit) -> anyhow::Result<String> {
         idempotency_key: None,
         approval: None,
         schedule_id: None,
+        origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
     };
     let crate::store::NewOp::Created(unclaimed) = store
         .insert_op(

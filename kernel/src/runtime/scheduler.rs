@@ -66,7 +66,7 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
 /// Fires one due schedule as its run, and starts the op it fired.
 async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
     let Some(due) = s.next_due_at else { return };
-    let meta = match k.run_meta_or_create(&s.run_id).await {
+    let meta = match k.run_meta_or_create(&s.run_id, None).await {
         Ok(meta) => meta,
         Err(e) => {
             tracing::warn!(schedule = %s.id, %e, "cannot read the schedule's run");

@@ -142,7 +142,7 @@ pub(super) fn insert_in(
         return Ok(NewOp::Refused(super::Refusal::Limit(refusal)));
     }
     if !run.recorded {
-        super::runs::ensure_top_level(tx, &req.run_id, now)?;
+        super::runs::ensure_top_level(tx, &req.run_id, now, Some(&req.origin))?;
         if let Some(node) = &node {
             super::nodes::record_placement(tx, &root, node)?;
         }
@@ -181,8 +181,10 @@ fn insert_row(
     let sql = format!(
         "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
          created_at, idempotency_key, request_sha256, approval_rule, approval_timeout_sec, \
-         approval_on_timeout, schedule_id, node, io) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+         approval_on_timeout, schedule_id, node, io, origin_surface, origin_channel, \
+         origin_principal) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+         ?18, ?19) \
          RETURNING {COLUMNS}"
     );
     let row = tx.query_one(
@@ -204,6 +206,9 @@ fn insert_row(
             &req.schedule_id,
             node,
             super::ops::io_column(req.io),
+            req.origin.surface.as_str(),
+            &req.origin.channel,
+            &req.origin.principal,
         ],
     )?;
     tx.note_fact(super::db::Fact::Admitted);
@@ -220,6 +225,7 @@ fn started_events(tx: &mut dyn Tx, id: &str, req: &StartRequest) -> StoreResult<
         background: req.background,
         timeout_sec: req.timeout_sec,
         schedule_id: req.schedule_id.clone(),
+        origin: Some(req.origin.clone()),
     };
     append_event(tx, &req.run_id, Some(id), EventKind::ToolStarted(started))?;
     if let Some(hold) = &req.approval {

@@ -81,6 +81,12 @@ fn fire_in(
         idempotency_key: Some(format!("schedule:{}:{}", s.id, due)),
         approval: hold,
         schedule_id: Some(s.id.clone()),
+        // the kernel's own scheduler fires it, as its run
+        origin: crate::origin::Origin::new(
+            crate::origin::Surface::Schedule,
+            &s.id,
+            &format!("run:{}", s.run_id),
+        ),
     };
     let current = "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3 WHERE id = ?1";
     Ok(match insert_in(tx, &req, limits)? {

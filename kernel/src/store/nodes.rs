@@ -390,10 +390,15 @@ impl Store {
     /// removes its container (SPEC §24: a draining node too, so it never
     /// leaves its container to another node's reaper; drain stops new
     /// runs, and a one-shot ends with its call).
-    pub async fn pin_run(&self, run: &str, node: &str) -> StoreResult<()> {
-        let (run, node) = (run.to_owned(), node.to_owned());
+    pub async fn pin_run(
+        &self,
+        run: &str,
+        node: &str,
+        origin: &crate::origin::Origin,
+    ) -> StoreResult<()> {
+        let (run, node, origin) = (run.to_owned(), node.to_owned(), origin.clone());
         self.write(move |tx| {
-            super::runs::ensure_top_level(tx, &run, super::now_ms())?;
+            super::runs::ensure_top_level(tx, &run, super::now_ms(), Some(&origin))?;
             let sql = format!(
                 "UPDATE runs SET node = ?2 WHERE run_id = ?1 AND EXISTS (SELECT 1 FROM nodes \
                  WHERE name = ?2 AND state IN ('active', 'draining') AND lease_until > {})",

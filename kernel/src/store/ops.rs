@@ -108,6 +108,9 @@ pub struct Op {
     /// The cluster node its run was placed on when it was admitted (SPEC
     /// §20): only that node claims and runs it; `None` without a cluster.
     pub node: Option<String>,
+    /// Where it came from (SPEC §28); `None` for an op admitted before
+    /// origins were recorded.
+    pub origin: Option<crate::origin::Origin>,
 }
 
 impl Op {
@@ -136,7 +139,27 @@ pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, 
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, kill_intent, exec_id, \
     handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, leftovers, kernel_id, report_id, delivered_inline, \
     approval_rule, approval_timeout_sec, approval_on_timeout, approval_escalated_at, approval_decided_by, \
-    approval_decided_at, schedule_id, node, io";
+    approval_decided_at, schedule_id, node, io, origin_surface, origin_channel, origin_principal";
+
+/// A row's origin (`origin_surface`, `origin_channel`,
+/// `origin_principal`); `None` for a row admitted before origins were.
+pub(super) fn origin_from(row: &Row) -> StoreResult<Option<crate::origin::Origin>> {
+    let surface: Option<String> = row.get("origin_surface")?;
+    let Some(surface) = surface else {
+        return Ok(None);
+    };
+    let surface = crate::origin::Surface::parse(&surface)
+        .ok_or_else(|| StoreError::Corrupt(format!("origin surface {surface}")))?;
+    Ok(Some(crate::origin::Origin {
+        surface,
+        channel: row
+            .get::<Option<String>>("origin_channel")?
+            .unwrap_or_default(),
+        principal: row
+            .get::<Option<String>>("origin_principal")?
+            .unwrap_or_default(),
+    }))
+}
 
 /// The one mapping of an op row (selected with [`COLUMNS`]) to an [`Op`].
 pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
@@ -212,6 +235,7 @@ pub(super) fn op_from_row(row: &Row) -> StoreResult<Op> {
         approval_decided_at: row.get("approval_decided_at")?,
         schedule_id: row.get("schedule_id")?,
         node: row.get("node")?,
+        origin: origin_from(row)?,
     })
 }
 
@@ -254,6 +278,8 @@ pub struct StartRequest {
     pub approval: Option<ApprovalHold>,
     /// The schedule firing it, if one is.
     pub schedule_id: Option<String>,
+    /// Where it came from, from the call's context (SPEC §28).
+    pub origin: crate::origin::Origin,
 }
 
 pub use crate::approval::ApprovalHold;
@@ -453,6 +479,31 @@ impl Store {
                  ORDER BY created_at DESC LIMIT ?2"
             );
             ops_of(tx, &sql, vals![run_id, limit])
+        })
+        .await
+    }
+
+    /// Ops, newest first, optionally of one run, of one origin surface
+    /// (SPEC §28), only the live ones.
+    pub async fn list_ops_by(
+        &self,
+        run_id: Option<String>,
+        surface: Option<crate::origin::Surface>,
+        live: bool,
+        limit: u32,
+    ) -> StoreResult<Vec<Op>> {
+        self.read(move |tx| {
+            let live = match live {
+                true => format!("status IN ({})", live_sql()),
+                false => "1 = 1".to_owned(),
+            };
+            let sql = format!(
+                "SELECT {COLUMNS} FROM ops WHERE {live} \
+                 AND (CAST(?1 AS TEXT) IS NULL OR run_id = ?1) \
+                 AND (CAST(?2 AS TEXT) IS NULL OR origin_surface = ?2) \
+                 ORDER BY created_at DESC LIMIT ?3"
+            );
+            ops_of(tx, &sql, vals![run_id, surface.map(|s| s.as_str()), limit])
         })
         .await
     }

@@ -13,6 +13,7 @@ fn req(key: Option<&str>, cmd: &str) -> StartRequest {
         idempotency_key: key.map(str::to_owned),
         approval: None,
         schedule_id: None,
+        origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
     }
 }
 

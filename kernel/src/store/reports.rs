@@ -221,7 +221,12 @@ fn mark_delivered(
 }
 
 /// The add-note transaction script (see [`Store::add_note`]).
-fn add_note_in(tx: &mut dyn Tx, run_id: &str, text: &str) -> StoreResult<Option<i64>> {
+fn add_note_in(
+    tx: &mut dyn Tx,
+    run_id: &str,
+    text: &str,
+    origin: Option<&crate::origin::Origin>,
+) -> StoreResult<Option<i64>> {
     // locks the run's tree: the bound on pending notes is counted and kept
     // one note at a time, and a drain takes a note whole or not at all
     super::tree::lock_tree_of(tx, run_id)?;
@@ -232,7 +237,7 @@ fn add_note_in(tx: &mut dyn Tx, run_id: &str, text: &str) -> StoreResult<Option<
     if pending as u64 >= MAX_PENDING_NOTES {
         return Ok(None);
     }
-    super::runs::ensure_top_level(tx, run_id, now_ms())?;
+    super::runs::ensure_top_level(tx, run_id, now_ms(), origin)?;
     let id: i64 = tx.scalar(
         "INSERT INTO notes (run_id, text, created_at) VALUES (?1, ?2, ?3) RETURNING id",
         vals![run_id, text, now_ms()],
@@ -336,14 +341,26 @@ impl Store {
     /// Adds a note; `None` when the run already holds
     /// [`MAX_PENDING_NOTES`] undelivered notes (nothing is added).
     pub async fn add_note(&self, run_id: &str, text: &str) -> StoreResult<Option<i64>> {
-        let (run_id, text) = (run_id.to_owned(), text.to_owned());
+        self.add_note_from(run_id, text, None).await
+    }
+
+    /// [`Store::add_note`] by a call from `origin` (a top-level run the
+    /// note makes records it).
+    pub async fn add_note_from(
+        &self,
+        run_id: &str,
+        text: &str,
+        origin: Option<&crate::origin::Origin>,
+    ) -> StoreResult<Option<i64>> {
+        let (run_id, text, origin) = (run_id.to_owned(), text.to_owned(), origin.cloned());
         if text.len() > MAX_NOTE_BYTES {
             return Err(StoreError::Corrupt(format!(
                 "note of {} bytes over the {MAX_NOTE_BYTES} byte bound",
                 text.len()
             )));
         }
-        self.write(move |tx| add_note_in(tx, &run_id, &text)).await
+        self.write(move |tx| add_note_in(tx, &run_id, &text, origin.as_ref()))
+            .await
     }
 
     /// All ops of a run, oldest first.
@@ -371,6 +388,7 @@ pub(crate) mod tests {
             idempotency_key: None,
             approval: None,
             schedule_id: None,
+            origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
         };
         let NewOp::Created(op) = store.insert_op(req, Admission::UNLIMITED).await.unwrap() else {
             panic!()

@@ -13,6 +13,7 @@ fn start(run: &str, background: bool) -> StartRequest {
         idempotency_key: None,
         approval: None,
         schedule_id: None,
+        origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
     }
 }
 
@@ -56,6 +57,7 @@ async fn child(store: &Store, id: &str, parent: &str) {
             idempotency_key: None,
             limits: Admission::UNLIMITED,
             image: None,
+            origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
         })
         .await
         .unwrap();
@@ -98,9 +100,9 @@ async fn only_delivered_ops_files_may_go() {
 #[tokio::test]
 async fn a_finished_tree_is_purged_whole_and_recorded() {
     let store = test_store().await;
-    store.ensure_run("keep").await.unwrap();
+    store.ensure_run("keep", None).await.unwrap();
     let kept = op(&store, "keep", true).await;
-    store.ensure_run("gone").await.unwrap();
+    store.ensure_run("gone", None).await.unwrap();
     child(&store, "gone.c", "gone").await;
     let a = op(&store, "gone", true).await;
     let b = op(&store, "gone.c", true).await;
@@ -181,7 +183,7 @@ async fn a_finished_tree_is_purged_whole_and_recorded() {
 #[tokio::test]
 async fn the_append_only_tables_give_up_rows_only_to_a_purge() {
     let store = test_store().await;
-    store.ensure_run("r").await.unwrap();
+    store.ensure_run("r", None).await.unwrap();
     let id = op(&store, "r", true).await;
     store.settle(&id, done()).await.unwrap();
     let usage = crate::store::ModelUsage {

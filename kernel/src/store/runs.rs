@@ -51,6 +51,9 @@ pub struct RunRecord {
     /// The run's image, by the operator's name (SPEC §26); `None`: the
     /// kernel's default image.
     pub image: Option<String>,
+    /// Where it was made from (SPEC §28); `None` for a run made before
+    /// origins were recorded.
+    pub origin: Option<crate::origin::Origin>,
 }
 
 impl RunRecord {
@@ -62,7 +65,8 @@ impl RunRecord {
 }
 
 const RUN_COLUMNS: &str = "run_id, parent_run_id, chain, principal, state, envelope, budget, \
-    created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at, node, image";
+    created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at, node, image, \
+    origin_surface, origin_channel, origin_principal";
 
 fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
     let corrupt = |what: String| StoreError::Corrupt(what);
@@ -91,6 +95,7 @@ fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
         finished_at: row.get("finished_at")?,
         node: row.get("node")?,
         image: row.get("image")?,
+        origin: super::ops::origin_from(row)?,
     })
 }
 
@@ -106,10 +111,22 @@ pub(super) fn get_run(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<RunRe
 
 /// Records a top-level run with the kernel's default envelope unless the
 /// run exists (a run the operator acts on before registering it).
-pub(super) fn ensure_top_level(tx: &mut dyn Tx, run_id: &str, now: i64) -> StoreResult<()> {
+pub(super) fn ensure_top_level(
+    tx: &mut dyn Tx,
+    run_id: &str,
+    now: i64,
+    origin: Option<&crate::origin::Origin>,
+) -> StoreResult<()> {
     let made = tx.execute(
-        "INSERT INTO runs (run_id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
-        vals![run_id, now],
+        "INSERT INTO runs (run_id, created_at, origin_surface, origin_channel, origin_principal) \
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+        vals![
+            run_id,
+            now,
+            origin.map(|o| o.surface.as_str()),
+            origin.map(|o| o.channel.clone()),
+            origin.map(|o| o.principal.clone())
+        ],
     )?;
     // a recorded run has its ancestry: every insert of a run writes both
     // in one transaction (migration 0005 gave the older ones theirs)
@@ -169,6 +186,8 @@ pub struct NewRun {
     /// Its image by name (checked against the operator's list and the
     /// parent's envelope); `None`: the kernel's default.
     pub image: Option<String>,
+    /// Where it is made from, from the call's context (SPEC §28).
+    pub origin: crate::origin::Origin,
 }
 
 /// The result of creating a run.
@@ -281,8 +300,9 @@ fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) 
     };
     tx.execute(
         "INSERT INTO runs (run_id, token_sha256, created_at, parent_run_id, chain, principal, \
-         envelope, budget, state_changed_at, idempotency_key, image) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9, ?10)",
+         envelope, budget, state_changed_at, idempotency_key, image, origin_surface, \
+         origin_channel, origin_principal) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9, ?10, ?11, ?12, ?13)",
         vals![
             &new.run_id,
             &new.token_sha256,
@@ -293,7 +313,10 @@ fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) 
             envelope,
             to_json(&new.budget)?,
             &new.idempotency_key,
-            &new.image
+            &new.image,
+            new.origin.surface.as_str(),
+            &new.origin.channel,
+            &new.origin.principal
         ],
     )?;
     let ancestry = "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?2, ?3)";
@@ -329,12 +352,16 @@ impl Store {
         self.read(move |tx| get_run(tx, &run_id)).await
     }
 
-    /// Records a top-level run with the kernel's defaults unless it exists,
-    /// and returns it.
-    pub async fn ensure_run(&self, run_id: &str) -> StoreResult<RunRecord> {
-        let run_id = run_id.to_owned();
+    /// Records a top-level run with the kernel's defaults unless it exists
+    /// (made from `origin`), and returns it.
+    pub async fn ensure_run(
+        &self,
+        run_id: &str,
+        origin: Option<&crate::origin::Origin>,
+    ) -> StoreResult<RunRecord> {
+        let (run_id, origin) = (run_id.to_owned(), origin.cloned());
         self.write(move |tx| {
-            ensure_top_level(tx, &run_id, now_ms())?;
+            ensure_top_level(tx, &run_id, now_ms(), origin.as_ref())?;
             get_run(tx, &run_id)?.ok_or_else(|| StoreError::Corrupt(run_id.clone()))
         })
         .await

@@ -17,6 +17,7 @@ pub(in crate::store) fn start(run: &str) -> StartRequest {
         idempotency_key: None,
         approval: None,
         schedule_id: None,
+        origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
     }
 }
 
@@ -31,6 +32,7 @@ async fn run(store: &Store, id: &str, parent: Option<&str>, budget: Budget) {
             idempotency_key: None,
             limits: Admission::UNLIMITED,
             image: None,
+            origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
         })
         .await
         .unwrap();
@@ -112,6 +114,7 @@ async fn admission_stops_exactly_at_the_limit_of_the_run_or_any_ancestor() {
             idempotency_key: None,
             limits: Admission::UNLIMITED,
             image: None,
+            origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
         })
         .await
         .unwrap();
@@ -461,6 +464,7 @@ async fn create_with(
             idempotency_key: None,
             limits,
             image: None,
+            origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
         })
         .await
         .unwrap()

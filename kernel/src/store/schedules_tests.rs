@@ -286,7 +286,7 @@ async fn a_claim_left_by_a_dead_kernel_is_taken_over_or_cleared() {
 async fn a_refused_fire_is_a_skip_with_its_reason() {
     let store = test_store().await;
     let s = create(&store, every("r", 60, false)).await;
-    store.ensure_run("r").await.unwrap();
+    store.ensure_run("r", None).await.unwrap();
     store
         .change_run("r", crate::runs::RunAction::Pause, "operator", None)
         .await
@@ -310,7 +310,7 @@ async fn a_refused_fire_is_a_skip_with_its_reason() {
 #[tokio::test]
 async fn a_one_shot_refused_for_a_passing_reason_waits_and_is_not_lost() {
     let store = test_store().await;
-    store.ensure_run("r").await.unwrap();
+    store.ensure_run("r", None).await.unwrap();
     let s = create(
         &store,
         NewSchedule {

@@ -35,6 +35,7 @@ fn start(run: &str, key: Option<&str>, hold: Option<OnTimeout>) -> StartRequest 
             on_timeout,
         }),
         schedule_id: None,
+        origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
     }
 }
 
@@ -89,6 +90,7 @@ async fn create_run(store: &Store, id: &str, parent: Option<&str>) {
             idempotency_key: None,
             limits: LIMITS,
             image: None,
+            origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
         })
         .await
         .unwrap();
@@ -145,11 +147,12 @@ async fn runs_and_ops(store: &Store) {
         idempotency_key: None,
         limits: LIMITS,
         image: None,
+        origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
     });
     assert!(matches!(again.await.unwrap(), CreatedRun::Exists(_)));
     assert!(store.rekey_run("root", "sha-root-2").await.unwrap());
     store.get_run("root").await.unwrap().unwrap();
-    store.ensure_run("solo").await.unwrap();
+    store.ensure_run("solo", None).await.unwrap();
     store.children("root").await.unwrap();
     store.list_runs(None, 10).await.unwrap();
     store.list_runs(Some("root".into()), 10).await.unwrap();

@@ -46,6 +46,7 @@ async fn failed_attempts_count_in_a_row_only() {
         idempotency_key: None,
         approval: None,
         schedule_id: None,
+        origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
     };
     let NewOp::Created(op) = store.insert_op(req, Admission::UNLIMITED).await.unwrap() else {
         panic!()

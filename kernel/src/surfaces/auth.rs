@@ -22,6 +22,23 @@ impl Principal {
     }
 }
 
+impl Principal {
+    /// The principal as an origin records it: `operator`, `run:<id>`.
+    pub fn name(&self) -> String {
+        match self {
+            Principal::Operator => "operator".to_owned(),
+            Principal::Run(run) => format!("run:{run}"),
+        }
+    }
+}
+
+/// The header a client program names its surface with (SPEC §28): `cli`,
+/// `mcp` or `panel`; without it a call is `http`.
+pub const SURFACE_HEADER: &str = "x-opkernel-surface";
+/// The header a client program names its channel with (the CLI's version,
+/// the MCP client and session); without it, the `User-Agent`.
+pub const CHANNEL_HEADER: &str = "x-opkernel-channel";
+
 #[cfg(test)]
 mod tests {
     use super::*;

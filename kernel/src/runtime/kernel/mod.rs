@@ -309,15 +309,16 @@ impl Kernel {
 
     /// A run's immutable facts; a run not recorded yet (one the operator
     /// acts on before registering it) becomes a top-level run with the
-    /// kernel's default envelope.
+    /// kernel's default envelope, made from `origin`.
     pub async fn run_meta_or_create(
         &self,
         run_id: &str,
+        origin: Option<&crate::origin::Origin>,
     ) -> Result<Arc<RunMeta>, crate::store::StoreError> {
         if let Some(meta) = self.run_meta(run_id).await? {
             return Ok(meta);
         }
-        let record = self.store.ensure_run(run_id).await?;
+        let record = self.store.ensure_run(run_id, origin).await?;
         Ok(self.remember_run(&record))
     }
 

@@ -71,6 +71,7 @@ impl Harness {
             idempotency_key: None,
             approval: None,
             schedule_id: None,
+            origin: crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
         };
         match self
             .kernel

@@ -41,6 +41,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(13, "0013_interactive.sql"),
     migration!(14, "0014_workspaces.sql"),
     migration!(15, "0015_egress.sql"),
+    migration!(16, "0016_origin.sql"),
 ];
 
 /// The newest schema version this kernel knows.

@@ -488,7 +488,13 @@ async fn a_start_or_kill_for_another_nodes_op_hints_that_node_alone() {
     }
     // the listeners connect in the background: start ops on a run of n2
     // through n1 until n2 hears one
-    n2.pin_run("on-n2", "n2").await.unwrap();
+    n2.pin_run(
+        "on-n2",
+        "n2",
+        &crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
+    )
+    .await
+    .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let op = loop {
         let op = admitted(&n1, "on-n2").await;
@@ -510,7 +516,13 @@ async fn a_start_or_kill_for_another_nodes_op_hints_that_node_alone() {
     n1.request_kill(&op.id, crate::lifecycle::KillReason::Kill)
         .await
         .unwrap();
-    n1.pin_run("on-n1", "n1").await.unwrap();
+    n1.pin_run(
+        "on-n1",
+        "n1",
+        &crate::origin::Origin::new(crate::origin::Surface::Http, "test", "operator"),
+    )
+    .await
+    .unwrap();
     let own = admitted(&n1, "on-n1").await;
     assert_eq!(own.node.as_deref(), Some("n1"));
     // heard within a bound (a loaded machine delays a notification)

@@ -18,6 +18,7 @@ mod network;
 mod nodes;
 pub mod openapi;
 mod ops;
+pub mod origin;
 pub mod panel;
 mod params;
 mod proxy;

@@ -89,10 +89,12 @@ pub async fn run_command(
     principal: Principal,
     Seg(run): Seg<String>,
     headers: HeaderMap,
+    via: super::origin::Via,
     Body(req): Body<RunCommand>,
 ) -> ApiResult<Json<OpView>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
-    let meta = run_meta_for(&k, &principal, &run).await?;
+    let origin = via.origin(&principal);
+    let meta = run_meta_for(&k, &principal, &run, &origin).await?;
     let timeout = validate(&k, &req, &meta.envelope)?;
     let (io, yield_after) = super::interactive::interactive_of(&req)?;
     let key = super::params::idempotency_key(&headers)?;
@@ -110,6 +112,7 @@ pub async fn run_command(
         idempotency_key: key,
         approval,
         schedule_id: None,
+        origin,
     };
     let limits = crate::store::Admission {
         implicit_run: principal == Principal::Operator,
@@ -125,9 +128,10 @@ pub async fn run_meta_for(
     k: &AppState,
     principal: &Principal,
     run: &str,
+    origin: &crate::origin::Origin,
 ) -> ApiResult<std::sync::Arc<crate::runtime::kernel::RunMeta>> {
     match principal {
-        Principal::Operator => Ok(k.run_meta_or_create(run).await?),
+        Principal::Operator => Ok(k.run_meta_or_create(run, Some(origin)).await?),
         Principal::Run(_) => k.run_meta(run).await?.ok_or_else(|| {
             ApiError::not_found(format!(
                 "run {run} does not exist (a finished run tree is purged after OPKERNEL_RETENTION)"
@@ -223,6 +227,7 @@ async fn wait_foreground(
 pub async fn run_oneshot(
     State(k): State<AppState>,
     principal: Principal,
+    via: super::origin::Via,
     Body(req): Body<RunCommand>,
 ) -> ApiResult<Json<OpView>> {
     require_operator(&principal)?;
@@ -241,7 +246,7 @@ pub async fn run_oneshot(
     let run = format!("oneshot-{}", uuid::Uuid::new_v4().simple());
     // in a cluster, on this node: its container is removed here afterwards
     if let Some(me) = k.store.node() {
-        k.store.pin_run(&run, me).await?;
+        k.store.pin_run(&run, me, &via.origin(&principal)).await?;
     }
     let start = StartRequest {
         scratch_key: sandbox::profile::scratch_key(&run),
@@ -253,6 +258,7 @@ pub async fn run_oneshot(
         idempotency_key: None,
         approval: None,
         schedule_id: None,
+        origin: via.origin(&principal),
     };
     let answer = start_and_answer(&k, start, k.config.admission(), None).await;
     // an op that outlived the wait keeps its container (the reaper takes
@@ -461,6 +467,9 @@ pub struct ListQuery {
     /// Only ops that are not terminal.
     #[serde(default)]
     live: bool,
+    /// Only ops that came in by this surface (SPEC §28).
+    #[param(value_type = Option<String>, pattern = r"^(http|cli|mcp|panel|schedule)$")]
+    surface: Option<crate::origin::Surface>,
 }
 
 #[utoipa::path(
@@ -484,11 +493,7 @@ pub async fn list_ops(
         super::authorize_run(&k, &principal, run, super::Scope::Subtree).await?;
     }
     let limit = q.limit.unwrap_or(200).min(5000);
-    let ops = if q.live {
-        k.store.list_live_ops(run, limit).await?
-    } else {
-        k.store.list_ops(run, limit).await?
-    };
+    let ops = k.store.list_ops_by(run, q.surface, q.live, limit).await?;
     Ok(Json(OpList {
         operations: ops.iter().map(OpView::of).collect(),
     }))

@@ -43,6 +43,7 @@ const ASSETS: &[Asset] = &[
     module("errors.js", include_str!("../panel/errors.js")),
     module("session.js", include_str!("../panel/session.js")),
     module("live.js", include_str!("../panel/live.js")),
+    module("start.js", include_str!("../panel/start.js")),
     module("runs.js", include_str!("../panel/runs.js")),
     module("approvals.js", include_str!("../panel/approvals.js")),
     module("schedules.js", include_str!("../panel/schedules.js")),

@@ -122,6 +122,7 @@ pub async fn note(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
+    via: super::origin::Via,
     Body(note): Body<Note>,
 ) -> ApiResult<Json<NoteAdded>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
@@ -130,7 +131,11 @@ pub async fn note(
             "note text must be non-empty, without NUL bytes and at most {MAX_NOTE_BYTES} bytes"
         )));
     }
-    let Some(id) = k.store.add_note(&run, &note.text).await? else {
+    let Some(id) = k
+        .store
+        .add_note_from(&run, &note.text, Some(&via.origin(&principal)))
+        .await?
+    else {
         return Err(ApiError::too_many(format!(
             "run {run} already holds {MAX_PENDING_NOTES} undelivered notes; they reach the agent with its next report"
         )));

@@ -57,6 +57,7 @@ pub async fn create_run(
     State(k): State<AppState>,
     principal: Principal,
     headers: HeaderMap,
+    via: super::origin::Via,
     Body(req): Body<CreateRun>,
 ) -> ApiResult<axum::response::Response> {
     let key = super::params::idempotency_key(&headers)?;
@@ -65,16 +66,7 @@ pub async fn create_run(
         return Ok(there);
     }
     let mut req = req;
-    // a child's id lives in its parent's namespace (`<parent>.<name>`)
-    if let Principal::Run(parent) = &principal {
-        req.run_id = crate::runs::child_run_id(parent, &req.run_id);
-    }
-    sandbox::profile::validate_run_id(&req.run_id).map_err(|e| match &principal {
-        Principal::Run(_) => {
-            ApiError::bad_request(format!("{e} (a child run's id is <parent>.<name>)"))
-        }
-        Principal::Operator => ApiError::bad_request(e.to_string()),
-    })?;
+    req.run_id = run_id_of(&principal, &req.run_id)?;
     let budget = req.budget.unwrap_or_default();
     budget.validate().map_err(envelope_error("budget"))?;
     let (parent, envelope) = resolve_envelope(&k, &principal, &req, &budget).await?;
@@ -99,6 +91,7 @@ pub async fn create_run(
         idempotency_key: key,
         limits: k.config.admission(),
         image,
+        origin: via.origin(&principal),
     };
     let (created, forked_from) =
         super::workspaces::create_placing(&k, &new, fork.as_ref(), req.consistent).await?;
@@ -194,6 +187,22 @@ async fn resolve_envelope(
 /// restates must match; a child's token comes from its parent); a parent
 /// retries a creation whose answer it lost with the same request under
 /// the same `Idempotency-Key`.
+/// The new run's id: a child's lives in its parent's namespace
+/// (`<parent>.<name>`); checked.
+fn run_id_of(principal: &Principal, asked: &str) -> ApiResult<String> {
+    let id = match principal {
+        Principal::Run(parent) => crate::runs::child_run_id(parent, asked),
+        Principal::Operator => asked.to_owned(),
+    };
+    sandbox::profile::validate_run_id(&id).map_err(|e| match principal {
+        Principal::Run(_) => {
+            ApiError::bad_request(format!("{e} (a child run's id is <parent>.<name>)"))
+        }
+        Principal::Operator => ApiError::bad_request(e.to_string()),
+    })?;
+    Ok(id)
+}
+
 fn is_retry(record: &RunRecord, new: &NewRun, req: &CreateRun) -> bool {
     match &new.parent {
         None => {
@@ -255,6 +264,7 @@ async fn run_view(k: &AppState, record: RunRecord) -> ApiResult<RunView> {
         decided_by: record.decided_by,
         run_id: record.run_id,
         image: meta.image.clone(),
+        origin: record.origin,
     })
 }
 

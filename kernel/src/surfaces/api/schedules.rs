@@ -25,6 +25,7 @@ pub async fn create(
     State(k): State<AppState>,
     principal: Principal,
     Seg(run): Seg<String>,
+    via: super::origin::Via,
     Body(req): Body<CreateSchedule>,
 ) -> ApiResult<Json<ScheduleCreated>> {
     authorize_run(&k, &principal, &run, Scope::Own).await?;
@@ -42,7 +43,7 @@ pub async fn create(
             "delete_after_success is for one-shots (at); a recurring schedule is deleted with DELETE",
         ));
     }
-    let meta = super::ops::run_meta_for(&k, &principal, &run).await?;
+    let meta = super::ops::run_meta_for(&k, &principal, &run, &via.origin(&principal)).await?;
     // a run that is over admits nothing, so it gets no schedule either (a
     // paused run may: its schedule skips until it is resumed)
     if let Some(record) = k.store.get_run(&run).await? {

@@ -32,7 +32,27 @@ impl Client {
                     .to_owned()
             }
         };
-        Ok(Client::new(base, token))
+        Ok(Client::new(base, token).as_cli())
+    }
+
+    /// The same client, its calls saying they come from the CLI (SPEC
+    /// §28: surface `cli`, channel `opkernel <version>`).
+    pub fn as_cli(mut self) -> Client {
+        use reqwest::header::{HeaderMap, HeaderValue};
+        let mut headers = HeaderMap::new();
+        let version = concat!("opkernel ", env!("CARGO_PKG_VERSION"));
+        headers.insert(
+            crate::surfaces::auth::SURFACE_HEADER,
+            HeaderValue::from_static("cli"),
+        );
+        headers.insert(
+            crate::surfaces::auth::CHANNEL_HEADER,
+            HeaderValue::from_static(version),
+        );
+        if let Ok(http) = reqwest::Client::builder().default_headers(headers).build() {
+            self.http = http;
+        }
+        self
     }
 
     /// A client of the daemon at `base` (trailing `/` dropped) with `token`.

@@ -86,6 +86,12 @@ fn print_run(v: &RunView) {
     println!("budget     {}", compact(&v.budget));
     println!("used       {}", compact(&v.used));
     println!("remaining  {}", compact(&v.remaining));
+    if let Some(o) = &v.origin {
+        println!(
+            "origin     {} ({}) by {}",
+            o.surface, o.channel, o.principal
+        );
+    }
     if let Some(summary) = &v.summary {
         println!("summary    {summary} (by {})", or_dash(&v.decided_by));
     }

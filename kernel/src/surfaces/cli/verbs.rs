@@ -111,6 +111,9 @@ pub(super) async fn state(client: &Client, operation_id: &str, json: bool) -> an
         .get_as(&format!("/v1/operations/{operation_id}"))
         .await?;
     print_op(&op, json);
+    if let (false, Some(o)) = (json, &op.origin) {
+        println!("origin: {} ({}) by {}", o.surface, o.channel, o.principal);
+    }
     Ok(0)
 }
 

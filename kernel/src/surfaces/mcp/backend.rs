@@ -13,14 +13,24 @@ pub type Answer = (u16, Value);
 
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 'a>>;
 
+/// Who an API request is sent for: the run token, and the channel the
+/// kernel records as its origin (the MCP client, its version, the session).
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    /// The run's bearer token.
+    pub token: &'a str,
+    /// The MCP client and session (SPEC §28).
+    pub channel: &'a str,
+}
+
 /// One API request with a bearer token.
 pub trait Backend: Send + Sync + 'static {
-    /// Sends `method path` with `token`, the JSON `body` and, when given,
+    /// Sends `method path` for `caller`, the JSON `body` and, when given,
     /// an `Idempotency-Key` header; an error only when no answer came (an
     /// error status is an [`Answer`]).
     fn call_keyed<'a>(
         &'a self,
-        token: &'a str,
+        caller: Caller<'a>,
         method: reqwest::Method,
         path: &'a str,
         body: Option<Value>,
@@ -30,12 +40,12 @@ pub trait Backend: Send + Sync + 'static {
     /// [`Backend::call_keyed`] without a key.
     fn call<'a>(
         &'a self,
-        token: &'a str,
+        caller: Caller<'a>,
         method: reqwest::Method,
         path: &'a str,
         body: Option<Value>,
     ) -> Pending<'a> {
-        self.call_keyed(token, method, path, body, None)
+        self.call_keyed(caller, method, path, body, None)
     }
 }
 
@@ -50,7 +60,7 @@ pub struct HttpBackend {
 impl Backend for HttpBackend {
     fn call_keyed<'a>(
         &'a self,
-        token: &'a str,
+        caller: Caller<'a>,
         method: reqwest::Method,
         path: &'a str,
         body: Option<Value>,
@@ -60,7 +70,9 @@ impl Backend for HttpBackend {
             let mut req = self
                 .http
                 .request(method, format!("{}{path}", self.base))
-                .bearer_auth(token);
+                .bearer_auth(caller.token)
+                .header(crate::surfaces::auth::SURFACE_HEADER, "mcp")
+                .header(crate::surfaces::auth::CHANNEL_HEADER, caller.channel);
             if let Some(key) = key {
                 req = req.header("Idempotency-Key", key);
             }
@@ -90,7 +102,7 @@ pub struct RouterBackend {
 impl Backend for RouterBackend {
     fn call_keyed<'a>(
         &'a self,
-        token: &'a str,
+        caller: Caller<'a>,
         method: reqwest::Method,
         path: &'a str,
         body: Option<Value>,
@@ -103,7 +115,17 @@ impl Backend for RouterBackend {
             let mut req = axum::http::Request::builder()
                 .method(method)
                 .uri(path)
-                .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"));
+                .header(
+                    axum::http::header::AUTHORIZATION,
+                    format!("Bearer {}", caller.token),
+                )
+                // the kernel's own call: its origin no client can claim
+                .extension(crate::surfaces::api::origin::InProcess(
+                    crate::surfaces::api::origin::Via {
+                        surface: crate::origin::Surface::Mcp,
+                        channel: crate::origin::clean_channel(caller.channel),
+                    },
+                ));
             if let Some(key) = key {
                 req = req.header("Idempotency-Key", key);
             }
@@ -139,14 +161,14 @@ impl Backend for RouterBackend {
 /// sees the blip.
 pub async fn start_once(
     backend: &dyn Backend,
-    token: &str,
+    caller: Caller<'_>,
     path: &str,
     body: Value,
 ) -> Result<Answer, String> {
     let key = uuid::Uuid::new_v4().to_string();
     let post = || {
         let body = Some(body.clone());
-        backend.call_keyed(token, reqwest::Method::POST, path, body, Some(&key))
+        backend.call_keyed(caller, reqwest::Method::POST, path, body, Some(&key))
     };
     let status = |a: &Result<Answer, String>| a.as_ref().ok().map(|(s, _)| *s);
     crate::surfaces::retry::until_answered(post, status).await

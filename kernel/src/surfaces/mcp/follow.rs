@@ -133,7 +133,7 @@ impl OpkernelMcp {
     ) -> Option<T> {
         match self
             .backend
-            .call(&auth.token, reqwest::Method::GET, path, None)
+            .call(auth.caller(), reqwest::Method::GET, path, None)
             .await
         {
             Ok((200, body)) => serde_json::from_value(body).ok(),

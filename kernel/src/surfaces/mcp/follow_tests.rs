@@ -33,7 +33,7 @@ struct Events {
 impl Backend for Events {
     fn call_keyed<'a>(
         &'a self,
-        _token: &'a str,
+        _caller: crate::surfaces::mcp::backend::Caller<'a>,
         _method: reqwest::Method,
         path: &'a str,
         _body: Option<Value>,
@@ -77,6 +77,7 @@ fn handler(fixed: bool) -> (OpkernelMcp, Arc<Events>) {
     let auth = fixed.then(|| RunAuth {
         token: "t".into(),
         run: "r".into(),
+        channel: String::new(),
     });
     let mcp = OpkernelMcp::new(events.clone(), Arc::new(Vec::new()), auth);
     (mcp, events)
@@ -86,6 +87,7 @@ fn auth() -> RunAuth {
     RunAuth {
         token: "t".into(),
         run: "r".into(),
+        channel: String::new(),
     }
 }
 

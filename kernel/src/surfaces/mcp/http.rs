@@ -11,7 +11,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServiceExt;
 
-use super::backend::{Backend, HttpBackend, RouterBackend};
+use super::backend::{self, Backend, HttpBackend, RouterBackend};
 use super::delivery::{LedgerOf, TrackedBody, TrackedWriter};
 use super::{tools_from_api, OpkernelMcp, RunAuth, Sessions};
 use crate::base::tokens::{constant_time_eq, token_sha256};
@@ -83,6 +83,7 @@ async fn require_run_token(State(gate): State<Gate>, mut req: Request, next: Nex
     req.extensions_mut().insert(RunAuth {
         token,
         run: run.clone(),
+        channel: String::new(),
     });
     let mut resp = next.run(req).await;
     if let Some(id) = &session {
@@ -216,8 +217,12 @@ pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Re
     };
     // MCP acts as one run, with that run's own token: never the operator
     // token (it would reach every run), never an ancestor's
+    let caller = backend::Caller {
+        token: &token,
+        channel: "opkernel mcp (starting)",
+    };
     let (status, me) = backend
-        .call(&token, reqwest::Method::GET, "/v1/whoami", None)
+        .call(caller, reqwest::Method::GET, "/v1/whoami", None)
         .await
         .map_err(anyhow::Error::msg)?;
     if status != 200 {
@@ -239,7 +244,7 @@ pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Re
         ),
     }
     let (status, api_tools) = backend
-        .call(&token, reqwest::Method::GET, "/v1/tools", None)
+        .call(caller, reqwest::Method::GET, "/v1/tools", None)
         .await
         .map_err(anyhow::Error::msg)?;
     if status != 200 {
@@ -248,7 +253,15 @@ pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Re
     let api_tools: ToolsView = serde_json::from_value(api_tools)
         .map_err(|e| anyhow::anyhow!("unexpected answer from GET /v1/tools: {e}"))?;
     let tools = Arc::new(tools_from_api(&api_tools).map_err(anyhow::Error::msg)?);
-    let handler = OpkernelMcp::new(Arc::new(backend), tools, Some(RunAuth { token, run }));
+    let handler = OpkernelMcp::new(
+        Arc::new(backend),
+        tools,
+        Some(RunAuth {
+            token,
+            run,
+            channel: String::new(),
+        }),
+    );
     let ledger = handler.ledger();
     let stdout = TrackedWriter::new(tokio::io::stdout(), Arc::new(move || Some(ledger.clone())));
     let service = match handler.clone().serve((tokio::io::stdin(), stdout)).await {

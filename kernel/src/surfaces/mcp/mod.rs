@@ -39,7 +39,7 @@ use serde_json::Value;
 use crate::base::sync::Lock;
 use crate::surfaces::views::{OpList, OpView};
 use ack::{Ledger, Transport};
-use backend::{Answer, Backend};
+use backend::{Answer, Backend, Caller};
 pub use call::{BadCall, ToolCall};
 pub use tools::tools_from_api;
 use tools::{
@@ -63,6 +63,19 @@ pub struct RunAuth {
     pub token: String,
     /// The run the token belongs to; the handler's tools act on it.
     pub run: String,
+    /// The client and session, the origin's channel (SPEC §28); filled in
+    /// for each request.
+    pub channel: String,
+}
+
+impl RunAuth {
+    /// The caller of an API request made for this auth.
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            token: &self.token,
+            channel: &self.channel,
+        }
+    }
 }
 
 /// One MCP handler: per stdio process, per legacy HTTP session, or per
@@ -101,6 +114,8 @@ struct Session {
     subscribed: Lock<HashSet<String>>,
     /// The resolution follower runs (once per session).
     following: std::sync::atomic::AtomicBool,
+    /// This handler's own session id (stdio, which has no header's).
+    id: String,
 }
 
 impl OpkernelMcp {
@@ -116,7 +131,10 @@ impl OpkernelMcp {
             backend,
             tools,
             fixed_auth,
-            session: Arc::new(Session::default()),
+            session: Arc::new(Session {
+                id: uuid::Uuid::new_v4().simple().to_string()[..12].to_owned(),
+                ..Session::default()
+            }),
             sessions: None,
         }
     }
@@ -175,7 +193,31 @@ impl OpkernelMcp {
 
     /// The run this request acts as: the fixed one, or the bearer token's
     /// (set on the request by the `/mcp` layer).
+    /// Who the request acts as, with its channel: the client's name and
+    /// version from its `initialize`, and its session (`Mcp-Session-Id`;
+    /// stdio: this process's own session; else `stateless`).
     fn auth(&self, ctx: &RequestContext<RoleServer>) -> Result<RunAuth, McpError> {
+        let mut auth = self.auth_of(ctx)?;
+        let client = ctx.peer.peer_info().map_or_else(
+            || "unknown client".to_owned(),
+            |p| format!("{} {}", p.client_info.name, p.client_info.version),
+        );
+        let header = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let session = match (header, &self.fixed_auth) {
+            (Some(id), _) => id,
+            (None, Some(_)) => self.session.id.clone(),
+            (None, None) => "stateless".to_owned(),
+        };
+        auth.channel = format!("{client} session {session}");
+        Ok(auth)
+    }
+
+    fn auth_of(&self, ctx: &RequestContext<RoleServer>) -> Result<RunAuth, McpError> {
         if let Some(auth) = &self.fixed_auth {
             return Ok(auth.clone());
         }
@@ -216,7 +258,7 @@ impl OpkernelMcp {
         body: Option<Value>,
     ) -> Result<Answer, McpError> {
         self.backend
-            .call(&auth.token, method, path, body)
+            .call(auth.caller(), method, path, body)
             .await
             .map_err(|e| McpError::internal_error(e, None))
     }
@@ -254,7 +296,7 @@ impl OpkernelMcp {
                 let path = format!("/v1/runs/{run}/tools/run_command");
                 let answer = backend::start_once(
                     self.backend.as_ref(),
-                    &auth.token,
+                    auth.caller(),
                     &path,
                     serde_json::to_value(&args)
                         .map_err(|e| McpError::internal_error(e.to_string(), None))?,
@@ -275,7 +317,7 @@ impl OpkernelMcp {
                 let path = format!("/v1/runs/{run}/tools/write_stdin");
                 let body = serde_json::to_value(&args)
                     .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-                let answer = backend::start_once(self.backend.as_ref(), &auth.token, &path, body)
+                let answer = backend::start_once(self.backend.as_ref(), auth.caller(), &path, body)
                     .await
                     .map_err(|e| McpError::internal_error(e, None))?;
                 tool_result(answer, tools::stdin_text)

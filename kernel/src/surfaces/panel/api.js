@@ -40,9 +40,17 @@ export function onRefused(f) {
   refused = f;
 }
 
-/** @returns {Record<string, string>} */
+/**
+ * The token, and the origin every call of the panel records (SPEC §28:
+ * surface `panel`, the browser as its channel).
+ * @returns {Record<string, string>}
+ */
 function auth() {
-  return { Authorization: `Bearer ${getToken()}` };
+  return {
+    Authorization: `Bearer ${getToken()}`,
+    "X-Opkernel-Surface": "panel",
+    "X-Opkernel-Channel": `panel ${navigator.userAgent}`.slice(0, 200),
+  };
 }
 
 /**

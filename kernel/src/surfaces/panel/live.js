@@ -71,6 +71,8 @@ function card(op) {
   const li = el("li", { class: "card", "data-op": id },
     el("div", { class: "head" }, st, el("code", { class: "cmd", title: cmdline(op.command) }, cmdline(op.command))),
     el("div", { class: "meta mono" }, `${id} · run ${op.run_id} · `, meta, err),
+    op.origin ? el("div", { class: "meta origin", "data-origin": op.origin.surface },
+      `via ${op.origin.surface} (${op.origin.channel}) by ${op.origin.principal}`) : null,
     el("div", { class: "bar", role: "progressbar", "aria-label": "time used of the timeout" }, bar),
     out);
   const c = { li, out, bar, meta, err, st, op, ctl: new AbortController(), done: false, offset: 0 };

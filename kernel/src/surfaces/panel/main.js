@@ -11,6 +11,7 @@ import { message } from "./errors.js";
 import { refreshLive } from "./live.js";
 import { refreshRun, refreshRuns } from "./runs.js";
 import { refreshSchedules } from "./schedules.js";
+import { prefillRun, startCommand } from "./start.js";
 import { session, signedOutNote, signIn, signOut } from "./session.js";
 
 /**
@@ -38,6 +39,8 @@ function start() {
   every(5000, refreshContainers);
   every(3000, refreshRun);
   $("reap").addEventListener("click", dryRunReaper);
+  $("start").addEventListener("submit", startCommand);
+  prefillRun();
 }
 
 /**

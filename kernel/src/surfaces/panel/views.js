@@ -62,8 +62,17 @@
  * @property {string} [output] a foreground op's output (in its reply only)
  * @property {ApprovalView} [approval] the hold, for an op an approval rule matched
  * @property {string} [schedule_id] the schedule that fired it
+ * @property {Origin} [origin] where it came from (SPEC §28)
  * @property {boolean} [stdin] its stdin is open to write_stdin
  * @property {boolean} [tty] it runs on a terminal
+ */
+
+/**
+ * Where a run or an op came from (SPEC §28).
+ * @typedef {object} Origin
+ * @property {"http" | "cli" | "mcp" | "panel" | "schedule"} surface
+ * @property {string} channel the client, its version and session; the schedule's id
+ * @property {string} principal `operator` or `run:<id>`
  */
 
 /**

@@ -55,6 +55,11 @@ fn run_view() -> RunView {
         decided_by: None,
         node: None,
         image: "default".into(),
+        origin: Some(crate::origin::Origin::new(
+            crate::origin::Surface::Cli,
+            "opkernel 0.1.0",
+            "operator",
+        )),
     }
 }
 
@@ -66,7 +71,8 @@ fn run_view_wire() -> String {
             r#""budget":{{"op_seconds":60,"tokens":1000}},"#,
             r#""used":{{"op_seconds":1.5,"cpu_seconds":0.0,"tokens":10,"cost_micros":0}},"#,
             r#""remaining":{{"op_seconds":58.5,"tokens":990}},"created_at":1795910400000,"#,
-            r#""state_changed_at":1795910401000,"summary":null,"decided_by":null,"node":null,"image":"default"}}"#
+            r#""state_changed_at":1795910401000,"summary":null,"decided_by":null,"node":null,"image":"default","#,
+            r#""origin":{{"surface":"cli","channel":"opkernel 0.1.0","principal":"operator"}}}}"#
         ),
         ENVELOPE
     )

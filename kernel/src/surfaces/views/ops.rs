@@ -111,6 +111,10 @@ pub struct OpView {
     /// kernel (SPEC §24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Where it came from (SPEC §28): surface, channel, principal; absent
+    /// for an op admitted before origins were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::origin::Origin>,
 }
 
 /// An op's approval hold and its decision.
@@ -187,6 +191,7 @@ impl OpView {
             }),
             schedule_id: op.schedule_id.clone(),
             node: op.node.clone(),
+            origin: op.origin.clone(),
         }
     }
 

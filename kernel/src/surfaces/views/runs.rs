@@ -42,6 +42,10 @@ pub struct RunView {
     pub node: Option<String>,
     /// Its image, by the operator's name (SPEC §26).
     pub image: String,
+    /// Where it was made from (SPEC §28); absent for a run made before
+    /// origins were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::origin::Origin>,
 }
 
 /// A child run, with its state.

@@ -1,0 +1,9 @@
+-- version 16: trusted origin (SPEC §28): where each run and op came from,
+-- recorded at admission from the call's context. NULL for rows admitted
+-- before this version.
+ALTER TABLE ops ADD COLUMN origin_surface TEXT;
+ALTER TABLE ops ADD COLUMN origin_channel TEXT;
+ALTER TABLE ops ADD COLUMN origin_principal TEXT;
+ALTER TABLE runs ADD COLUMN origin_surface TEXT;
+ALTER TABLE runs ADD COLUMN origin_channel TEXT;
+ALTER TABLE runs ADD COLUMN origin_principal TEXT;
