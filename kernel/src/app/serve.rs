@@ -36,6 +36,8 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     // after the join: two nodes starting together see each other's lease
     // (a refused node drains itself first: nothing is placed on it)
     crate::runtime::node::agree_settings(&kernel).await?;
+    // the operator's declared schedules, before any schedule can fire
+    crate::runtime::scheduler::reconcile_declared(&kernel).await?;
     // a node's lease is kept from here on, whatever else is under way
     let (keeping, keep) = crate::base::sync::Stop::new();
     tokio::spawn(crate::runtime::node::keep_lease(kernel.clone(), keep));

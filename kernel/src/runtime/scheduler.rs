@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::base::sync::Stop;
 use crate::runtime::kernel::Kernel;
-use crate::store::{now_ms, Fire, Schedule};
+use crate::store::{now_ms, Fire, Reconciled, Schedule};
 
 /// Schedules fired per batch (the rest wait for the next one, at once).
 const BATCH: u32 = 100;
@@ -104,4 +104,38 @@ async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
         Ok(Fire::NotDue) => {}
         Err(e) => tracing::warn!(schedule = %s.id, %e, "cannot fire schedule"),
     }
+}
+
+/// At start, before any schedule fires: the operator's declared schedules
+/// (`OPKERNEL_SCHEDULES`) reconciled with the control plane (SPEC §28). An
+/// entry that cannot be made stops the start, naming it.
+pub async fn reconcile_declared(k: &Arc<Kernel>) -> anyhow::Result<()> {
+    let Some(file) = k.config.declared.clone() else {
+        return Ok(());
+    };
+    let path = file.path.clone();
+    let node = k.store.node().map_or_else(|| k.id.clone(), str::to_owned);
+    let hook = k.clone();
+    let midway: crate::store::Midway = Box::new(move || hook.crash_point("declared.midway"));
+    match k
+        .store
+        .reconcile_declared(file, &node, Some(midway))
+        .await?
+    {
+        Reconciled::Unchanged => {
+            tracing::info!(%path, "declared schedules: the file is the one followed already")
+        }
+        Reconciled::Older => tracing::warn!(
+            %path,
+            "declared schedules: this file was followed before and a newer one since: not applied \
+             (a node with an older copy never undoes a newer one; change the file to apply it)"
+        ),
+        Reconciled::Applied {
+            created,
+            updated,
+            removed,
+        } => tracing::info!(%path, created, updated, removed, "declared schedules reconciled"),
+        Reconciled::Refused(why) => anyhow::bail!("OPKERNEL_SCHEDULES {path}: {why}"),
+    }
+    Ok(())
 }

@@ -76,11 +76,14 @@ pub struct Schedule {
     pub last_finished_at: Option<i64>,
     /// When the schedule was made (unix ms).
     pub created_at: i64,
+    /// The operator's file that declares it (SPEC §28); `None`: made
+    /// through the API.
+    pub declared_in: Option<String>,
 }
 
 const COLUMNS: &str = "id, run_id, command, timeout_sec, kind, spec, catch_up, delete_after_success, \
     enabled, paused, next_due_at, claimed_at, claimed_by, current_op_id, current_due_at, last_due_at, \
-    last_op_id, last_status, last_exit_code, last_output_tail, last_finished_at, created_at";
+    last_op_id, last_status, last_exit_code, last_output_tail, last_finished_at, created_at, declared_in";
 
 fn from_row(row: &Row) -> StoreResult<Schedule> {
     let corrupt = |what: String| StoreError::Corrupt(format!("schedule: {what}"));
@@ -109,6 +112,7 @@ fn from_row(row: &Row) -> StoreResult<Schedule> {
         last_output_tail: row.get("last_output_tail")?,
         last_finished_at: row.get("last_finished_at")?,
         created_at: row.get("created_at")?,
+        declared_in: row.get("declared_in")?,
     })
 }
 
@@ -350,7 +354,10 @@ pub(super) fn end_schedules_of(tx: &mut dyn Tx, run_id: &str, subtree: bool) -> 
 
 /// Records a schedule with its first due time; `Err` message when the
 /// run holds too many.
-fn create_in(tx: &mut dyn Tx, new: &NewSchedule) -> StoreResult<Result<Schedule, String>> {
+pub(super) fn create_in(
+    tx: &mut dyn Tx,
+    new: &NewSchedule,
+) -> StoreResult<Result<Schedule, String>> {
     // the per-run limit holds against concurrent creates of the tree
     super::tree::lock_tree_of(tx, &new.run_id)?;
     let held: i64 = tx.scalar(

@@ -45,6 +45,8 @@ pub fn config(r: &mut Reader) -> Config {
     let profile = profile(r);
     let images = images(r, &profile);
     let pool = pool(r, &profile, &images);
+    let ops = ops(r);
+    let declared = declared(r, &ops);
     Config {
         home: home(r),
         listen: listen(r),
@@ -53,7 +55,8 @@ pub fn config(r: &mut Reader) -> Config {
             socket: r.text(&t::DOCKER_SOCKET),
             timeout: r.duration(&t::DOCKER_TIMEOUT),
         },
-        ops: ops(r),
+        ops,
+        declared,
         runs: runs(r),
         upkeep: upkeep(r),
         pool,
@@ -106,6 +109,22 @@ fn store(r: &mut Reader) -> StoreLocation {
         r.invalid.push(e);
         StoreLocation::Sqlite
     })
+}
+
+/// The declared schedules file, read and checked (SPEC §28); what is wrong
+/// with it names its line.
+fn declared(
+    r: &mut Reader,
+    ops: &crate::runtime::config::OpOptions,
+) -> Option<crate::store::DeclaredFile> {
+    let path = r.text(&t::SCHEDULES).filter(|p| !p.is_empty())?;
+    let timeouts = super::declared::Timeouts {
+        default_sec: ops.bg_default_sec,
+        max_sec: ops.bg_max_sec,
+    };
+    super::declared::read(std::path::Path::new(&path), timeouts)
+        .map_err(|e| r.invalid.push(format!("OPKERNEL_SCHEDULES: {e}")))
+        .ok()
 }
 
 /// The egress proxy's settings (SPEC §27).

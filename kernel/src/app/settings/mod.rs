@@ -7,6 +7,7 @@
 //! in its old unit, with a warning), then the default. A value that does
 //! not parse refuses the start, naming the setting.
 
+pub mod declared;
 pub mod docs;
 pub mod load;
 pub mod table;

@@ -82,6 +82,8 @@ settings! {
     /// private, link-local or other non-public addresses (off: refused,
     /// unless the allow list names the address itself).
     EGRESS_PRIVATE = "OPKERNEL_EGRESS_PRIVATE", Switch, Serve, default "off";
+    /// A TOML file of declared schedules, reconciled at start (SPEC §28).
+    SCHEDULES = "OPKERNEL_SCHEDULES", Text, Serve, default "";
     /// For tests only: `name=IPv4;…`, addresses the egress proxy uses for
     /// these names instead of DNS (the kernel warns when it is set).
     EGRESS_HOSTS = "OPKERNEL_EGRESS_HOSTS", Text, Serve, default "";

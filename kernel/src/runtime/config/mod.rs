@@ -39,6 +39,8 @@ pub struct Config {
     pub file_max_bytes: u64,
     /// The egress proxy's settings (SPEC §27).
     pub egress: EgressConfig,
+    /// The declared schedules file, read and checked (SPEC §28).
+    pub declared: Option<crate::store::DeclaredFile>,
     /// How ops are started, watched, killed and bounded.
     pub ops: OpOptions,
     /// The control plane's limits on runs.

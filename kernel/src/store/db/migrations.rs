@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(14, "0014_workspaces.sql"),
     migration!(15, "0015_egress.sql"),
     migration!(16, "0016_origin.sql"),
+    migration!(17, "0017_declared_schedules.sql"),
 ];
 
 /// The newest schema version this kernel knows.

@@ -188,6 +188,13 @@ pub async fn delete(
     Seg((run, id)): Seg<(String, String)>,
 ) -> ApiResult<Json<ScheduleDeleted>> {
     let s = load(&k, &principal, &run, &id).await?;
+    if let Some(file) = &s.declared_in {
+        return Err(ApiError::conflict(format!(
+            "schedule {} is declared in {file}: change that file (the kernel reconciles it at \
+             its next start)",
+            s.id
+        )));
+    }
     let deleted = k.store.delete_schedule(&s.id).await?;
     Ok(Json(ScheduleDeleted {
         schedule_id: s.id,

@@ -187,6 +187,8 @@ fn schedule() -> ScheduleView {
         last_output_tail: None,
         last_finished_at: None,
         created_at: "2026-11-29T00:00:00.000Z".into(),
+        source: "config".into(),
+        declared_in: Some("/etc/opkernel/schedules.toml".into()),
     }
 }
 
@@ -196,7 +198,8 @@ const SCHEDULE: &str = concat!(
     r#""paused":false,"state":"running","when":"every 90s","next_due_at":"2026-11-29T00:01:30.000Z","#,
     r#""current_operation_id":"op-9","last_due_at":null,"last_operation_id":null,"last_status":null,"#,
     r#""last_exit_code":null,"last_output_tail":null,"last_finished_at":null,"#,
-    r#""created_at":"2026-11-29T00:00:00.000Z"}"#
+    r#""created_at":"2026-11-29T00:00:00.000Z","source":"config","#,
+    r#""declared_in":"/etc/opkernel/schedules.toml"}"#
 );
 
 #[test]

@@ -61,6 +61,12 @@ pub struct ScheduleView {
     pub last_finished_at: Option<String>,
     /// When the schedule was made (RFC 3339, UTC).
     pub created_at: String,
+    /// `config` for a schedule the operator's file declares (SPEC §28:
+    /// the API neither edits nor deletes it), else `api`.
+    pub source: String,
+    /// The file that declares it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_in: Option<String>,
 }
 
 impl ScheduleView {
@@ -94,6 +100,11 @@ impl ScheduleView {
             last_output_tail: s.last_output_tail.clone(),
             last_finished_at: s.last_finished_at.map(rfc3339),
             created_at: rfc3339(s.created_at),
+            source: match s.declared_in {
+                Some(_) => "config".to_owned(),
+                None => "api".to_owned(),
+            },
+            declared_in: s.declared_in.clone(),
         }
     }
 }
