@@ -70,6 +70,11 @@ pub struct Origin {
     pub channel: String,
     /// Who acted: `operator`, or `run:<id>` of the run token used.
     pub principal: String,
+    /// The entry path it was admitted by: the API route
+    /// (`POST /v1/runs/{run}/tools/run_command`; MCP's tools call the
+    /// API's), `scheduler`, or `declared schedules`.
+    #[serde(default)]
+    pub route: String,
 }
 
 /// A channel as recorded: printable ASCII only (anything else is `?`),
@@ -90,7 +95,14 @@ impl Origin {
             surface,
             channel: clean_channel(channel),
             principal: principal.to_owned(),
+            route: String::new(),
         }
+    }
+
+    /// The same origin, admitted by `route`.
+    pub fn with_route(mut self, route: &str) -> Origin {
+        self.route = clean_channel(route);
+        self
     }
 }
 

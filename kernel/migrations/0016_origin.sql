@@ -4,6 +4,8 @@
 ALTER TABLE ops ADD COLUMN origin_surface TEXT;
 ALTER TABLE ops ADD COLUMN origin_channel TEXT;
 ALTER TABLE ops ADD COLUMN origin_principal TEXT;
+ALTER TABLE ops ADD COLUMN origin_route TEXT;
 ALTER TABLE runs ADD COLUMN origin_surface TEXT;
 ALTER TABLE runs ADD COLUMN origin_channel TEXT;
 ALTER TABLE runs ADD COLUMN origin_principal TEXT;
+ALTER TABLE runs ADD COLUMN origin_route TEXT;

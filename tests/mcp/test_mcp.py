@@ -194,6 +194,7 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
         origin = seen["origin"]
         self.assertEqual((origin["surface"], origin["principal"]), ("mcp", f"run:{run}"), origin)
         self.assertRegex(origin["channel"], r"^\S.* session \S+$", origin)
+        self.assertEqual(origin["route"], "POST /v1/runs/{run}/tools/run_command", origin)
         report = await c.call_tool("wait_background_report", {"wait_sec": 60})
         self.assertFalse(report.is_error, text_of(report))
         body = report.structured_content

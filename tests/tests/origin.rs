@@ -42,9 +42,11 @@ async fn call(
     (status, answer.json().await.unwrap_or(Value::Null))
 }
 
-fn origin(surface: &str, channel: &str, principal: &str) -> Value {
-    json!({"surface": surface, "channel": channel, "principal": principal})
+fn origin(surface: &str, channel: &str, principal: &str, route: &str) -> Value {
+    json!({"surface": surface, "channel": channel, "principal": principal, "route": route})
 }
+
+const START: &str = "POST /v1/runs/{run}/tools/run_command";
 
 /// The `tool.started` event of `op` in `run`'s trace.
 async fn started_event(k: &KernelProcess, run: &str, op: &str) -> Value {
@@ -75,7 +77,12 @@ async fn http_and_a_run_token_record_their_origin_and_no_field_forges_it() {
     )
     .await;
     assert_eq!(s, 200, "{made}");
-    let http = origin("http", "agent-platform/7.1 (?red)", "operator");
+    let http = origin(
+        "http",
+        "agent-platform/7.1 (?red)",
+        "operator",
+        "POST /v1/runs",
+    );
     let run_view = k.client.get(&format!("/v1/runs/{run}")).await.unwrap();
     assert_eq!(run_view["origin"], http, "{run_view}");
     // a run token's op: its principal; the command says what it likes
@@ -85,7 +92,12 @@ async fn http_and_a_run_token_record_their_origin_and_no_field_forges_it() {
     let path = format!("/v1/runs/{run}/tools/run_command");
     let (s, op) = call(&k, Method::POST, &path, &token, &[], forged_argv).await;
     assert_eq!(s, 200, "{op}");
-    let as_run = origin("http", "agent-platform/7.1 (?red)", &format!("run:{run}"));
+    let as_run = origin(
+        "http",
+        "agent-platform/7.1 (?red)",
+        &format!("run:{run}"),
+        START,
+    );
     assert_eq!(op["origin"], as_run, "{op}");
     let id = op["operation_id"].as_str().unwrap();
     assert_eq!(started_event(&k, &run, id).await["data"]["origin"], as_run);
@@ -167,6 +179,7 @@ async fn the_cli_and_a_schedule_record_theirs() {
         "cli",
         &format!("opkernel {}", env!("CARGO_PKG_VERSION")),
         "operator",
+        START,
     );
     assert_eq!(op["origin"], cli, "{op}");
     let run_view = k.client.get(&format!("/v1/runs/{run}")).await.unwrap();
@@ -199,7 +212,7 @@ async fn the_cli_and_a_schedule_record_theirs() {
         },
     )
     .await;
-    let expected = origin("schedule", &schedule, &format!("run:{run}"));
+    let expected = origin("schedule", &schedule, &format!("run:{run}"), "scheduler");
     assert_eq!(fired["origin"], expected, "{fired}");
     assert_eq!(fired["schedule_id"], schedule.as_str());
 }

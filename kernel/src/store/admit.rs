@@ -182,9 +182,9 @@ fn insert_row(
         "INSERT INTO ops (id, run_id, command, background, timeout_sec, status, scratch_key, \
          created_at, idempotency_key, request_sha256, approval_rule, approval_timeout_sec, \
          approval_on_timeout, schedule_id, node, io, origin_surface, origin_channel, \
-         origin_principal) \
+         origin_principal, origin_route) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-         ?18, ?19) \
+         ?18, ?19, ?20) \
          RETURNING {COLUMNS}"
     );
     let row = tx.query_one(
@@ -209,6 +209,7 @@ fn insert_row(
             req.origin.surface.as_str(),
             &req.origin.channel,
             &req.origin.principal,
+            &req.origin.route,
         ],
     )?;
     tx.note_fact(super::db::Fact::Admitted);

@@ -154,7 +154,8 @@ fn create_declared(tx: &mut dyn Tx, d: &Declared, path: &str) -> StoreResult<()>
         crate::origin::Surface::Schedule,
         &format!("declared in {path}"),
         "operator",
-    );
+    )
+    .with_route("declared schedules");
     super::runs::ensure_top_level(tx, &d.run_id, now_ms(), Some(&origin))?;
     let new = NewSchedule {
         run_id: d.run_id.clone(),

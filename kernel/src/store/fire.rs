@@ -86,7 +86,8 @@ fn fire_in(
             crate::origin::Surface::Schedule,
             &s.id,
             &format!("run:{}", s.run_id),
-        ),
+        )
+        .with_route("scheduler"),
     };
     let current = "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3 WHERE id = ?1";
     Ok(match insert_in(tx, &req, limits)? {

@@ -139,7 +139,7 @@ pub(super) const COLUMNS: &str = "id, run_id, command, background, timeout_sec, 
     heartbeat_at, finished_at, exit_code, killed, kill_requested_at, kill_reason, kill_signalled, kill_intent, exec_id, \
     handed_over_at, effect, error, output_tail, log_sha256, log_size, cpu_ms, max_rss_kb, leftovers, kernel_id, report_id, delivered_inline, \
     approval_rule, approval_timeout_sec, approval_on_timeout, approval_escalated_at, approval_decided_by, \
-    approval_decided_at, schedule_id, node, io, origin_surface, origin_channel, origin_principal";
+    approval_decided_at, schedule_id, node, io, origin_surface, origin_channel, origin_principal, origin_route";
 
 /// A row's origin (`origin_surface`, `origin_channel`,
 /// `origin_principal`); `None` for a row admitted before origins were.
@@ -157,6 +157,9 @@ pub(super) fn origin_from(row: &Row) -> StoreResult<Option<crate::origin::Origin
             .unwrap_or_default(),
         principal: row
             .get::<Option<String>>("origin_principal")?
+            .unwrap_or_default(),
+        route: row
+            .get::<Option<String>>("origin_route")?
             .unwrap_or_default(),
     }))
 }

@@ -66,7 +66,7 @@ impl RunRecord {
 
 const RUN_COLUMNS: &str = "run_id, parent_run_id, chain, principal, state, envelope, budget, \
     created_at, state_changed_at, summary, decided_by, paused_by, idempotency_key, finished_at, node, image, \
-    origin_surface, origin_channel, origin_principal";
+    origin_surface, origin_channel, origin_principal, origin_route";
 
 fn run_from_row(row: &Row) -> StoreResult<RunRecord> {
     let corrupt = |what: String| StoreError::Corrupt(what);
@@ -118,14 +118,15 @@ pub(super) fn ensure_top_level(
     origin: Option<&crate::origin::Origin>,
 ) -> StoreResult<()> {
     let made = tx.execute(
-        "INSERT INTO runs (run_id, created_at, origin_surface, origin_channel, origin_principal) \
-         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+        "INSERT INTO runs (run_id, created_at, origin_surface, origin_channel, origin_principal, \
+         origin_route) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
         vals![
             run_id,
             now,
             origin.map(|o| o.surface.as_str()),
             origin.map(|o| o.channel.clone()),
-            origin.map(|o| o.principal.clone())
+            origin.map(|o| o.principal.clone()),
+            origin.map(|o| o.route.clone())
         ],
     )?;
     // a recorded run has its ancestry: every insert of a run writes both
@@ -301,8 +302,8 @@ fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) 
     tx.execute(
         "INSERT INTO runs (run_id, token_sha256, created_at, parent_run_id, chain, principal, \
          envelope, budget, state_changed_at, idempotency_key, image, origin_surface, \
-         origin_channel, origin_principal) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9, ?10, ?11, ?12, ?13)",
+         origin_channel, origin_principal, origin_route) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?3, ?9, ?10, ?11, ?12, ?13, ?14)",
         vals![
             &new.run_id,
             &new.token_sha256,
@@ -316,7 +317,8 @@ fn insert_run(tx: &mut dyn Tx, new: &NewRun, chain: &[String], principal: &str) 
             &new.image,
             new.origin.surface.as_str(),
             &new.origin.channel,
-            &new.origin.principal
+            &new.origin.principal,
+            &new.origin.route
         ],
     )?;
     let ancestry = "INSERT INTO run_ancestry (run_id, ancestor_id, distance) VALUES (?1, ?2, ?3)";

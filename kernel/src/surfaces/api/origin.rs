@@ -21,6 +21,8 @@ pub struct Via {
     pub surface: Surface,
     /// The channel on it.
     pub channel: String,
+    /// The API route it came by (`POST /v1/runs/{run}/tools/run_command`).
+    pub route: String,
 }
 
 /// The origin the kernel gives a request it sends to its own router: it
@@ -31,7 +33,7 @@ pub struct InProcess(pub Via);
 impl Via {
     /// The origin of a call by `principal`.
     pub fn origin(&self, principal: &Principal) -> Origin {
-        Origin::new(self.surface, &self.channel, &principal.name())
+        Origin::new(self.surface, &self.channel, &principal.name()).with_route(&self.route)
     }
 }
 
@@ -44,8 +46,16 @@ impl FromRequestParts<AppState> for Via {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, Self::Rejection> {
+        let route = parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .map_or_else(|| parts.uri.path().to_owned(), |m| m.as_str().to_owned());
+        let route = format!("{} {route}", parts.method);
         if let Some(InProcess(via)) = parts.extensions.get::<InProcess>() {
-            return Ok(via.clone());
+            return Ok(Via {
+                route,
+                ..via.clone()
+            });
         }
         let agent = header(parts, "user-agent").unwrap_or_default();
         let surface = match header(parts, SURFACE_HEADER).as_deref() {
@@ -67,6 +77,7 @@ impl FromRequestParts<AppState> for Via {
         Ok(Via {
             surface,
             channel: crate::origin::clean_channel(&channel),
+            route,
         })
     }
 }

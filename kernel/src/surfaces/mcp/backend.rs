@@ -124,6 +124,7 @@ impl Backend for RouterBackend {
                     crate::surfaces::api::origin::Via {
                         surface: crate::origin::Surface::Mcp,
                         channel: crate::origin::clean_channel(caller.channel),
+                        route: String::new(),
                     },
                 ));
             if let Some(key) = key {

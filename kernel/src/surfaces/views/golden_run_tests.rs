@@ -55,11 +55,10 @@ fn run_view() -> RunView {
         decided_by: None,
         node: None,
         image: "default".into(),
-        origin: Some(crate::origin::Origin::new(
-            crate::origin::Surface::Cli,
-            "opkernel 0.1.0",
-            "operator",
-        )),
+        origin: Some(
+            crate::origin::Origin::new(crate::origin::Surface::Cli, "opkernel 0.1.0", "operator")
+                .with_route("POST /v1/runs"),
+        ),
     }
 }
 
@@ -72,7 +71,7 @@ fn run_view_wire() -> String {
             r#""used":{{"op_seconds":1.5,"cpu_seconds":0.0,"tokens":10,"cost_micros":0}},"#,
             r#""remaining":{{"op_seconds":58.5,"tokens":990}},"created_at":1795910400000,"#,
             r#""state_changed_at":1795910401000,"summary":null,"decided_by":null,"node":null,"image":"default","#,
-            r#""origin":{{"surface":"cli","channel":"opkernel 0.1.0","principal":"operator"}}}}"#
+            r#""origin":{{"surface":"cli","channel":"opkernel 0.1.0","principal":"operator","route":"POST /v1/runs"}}}}"#
         ),
         ENVELOPE
     )

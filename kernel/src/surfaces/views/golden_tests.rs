@@ -30,7 +30,8 @@ const OP: &str = concat!(
     r#""message":"Awaiting operator approval","delivered":false,"report_id":null,"#,
     r#""approval":{"rule":"^make","timeout_sec":60,"on_timeout":"escalate","#,
     r#""escalated_at":null,"decided_by":null,"decided_at":null},"schedule_id":"sch-1","#,
-    r#""origin":{"surface":"mcp","channel":"claude-code 2.1.0 session 3f2a","principal":"run:r1"}}"#
+    r#""origin":{"surface":"mcp","channel":"claude-code 2.1.0 session 3f2a","principal":"run:r1","#,
+    r#""route":"POST /v1/runs/{run}/tools/run_command"}}"#
 );
 
 fn op() -> OpView {
@@ -79,11 +80,14 @@ fn op() -> OpView {
         }),
         schedule_id: Some("sch-1".into()),
         node: None,
-        origin: Some(crate::origin::Origin::new(
-            crate::origin::Surface::Mcp,
-            "claude-code 2.1.0 session 3f2a",
-            "run:r1",
-        )),
+        origin: Some(
+            crate::origin::Origin::new(
+                crate::origin::Surface::Mcp,
+                "claude-code 2.1.0 session 3f2a",
+                "run:r1",
+            )
+            .with_route("POST /v1/runs/{run}/tools/run_command"),
+        ),
     }
 }
 
