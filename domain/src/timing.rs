@@ -298,8 +298,19 @@ pub fn after_op(
     if !timing.is_recurring() && delete_after_success && succeeded {
         return AfterOp::Delete;
     }
-    if !timing.is_recurring() || run_over {
+    if run_over {
         return AfterOp::Disable;
+    }
+    if !timing.is_recurring() {
+        // a one-shot given a later time while its op ran (a declared
+        // schedule re-timed, SPEC §28) fires then; else it is done
+        return match next_due.filter(|due| *due > now) {
+            Some(due) => AfterOp::Next {
+                next_due: Some(due),
+                skipped: None,
+            },
+            None => AfterOp::Disable,
+        };
     }
     match next_due.filter(|due| *due <= now) {
         Some(due) => {
@@ -514,6 +525,28 @@ mod tests {
             (&once, true, true, false, None, 5_000, AfterOp::Delete),
             (&once, true, false, false, None, 5_000, AfterOp::Disable),
             (&once, false, true, false, None, 5_000, AfterOp::Disable),
+            // re-timed while its op ran (a declared one-shot's new time)
+            (
+                &once,
+                false,
+                true,
+                false,
+                Some(20 * min),
+                5_000,
+                AfterOp::Next {
+                    next_due: Some(20 * min),
+                    skipped: None,
+                },
+            ),
+            (
+                &once,
+                false,
+                true,
+                true,
+                Some(20 * min),
+                5_000,
+                AfterOp::Disable,
+            ),
             (
                 &every,
                 true,

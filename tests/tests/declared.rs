@@ -185,3 +185,75 @@ async fn a_bad_file_stops_the_start_naming_its_line() {
     assert!(err.contains(&format!("{path}:5")), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts a kernel on `home`'s settings with the file holding `text`:
+/// its start's outcome.
+async fn start_with(k: &mut KernelProcess, file: &Path, text: &str) -> anyhow::Result<()> {
+    write(file, text);
+    k.restart().await
+}
+
+#[tokio::test]
+async fn versions_order_files_and_the_apis_limits_hold() {
+    let dir = std::env::temp_dir().join(format!("opk-declared-{}", &unique_run("v")[2..]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("schedules.toml");
+    let (a, capped) = (unique_run("va"), unique_run("vc"));
+    let v = |n: i64, timeout: u64| {
+        format!(
+            "version = {n}\n\n{}",
+            entry("t", &a, "every_sec = 3600", timeout)
+        )
+    };
+    write(&file, &v(2, 30));
+    let path = file.display().to_string();
+    let bin = kernel_binary().unwrap();
+    let mut k = KernelProcess::start(&bin, "declared-v", &[("OPKERNEL_SCHEDULES", &path)])
+        .await
+        .unwrap();
+    assert!(declared(&schedules(&k).await, &a, 30).is_some());
+    // a lower version never applies, even a file never seen
+    start_with(&mut k, &file, &v(1, 40)).await.unwrap();
+    assert!(
+        declared(&schedules(&k).await, &a, 30).is_some(),
+        "version 1 is older"
+    );
+    // the same version with other content stops the start
+    let err = start_with(&mut k, &file, &v(2, 50)).await.unwrap_err();
+    assert!(
+        format!("{err:#}").contains("version 2 was applied with other content"),
+        "{err:#}"
+    );
+    start_with(&mut k, &file, &v(3, 50)).await.unwrap();
+    assert!(
+        declared(&schedules(&k).await, &a, 50).is_some(),
+        "version 3 applies"
+    );
+    // a run's envelope bounds a declared timeout, as the API's
+    let body = json!({"run_id": capped, "envelope": {"max_timeout_sec": 60}});
+    k.client.post("/v1/runs", &body).await.unwrap();
+    let over = format!(
+        "version = 4\n\n{}",
+        entry("c", &capped, "every_sec = 3600", 120)
+    );
+    let err = start_with(&mut k, &file, &over).await.unwrap_err();
+    assert!(format!("{err:#}").contains("over run"), "{err:#}");
+    let defaulted = format!(
+        "version = 5\n\n[[schedule]]\nname = \"c\"\nrun = \"{capped}\"\ncommand = [\"true\"]\nevery_sec = 3600\n"
+    );
+    start_with(&mut k, &file, &defaulted).await.unwrap();
+    assert!(
+        declared(&schedules(&k).await, &capped, 60).is_some(),
+        "lowered to the envelope"
+    );
+    // a file cannot make a child run
+    let child = format!(
+        "version = 6\n\n{}",
+        entry("x", &format!("{capped}.kid"), "every_sec = 60", 30)
+    );
+    let err = start_with(&mut k, &file, &child).await.unwrap_err();
+    assert!(format!("{err:#}").contains("names a child run"), "{err:#}");
+    k.set_env("OPKERNEL_SCHEDULES", None);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -37,7 +37,10 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     // (a refused node drains itself first: nothing is placed on it)
     crate::runtime::node::agree_settings(&kernel).await?;
     // the operator's declared schedules, before any schedule can fire
-    crate::runtime::scheduler::reconcile_declared(&kernel).await?;
+    if let Err(e) = crate::runtime::scheduler::reconcile_declared(&kernel).await {
+        crate::runtime::node::lapse(&kernel).await;
+        return Err(e);
+    }
     // a node's lease is kept from here on, whatever else is under way
     let (keeping, keep) = crate::base::sync::Stop::new();
     tokio::spawn(crate::runtime::node::keep_lease(kernel.clone(), keep));

@@ -21,6 +21,15 @@ use crate::store::{Op, StoreError};
 /// How often the hand-off looks for this node's ops without an observer.
 const HAND_OFF_EVERY: Duration = Duration::from_secs(1);
 
+/// Lets this node's lease lapse at once (a start refused after the join:
+/// no tree is placed here meanwhile; a later start joins afresh).
+pub async fn lapse(k: &Kernel) {
+    if let Some(node) = &k.node {
+        let (name, epoch) = (&node.config.name, node.epoch());
+        let _ = k.store.renew_lease(name, epoch, -1, (0, 0)).await;
+    }
+}
+
 /// Refuses the start of a node whose webhook settings differ from those
 /// of the cluster's live nodes (SPEC §24: the outbox is the cluster's, so
 /// every node writes and posts it alike). The secret is compared by a

@@ -30,6 +30,9 @@ pub struct Declared {
     pub command: Vec<String>,
     /// Each fired op's timeout, seconds.
     pub timeout_sec: u64,
+    /// `timeout_sec` was in the file (else the default, lowered to fit
+    /// the run's envelope as the API lowers it).
+    pub timeout_given: bool,
     /// When it fires.
     pub timing: Timing,
     /// An overdue schedule fires once at start.
@@ -43,6 +46,9 @@ pub struct DeclaredFile {
     pub path: String,
     /// Hex sha256 of its bytes.
     pub sha256: String,
+    /// Its `version`, when it has one: files with versions are followed in
+    /// their order (a lower one is older, whatever starts first).
+    pub version: Option<i64>,
     /// Its schedules.
     pub schedules: Vec<Declared>,
 }
@@ -52,7 +58,8 @@ pub struct DeclaredFile {
 pub enum Reconciled {
     /// The file is the one followed already: nothing to do.
     Unchanged,
-    /// The file was followed before and a newer one since: not applied.
+    /// The file was followed before and a newer one since, or has a
+    /// lower version than the one followed: not applied.
     Older,
     /// Applied: schedules created, updated, removed.
     Applied {
@@ -92,13 +99,17 @@ fn update_in(tx: &mut dyn Tx, id: &str, d: &Declared, path: &str) -> StoreResult
     }
     let command =
         serde_json::to_string(&d.command).map_err(|e| super::StoreError::Corrupt(e.to_string()))?;
-    let next = match s.timing == d.timing {
-        true => s.next_due_at,
-        false => d.timing.first_due(now_ms()),
+    // a new timing starts from now, and a finished one-shot given a new
+    // time is enabled again (a held claim keeps it: its op's end reads
+    // the new due time)
+    let over = super::runs::get_run(tx, &s.run_id)?.is_some_and(|r| r.state.is_final());
+    let (next, enabled) = match s.timing == d.timing {
+        true => (s.next_due_at, s.enabled),
+        false => (d.timing.first_due(now_ms()), !over),
     };
     tx.execute(
         "UPDATE schedules SET command = ?2, timeout_sec = ?3, kind = ?4, spec = ?5, \
-         catch_up = ?6, declared_in = ?7, next_due_at = ?8 WHERE id = ?1",
+         catch_up = ?6, declared_in = ?7, next_due_at = ?8, enabled = ?9 WHERE id = ?1",
         vals![
             id,
             command,
@@ -107,39 +118,76 @@ fn update_in(tx: &mut dyn Tx, id: &str, d: &Declared, path: &str) -> StoreResult
             d.timing.spec(),
             d.catch_up,
             path,
-            next
+            next,
+            enabled
         ],
     )?;
     Ok(true)
 }
 
-/// Why an entry to be created cannot be (checked before anything is
-/// written, so a refusal leaves the control plane as it was): its run is
-/// over, or would hold more schedules than a run may.
-fn refusal(tx: &mut dyn Tx, new: &[&Declared]) -> StoreResult<Option<String>> {
-    let mut per_run: std::collections::BTreeMap<&str, i64> = Default::default();
-    for d in new {
-        *per_run.entry(d.run_id.as_str()).or_default() += 1;
-        if let Some(state) = super::runs::get_run(tx, &d.run_id)?.map(|r| r.state) {
-            if state.is_final() {
+/// Why the file cannot be applied (checked before anything is written,
+/// so a refusal leaves the control plane as it was): an entry's timeout
+/// over its run's envelope, a new entry on a run that is over, a dotted
+/// (child) run id that does not exist, a run that would hold more
+/// schedules than a run may (counting those this pass removes).
+fn refusal(
+    tx: &mut dyn Tx,
+    file: &mut DeclaredFile,
+    existing: &[Option<String>],
+    keys_gone: &[String],
+) -> StoreResult<Option<String>> {
+    let mut adding: std::collections::BTreeMap<String, i64> = Default::default();
+    for (d, id) in file.schedules.iter_mut().zip(existing) {
+        let run = super::runs::get_run(tx, &d.run_id)?;
+        let ceiling = run
+            .as_ref()
+            .and_then(|r| r.envelope.as_ref()?.max_timeout_sec);
+        match (ceiling, d.timeout_given) {
+            (Some(c), true) if d.timeout_sec > c => {
+                return Ok(Some(format!(
+                    "schedule {:?}: timeout_sec {} is over run {}'s envelope (max_timeout_sec {c})",
+                    d.key, d.timeout_sec, d.run_id
+                )))
+            }
+            (Some(c), false) => d.timeout_sec = d.timeout_sec.min(c),
+            _ => {}
+        }
+        if id.is_some() {
+            continue;
+        }
+        match run.map(|r| r.state) {
+            Some(state) if state.is_final() => {
                 return Ok(Some(format!(
                     "schedule {:?}: run {} is {} and takes no schedules",
                     d.key,
                     d.run_id,
                     state.as_str()
-                )));
+                )))
             }
+            None if d.run_id.contains('.') => {
+                return Ok(Some(format!(
+                    "schedule {:?}: run {} names a child run, which a file cannot make \
+                     (its parent makes it)",
+                    d.key, d.run_id
+                )))
+            }
+            _ => {}
         }
+        *adding.entry(d.run_id.clone()).or_default() += 1;
     }
-    for (run, adding) in per_run {
+    for (run, added) in adding {
         let held: i64 = tx.scalar(
             "SELECT COUNT(*) FROM schedules WHERE run_id = ?1",
-            vals![run],
+            vals![&run],
         )?;
-        if held + adding > super::schedules::MAX_SCHEDULES_PER_RUN {
+        let gone = keys_gone
+            .iter()
+            .filter(|k| k.starts_with(&format!("{run}/")))
+            .count() as i64;
+        let total = held - gone + added;
+        if total > super::schedules::MAX_SCHEDULES_PER_RUN {
             return Ok(Some(format!(
-                "run {run} would hold {} schedules (at most {})",
-                held + adding,
+                "run {run} would hold {total} schedules (at most {})",
                 super::schedules::MAX_SCHEDULES_PER_RUN
             )));
         }
@@ -175,21 +223,81 @@ fn create_declared(tx: &mut dyn Tx, d: &Declared, path: &str) -> StoreResult<()>
     Ok(())
 }
 
-/// Where the file stands among the files followed: the newest's digest,
-/// and whether this one was followed ever.
-fn standing(tx: &mut dyn Tx, sha256: &str) -> StoreResult<(Option<String>, bool)> {
-    let newest = tx
-        .query_opt(
-            "SELECT sha256 FROM declared_files ORDER BY seq DESC LIMIT 1",
-            vals![],
-        )?
-        .map(|r| r.get::<String>("sha256"))
-        .transpose()?;
+/// Where a file stands among the files followed.
+enum Standing {
+    /// Never followed and not older than the newest: to apply.
+    New,
+    /// The one followed now.
+    Current,
+    /// Followed before and replaced since, or of a lower version.
+    Older,
+    /// Its version was followed with other content.
+    VersionReused(i64),
+}
+
+/// The file's standing: its content against every file followed, its
+/// version (when both have one) against the newest's.
+fn standing(tx: &mut dyn Tx, file: &DeclaredFile) -> StoreResult<Standing> {
+    let newest = tx.query_opt(
+        "SELECT sha256, version FROM declared_files ORDER BY seq DESC LIMIT 1",
+        vals![],
+    )?;
+    let (newest_sha, newest_version) = match newest {
+        Some(r) => (
+            Some(r.get::<String>("sha256")?),
+            r.get::<Option<i64>>("version")?,
+        ),
+        None => (None, None),
+    };
+    if newest_sha.as_deref() == Some(file.sha256.as_str()) {
+        return Ok(Standing::Current);
+    }
+    if let (Some(mine), Some(theirs)) = (file.version, newest_version) {
+        return Ok(match mine.cmp(&theirs) {
+            std::cmp::Ordering::Less => Standing::Older,
+            std::cmp::Ordering::Equal => Standing::VersionReused(mine),
+            std::cmp::Ordering::Greater => Standing::New,
+        });
+    }
     let seen: i64 = tx.scalar(
         "SELECT COUNT(*) FROM declared_files WHERE sha256 = ?1",
-        vals![sha256],
+        vals![&file.sha256],
     )?;
-    Ok((newest, seen > 0))
+    Ok(if seen > 0 {
+        Standing::Older
+    } else {
+        Standing::New
+    })
+}
+
+/// Each entry's schedule id, when it has one already.
+fn existing_ids(tx: &mut dyn Tx, file: &DeclaredFile) -> StoreResult<Vec<Option<String>>> {
+    let mut existing = Vec::new();
+    for d in &file.schedules {
+        let found = tx.query_opt(
+            "SELECT id FROM schedules WHERE declared_key = ?1",
+            vals![&d.key],
+        )?;
+        existing.push(found.map(|r| r.get::<String>("id")).transpose()?);
+    }
+    Ok(existing)
+}
+
+/// The declared schedules the file no longer names: (id, key).
+fn gone(tx: &mut dyn Tx, file: &DeclaredFile) -> StoreResult<Vec<(String, String)>> {
+    let keys: Vec<&str> = file.schedules.iter().map(|d| d.key.as_str()).collect();
+    let declared = tx.query(
+        "SELECT id, declared_key FROM schedules WHERE declared_key IS NOT NULL",
+        vals![],
+    )?;
+    let mut out = Vec::new();
+    for row in declared {
+        let key: String = row.get("declared_key")?;
+        if !keys.contains(&key.as_str()) {
+            out.push((row.get("id")?, key));
+        }
+    }
+    Ok(out)
 }
 
 /// The reconciliation script (see the module comment).
@@ -200,26 +308,21 @@ fn reconcile_in(
     midway: &mut Option<Midway>,
 ) -> StoreResult<Reconciled> {
     tx.lock_tree(LOCK)?;
-    match standing(tx, &file.sha256)? {
-        (Some(newest), _) if newest == file.sha256 => return Ok(Reconciled::Unchanged),
-        (_, true) => return Ok(Reconciled::Older),
-        _ => {}
+    match standing(tx, file)? {
+        Standing::Current => return Ok(Reconciled::Unchanged),
+        Standing::Older => return Ok(Reconciled::Older),
+        Standing::VersionReused(v) => {
+            return Ok(Reconciled::Refused(format!(
+                "version {v} was applied with other content: give the changed file a higher version"
+            )))
+        }
+        Standing::New => {}
     }
-    let mut existing = Vec::new();
-    for d in &file.schedules {
-        let found = tx.query_opt(
-            "SELECT id FROM schedules WHERE declared_key = ?1",
-            vals![&d.key],
-        )?;
-        existing.push(found.map(|r| r.get::<String>("id")).transpose()?);
-    }
-    let new: Vec<&Declared> = file
-        .schedules
-        .iter()
-        .zip(&existing)
-        .filter_map(|(d, id)| id.is_none().then_some(d))
-        .collect();
-    if let Some(why) = refusal(tx, &new)? {
+    let mut file = file.clone();
+    let existing = existing_ids(tx, &file)?;
+    let gone = gone(tx, &file)?;
+    let keys_gone: Vec<String> = gone.iter().map(|(_, k)| k.clone()).collect();
+    if let Some(why) = refusal(tx, &mut file, &existing, &keys_gone)? {
         return Ok(Reconciled::Refused(why));
     }
     let (mut created, mut updated) = (0, 0);
@@ -232,19 +335,10 @@ fn reconcile_in(
             }
         }
     }
-    let keys: Vec<&str> = file.schedules.iter().map(|d| d.key.as_str()).collect();
-    let declared = tx.query(
-        "SELECT id, declared_key FROM schedules WHERE declared_key IS NOT NULL",
-        vals![],
-    )?;
     let mut removed = 0;
-    for row in declared {
-        let key: String = row.get("declared_key")?;
-        if !keys.contains(&key.as_str()) {
-            let id: String = row.get("id")?;
-            // an op it fired goes on as an ordinary op
-            removed += tx.execute("DELETE FROM schedules WHERE id = ?1", vals![id])? as usize;
-        }
+    for (id, _) in gone {
+        // an op it fired goes on as an ordinary op
+        removed += tx.execute("DELETE FROM schedules WHERE id = ?1", vals![id])? as usize;
     }
     if let Some(hook) = midway.take() {
         hook();
@@ -254,9 +348,9 @@ fn reconcile_in(
         vals![],
     )?;
     tx.execute(
-        "INSERT INTO declared_files (sha256, path, applied_at, applied_by, seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-        vals![&file.sha256, &file.path, now_ms(), node, seq],
+        "INSERT INTO declared_files (sha256, path, applied_at, applied_by, seq, version) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        vals![&file.sha256, &file.path, now_ms(), node, seq, file.version],
     )?;
     Ok(Reconciled::Applied {
         created,

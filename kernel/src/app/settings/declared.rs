@@ -4,6 +4,8 @@
 //! at fault.
 //!
 //! ```toml
+//! version = 3              # optional: files with versions apply in order
+//!
 //! [[schedule]]
 //! name = "nightly-build"   # optional: its key (else its run and command)
 //! run = "nightly"          # made as a top-level run if absent
@@ -24,9 +26,14 @@ use crate::timing::Timing;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
+    version: Option<i64>,
     #[serde(default)]
     schedule: Vec<toml::Spanned<Entry>>,
 }
+
+/// The largest file read, and the most entries it may hold.
+const MAX_BYTES: u64 = 1 << 20;
+const MAX_ENTRIES: usize = 1000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +73,9 @@ fn check(e: Entry, t: Timeouts) -> Result<Declared, String> {
     sandbox::profile::validate_run_id(&e.run).map_err(|err| err.to_string())?;
     sandbox::shim::validate_command(&e.command).map_err(|err| err.to_string())?;
     let timing = Timing::from_request(e.cron.as_deref(), e.every_sec, e.at.as_deref())?;
+    if timing.is_recurring() && timing.first_due(crate::store::now_ms()).is_none() {
+        return Err("this cron expression never matches a future time".to_owned());
+    }
     let timeout_sec = e.timeout_sec.unwrap_or(t.default_sec.min(t.max_sec));
     if timeout_sec == 0 || timeout_sec > t.max_sec {
         return Err(format!(
@@ -74,8 +84,12 @@ fn check(e: Entry, t: Timeouts) -> Result<Declared, String> {
         ));
     }
     let key = match &e.name {
-        Some(name) if name.trim().is_empty() || name.len() > 128 => {
-            return Err("name must be 1 to 128 characters".to_owned())
+        Some(name)
+            if name.trim().is_empty()
+                || name.chars().count() > 128
+                || name.chars().any(char::is_control) =>
+        {
+            return Err("name must be 1 to 128 characters, none a control character".to_owned())
         }
         Some(name) => format!("{}/{name}", e.run),
         None => {
@@ -89,6 +103,7 @@ fn check(e: Entry, t: Timeouts) -> Result<Declared, String> {
         run_id: e.run,
         command: e.command,
         timeout_sec,
+        timeout_given: e.timeout_sec.is_some(),
         timing,
         catch_up: e.catch_up,
     })
@@ -98,12 +113,29 @@ fn check(e: Entry, t: Timeouts) -> Result<Declared, String> {
 /// line at fault.
 pub fn read(path: &Path, t: Timeouts) -> Result<DeclaredFile, String> {
     let shown = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("{shown}: {e}"))?
+        .len();
+    if size > MAX_BYTES {
+        return Err(format!(
+            "{shown}: {size} bytes, over the {MAX_BYTES} a file may hold"
+        ));
+    }
     let bytes = std::fs::read(path).map_err(|e| format!("{shown}: {e}"))?;
     let text = String::from_utf8(bytes.clone()).map_err(|_| format!("{shown}: not UTF-8"))?;
     let file: File = toml::from_str(&text).map_err(|e| {
         let line = e.span().map_or(1, |s| line_of(&text, s.start));
         format!("{shown}:{line}: {}", e.message())
     })?;
+    if file.schedule.len() > MAX_ENTRIES {
+        return Err(format!(
+            "{shown}: {} schedules, over the {MAX_ENTRIES} a file may declare",
+            file.schedule.len()
+        ));
+    }
+    if file.version.is_some_and(|v| v < 0) {
+        return Err(format!("{shown}: version must be 0 or more"));
+    }
     let mut schedules: Vec<Declared> = Vec::new();
     for spanned in file.schedule {
         let line = line_of(&text, spanned.span().start);
@@ -119,6 +151,7 @@ pub fn read(path: &Path, t: Timeouts) -> Result<DeclaredFile, String> {
     Ok(DeclaredFile {
         path: path.display().to_string(),
         sha256: hex::encode(Sha256::digest(&bytes)),
+        version: file.version,
         schedules,
     })
 }

@@ -59,7 +59,7 @@ impl FromRequestParts<AppState> for Via {
         }
         let agent = header(parts, "user-agent").unwrap_or_default();
         let surface = match header(parts, SURFACE_HEADER).as_deref() {
-            None => Surface::Http,
+            None | Some("http") => Surface::Http,
             Some("cli") => Surface::Cli,
             Some("mcp") => Surface::Mcp,
             Some("panel") => Surface::Panel,

@@ -182,11 +182,6 @@ async fn resolve_envelope(
     Ok((Some(parent.clone()), Some(envelope)))
 }
 
-/// Whether a creation that found its run already there is a retry of the
-/// one that made it: the operator re-keys a top-level run (what it
-/// restates must match; a child's token comes from its parent); a parent
-/// retries a creation whose answer it lost with the same request under
-/// the same `Idempotency-Key`.
 /// The new run's id: a child's lives in its parent's namespace
 /// (`<parent>.<name>`); checked.
 fn run_id_of(principal: &Principal, asked: &str) -> ApiResult<String> {
@@ -203,6 +198,11 @@ fn run_id_of(principal: &Principal, asked: &str) -> ApiResult<String> {
     Ok(id)
 }
 
+/// Whether a creation that found its run already there is a retry of the
+/// one that made it: the operator re-keys a top-level run (what it
+/// restates must match; a child's token comes from its parent); a parent
+/// retries a creation whose answer it lost with the same request under
+/// the same `Idempotency-Key`.
 fn is_retry(record: &RunRecord, new: &NewRun, req: &CreateRun) -> bool {
     match &new.parent {
         None => {

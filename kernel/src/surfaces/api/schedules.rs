@@ -212,6 +212,13 @@ async fn set_paused(
     paused: bool,
 ) -> ApiResult<Json<ScheduleView>> {
     let s = load(&k, &principal, &run, &id).await?;
+    // the operator's file declares it: only the operator pauses it
+    if let (Some(file), Principal::Run(_)) = (&s.declared_in, &principal) {
+        return Err(ApiError::forbidden(format!(
+            "schedule {} is declared in {file}: only the operator pauses or resumes it",
+            s.id
+        )));
+    }
     let s = k
         .store
         .pause_schedule(&s.id, paused)

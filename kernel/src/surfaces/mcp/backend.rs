@@ -72,7 +72,10 @@ impl Backend for HttpBackend {
                 .request(method, format!("{}{path}", self.base))
                 .bearer_auth(caller.token)
                 .header(crate::surfaces::auth::SURFACE_HEADER, "mcp")
-                .header(crate::surfaces::auth::CHANNEL_HEADER, caller.channel);
+                .header(
+                    crate::surfaces::auth::CHANNEL_HEADER,
+                    crate::origin::clean_channel(caller.channel),
+                );
             if let Some(key) = key {
                 req = req.header("Idempotency-Key", key);
             }
