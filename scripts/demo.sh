@@ -57,12 +57,25 @@ if docker image inspect "$debian" >/dev/null 2>&1; then
   # a second kernel on its own home, its run containers made from the Debian image
   debian_home=$OPKERNEL_HOME/debian
   mkdir -p "$debian_home"
-  OPKERNEL_HOME=$debian_home OPKERNEL_IMAGE=$debian "$bin" serve --listen "127.0.0.1:$((port + 1))" \
+  # on a port of its own choosing (the next port may be a client's
+  # ephemeral one), read back from its log
+  OPKERNEL_HOME=$debian_home OPKERNEL_IMAGE=$debian "$bin" serve --listen 127.0.0.1:0 \
     >"$debian_home/kernel.log" 2>&1 &
   debian_kernel=$!
-  export OPKERNEL_URL="http://127.0.0.1:$((port + 1))"
+  debian_url=
+  for _ in $(seq 1 300); do
+    debian_url=$(sed -n 's/^opkernel listening on \(http:[^ ]*\).*/\1/p' "$debian_home/kernel.log" | head -n 1)
+    [ -n "$debian_url" ] && break
+    kill -0 "$debian_kernel" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$debian_url" ]; then
+    echo "the Debian kernel did not start:" >&2
+    tail -n 5 "$debian_home/kernel.log" >&2
+    exit 1
+  fi
+  export OPKERNEL_URL=$debian_url
   dk() { OPKERNEL_HOME=$debian_home "$bin" "$@"; }
-  for _ in $(seq 1 100); do dk ps >/dev/null 2>&1 && break; sleep 0.1; done
   py='import os, sys; print("python", sys.version.split()[0], "as uid", os.getuid(), "home", os.environ["HOME"])'
   step "OPKERNEL_IMAGE=$debian opkernel run --run py-$$ -- python3 -c '$py'"
   dk run --run py-$$ -- python3 -c "$py"
