@@ -99,6 +99,12 @@ impl Origin {
         }
     }
 
+    /// The origin of what schedule `schedule_id` of `run` fires: the
+    /// kernel's own scheduler, acting as the run.
+    pub fn schedule_fire(schedule_id: &str, run: &str) -> Origin {
+        Origin::new(Surface::Schedule, schedule_id, &format!("run:{run}")).with_route("scheduler")
+    }
+
     /// The same origin, admitted by `route`.
     pub fn with_route(mut self, route: &str) -> Origin {
         self.route = clean_channel(route);

@@ -67,7 +67,10 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
 async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
     let Some(due) = s.next_due_at else { return };
     let meta = match k
-        .run_meta_or_create(&s.run_id, Some(&fire_origin(&s)))
+        .run_meta_or_create(
+            &s.run_id,
+            Some(&crate::origin::Origin::schedule_fire(&s.id, &s.run_id)),
+        )
         .await
     {
         Ok(meta) => meta,
@@ -107,16 +110,6 @@ async fn fire_one(k: &Arc<Kernel>, s: Schedule) {
         Ok(Fire::NotDue) => {}
         Err(e) => tracing::warn!(schedule = %s.id, %e, "cannot fire schedule"),
     }
-}
-
-/// The origin of what a schedule's fire makes (a run recorded only now).
-fn fire_origin(s: &Schedule) -> crate::origin::Origin {
-    crate::origin::Origin::new(
-        crate::origin::Surface::Schedule,
-        &s.id,
-        &format!("run:{}", s.run_id),
-    )
-    .with_route("scheduler")
 }
 
 /// At start, before any schedule fires: the operator's declared schedules

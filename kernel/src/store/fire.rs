@@ -82,12 +82,7 @@ fn fire_in(
         approval: hold,
         schedule_id: Some(s.id.clone()),
         // the kernel's own scheduler fires it, as its run
-        origin: crate::origin::Origin::new(
-            crate::origin::Surface::Schedule,
-            &s.id,
-            &format!("run:{}", s.run_id),
-        )
-        .with_route("scheduler"),
+        origin: crate::origin::Origin::schedule_fire(&s.id, &s.run_id),
     };
     let current = "UPDATE schedules SET current_op_id = ?2, current_due_at = ?3 WHERE id = ?1";
     Ok(match insert_in(tx, &req, limits)? {

@@ -462,28 +462,12 @@ impl Store {
     /// Live ops (not terminal), newest first, optionally of one run: read
     /// through the index of live statuses, whatever the table's size.
     pub async fn list_live_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
-        self.read(move |tx| {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE status IN ({}) \
-                 AND (CAST(?1 AS TEXT) IS NULL OR run_id = ?1) \
-                 ORDER BY created_at DESC LIMIT ?2",
-                live_sql()
-            );
-            ops_of(tx, &sql, vals![run_id, limit])
-        })
-        .await
+        self.list_ops_by(run_id, None, true, limit).await
     }
 
     /// Ops, newest first, optionally of one run.
     pub async fn list_ops(&self, run_id: Option<String>, limit: u32) -> StoreResult<Vec<Op>> {
-        self.read(move |tx| {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE (CAST(?1 AS TEXT) IS NULL OR run_id = ?1) \
-                 ORDER BY created_at DESC LIMIT ?2"
-            );
-            ops_of(tx, &sql, vals![run_id, limit])
-        })
-        .await
+        self.list_ops_by(run_id, None, false, limit).await
     }
 
     /// Ops, newest first, optionally of one run, of one origin surface
