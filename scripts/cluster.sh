@@ -13,12 +13,15 @@
 # PostgreSQL container of the same image. All sit on a private network the
 # script creates (static addresses, so a cut and healed link keeps its
 # address); each node's API and the store are published on host loopback
-# ports. The last line of `up` is one JSON object:
-#   {"store", "operator_token", "network", "nodes": [{"name", "container", "url"}]}
+# ports. Every node serves its API over TLS (SPEC §29): a CA made here
+# signs each node's certificate (its name, its address, and host
+# loopback), nodes advertise https://nI:7700 and check each other with
+# OPKERNEL_CA. The last line of `up` is one JSON object:
+#   {"store", "operator_token", "network", "ca", "nodes": [{"name", "container", "url"}]}
 # Every OPKERNEL_* variable of the caller's environment is passed to every
 # node (any setting can be tried on a cluster), but for the harness's own
 # (OPKERNEL_BIN, OPKERNEL_CLUSTER*) and those a node sets for itself
-# (its store, home, listen address, node name and advertised URL).
+# (its store, home, listen address, node name, advertised URL and TLS).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -57,6 +60,21 @@ wait_for() {
   done
 }
 
+# the cluster's CA, and a certificate it signs for node $1 at address $2
+make_ca() {
+  mkdir -p "$state/tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=opkernel cluster CA" \
+    -keyout "$state/tls/ca.key" -out "$state/tls/ca.pem" 2>/dev/null
+}
+make_cert() {
+  local node=$1 ip=$2 t="$state/tls"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$node" \
+    -keyout "$t/$node.key" -out "$t/$node.csr" 2>/dev/null
+  echo "subjectAltName=DNS:$node,DNS:localhost,IP:$ip,IP:127.0.0.1" >"$t/$node.ext"
+  openssl x509 -req -days 2 -in "$t/$node.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" \
+    -CAcreateserial -extfile "$t/$node.ext" -out "$t/$node.pem" 2>/dev/null
+}
+
 start_store() {
   local port=$1 password=$2
   docker run -d --name "$name-pg" --hostname pg --label "$label" \
@@ -76,10 +94,12 @@ start_node() {
   while IFS= read -r var; do
     case $var in
       OPKERNEL_BIN | OPKERNEL_CLUSTER* | OPKERNEL_STORE | OPKERNEL_HOME | OPKERNEL_URL | OPKERNEL_TOKEN \
-        | OPKERNEL_NODE | OPKERNEL_ADVERTISE | OPKERNEL_DOCKER_SOCKET | OPKERNEL_TEST_* | OPKERNEL_MCP_PYTHON) ;;
+        | OPKERNEL_NODE | OPKERNEL_ADVERTISE | OPKERNEL_DOCKER_SOCKET | OPKERNEL_TEST_* | OPKERNEL_MCP_PYTHON \
+        | OPKERNEL_TLS_* | OPKERNEL_CA) ;;
       *) pass+=(-e "$var=${!var}") ;;
     esac
   done < <(compgen -e | grep '^OPKERNEL_' || true)
+  make_cert "$node" "$subnet_prefix.$((10 + index))"
   docker run -d --name "$name-$node" --hostname "$node" --label "$label" \
     --network "$net" --ip "$subnet_prefix.$((10 + index))" --network-alias "$node" \
     -p "127.0.0.1:$port:7700" \
@@ -87,7 +107,9 @@ start_node() {
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
     --cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
     --tmpfs /run:rw,exec,size=64m \
-    -e "NODE=$node" -e "ADVERTISE=http://$node:7700" -e "OPKERNEL_STORE=$store" \
+    -e "NODE=$node" -e "ADVERTISE=https://$node:7700" -e "OPKERNEL_STORE=$store" \
+    -e "OPKERNEL_TLS_CERT=/run/cluster/tls/$node.pem" -e "OPKERNEL_TLS_KEY=/run/cluster/tls/$node.key" \
+    -e "OPKERNEL_CA=/run/cluster/tls/ca.pem" -v "$state/tls:/run/cluster/tls:ro" \
     "${pass[@]}" \
     -v "$bin:/usr/local/bin/opkernel:ro" \
     -v "$root/docker/cluster/node-entry.sh:/entry.sh:ro" \
@@ -104,12 +126,16 @@ up() {
   scripts/docker-up.sh >&2
   scripts/build-image.sh >&2
   scripts/build-image.sh --node >&2
+  if ! command -v openssl >/dev/null; then
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  fi
   mkdir -p "$state/images"
   docker save opkernel-sandbox:latest -o "$state/images/sandbox.tar"
   local token password pg_port
   token=$(random_hex 32)
   password=$(random_hex 16)
   (umask 077 && echo "$token" >"$state/operator.token")
+  make_ca
   docker network create --subnet "$subnet_prefix.0/24" --label "$label" "$net" >/dev/null
   pg_port=$(free_port)
   start_store "$pg_port" "$password"
@@ -120,8 +146,8 @@ up() {
   done
   local nodes="" sep=""
   for i in $(seq 1 "$n"); do
-    local url="http://127.0.0.1:${ports[i]}"
-    wait_for "curl -fsS $url/v1/health" 120 || {
+    local url="https://127.0.0.1:${ports[i]}"
+    wait_for "curl -fsS --cacert $state/tls/ca.pem $url/v1/health" 120 || {
       docker logs "$name-n$i" >&2
       docker exec "$name-n$i" tail -30 /var/lib/opkernel/serve.out >&2 || true
       exit 1
@@ -130,8 +156,8 @@ up() {
     sep=", "
   done
   # every node sees every other as an active member
-  wait_for "[ \$(curl -fsS -H 'Authorization: Bearer $token' http://127.0.0.1:${ports[1]}/v1/nodes | grep -o '\"state\":\"active\"' | wc -l) -eq $n ]" 60
-  echo "{\"store\": \"postgres://opkernel:$password@127.0.0.1:$pg_port/opkernel\", \"operator_token\": \"$token\", \"network\": \"$net\", \"nodes\": [$nodes]}"
+  wait_for "[ \$(curl -fsS --cacert $state/tls/ca.pem -H 'Authorization: Bearer $token' https://127.0.0.1:${ports[1]}/v1/nodes | grep -o '\"state\":\"active\"' | wc -l) -eq $n ]" 60
+  echo "{\"store\": \"postgres://opkernel:$password@127.0.0.1:$pg_port/opkernel\", \"operator_token\": \"$token\", \"network\": \"$net\", \"ca\": \"$state/tls/ca.pem\", \"nodes\": [$nodes]}"
 }
 
 case "${1:-}" in

@@ -64,6 +64,9 @@ impl Cluster {
         let last = stdout.lines().last().unwrap_or_default();
         let v: Value = serde_json::from_str(last).with_context(|| format!("last line: {last}"))?;
         let token = v["operator_token"].as_str().unwrap_or_default().to_owned();
+        // the nodes serve TLS with the harness's CA (SPEC §29)
+        let ca = v["ca"].as_str().context("no ca in the harness's line")?;
+        opkernel::base::tls::trust(std::path::Path::new(ca))?;
         let nodes = v["nodes"]
             .as_array()
             .into_iter()

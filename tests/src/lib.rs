@@ -1,6 +1,7 @@
 //! Shared helpers of the end-to-end tests: a sandbox on a throwaway home,
 //! unique run ids, and polling with a deadline instead of fixed sleeps.
 
+pub mod certs;
 pub mod cluster;
 pub mod outside;
 

@@ -65,57 +65,13 @@ pub struct Outside {
     dir: PathBuf,
 }
 
-fn run(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
+use crate::certs::run;
 
-/// A CA and a server certificate for `outside.test` and `other.test`.
+/// A CA and a server certificate for `outside.test` and `other.test`
+/// (`ca.pem`, `server.pem`, `server.key`).
 fn certificates(dir: &std::path::Path) -> anyhow::Result<()> {
-    let d = |f: &str| dir.join(f).display().to_string();
-    run(Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args([
-            "-subj",
-            "/CN=opkernel test CA",
-            "-keyout",
-            &d("ca.key"),
-            "-out",
-            &d("ca.pem"),
-        ]))?;
-    run(Command::new("openssl")
-        .args(["req", "-newkey", "rsa:2048", "-nodes"])
-        .args([
-            "-subj",
-            "/CN=outside.test",
-            "-keyout",
-            &d("server.key"),
-            "-out",
-            &d("server.csr"),
-        ]))?;
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:outside.test,DNS:other.test\n",
-    )?;
-    run(Command::new("openssl")
-        .args(["x509", "-req", "-days", "2", "-in", &d("server.csr")])
-        .args([
-            "-CA",
-            &d("ca.pem"),
-            "-CAkey",
-            &d("ca.key"),
-            "-CAcreateserial",
-        ])
-        .args(["-extfile", &d("san.ext"), "-out", &d("server.pem")]))?;
-    // the server runs as the image's user: its key readable
-    run(Command::new("chmod").args(["-R", "a+rX"]).arg(dir))?;
+    crate::certs::ca(dir, "ca")?;
+    crate::certs::server(dir, "ca", "server", &["DNS:outside.test", "DNS:other.test"])?;
     Ok(())
 }
 

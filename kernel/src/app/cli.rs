@@ -98,15 +98,20 @@ impl Args for ServeFlags {
 }
 
 /// The client of a verb: the daemon at `OPKERNEL_URL` with
-/// `OPKERNEL_TOKEN`, else the home's operator token.
+/// `OPKERNEL_TOKEN`, else the home's operator token; an `https://` daemon
+/// checked against the system's roots and `OPKERNEL_CA`.
 pub fn client() -> anyhow::Result<Client> {
     let env = |name: &str| std::env::var(name).ok();
     let mut r = Reader::new(&env, BTreeMap::new());
     let url = r.text(&t::URL).unwrap_or_default();
     let token = r.text(&t::TOKEN);
     let home = super::settings::load::home(&mut r);
+    let ca = super::settings::load::ca_file(&mut r, &t::CA);
     if let Some(bad) = r.invalid.first() {
         anyhow::bail!("invalid setting: {bad}");
+    }
+    if let Some(ca) = ca {
+        crate::base::tls::trust(&ca)?;
     }
     Client::connect(url, token, &home)
 }

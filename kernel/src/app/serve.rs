@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::base::tls::ServerTls;
 use crate::runtime::config::Config;
 use crate::runtime::kernel::Kernel;
 
@@ -16,9 +17,14 @@ pub async fn run(flags: BTreeMap<&'static str, String>) -> anyhow::Result<i32> {
         tracing::warn!(listen = %config.listen, "listening on a non-loopback address: anyone who can reach it and holds a token can run commands");
     }
     let home = config.home.clone();
+    let scheme = if config.tls.server.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     serve(config, |addr| {
         eprintln!(
-            "opkernel listening on http://{addr} (home {})",
+            "opkernel listening on {scheme}://{addr} (home {})",
             home.display()
         );
     })
@@ -31,6 +37,7 @@ pub async fn run(flags: BTreeMap<&'static str, String>) -> anyhow::Result<i32> {
 /// process ends. `on_ready` gets the bound address.
 pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     let listen = config.listen;
+    let tls = transport(&config)?;
     let kernel = Kernel::open(config).await?;
     crate::runtime::node::join(&kernel).await?;
     // after the join: two nodes starting together see each other's lease
@@ -62,7 +69,7 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     }
     on_ready(listener.local_addr()?);
     tokio::select! {
-        served = axum::serve(listener, app(kernel.clone())) => served?,
+        served = serve_api(listener, tls, app(kernel.clone())) => served?,
         signal = stop_signal() => {
             tracing::info!(signal, "stopping: the scheduler records its batch under way, the other loops stop at once");
         }
@@ -81,6 +88,56 @@ pub async fn serve(config: Config, on_ready: impl FnOnce(SocketAddr)) -> anyhow:
     }
     let _ = keeping.send(true);
     Ok(())
+}
+
+/// The TLS of this kernel's own calls (its peers' CA) and of its API (the
+/// certificate, re-read on SIGHUP); a warning for a node that others
+/// reach in plain text over a network.
+fn transport(config: &Config) -> anyhow::Result<Option<Arc<ServerTls>>> {
+    if let Some(ca) = &config.tls.ca {
+        crate::base::tls::trust(ca)?;
+    }
+    if let Some(node) = &config.node {
+        if plain_over_network(&node.advertise_url) {
+            tracing::warn!(advertise = %node.advertise_url, "this node is reached over plain http from other hosts: bearer tokens cross the network in clear (serve TLS with OPKERNEL_TLS_CERT and OPKERNEL_TLS_KEY)");
+        }
+    }
+    let Some((cert, key)) = &config.tls.server else {
+        return Ok(None);
+    };
+    let tls = Arc::new(ServerTls::load(cert, key)?);
+    super::tls::reload_on_hangup(tls.clone());
+    Ok(Some(tls))
+}
+
+/// Whether `url` is `http://` to a host other than loopback.
+pub fn plain_over_network(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = match host.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    !loopback
+}
+
+/// The API on `listener`, over TLS when the kernel has a certificate.
+async fn serve_api(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<ServerTls>>,
+    app: axum::Router,
+) -> std::io::Result<()> {
+    match tls {
+        Some(tls) => axum::serve(super::tls::TlsListener::new(listener, tls)?, app).await,
+        None => axum::serve(listener, app).await,
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT, naming it.
@@ -105,4 +162,21 @@ pub fn app(kernel: Arc<Kernel>) -> axum::Router {
     let api = crate::surfaces::api::router(kernel.clone());
     let mcp = crate::surfaces::mcp::http::routes(kernel, api.clone());
     api.merge(mcp)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plain_http_to_another_host_is_told_apart_from_loopback() {
+        for (url, warned) in [
+            ("http://10.0.0.2:7878", true),
+            ("http://n1:7700/", true),
+            ("http://127.0.0.1:7878", false),
+            ("http://localhost:7878", false),
+            ("http://[::1]:7878", false),
+            ("https://10.0.0.2:7878", false),
+        ] {
+            assert_eq!(super::plain_over_network(url), warned, "{url}");
+        }
+    }
 }

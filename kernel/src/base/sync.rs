@@ -15,7 +15,7 @@ pub struct Lock<T>(Mutex<T>);
 
 impl<T> Lock<T> {
     /// A lock holding `value`.
-    pub fn new(value: T) -> Lock<T> {
+    pub const fn new(value: T) -> Lock<T> {
         Lock(Mutex::new(value))
     }
 

@@ -97,7 +97,7 @@ pub async fn store_outage(kit: &Kit) -> anyhow::Result<String> {
 /// While the database is down: a start and an op read answer 503
 /// `store_unavailable` with `Retry-After`, and the kernel stays up.
 async fn refused_while_down(k: &KernelProcess, run: &str, op: &str) -> anyhow::Result<String> {
-    let http = reqwest::Client::new();
+    let http = crate::base::tls::client().build()?;
     let base = k.client.base();
     let start = http
         .post(format!("{base}/v1/runs/{run}/tools/run_command"))

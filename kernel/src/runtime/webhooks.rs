@@ -69,7 +69,8 @@ async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> PostO
             return PostOutcome::Refused(why);
         }
         Ok(s) => format!("the receiver answered {s}"),
-        Err(e) => format!("post failed: {e}"),
+        // with its causes: which certificate check failed, not only that one did
+        Err(e) => format!("post failed: {:#}", anyhow::Error::from(e)),
     };
     tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
     PostOutcome::Failed(why)
@@ -108,20 +109,24 @@ fn by_run(due: Vec<OutboxPost>) -> Vec<Vec<OutboxPost>> {
 }
 
 /// The deliverer's client: a redirect is not followed (a POST turned into
-/// a GET would answer 2xx for a post never received).
-fn client() -> reqwest::Client {
-    match reqwest::Client::builder()
+/// a GET would answer 2xx for a post never received); an https://
+/// receiver is checked against the system's roots and the webhook's CA.
+fn client(hook: &Webhook) -> anyhow::Result<reqwest::Client> {
+    Ok(crate::base::tls::client_with(hook.ca.as_deref())?
         .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
-        Ok(client) => client,
-        Err(e) => unreachable!("a client without TLS or proxies always builds: {e}"),
-    }
+        .build()?)
 }
 
 /// Delivers until the housekeeping stops.
 pub async fn deliver(k: Arc<Kernel>, hook: Webhook, mut stop: Stop) {
-    let client = client();
+    let client = match client(&hook) {
+        Ok(client) => client,
+        Err(e) => {
+            // the settings checked the CA: only a file changed since
+            tracing::error!(%e, "webhook client cannot be made; no posts are delivered");
+            return;
+        }
+    };
     let mut journal = k.store.journal();
     loop {
         let due = match k.store.due_posts(PER_RUN, BATCH).await {

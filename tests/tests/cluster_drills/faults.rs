@@ -45,7 +45,9 @@ pub async fn any_node_serves(c: &Cluster) {
         n1.base(),
         fg["operation_id"].as_str().unwrap()
     );
-    let sse = reqwest::Client::new()
+    let sse = opkernel::base::tls::client()
+        .build()
+        .unwrap()
         .get(&console)
         .bearer_auth(n1.token())
         .send();

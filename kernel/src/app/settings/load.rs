@@ -11,7 +11,7 @@ use super::table as t;
 use super::Reader;
 use crate::runtime::config::{
     Config, DockerOptions, DrillOptions, Images, NodeConfig, OpOptions, PoolConfig, RunOptions,
-    UpkeepOptions, Webhook,
+    TlsOptions, UpkeepOptions, Webhook,
 };
 use crate::store::StoreLocation;
 
@@ -67,6 +67,7 @@ pub fn config(r: &mut Reader) -> Config {
         node: node(r),
         metrics_listen: r.address(&t::METRICS_LISTEN),
         webhook: webhook(r),
+        tls: tls(r),
         drills: DrillOptions {
             on: r.switch(&t::DRILLS),
             crash_at: r.text(&t::DRILL_CRASH_AT),
@@ -276,8 +277,54 @@ fn node(r: &mut Reader) -> Option<NodeConfig> {
 fn webhook(r: &mut Reader) -> Option<Webhook> {
     let url = r.text(&t::WEBHOOK_URL).unwrap_or_default();
     let secret = r.text(&t::WEBHOOK_SECRET).unwrap_or_default();
-    Webhook::parse(&url, &secret).unwrap_or_else(|e| {
+    let ca = ca_file(r, &t::WEBHOOK_CA);
+    Webhook::parse(&url, &secret, ca).unwrap_or_else(|e| {
         r.invalid.push(e);
         None
     })
+}
+
+/// A CA file setting: none when empty, refused when it holds no readable
+/// PEM certificate.
+pub fn ca_file(r: &mut Reader, s: &super::Setting) -> Option<PathBuf> {
+    let path = PathBuf::from(r.text(s).filter(|p| !p.is_empty())?);
+    match crate::base::tls::certificates(&path) {
+        Ok(_) => Some(path),
+        Err(e) => {
+            r.invalid.push(format!("{}: {e:#}", s.env));
+            None
+        }
+    }
+}
+
+/// The API's certificate and key (both or neither, and they must load)
+/// and the peers' CA.
+fn tls(r: &mut Reader) -> TlsOptions {
+    let cert = r.text(&t::TLS_CERT).filter(|p| !p.is_empty());
+    let key = r.text(&t::TLS_KEY).filter(|p| !p.is_empty());
+    let server = match (cert, key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let pair = (PathBuf::from(cert), PathBuf::from(key));
+            match crate::base::tls::ServerTls::load(&pair.0, &pair.1) {
+                Ok(_) => Some(pair),
+                Err(e) => {
+                    r.invalid.push(format!("{e:#}"));
+                    None
+                }
+            }
+        }
+        _ => {
+            r.invalid.push(format!(
+                "{} and {} go together: set both or neither",
+                t::TLS_CERT.env,
+                t::TLS_KEY.env
+            ));
+            None
+        }
+    };
+    TlsOptions {
+        server,
+        ca: ca_file(r, &t::CA),
+    }
 }

@@ -42,6 +42,14 @@ settings! {
     LISTEN = "OPKERNEL_LISTEN", Address, Serve, default "127.0.0.1:7878", flag "listen";
     /// Allow listening on a non-loopback address.
     ALLOW_REMOTE = "OPKERNEL_ALLOW_REMOTE", Switch, Serve, default "off", flag "allow-remote";
+    /// The API's TLS certificate chain (PEM): set with the key, the API
+    /// is served over `https://` only; both re-read on SIGHUP.
+    TLS_CERT = "OPKERNEL_TLS_CERT", Path, Serve, default "";
+    /// The private key (PEM) of `OPKERNEL_TLS_CERT`.
+    TLS_KEY = "OPKERNEL_TLS_KEY", Path, Serve, default "";
+    /// A CA (PEM) trusted beside the system's roots when the kernel, its
+    /// CLI or `opkernel mcp` call an `https://` kernel (nodes, clients).
+    CA = "OPKERNEL_CA", Path, Both, default "";
     /// The control plane: `sqlite` (the home's `kernel.db`) or a
     /// `postgres://` URL.
     STORE = "OPKERNEL_STORE", Text, Serve, default "sqlite", flag "store";
@@ -160,10 +168,13 @@ settings! {
     /// Where an unauthenticated `/metrics` listener binds: a port on
     /// loopback, or an address; none unless set.
     METRICS_LISTEN = "OPKERNEL_METRICS_LISTEN", Address, Serve, default "";
-    /// Where notified events are posted, signed (an `http://` URL).
+    /// Where notified events are posted, signed (`http://` or `https://`).
     WEBHOOK_URL = "OPKERNEL_WEBHOOK_URL", Url, Serve, default "";
     /// The webhook's signing secret (at least 16 characters; never shown).
     WEBHOOK_SECRET = "OPKERNEL_WEBHOOK_SECRET", Secret, Serve, default "";
+    /// A CA (PEM) trusted beside the system's roots for the webhook's
+    /// `https://` receiver.
+    WEBHOOK_CA = "OPKERNEL_WEBHOOK_CA", Path, Serve, default "";
     /// Log filter, in `tracing`'s `EnvFilter` syntax.
     LOG = "OPKERNEL_LOG", Text, Both, default "opkernel=info,warn";
     /// The daemon a client verb or `opkernel mcp` talks to.

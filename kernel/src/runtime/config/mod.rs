@@ -55,11 +55,22 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Where notified events are posted, signed; none unless set.
     pub webhook: Option<Webhook>,
+    /// The API's certificate and the CA trusted for peers (SPEC §29).
+    pub tls: TlsOptions,
     /// The recovery drills' fault hooks.
     pub drills: DrillOptions,
     /// Settings that could not be read, each with its reason: the kernel
     /// refuses to start with any (a typo never silently means a default).
     pub invalid: Vec<String>,
+}
+
+/// TLS of the API and of the kernel's calls to its peers (SPEC §29).
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// The API's certificate chain and key: `https://` when set.
+    pub server: Option<(PathBuf, PathBuf)>,
+    /// A CA trusted beside the system's roots for calls to other nodes.
+    pub ca: Option<PathBuf>,
 }
 
 /// How the Docker engine is reached.

@@ -32,7 +32,10 @@ impl NodeConfig {
         }
         let rest = advertise_url
             .strip_prefix("http://")
-            .ok_or_else(|| format!("--advertise must be an http:// URL, got {advertise_url:?}"))?;
+            .or_else(|| advertise_url.strip_prefix("https://"))
+            .ok_or_else(|| {
+                format!("--advertise must be an http:// or https:// URL, got {advertise_url:?}")
+            })?;
         if rest.is_empty() || rest.contains(char::is_whitespace) {
             return Err(format!("--advertise names no host: {advertise_url:?}"));
         }
@@ -66,10 +69,13 @@ mod tests {
         let n = NodeConfig::new("n1", "http://10.0.0.2:7878/", Duration::from_secs(10)).unwrap();
         assert_eq!(n.advertise_url, "http://10.0.0.2:7878");
         assert_eq!(n.renew_every(), Duration::from_secs(2));
+        let tls = NodeConfig::new("n1", "https://n1:7700", Duration::from_secs(10));
+        assert_eq!(tls.unwrap().advertise_url, "https://n1:7700");
         for (name, url, ttl) in [
             ("", "http://h:1", 10),
             ("a/b", "http://h:1", 10),
-            ("n1", "https://h:1", 10),
+            ("n1", "ftp://h:1", 10),
+            ("n1", "https://", 10),
             ("n1", "http://", 10),
             ("n1", "http://h:1", 1),
         ] {

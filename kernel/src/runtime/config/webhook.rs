@@ -5,10 +5,12 @@
 /// secret their HMAC-SHA256 signature is made with.
 #[derive(Clone)]
 pub struct Webhook {
-    /// An `http://` URL.
+    /// An `http://` or `https://` URL.
     pub url: String,
     /// The signing key (never printed).
     pub secret: String,
+    /// A CA trusted beside the system's roots for an `https://` receiver.
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Webhook {
@@ -16,15 +18,20 @@ impl std::fmt::Debug for Webhook {
         f.debug_struct("Webhook")
             .field("url", &self.url)
             .field("secret", &"(hidden)")
+            .field("ca", &self.ca)
             .finish()
     }
 }
 
 impl Webhook {
-    /// A webhook from its settings: none for an empty URL; an http:// URL
-    /// needs a secret of at least 16 characters (unsigned posts could be
-    /// forged); https is refused (the kernel's HTTP client has no TLS).
-    pub fn parse(url: &str, secret: &str) -> Result<Option<Webhook>, String> {
+    /// A webhook from its settings: none for an empty URL; an http:// or
+    /// https:// URL needs a secret of at least 16 characters (unsigned
+    /// posts could be forged); `ca` is trusted for an https:// receiver.
+    pub fn parse(
+        url: &str,
+        secret: &str,
+        ca: Option<std::path::PathBuf>,
+    ) -> Result<Option<Webhook>, String> {
         let url = url.trim();
         if url.is_empty() {
             return Ok(None);
@@ -32,11 +39,10 @@ impl Webhook {
         let parsed = reqwest::Url::parse(url);
         if !parsed
             .as_ref()
-            .is_ok_and(|u| u.scheme() == "http" && u.host().is_some())
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
         {
             return Err(format!(
-                "OPKERNEL_WEBHOOK_URL: {url:?} is not an http:// URL (https is not supported: \
-                 post to a relay on a trusted network that forwards over TLS)"
+                "OPKERNEL_WEBHOOK_URL: {url:?} is not an http:// or https:// URL"
             ));
         }
         if secret.trim().len() < 16 {
@@ -49,6 +55,7 @@ impl Webhook {
         Ok(Some(Webhook {
             url: url.to_owned(),
             secret: secret.trim().to_owned(),
+            ca,
         }))
     }
 }
@@ -60,17 +67,22 @@ mod tests {
     #[test]
     fn a_webhook_needs_an_http_url_and_a_secret() {
         let secret = "sixteen-chars-ok";
-        assert!(matches!(Webhook::parse("", ""), Ok(None)));
-        let hook = Webhook::parse(" http://127.0.0.1:9000/hook ", secret);
+        assert!(matches!(Webhook::parse("", "", None), Ok(None)));
+        let hook = Webhook::parse(" http://127.0.0.1:9000/hook ", secret, None);
         assert_eq!(hook.unwrap().unwrap().url, "http://127.0.0.1:9000/hook");
+        let hook = Webhook::parse("https://hooks.example/x", secret, None);
+        assert_eq!(hook.unwrap().unwrap().url, "https://hooks.example/x");
         for (url, secret, why) in [
-            ("https://hooks.example/x", secret, "https is not supported"),
-            ("ftp://hooks.example/x", secret, "not an http:// URL"),
-            ("not a url", secret, "not an http:// URL"),
+            (
+                "ftp://hooks.example/x",
+                secret,
+                "not an http:// or https:// URL",
+            ),
+            ("not a url", secret, "not an http:// or https:// URL"),
             ("http://127.0.0.1:9000/hook", "short", "at least"),
             ("http://127.0.0.1:9000/hook", "", "at least"),
         ] {
-            let e = Webhook::parse(url, secret).unwrap_err();
+            let e = Webhook::parse(url, secret, None).unwrap_err();
             assert!(e.contains(why), "{url}: {e}");
             assert!(
                 !e.contains(secret) || secret.is_empty(),
@@ -79,7 +91,7 @@ mod tests {
         }
         let shown = format!(
             "{:?}",
-            Webhook::parse("http://h/x", secret).unwrap().unwrap()
+            Webhook::parse("http://h/x", secret, None).unwrap().unwrap()
         );
         assert!(!shown.contains(secret), "{shown}");
     }

@@ -13,6 +13,8 @@ pub mod pgowner;
 #[cfg(feature = "postgres")]
 pub mod pgpool;
 #[cfg(feature = "postgres")]
+pub mod pgtls;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
 mod value;

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 /// Called with the channel and payload of each notification (an event's
 /// run id, a hand-off hint); `("", "")` wakes everyone.
@@ -45,8 +45,8 @@ pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::base::sync:
 
 /// One connection's life: LISTEN, then every notification until it drops.
 async fn session(url: &str, on_event: &OnEvent) -> Result<(), String> {
-    let config = super::pgpool::config(url).map_err(|e| e.to_string())?;
-    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
+    let (config, tls) = super::pgpool::config(url).map_err(|e| e.to_string())?;
+    let (client, mut connection) = config.connect(tls).await.map_err(|e| e.to_string())?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         loop {

@@ -114,14 +114,11 @@ impl Owner {
 /// A connection of its own, driven by a task; it ends when the client is
 /// dropped or the server goes.
 async fn session(url: &str) -> StoreResult<Client> {
-    let mut config = super::pgpool::config(url)?;
+    let (mut config, tls) = super::pgpool::config(url)?;
     config
         .application_name("opkernel owner")
         .options(format!("-c idle_session_timeout={IDLE_SESSION_MS}"));
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(pg_error)?;
+    let (client, connection) = config.connect(tls).await.map_err(pg_error)?;
     tokio::spawn(connection);
     Ok(client)
 }

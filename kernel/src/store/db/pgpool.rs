@@ -5,7 +5,7 @@
 //! kernel is refused before anything is changed, as on SQLite.
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::postgres::pg_error;
 use crate::store::{StoreError, StoreResult};
@@ -30,11 +30,11 @@ const SESSION_OPTIONS: &str =
 /// bounded as above; waiting for a free one or a new one is bounded too
 /// (past it: `Unavailable`).
 pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
-    let mut config = config(url)?;
+    let (mut config, tls) = config(url)?;
     config.options(SESSION_OPTIONS);
     let manager = Manager::from_config(
         config,
-        NoTls,
+        tls,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -57,9 +57,13 @@ const UNACKED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// A connection's settings from `url`: opening is bounded, unacknowledged
 /// data is bounded, and a dead peer of an idle connection is noticed by
-/// TCP keepalives (within 5 + 3 × 2 s).
-pub fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
-    let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+/// TCP keepalives (within 5 + 3 × 2 s). With it, the connector of the
+/// URL's `sslmode` and `sslrootcert` (see [`super::pgtls`]).
+pub fn config(url: &str) -> StoreResult<(tokio_postgres::Config, MakeRustlsConnect)> {
+    let refused = |e: String| StoreError::database(super::Dialect::Postgres, e);
+    let split = super::pgtls::split(url).map_err(refused)?;
+    let tls = super::pgtls::connector(&split).map_err(refused)?;
+    let mut config: tokio_postgres::Config = split.url.parse().map_err(|e| {
         StoreError::database(
             super::Dialect::Postgres,
             format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"),
@@ -72,7 +76,7 @@ pub fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
         .keepalives_idle(std::time::Duration::from_secs(5))
         .keepalives_interval(std::time::Duration::from_secs(2))
         .keepalives_retries(3);
-    Ok(config)
+    Ok((config, tls))
 }
 
 /// A connection from the pool; an unreachable server is `Unavailable`.
@@ -177,16 +181,22 @@ where
 /// which give each kernel a control plane of its own.
 pub async fn create_test_database(url: &str) -> StoreResult<String> {
     let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .map_err(pg_error)?;
+    let (config, tls) = config(url)?;
+    let (client, connection) = config.connect(tls).await.map_err(pg_error)?;
     tokio::spawn(connection);
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .map_err(pg_error)?;
-    let base = url.rsplit_once('/').map_or(url, |(b, _)| b);
-    Ok(format!("{base}/{name}"))
+    // the new database's URL keeps the query (its TLS settings)
+    let (path, query) = url
+        .split_once('?')
+        .map_or((url, None), |(p, q)| (p, Some(q)));
+    let base = path.rsplit_once('/').map_or(path, |(b, _)| b);
+    Ok(match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    })
 }
 
 /// A new, empty database on the test server (`OPKERNEL_TEST_PG`), as a URL.

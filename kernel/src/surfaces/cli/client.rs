@@ -49,16 +49,18 @@ impl Client {
             crate::surfaces::auth::CHANNEL_HEADER,
             HeaderValue::from_static(version),
         );
-        if let Ok(http) = reqwest::Client::builder().default_headers(headers).build() {
+        if let Ok(http) = crate::base::tls::client().default_headers(headers).build() {
             self.http = http;
         }
         self
     }
 
-    /// A client of the daemon at `base` (trailing `/` dropped) with `token`.
+    /// A client of the daemon at `base` (trailing `/` dropped) with
+    /// `token`, trusting the system's roots and the CAs given to
+    /// [`crate::base::tls::trust`] (`OPKERNEL_CA`).
     pub fn new(base: String, token: String) -> Client {
         Client {
-            http: reqwest::Client::new(),
+            http: crate::base::tls::client().build().unwrap_or_default(),
             base: base.trim_end_matches('/').to_owned(),
             token,
         }
@@ -80,8 +82,14 @@ impl Client {
         bail!("{message} (HTTP {})", status.as_u16())
     }
 
+    /// With its causes: "invalid peer certificate: UnknownIssuer" tells
+    /// an operator to set `OPKERNEL_CA`, "error sending request" does not.
     fn send_err(&self, e: reqwest::Error) -> anyhow::Error {
-        anyhow!("cannot reach the kernel at {}: {e}", self.base)
+        anyhow!(
+            "cannot reach the kernel at {}: {:#}",
+            self.base,
+            anyhow::Error::from(e)
+        )
     }
 
     /// Sends with the bearer token; a connection failure or an error

@@ -213,7 +213,7 @@ pub fn routes(k: Arc<Kernel>, api: axum::Router) -> axum::Router {
 pub async fn serve_stdio(base: String, token: String, run: String) -> anyhow::Result<i32> {
     let backend = HttpBackend {
         base: base.trim_end_matches('/').to_owned(),
-        http: reqwest::Client::new(),
+        http: crate::base::tls::client().build()?,
     };
     // MCP acts as one run, with that run's own token: never the operator
     // token (it would reach every run), never an ancestor's
