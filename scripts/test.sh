@@ -41,7 +41,7 @@ fi
 # `openapi-spec-validator` and the `schemathesis` fuzzer, and pytest for
 # the Python client's tests (clients/python), all from a
 # throwaway virtualenv under target/ (made once, kept while its pins hold)
-mcp_pin="mcp==2.3.0 websocket-client==1.8.0 schemathesis==4.32.5 openapi-spec-validator==0.9.0 pytest==9.2.0"
+mcp_pin="mcp==2.3.0 websocket-client==1.8.0 schemathesis==4.32.5 openapi-spec-validator==0.9.0 httpx==0.28.1 pytest==9.2.0"
 venv="$root/target/mcp-venv"
 if [ "$(cat "$venv/.pin" 2>/dev/null)" != "$mcp_pin" ]; then
   if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
