@@ -259,6 +259,12 @@ async fn webhook_posts_reach_an_https_receiver_and_a_wrong_certificate_is_retrie
     let k = KernelProcess::start(&kernel_binary().unwrap(), "tlshook", &env)
         .await
         .unwrap();
+    // a SIGHUP to a kernel without TLS is logged, never a stop
+    hangup(&k);
+    wait_until("the SIGHUP logged", || {
+        k.log().contains("no TLS certificate to read again")
+    })
+    .await;
     let run = unique_run("tlshook");
     let op = k.start_bg(&run, &["true"], 60).await.unwrap();
     k.wait_terminal(&op, Duration::from_secs(60)).await.unwrap();
@@ -361,6 +367,22 @@ async fn the_store_over_tls_checks_the_chain_and_the_host_name() {
         let refused = KernelProcess::start(&bin, "tlspg", &[("OPKERNEL_STORE", &url)]).await;
         let e = format!("{:#}", refused.err().expect("a refused certificate"));
         assert!(e.contains(why), "{host} {mode}: {e}");
+    }
+    // a Unix socket has no host name to check (and is never encrypted)
+    let sock = ca.parent().unwrap().parent().unwrap().join("sock");
+    let port = server
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let sock = sock.display().to_string().replace('/', "%2F");
+    for query in ["", "?sslmode=disable"] {
+        let unix = format!("postgres://opkernel@{sock}:{port}/opkernel{query}");
+        opkernel::store::db::pgpool::create_test_database(&unix)
+            .await
+            .unwrap_or_else(|e| panic!("{unix}: {e}"));
     }
     // verify-ca checks the chain only: the address is fine
     let url = store_url(&db, "127.0.0.1", "verify-ca", &ca);

@@ -98,16 +98,24 @@ fn transport(config: &Config) -> anyhow::Result<Option<Arc<ServerTls>>> {
         crate::base::tls::trust(ca)?;
     }
     if let Some(node) = &config.node {
+        let https = node.advertise_url.starts_with("https://");
+        if https != config.tls.server.is_some() {
+            anyhow::bail!(
+                "--advertise {} but the API is served over {}: other nodes could not reach this one",
+                node.advertise_url,
+                if https { "plain http (no OPKERNEL_TLS_CERT)" } else { "TLS" }
+            );
+        }
         if plain_over_network(&node.advertise_url) {
             tracing::warn!(advertise = %node.advertise_url, "this node is reached over plain http from other hosts: bearer tokens cross the network in clear (serve TLS with OPKERNEL_TLS_CERT and OPKERNEL_TLS_KEY)");
         }
     }
-    let Some((cert, key)) = &config.tls.server else {
-        return Ok(None);
+    let tls = match &config.tls.server {
+        Some((cert, key)) => Some(Arc::new(ServerTls::load(cert, key)?)),
+        None => None,
     };
-    let tls = Arc::new(ServerTls::load(cert, key)?);
     super::tls::reload_on_hangup(tls.clone());
-    Ok(Some(tls))
+    Ok(tls)
 }
 
 /// Whether `url` is `http://` to a host other than loopback.

@@ -14,10 +14,11 @@ use tokio_rustls::server::TlsStream;
 use crate::base::tls::ServerTls;
 
 /// How long a client has for its handshake.
-const HANDSHAKE: Duration = Duration::from_secs(10);
+const HANDSHAKE: Duration = Duration::from_secs(5);
 /// Handshakes under way at once; past it new connections wait in the
-/// kernel's accept queue.
-const HANDSHAKES: usize = 256;
+/// kernel's accept queue (a client holding this many silent sockets
+/// delays others by at most the handshake's bound each time).
+const HANDSHAKES: usize = 1024;
 
 /// Connections through their handshake, for `axum::serve`.
 pub struct TlsListener {
@@ -64,7 +65,12 @@ async fn accept_loop(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (stream, peer) = match tcp.accept().await {
+        let accepted = tokio::select! {
+            accepted = tcp.accept() => accepted,
+            // the server is gone: the port goes with this loop
+            () = tx.closed() => return,
+        };
+        let (stream, peer) = match accepted {
             Ok(conn) => conn,
             Err(e) => {
                 // e.g. out of descriptors: a pause instead of a busy loop
@@ -73,9 +79,6 @@ async fn accept_loop(
                 continue;
             }
         };
-        if tx.is_closed() {
-            return;
-        }
         let _ = stream.set_nodelay(true);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
         let tx = tx.clone();
@@ -93,8 +96,9 @@ async fn accept_loop(
 }
 
 /// Re-reads the certificate and key on every SIGHUP; a pair that does not
-/// load leaves the old one in force (and says why).
-pub fn reload_on_hangup(tls: Arc<ServerTls>) {
+/// load leaves the old one in force (and says why). Without TLS a SIGHUP
+/// is only logged: it never stops the kernel.
+pub fn reload_on_hangup(tls: Option<Arc<ServerTls>>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangup) = signal(SignalKind::hangup()) else {
         tracing::warn!("no SIGHUP handler: the certificate is read at start only");
@@ -102,6 +106,10 @@ pub fn reload_on_hangup(tls: Arc<ServerTls>) {
     };
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
+            let Some(tls) = &tls else {
+                tracing::info!("SIGHUP: no TLS certificate to read again");
+                continue;
+            };
             match tls.reload() {
                 Ok(()) => tracing::info!("SIGHUP: TLS certificate and key read again"),
                 Err(e) => {

@@ -26,6 +26,13 @@ pub fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>>
     if certs.is_empty() {
         anyhow::bail!("{}: no PEM certificate in it", path.display());
     }
+    // each must be usable as a root, or a client built with it fails later
+    let mut check = rustls::RootCertStore::empty();
+    for cert in &certs {
+        check
+            .add(cert.clone())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
     Ok(certs)
 }
 
@@ -65,9 +72,10 @@ pub fn client() -> reqwest::ClientBuilder {
     builder
 }
 
-/// [`client`] also trusting the CAs in `extra` (the webhook's own CA).
+/// A client builder trusting the system's roots and the CAs in `extra`
+/// only (the webhook's: a receiver is not one of the kernel's peers).
 pub fn client_with(extra: Option<&Path>) -> anyhow::Result<reqwest::ClientBuilder> {
-    let mut builder = client();
+    let mut builder = reqwest::Client::builder().use_rustls_tls();
     if let Some(path) = extra {
         for root in reqwest_roots(path)? {
             builder = builder.add_root_certificate(root);

@@ -70,7 +70,8 @@ async fn post(client: &reqwest::Client, hook: &Webhook, p: &OutboxPost) -> PostO
         }
         Ok(s) => format!("the receiver answered {s}"),
         // with its causes: which certificate check failed, not only that one did
-        Err(e) => format!("post failed: {:#}", anyhow::Error::from(e)),
+        // never the URL (a Slack or PagerDuty URL is itself a credential)
+        Err(e) => format!("post failed: {:#}", anyhow::Error::from(e.without_url())),
     };
     tracing::warn!(delivery = %p.delivery_id, kind = %p.kind, attempts = p.attempts + 1, %why, "webhook post not taken; tried again later");
     PostOutcome::Failed(why)

@@ -4,8 +4,8 @@
 //! kernels starting together migrate once. A schema written by a newer
 //! kernel is refused before anything is changed, as on SQLite.
 
+use super::pgtls::PgTls;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::postgres::pg_error;
 use crate::store::{StoreError, StoreResult};
@@ -59,7 +59,7 @@ const UNACKED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
 /// data is bounded, and a dead peer of an idle connection is noticed by
 /// TCP keepalives (within 5 + 3 × 2 s). With it, the connector of the
 /// URL's `sslmode` and `sslrootcert` (see [`super::pgtls`]).
-pub fn config(url: &str) -> StoreResult<(tokio_postgres::Config, MakeRustlsConnect)> {
+pub fn config(url: &str) -> StoreResult<(tokio_postgres::Config, PgTls)> {
     let refused = |e: String| StoreError::database(super::Dialect::Postgres, e);
     let split = super::pgtls::split(url).map_err(refused)?;
     let tls = super::pgtls::connector(&split).map_err(refused)?;
@@ -69,6 +69,15 @@ pub fn config(url: &str) -> StoreResult<(tokio_postgres::Config, MakeRustlsConne
             format!("OPKERNEL_STORE is not a PostgreSQL URL: {e}"),
         )
     })?;
+    // what was read is what was meant: no URL quirk turns `require` into
+    // an unchecked `prefer`
+    let read = format!("{:?}", config.get_ssl_mode()).to_lowercase();
+    if read != split.mode {
+        return Err(refused(format!(
+            "OPKERNEL_STORE: sslmode read as {read}, meant {}: check the URL's query",
+            split.mode
+        )));
+    }
     config
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_user_timeout(UNACKED_TIMEOUT)

@@ -4,11 +4,15 @@
 //!
 //! As libpq: `disable` never encrypts; `allow` and `prefer` encrypt when
 //! the server can (`allow` is taken as `prefer`); `require` insists on
-//! TLS and checks the server's chain only when `sslrootcert` names a
-//! file; `verify-ca` checks the chain; `verify-full` checks the chain and
+//! TLS; these three check the server's chain only when `sslrootcert` names
+//! a file; `verify-ca` checks the chain; `verify-full` checks the chain and
 //! that the certificate names the host. The chain is checked against
-//! `sslrootcert` (a PEM file), or the system's roots when it is absent or
-//! `system`.
+//! `sslrootcert` (a PEM file), or the system's roots when it is absent.
+//! `sslrootcert=system` (libpq 16) means the system's roots and
+//! `verify-full` unless said otherwise, and refuses a weaker mode.
+//! Unlike libpq, a `prefer` whose handshake fails does not fall back to
+//! plain text, and a certificate must name its host in a subjectAltName
+//! (its CN alone is not read).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, Error, SignatureScheme};
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// How much of the server's certificate is checked.
@@ -40,27 +45,54 @@ pub struct Split {
     pub check: Check,
     /// `sslrootcert`'s file (none: the system's roots).
     pub root: Option<PathBuf>,
+    /// The `sslmode` tokio-postgres is given.
+    pub mode: &'static str,
+}
+
+/// Where `url`'s query starts: the first `?` after the credentials (a
+/// password may hold a `?`; its `@` ends them).
+fn query_start(url: &str) -> Option<usize> {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[after..].find('/').map_or(url.len(), |i| after + i);
+    let from = url[after..authority_end]
+        .rfind('@')
+        .map_or(after, |i| after + i + 1);
+    url[from..].find('?').map(|i| from + i)
 }
 
 /// Reads `sslmode` and `sslrootcert` out of `url`'s query.
 pub fn split(url: &str) -> Result<Split, String> {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let (base, query) = match query_start(url) {
+        Some(i) => (&url[..i], &url[i + 1..]),
+        None => (url, ""),
+    };
     let mut kept = Vec::new();
-    let (mut mode, mut root) = ("prefer".to_owned(), None);
+    let (mut mode, mut root) = (None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
-            "sslmode" => mode = decode(value),
+            "sslmode" => mode = Some(decode(value)),
             "sslrootcert" => root = Some(decode(value)),
             _ => kept.push(pair.to_owned()),
         }
     }
-    let root = root.filter(|r| r != "system").map(PathBuf::from);
+    let system = root.as_deref() == Some("system");
+    let mode = mode.unwrap_or_else(|| if system { "verify-full" } else { "prefer" }.to_owned());
+    if system && mode != "verify-full" {
+        return Err(format!(
+            "OPKERNEL_STORE: sslrootcert=system needs sslmode=verify-full, not {mode:?} (as libpq)"
+        ));
+    }
+    let root = root.filter(|_| !system).map(PathBuf::from);
+    let checked = if root.is_some() {
+        Check::Chain
+    } else {
+        Check::Nothing
+    };
     let (pg_mode, check) = match mode.as_str() {
         "disable" => ("disable", Check::Nothing),
-        "allow" | "prefer" => ("prefer", Check::Nothing),
-        "require" if root.is_some() => ("require", Check::Chain),
-        "require" => ("require", Check::Nothing),
+        "allow" | "prefer" => ("prefer", checked),
+        "require" => ("require", checked),
         "verify-ca" => ("require", Check::Chain),
         "verify-full" => ("require", Check::Full),
         other => {
@@ -75,6 +107,7 @@ pub fn split(url: &str) -> Result<Split, String> {
         url: format!("{base}?{}", kept.join("&")),
         check,
         root,
+        mode: pg_mode,
     })
 }
 
@@ -103,7 +136,7 @@ fn decode(value: &str) -> String {
 }
 
 /// The connector for `split`'s checks.
-pub fn connector(split: &Split) -> Result<MakeRustlsConnect, String> {
+pub fn connector(split: &Split) -> Result<PgTls, String> {
     let roots = crate::base::tls::root_store(split.root.as_deref())
         .map_err(|e| format!("OPKERNEL_STORE sslrootcert: {e:#}"))?;
     let provider = crate::base::tls::provider();
@@ -131,7 +164,36 @@ pub fn connector(split: &Split) -> Result<MakeRustlsConnect, String> {
         }
     }
     .with_no_client_auth();
-    Ok(MakeRustlsConnect::new(config))
+    Ok(PgTls {
+        inner: MakeRustlsConnect::new(config),
+        named: split.check == Check::Full,
+    })
+}
+
+/// The rustls connector, also for a connection without a host name (a
+/// Unix socket, which tokio-postgres never encrypts, or `hostaddr` alone):
+/// there any name stands in, unless the name is what `verify-full` checks.
+#[derive(Clone)]
+pub struct PgTls {
+    inner: MakeRustlsConnect,
+    named: bool,
+}
+
+impl<S> MakeTlsConnect<S> for PgTls
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<S>>::Stream;
+    type TlsConnect = <MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect;
+    type Error = <MakeRustlsConnect as MakeTlsConnect<S>>::Error;
+
+    fn make_tls_connect(&mut self, hostname: &str) -> Result<Self::TlsConnect, Self::Error> {
+        let name = match hostname {
+            "" if !self.named => "localhost",
+            name => name,
+        };
+        MakeTlsConnect::<S>::make_tls_connect(&mut self.inner, name)
+    }
 }
 
 /// `prefer`/`require` (no check) and `verify-ca` (the chain, any name):
@@ -235,8 +297,21 @@ mod tests {
             Check::Chain,
             "require with a root file checks the chain"
         );
-        let s = split("postgres://h/db?sslmode=verify-full&sslrootcert=system").unwrap();
-        assert_eq!(s.root, None);
+        let s = split("postgres://h/db?sslrootcert=system").unwrap();
+        assert_eq!(
+            (s.root, s.check),
+            (None, Check::Full),
+            "system: verify-full"
+        );
+        let weak = split("postgres://h/db?sslmode=require&sslrootcert=system");
+        assert!(weak.err().unwrap_or_default().contains("verify-full"));
+        let s = split("postgres://h/db?sslmode=prefer&sslrootcert=/ca.pem").unwrap();
+        assert_eq!(s.check, Check::Chain, "a root file: the chain is checked");
+        // a password may hold a `?`: the query starts after the credentials
+        let s = split("postgres://u:p?w@h:5432/db?sslmode=require").unwrap();
+        assert_eq!(s.url, "postgres://u:p?w@h:5432/db?sslmode=require");
+        let s = split("postgres://u:p?w@h/db").unwrap();
+        assert_eq!(s.url, "postgres://u:p?w@h/db?sslmode=prefer");
         let bogus = split("postgres://h/db?sslmode=bogus")
             .err()
             .unwrap_or_default();

@@ -174,25 +174,20 @@ pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
             .any(|class| code.starts_with(class))
             || matches!(code, "40001" | "40P01")
     });
-    // a certificate refused is the URL's fault, not an outage
-    let refused = e
-        .source()
-        .and_then(|s| s.downcast_ref::<std::io::Error>())
-        .and_then(|io| io.get_ref())
-        .is_some_and(|inner| inner.is::<rustls::Error>());
-    if !refused
-        && (away
-            || e.is_closed()
-            || e.as_db_error().is_none() && e.source().is_some_and(|s| s.is::<std::io::Error>()))
+    // with its cause: which certificate check failed, not only that one
+    // did (a certificate refused is an outage too: at start it stops the
+    // start with this reason, later calls answer 503 until it is fixed)
+    let message = match (e.as_db_error(), e.source()) {
+        (Some(db), _) => format!("{}: {}", db.code().code(), db.message()),
+        (None, Some(cause)) => format!("{e}: {cause}"),
+        (None, None) => e.to_string(),
+    };
+    if away
+        || e.is_closed()
+        || e.as_db_error().is_none() && e.source().is_some_and(|s| s.is::<std::io::Error>())
     {
-        StoreError::Unavailable(e.to_string())
+        StoreError::Unavailable(message)
     } else {
-        let message = match (e.as_db_error(), e.source()) {
-            (Some(db), _) => format!("{}: {}", db.code().code(), db.message()),
-            // e.g. which certificate check failed, not only that one did
-            (None, Some(cause)) => format!("{e}: {cause}"),
-            (None, None) => e.to_string(),
-        };
         StoreError::database(super::Dialect::Postgres, message)
     }
 }
