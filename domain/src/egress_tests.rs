@@ -199,6 +199,7 @@ fn envelope(network: Network) -> crate::envelope::Envelope {
         approval: Default::default(),
         images: None,
         disk_bytes: None,
+        runtime: Default::default(),
     }
 }
 

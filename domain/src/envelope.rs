@@ -61,6 +61,46 @@ impl ApprovalRules {
     }
 }
 
+/// The OCI runtime of a profile's containers (SPEC §30): `runc` shares the
+/// host's kernel; `runsc` (gVisor) puts a user-space kernel between the
+/// command and the host's, and is the stricter of the two: an envelope may ask for it, never
+/// back from it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// Docker's default runtime.
+    #[default]
+    Runc,
+    /// gVisor, registered with Docker under the name `runsc`.
+    Runsc,
+}
+
+impl Runtime {
+    /// Docker's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Runc => "runc",
+            Runtime::Runsc => "runsc",
+        }
+    }
+
+    /// The runtime called `name`; `None` for any other name.
+    pub fn parse(name: &str) -> Option<Runtime> {
+        match name {
+            "runc" => Some(Runtime::Runc),
+            "runsc" => Some(Runtime::Runsc),
+            _ => None,
+        }
+    }
+
+    /// Whether it is `runc` (the default, left out of fingerprints).
+    pub fn is_runc(&self) -> bool {
+        *self == Runtime::Runc
+    }
+}
+
 /// An envelope as a request gives it: any subset of the fields.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -88,6 +128,9 @@ pub struct EnvelopeRequest {
     pub images: Option<Vec<String>>,
     /// Disk the tree's snapshots may hold together, in bytes (SPEC §26).
     pub disk_bytes: Option<u64>,
+    /// The container's OCI runtime (SPEC §30): `runsc` (gVisor) may be
+    /// asked for under `runc`, never the other way round.
+    pub runtime: Option<Runtime>,
 }
 
 /// A run's envelope with every field resolved (at the run's creation, from
@@ -123,6 +166,10 @@ pub struct Envelope {
     /// limit of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_bytes: Option<u64>,
+    /// The container's OCI runtime; `runc` unless asked (and left out of
+    /// the stored form then).
+    #[serde(default, skip_serializing_if = "Runtime::is_runc")]
+    pub runtime: Runtime,
 }
 
 /// The kernel's default `max_children` (`OPKERNEL_MAX_CHILDREN`), also
@@ -330,6 +377,8 @@ impl EnvelopeRequest {
         }
         env.images = self.images.clone().or(defaults.images.clone());
         env.disk_bytes = self.disk_bytes.or(defaults.disk_bytes);
+        env.runtime = narrow_runtime(self.runtime, defaults.runtime)?;
+        check_runtime_network(&env)?;
         Ok(env)
     }
 
@@ -398,8 +447,34 @@ impl EnvelopeRequest {
             }
             env.disk_bytes = Some(d);
         }
+        env.runtime = narrow_runtime(self.runtime, parent.runtime)?;
+        check_runtime_network(&env)?;
         Ok(env)
     }
+}
+
+/// The runtime asked for (`None`: the parent's), never weaker than the
+/// parent's: `runsc` may follow `runc`, not the other way round.
+fn narrow_runtime(asked: Option<Runtime>, parent: Runtime) -> Result<Runtime, EnvelopeError> {
+    match asked {
+        None => Ok(parent),
+        Some(Runtime::Runc) if parent == Runtime::Runsc => Err(wider("runtime", "runc", "runsc")),
+        Some(rt) => Ok(rt),
+    }
+}
+
+/// A `runsc` envelope has network `none`: gVisor's network stack cannot
+/// start on the hosts opkernel supports, and a network (or an allow list)
+/// asked for must not be dropped without a word.
+fn check_runtime_network(env: &Envelope) -> Result<(), EnvelopeError> {
+    if env.runtime == Runtime::Runsc && env.network != Network::none() {
+        return Err(invalid(format!(
+            "envelope runtime runsc runs with network \"none\" (gVisor's network stack \
+             cannot start on this host); the network would be {}: ask for network \"none\"",
+            env.network
+        )));
+    }
+    Ok(())
 }
 
 /// Checks an envelope's image names: at most 64, each `[a-z0-9_.-]{1,64}`

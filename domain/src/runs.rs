@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::envelope::{invalid, wider};
 pub use crate::envelope::{
-    ApprovalRules, Envelope, EnvelopeError, EnvelopeRequest, OnTimeout, DEFAULT_MAX_CHILDREN,
+    ApprovalRules, Envelope, EnvelopeError, EnvelopeRequest, OnTimeout, Runtime,
+    DEFAULT_MAX_CHILDREN,
 };
 
 /// The state of a run. `completed` and `cancelled` are absorbing.

@@ -17,6 +17,7 @@ fn parent() -> Envelope {
         },
         images: Some(vec!["base".into(), "python".into()]),
         disk_bytes: Some(1 << 30),
+        runtime: Runtime::Runc,
     }
 }
 
@@ -193,8 +194,10 @@ fn a_child_may_narrow_every_field() {
         }),
         images: Some(vec!["python".into()]),
         disk_bytes: Some(1 << 20),
+        runtime: Some(Runtime::Runsc),
     };
     let env = req.narrow(&parent()).unwrap();
+    assert_eq!(env.runtime, Runtime::Runsc);
     assert_eq!(env.images, Some(vec!["python".to_owned()]));
     assert!(env.allows_image("python") && !env.allows_image("base"));
     assert_eq!(env.disk_bytes, Some(1 << 20));
@@ -453,4 +456,51 @@ fn a_child_lives_in_its_parents_namespace() {
     for (parent, name, want) in table {
         assert_eq!(child_run_id(parent, name), want, "{parent} {name}");
     }
+}
+
+#[test]
+fn runsc_may_be_asked_for_never_given_up_and_runs_without_a_network() {
+    let runsc = EnvelopeRequest {
+        runtime: Some(Runtime::Runsc),
+        network: Some("none".into()),
+        ..Default::default()
+    };
+    let strict = runsc.narrow(&parent()).unwrap();
+    assert_eq!(strict.runtime, Runtime::Runsc);
+    // a grandchild inherits it, restates it, but cannot go back to runc
+    assert_eq!(
+        EnvelopeRequest::default().narrow(&strict).unwrap().runtime,
+        Runtime::Runsc
+    );
+    assert_eq!(runsc.narrow(&strict).unwrap().runtime, Runtime::Runsc);
+    let runc = EnvelopeRequest {
+        runtime: Some(Runtime::Runc),
+        ..Default::default()
+    };
+    match runc.narrow(&strict) {
+        Err(EnvelopeError::Wider { field, .. }) => assert_eq!(field, "runtime"),
+        other => panic!("runc under runsc: {other:?}"),
+    }
+    // nor at the top, under a kernel whose default is runsc
+    assert!(matches!(
+        runc.resolve_top_level(&strict),
+        Err(EnvelopeError::Wider {
+            field: "runtime",
+            ..
+        })
+    ));
+    // the parent's bridge network is not silently dropped
+    let on_bridge = EnvelopeRequest {
+        runtime: Some(Runtime::Runsc),
+        ..Default::default()
+    };
+    match on_bridge.narrow(&parent()) {
+        Err(EnvelopeError::Invalid(why)) => assert!(why.contains("network \"none\""), "{why}"),
+        other => panic!("runsc on a bridge: {other:?}"),
+    }
+    // the stored form of a runc envelope has no runtime field
+    let stored = serde_json::to_value(parent()).unwrap();
+    assert!(stored.get("runtime").is_none());
+    let stored = serde_json::to_value(&strict).unwrap();
+    assert_eq!(stored["runtime"], "runsc");
 }

@@ -57,6 +57,10 @@ pub trait Containers {
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move { Err(no_pool(image)) })
     }
+    /// The OCI runtimes the engine has registered, by name (SPEC §30).
+    fn runtimes(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async { Ok(vec!["runc".to_owned()]) })
+    }
     /// Creates and starts a warm-pool container (SPEC §22).
     fn create_pool_container<'a>(
         &'a self,
@@ -238,6 +242,9 @@ impl Containers for Sandbox {
     }
     fn image_id<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String>> {
         Box::pin(Sandbox::image_id(self, image))
+    }
+    fn runtimes(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(Sandbox::runtimes(self))
     }
     fn set_paused<'a>(&'a self, container_id: &'a str, paused: bool) -> BoxFuture<'a, Result<()>> {
         Box::pin(Sandbox::set_paused(self, container_id, paused))

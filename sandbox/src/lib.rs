@@ -33,7 +33,7 @@ pub use opfiles::{
 };
 pub use opkernel_shim::table::ProcessRow;
 pub use opkernel_shim::{passwd_lookup, RunAs, RunUser};
-pub use profile::{PoolIdentity, Profile, RunIdentity};
+pub use profile::{PoolIdentity, Profile, RunIdentity, Runtime};
 pub use shim::{Io, LaunchSpec, MarkedProcess, Signal};
 
 #[cfg(test)]

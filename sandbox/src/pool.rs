@@ -21,6 +21,15 @@ impl Sandbox {
             .ok_or_else(|| SandboxError::NotFound(format!("image {image} has no id")))
     }
 
+    /// The OCI runtimes the engine has registered (`runc`, and `runsc`
+    /// where gVisor is: SPEC §30).
+    pub async fn runtimes(&self) -> Result<Vec<String>> {
+        let info = self.docker.info().await?;
+        let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Creates and starts a pool container of `identity` for `profile`,
     /// its scratch dir prepared and handed to the run user. A container
     /// that cannot be started is removed with its dir: a half-made pool

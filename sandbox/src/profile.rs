@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Result, SandboxError};
+pub use opkernel_domain::envelope::Runtime;
 
 /// Label `true` on every container opkernel made; the reaper and recovery look
 /// at no other.
@@ -79,7 +80,16 @@ pub struct Profile {
     pub read_only_root: bool,
     /// Size of the tmpfs mounted at `/tmp` (mode 1777), in bytes.
     pub tmpfs_bytes: i64,
+    /// The OCI runtime Docker runs the container with. Left out of the
+    /// canonical form while `runc`, so runc profiles keep the fingerprints
+    /// they had before runtimes existed.
+    #[serde(default, skip_serializing_if = "Runtime::is_runc")]
+    pub runtime: Runtime,
 }
+
+/// How often, at most, a launcher under gVisor looks at its inbox (ms):
+/// the host's renames into a bind mount raise no inotify event there.
+pub const RUNSC_POLL_MS: u32 = 25;
 
 impl Default for Profile {
     fn default() -> Self {
@@ -93,6 +103,7 @@ impl Default for Profile {
             run_as: Some("1000:1000".to_owned()),
             read_only_root: true,
             tmpfs_bytes: 512 << 20,
+            runtime: Runtime::Runc,
         }
     }
 }
@@ -330,17 +341,14 @@ pub fn container_config(
         network_mode: Some(profile.network.clone()),
         privileged: Some(false),
         init: Some(true),
+        runtime: (!profile.runtime.is_runc()).then(|| profile.runtime.as_str().to_owned()),
         ..Default::default()
     };
     ContainerCreateBody {
         image: Some(profile.image.clone()),
         entrypoint: Some(vec![SHIM_MOUNT.to_owned()]),
         // a root command could write the inbox: no launcher then
-        cmd: Some(vec![if profile.runs_as_root() {
-            "idle".to_owned()
-        } else {
-            LAUNCHER_CMD.to_owned()
-        }]),
+        cmd: Some(main_command(profile)),
         env: Some(profile.env.clone()),
         labels: Some(labels),
         working_dir: Some(SCRATCH_MOUNT.to_owned()),
@@ -349,6 +357,20 @@ pub fn container_config(
         host_config: Some(host_config),
         ..Default::default()
     }
+}
+
+/// The container's main process (after the shim's path): the resident
+/// launcher, polling its inbox under gVisor; `idle` when a root command
+/// could write the inbox (no launcher then).
+fn main_command(profile: &Profile) -> Vec<String> {
+    if profile.runs_as_root() {
+        return vec!["idle".to_owned()];
+    }
+    let mut cmd = vec![LAUNCHER_CMD.to_owned()];
+    if profile.runtime == Runtime::Runsc {
+        cmd.push(format!("--poll-ms={RUNSC_POLL_MS}"));
+    }
+    cmd
 }
 
 #[cfg(test)]

@@ -31,9 +31,16 @@ pub fn image() -> String {
     std::env::var("OPKERNEL_IMAGE").unwrap_or_else(|_| Profile::default().image)
 }
 
+/// The runtime the tests' containers run under: `OPKERNEL_RUNTIME` (the
+/// kernels they start read it too), `runc` when unset.
+pub fn runtime() -> sandbox::Runtime {
+    opkernel::drills::env_runtime()
+}
+
 pub fn test_profile() -> Profile {
     Profile {
         image: image(),
+        runtime: runtime(),
         ..Profile::default()
     }
 }
@@ -69,6 +76,7 @@ impl Image {
     pub fn profile(self) -> Profile {
         Profile {
             image: self.name(),
+            runtime: runtime(),
             ..Profile::default()
         }
     }

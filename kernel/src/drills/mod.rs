@@ -160,7 +160,10 @@ impl Kit {
     /// The container profile the kit's kernels make run containers with
     /// (as a kernel started with the drill harness's settings would).
     pub fn profile(&self) -> sandbox::Profile {
-        let mut profile = sandbox::Profile::default();
+        let mut profile = sandbox::Profile {
+            runtime: env_runtime(),
+            ..sandbox::Profile::default()
+        };
         if let Some(image) = self
             .image
             .clone()
@@ -170,6 +173,15 @@ impl Kit {
         }
         profile
     }
+}
+
+/// The runtime drill kernels run their containers under (they inherit
+/// `OPKERNEL_RUNTIME`); `runc` when unset or unknown.
+pub fn env_runtime() -> sandbox::Runtime {
+    std::env::var("OPKERNEL_RUNTIME")
+        .ok()
+        .and_then(|r| sandbox::Runtime::parse(r.trim()))
+        .unwrap_or_default()
 }
 
 /// Runs one drill by name, on the default run image.

@@ -113,6 +113,49 @@ pub(crate) async fn check_images(
     )))
 }
 
+/// Refuses a start whose profiles (the default one, the pooled ones) ask
+/// for a runtime the engine has not registered, naming it and how to
+/// register it (SPEC §30). An engine that cannot answer now defers the
+/// question to each container.
+pub(crate) async fn check_runtimes(
+    backend: &dyn OpBackend,
+    config: &Config,
+) -> Result<(), StartError> {
+    let asked = std::iter::once(&config.profile)
+        .chain(&config.pool.profiles)
+        .map(|p| p.runtime)
+        .filter(|r| !r.is_runc());
+    let mut asked: Vec<sandbox::Runtime> = asked.collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    asked.dedup();
+    let known = match backend.runtimes().await {
+        Ok(known) => known,
+        Err(e) => {
+            tracing::warn!(%e, "cannot ask the engine for its runtimes now");
+            return Ok(());
+        }
+    };
+    match asked
+        .iter()
+        .find(|r| !known.iter().any(|k| k == r.as_str()))
+    {
+        None => Ok(()),
+        Some(missing) => Err(StartError::Config(missing_runtime(*missing, &known))),
+    }
+}
+
+/// Why a runtime cannot be used: the engine does not know it.
+pub(crate) fn missing_runtime(runtime: sandbox::Runtime, known: &[String]) -> String {
+    format!(
+        "runtime {} is not registered with this host's Docker engine (it has: {}); \
+         scripts/docker-up.sh --runsc installs Debian's runsc and registers it",
+        runtime.as_str(),
+        known.join(", ")
+    )
+}
+
 fn home_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
     move |source| StartError::Home {
         path: path.display().to_string(),

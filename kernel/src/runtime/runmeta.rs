@@ -77,6 +77,7 @@ pub fn profile_of(envelope: &Envelope, base: &sandbox::Profile) -> sandbox::Prof
             // the kernel's egress network, once its container is made
             crate::egress::Network::Allow(_) => crate::runtime::egress::PLACEHOLDER.to_owned(),
         },
+        runtime: envelope.runtime,
         ..base.clone()
     }
 }
@@ -100,6 +101,7 @@ mod tests {
             approval: ApprovalRules::default(),
             images: None,
             disk_bytes: None,
+            runtime: crate::runs::Runtime::Runc,
         };
         assert_eq!(profile_of(&env, &base), base);
     }

@@ -444,6 +444,7 @@ fn envelope(max_live_ops: u64, max_children: u64) -> crate::runs::Envelope {
         approval: Default::default(),
         images: None,
         disk_bytes: None,
+        runtime: Default::default(),
     }
 }
 

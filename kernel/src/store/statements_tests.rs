@@ -76,6 +76,7 @@ async fn create_run(store: &Store, id: &str, parent: Option<&str>) {
         approval: Default::default(),
         images: None,
         disk_bytes: None,
+        runtime: Default::default(),
     };
     let created = store
         .create_run(NewRun {

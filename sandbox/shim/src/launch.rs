@@ -324,7 +324,14 @@ fn start(
         .map_err(Unstarted::Never)?;
     let fifo = fifo.map_err(Unstarted::Never)?;
     let setup = |what: &str, e: io::Error| Unstarted::Never(format!("cannot {what}: {e}"));
-    sys::become_subreaper().map_err(|e| setup("become a subreaper", e))?;
+    // gVisor (runsc) refuses it: orphans then go to the container's init,
+    // and the op's processes are still found by their marker
+    match sys::become_subreaper() {
+        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
+            return Err(setup("become a subreaper", e))
+        }
+        _ => {}
+    }
     let wiring = wire(launch.io, user).map_err(|e| setup("wire its streams", e))?;
     let log = log.try_clone().map_err(|e| setup("share the log", e))?;
     // the copier blocks until output, the pipe's end, or this pipe's end:

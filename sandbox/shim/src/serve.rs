@@ -13,7 +13,10 @@
 //! its container.
 //!
 //! Idle, it blocks in `poll` on its inotify and SIGCHLD fds: no timer, no
-//! CPU. Its identity (pid, start ticks, hostname) is in `.ops/launcher.pid`.
+//! CPU. With `--poll-ms=N` (gVisor, where the host's renames raise no
+//! inotify event), or with no inotify instance to be had, it looks at the
+//! inbox instead: 2 ms after a look that found work, doubling up to N ms.
+//! Its identity (pid, start ticks, hostname) is in `.ops/launcher.pid`.
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
@@ -33,11 +36,14 @@ use crate::launch::{own_identity, write_atomic, write_durable};
 use crate::sys;
 
 pub fn main(args: Vec<OsString>) -> i32 {
-    if !args.is_empty() {
-        eprintln!("opkernel-shim serve: takes no arguments");
-        return 2;
-    }
-    match serve() {
+    let poll_ms = match parse_args(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("opkernel-shim serve: {e}");
+            return 2;
+        }
+    };
+    match serve(poll_ms) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("opkernel-shim serve: {e}");
@@ -46,7 +52,68 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
-fn serve() -> io::Result<()> {
+/// The longest pause between two looks at the inbox when polling, unless
+/// `--poll-ms` says otherwise.
+const DEFAULT_POLL_MS: i32 = 25;
+/// The pause after a look that found work: a burst is taken at once.
+const POLL_FLOOR_MS: i32 = 2;
+
+/// `serve` or `serve --poll-ms=N` (1..=1000): poll the inbox at most every
+/// N ms instead of waiting on inotify.
+fn parse_args(args: &[OsString]) -> Result<Option<i32>, String> {
+    match args {
+        [] => Ok(None),
+        [one] => one
+            .to_str()
+            .and_then(|a| a.strip_prefix("--poll-ms="))
+            .and_then(|n| n.parse::<i32>().ok())
+            .filter(|n| (1..=1000).contains(n))
+            .map(Some)
+            .ok_or_else(|| format!("expected --poll-ms=1..1000, got {one:?}")),
+        _ => Err("takes at most one argument (--poll-ms=N)".to_owned()),
+    }
+}
+
+/// How the launcher learns of new requests: inotify where it sees the
+/// kernel's writes (runc), else a look at the inbox every few ms: under
+/// gVisor the host's renames into a bind mount raise no inotify event, and
+/// a host out of inotify instances gives none.
+enum Watch {
+    Inotify(std::os::fd::OwnedFd),
+    /// The pause doubles after each look that finds nothing, from
+    /// [`POLL_FLOOR_MS`] up to `max_ms`.
+    Poll {
+        max_ms: i32,
+        next_ms: i32,
+    },
+}
+
+impl Watch {
+    fn new(inbox: &Path, poll_ms: Option<i32>) -> io::Result<Watch> {
+        let poll = |max_ms| Watch::Poll {
+            max_ms,
+            next_ms: POLL_FLOOR_MS,
+        };
+        if let Some(max_ms) = poll_ms {
+            return Ok(poll(max_ms));
+        }
+        match sys::inotify_dir(inbox) {
+            Ok(fd) => Ok(Watch::Inotify(fd)),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENOSPC | libc::ENOSYS)
+                ) =>
+            {
+                eprintln!("opkernel-shim serve: no inotify ({e}): looking at the inbox every {DEFAULT_POLL_MS} ms");
+                Ok(poll(DEFAULT_POLL_MS))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn serve(poll_ms: Option<i32>) -> io::Result<()> {
     // launches inherit it (no per-spawn chdir keeps spawning on the cheap
     // posix_spawn path)
     std::env::set_current_dir(SCRATCH_DIR)?;
@@ -57,19 +124,19 @@ fn serve() -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    let events = sys::inotify_dir(inbox)?;
+    let mut watch = Watch::new(inbox, poll_ms)?;
     let me = own_identity()?;
     // every container of a run shares `.ops`: this launcher takes only
     // what names its own container's hostname
     let host = me.hostname.clone();
     // requests renamed in before the watch existed: found by the first scan
-    run_all(inbox, &pending_ids(inbox), &host);
+    run_all(inbox, &inbox_entries(inbox).0, &host);
     write_atomic(&Path::new(OPS_DIR).join(LAUNCHER_RECORD), &me.render())?;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         // the container lives as long as this loop: an error is logged and
         // the loop goes on (after a pause, so it cannot spin)
-        if let Err(e) = step(inbox, &host, &events, &children, &mut buf) {
+        if let Err(e) = step(inbox, &host, &mut watch, &children, &mut buf) {
             eprintln!("opkernel-shim serve: {e}");
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -81,43 +148,77 @@ fn serve() -> io::Result<()> {
 fn step(
     inbox: &Path,
     host: &str,
-    events: &std::os::fd::OwnedFd,
+    watch: &mut Watch,
     children: &std::os::fd::OwnedFd,
     buf: &mut [u8],
 ) -> io::Result<()> {
-    {
-        let ready = sys::wait_any(&[events.as_raw_fd(), children.as_raw_fd()])?;
-        if ready[0] {
-            let mut overflow = false;
-            let mut pending = Vec::new();
-            let mut probes = Vec::new();
-            loop {
-                let n = sys::read_now(events, buf)?;
-                if n == 0 {
-                    break;
-                }
-                for (mask, name) in inotify_events(&buf[..n]) {
-                    overflow |= mask & libc::IN_Q_OVERFLOW != 0;
-                    if let Some(id) = name.strip_suffix(".req") {
-                        pending.push(id.to_owned());
-                    } else if let Some(nonce) = name.strip_suffix(&format!(".{PROBE_SUFFIX}")) {
-                        probes.push(nonce.to_owned());
-                    }
-                }
+    let (pending, probes) = match watch {
+        Watch::Inotify(events) => {
+            let ready = sys::wait_any(&[events.as_raw_fd(), children.as_raw_fd()])?;
+            reap(ready[1], children, buf)?;
+            if ready[0] {
+                read_events(inbox, events, buf)?
+            } else {
+                (Vec::new(), Vec::new())
             }
-            if overflow {
-                pending.extend(pending_ids(inbox));
-                probes.extend(pending_probes(inbox));
-            }
-            answer_probes(inbox, &probes, host);
-            run_all(inbox, &pending, host);
         }
-        if ready[1] {
-            while sys::read_now(children, buf)? > 0 {}
-            while let Ok(Some(_)) = sys::reap(true) {}
+        Watch::Poll { max_ms, next_ms } => {
+            let ready = sys::wait_any_for(&[children.as_raw_fd()], *next_ms)?;
+            reap(ready[0], children, buf)?;
+            let (pending, probes) = inbox_entries(inbox);
+            let worked = answer_probes(inbox, &probes, host) + run_all(inbox, &pending, host);
+            *next_ms = if worked > 0 {
+                POLL_FLOOR_MS
+            } else {
+                (*next_ms * 2).min(*max_ms)
+            };
+            return Ok(());
         }
+    };
+    answer_probes(inbox, &probes, host);
+    run_all(inbox, &pending, host);
+    Ok(())
+}
+
+/// Reaps the ended launches when the SIGCHLD fd is `ready`.
+fn reap(ready: bool, children: &std::os::fd::OwnedFd, buf: &mut [u8]) -> io::Result<()> {
+    if ready {
+        while sys::read_now(children, buf)? > 0 {}
+        while let Ok(Some(_)) = sys::reap(true) {}
     }
     Ok(())
+}
+
+/// The request ids and probe nonces the inotify events name (all of the
+/// inbox's after an overflow).
+fn read_events(
+    inbox: &Path,
+    events: &std::os::fd::OwnedFd,
+    buf: &mut [u8],
+) -> io::Result<(Vec<String>, Vec<String>)> {
+    let mut overflow = false;
+    let mut pending = Vec::new();
+    let mut probes = Vec::new();
+    loop {
+        let n = sys::read_now(events, buf)?;
+        if n == 0 {
+            break;
+        }
+        for (mask, name) in inotify_events(&buf[..n]) {
+            overflow |= mask & libc::IN_Q_OVERFLOW != 0;
+            if let Some(id) = name.strip_suffix(".req") {
+                pending.push(id.to_owned());
+            } else if let Some(nonce) = name.strip_suffix(&format!(".{PROBE_SUFFIX}")) {
+                probes.push(nonce.to_owned());
+            }
+        }
+    }
+    if overflow {
+        let (more, asked) = inbox_entries(inbox);
+        pending.extend(more);
+        probes.extend(asked);
+    }
+    Ok((pending, probes))
 }
 
 /// `(mask, name)` of each event in an inotify read.
@@ -138,35 +239,29 @@ fn inotify_events(mut bytes: &[u8]) -> Vec<(u32, String)> {
     out
 }
 
-/// The ids of the requests waiting in the inbox.
-fn pending_ids(inbox: &Path) -> Vec<String> {
+/// The ids of the requests and the nonces of the probes waiting in the
+/// inbox, from one read of the directory.
+fn inbox_entries(inbox: &Path) -> (Vec<String>, Vec<String>) {
+    let (mut ids, mut nonces) = (Vec::new(), Vec::new());
     let Ok(entries) = std::fs::read_dir(inbox) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| n.strip_suffix(".req").map(str::to_owned))
-        .collect();
-    ids.sort();
-    ids
-}
-
-/// The nonces of the probes waiting in the inbox.
-fn pending_probes(inbox: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(inbox) else {
-        return Vec::new();
+        return (ids, nonces);
     };
     let suffix = format!(".{PROBE_SUFFIX}");
-    entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| n.strip_suffix(&suffix).map(str::to_owned))
-        .collect()
+    for name in entries.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+        if let Some(id) = name.strip_suffix(".req") {
+            ids.push(id.to_owned());
+        } else if let Some(nonce) = name.strip_suffix(&suffix) {
+            nonces.push(nonce.to_owned());
+        }
+    }
+    ids.sort();
+    (ids, nonces)
 }
 
 /// Answers probes asked through the inbox: one `/proc` scan serves all of
 /// them (no `docker exec` round trip), and one process table all the `ps`
 /// questions. The answer is renamed into place, then the question removed.
-fn answer_probes(inbox: &Path, nonces: &[String], host: &str) {
+fn answer_probes(inbox: &Path, nonces: &[String], host: &str) -> usize {
     // a probe names the container it asks about (its content: the
     // hostname, then a tab and `ps` for the process table)
     let ps_question = format!("{host}\t{PS_QUESTION}");
@@ -188,6 +283,7 @@ fn answer_probes(inbox: &Path, nonces: &[String], host: &str) {
         .any(|(_, ps)| *ps)
         .then(crate::ps::table)
         .and_then(Result::ok);
+    let answered = asked.len();
     for (nonce, ps) in asked {
         let Some(answer) = (if ps { &table } else { &listing }) else {
             continue;
@@ -195,18 +291,20 @@ fn answer_probes(inbox: &Path, nonces: &[String], host: &str) {
         let _ = write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), answer);
         let _ = std::fs::remove_file(inbox.join(format!("{nonce}.{PROBE_SUFFIX}")));
     }
+    answered
 }
 
 /// Claims all of `ids` meant for this container first (renames are cheap,
 /// so a burst is claimed at once), makes the claims durable with one sync
-/// of the inbox, then starts what it claimed.
-fn run_all(inbox: &Path, ids: &[String], host: &str) {
+/// of the inbox, then starts what it claimed. Returns how many it claimed.
+fn run_all(inbox: &Path, ids: &[String], host: &str) -> usize {
     let claimed: Vec<(&String, Result<Request, String>)> = ids
         .iter()
         .filter_map(|id| claim(inbox, id, host).map(|req| (id, req)))
         .collect();
+    let count = claimed.len();
     if claimed.is_empty() {
-        return;
+        return 0;
     }
     // the claims are durable before any command can start (SPEC §28): one
     // sync for the burst, not one per request (a burst of a hundred would
@@ -218,11 +316,12 @@ fn run_all(inbox: &Path, ids: &[String], host: &str) {
         for (id, _) in claimed {
             start_claimed(id, Err(reason.clone()));
         }
-        return;
+        return count;
     }
     for (id, req) in claimed {
         start_claimed(id, req);
     }
+    count
 }
 
 /// Claims one request meant for this container: reads it once, then the

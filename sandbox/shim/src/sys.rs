@@ -199,6 +199,12 @@ pub fn inotify_dir(dir: &std::path::Path) -> io::Result<OwnedFd> {
 
 /// Waits (without a timeout) until one of `fds` is readable; returns which.
 pub fn wait_any(fds: &[RawFd]) -> io::Result<Vec<bool>> {
+    wait_any_for(fds, -1)
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes (negative:
+/// no timeout); returns which are readable (none: the time passed).
+pub fn wait_any_for(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -209,8 +215,8 @@ pub fn wait_any(fds: &[RawFd]) -> io::Result<Vec<bool>> {
         .collect();
     loop {
         // SAFETY: `pfds` is a valid array of its length.
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
-        if n > 0 {
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+        if n >= 0 {
             return Ok(pfds.iter().map(|p| p.revents != 0).collect());
         }
         let err = io::Error::last_os_error();

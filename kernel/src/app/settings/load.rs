@@ -169,6 +169,21 @@ fn profile(r: &mut Reader) -> Profile {
         Some("root") => None,
         other => other.map(str::to_owned),
     };
+    let runtime = r.text(&t::RUNTIME).unwrap_or_default();
+    match sandbox::Runtime::parse(&runtime) {
+        Some(sandbox::Runtime::Runsc) if profile.network != "none" => r.invalid.push(format!(
+            "{}=runsc runs with network none (gVisor's network stack cannot start here), \
+             but {} is {:?}",
+            t::RUNTIME.env,
+            t::NETWORK.env,
+            profile.network
+        )),
+        Some(rt) => profile.runtime = rt,
+        None => r.invalid.push(format!(
+            "{}: runc or runsc, got {runtime:?}",
+            t::RUNTIME.env
+        )),
+    }
     profile
 }
 

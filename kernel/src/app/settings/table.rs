@@ -80,6 +80,9 @@ settings! {
     RUN_AS = "OPKERNEL_RUN_AS", Text, Serve, default "1000:1000";
     /// The Docker network of runs without an envelope of their own.
     NETWORK = "OPKERNEL_NETWORK", Text, Serve, default "none";
+    /// The OCI runtime of runs without an envelope of their own: `runc`,
+    /// or `runsc` (gVisor, registered with Docker; network `none` only).
+    RUNTIME = "OPKERNEL_RUNTIME", Text, Serve, default "runc";
     /// Serve runs whose envelope has a network allow list through the
     /// kernel's egress proxy (off: such runs are refused).
     EGRESS = "OPKERNEL_EGRESS", Switch, Serve, default "on";
@@ -163,7 +166,8 @@ settings! {
     /// Unbound warm containers kept per pooled profile (0: no pool).
     POOL = "OPKERNEL_POOL", Count, Serve, default "2";
     /// More pooled profiles, `;`-separated, each a `,`-separated list of
-    /// `memory_bytes=N`, `cpus=F`, `pids_limit=N`, `network=NAME`.
+    /// `memory_bytes=N`, `cpus=F`, `pids_limit=N`, `network=NAME`,
+    /// `image=NAME`, `runtime=runc|runsc`.
     POOL_PROFILES = "OPKERNEL_POOL_PROFILES", Text, Serve, default "";
     /// Where an unauthenticated `/metrics` listener binds: a port on
     /// loopback, or an address; none unless set.

@@ -183,6 +183,7 @@ impl Config {
             approval: crate::runs::ApprovalRules::default(),
             images: None,
             disk_bytes: None,
+            runtime: self.profile.runtime,
         }
     }
 

@@ -17,7 +17,8 @@ pub struct PoolConfig {
 impl PoolConfig {
     /// The default profile, then each `;`-separated entry of `listed`: a
     /// `,`-separated list of `memory_bytes=N`, `cpus=F`, `pids_limit=N`,
-    /// `network=NAME`, `image=NAME` (one of `images`) over `base` (the
+    /// `network=NAME`, `image=NAME` (one of `images`), `runtime=runc|runsc`
+    /// over `base` (the
     /// limits a child envelope narrows, SPEC §26: the pool is kept per
     /// image and profile).
     pub fn profiles(
@@ -33,6 +34,12 @@ impl PoolConfig {
                     .split_once('=')
                     .ok_or_else(|| format!("{pair:?} is not key=value"))?;
                 set(&mut p, key.trim(), value.trim(), images)?;
+            }
+            if p.runtime == sandbox::Runtime::Runsc && p.network != "none" {
+                return Err(format!(
+                    "{entry:?}: a runsc profile runs with network none, not {:?}",
+                    p.network
+                ));
             }
             if !out.contains(&p) {
                 out.push(p);
@@ -61,6 +68,10 @@ fn set(p: &mut Profile, key: &str, value: &str, images: &super::Images) -> Resul
             p.nano_cpus = (cpus * 1e9).round() as i64;
         }
         "network" if !value.is_empty() => p.network = value.to_owned(),
+        "runtime" => {
+            p.runtime = sandbox::Runtime::parse(value)
+                .ok_or_else(|| format!("runtime must be runc or runsc, got {value:?}"))?
+        }
         "image" => {
             p.image = images
                 .reference(value)
@@ -74,7 +85,7 @@ fn set(p: &mut Profile, key: &str, value: &str, images: &super::Images) -> Resul
         }
         _ => {
             return Err(format!(
-                "unknown setting {key:?} (memory_bytes, cpus, pids_limit, network, image)"
+                "unknown setting {key:?} (memory_bytes, cpus, pids_limit, network, image, runtime)"
             ))
         }
     }
@@ -91,11 +102,12 @@ mod tests {
         let images = super::super::Images::parse("deb=img:debian", &base.image).unwrap();
         let got = PoolConfig::profiles(
             &base,
-            " memory_bytes=1073741824, cpus=0.5 ;; pids_limit=64; image=deb",
+            " memory_bytes=1073741824, cpus=0.5 ;; pids_limit=64; image=deb; runtime=runsc",
             &images,
         )
         .unwrap();
-        assert_eq!(got.len(), 4);
+        assert_eq!(got.len(), 5);
+        assert_eq!(got[4].runtime, sandbox::Runtime::Runsc);
         assert_eq!(got[3].image, "img:debian");
         assert_eq!(got[0], base);
         assert_eq!(got[1].memory_bytes, 1 << 30);
@@ -112,6 +124,8 @@ mod tests {
             "network=",
             "memory_bytes",
             "image=nope",
+            "runtime=kata",
+            "runtime=runsc,network=bridge",
         ] {
             assert!(PoolConfig::profiles(&base, bad, &images).is_err(), "{bad}");
         }

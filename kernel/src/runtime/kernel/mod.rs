@@ -30,7 +30,8 @@ use crate::store::Store;
 use crate::approval::{compile_patterns, Pattern};
 pub use crate::runtime::home::StartError;
 use crate::runtime::home::{
-    check_images, check_run_user, kernel_identity, open_store, prepare_home, Ownership,
+    check_images, check_run_user, check_runtimes, kernel_identity, open_store, prepare_home,
+    Ownership,
 };
 pub use crate::runtime::runmeta::RunMeta;
 
@@ -116,6 +117,7 @@ impl Kernel {
     ) -> Result<Arc<Kernel>, StartError> {
         check_run_user(backend.as_ref(), &config).await?;
         check_images(backend.as_ref(), &config).await?;
+        check_runtimes(backend.as_ref(), &config).await?;
         let approval_match = compile_patterns(&config.runs.approval_match)
             .map_err(|e| StartError::Config(format!("OPKERNEL_APPROVAL_MATCH: {e}")))?;
         let id = kernel_identity();

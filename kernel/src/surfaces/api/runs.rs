@@ -71,6 +71,7 @@ pub async fn create_run(
     budget.validate().map_err(envelope_error("budget"))?;
     let (parent, envelope) = resolve_envelope(&k, &principal, &req, &budget).await?;
     super::network::check_served(&k, envelope.as_ref())?;
+    check_runtime(&k, envelope.as_ref()).await?;
     let image = super::workspaces::run_image(&k, &principal, &req).await?;
     let fork = match &req.fork_from {
         Some(from) => {
@@ -180,6 +181,24 @@ async fn resolve_envelope(
         .narrow(&k.store.tightest_budget(parent).await?)
         .map_err(envelope_error("budget"))?;
     Ok((Some(parent.clone()), Some(envelope)))
+}
+
+/// Refuses an envelope whose runtime this node's engine has not
+/// registered (SPEC §30): the run would never get a container.
+async fn check_runtime(k: &AppState, envelope: Option<&crate::runs::Envelope>) -> ApiResult<()> {
+    let Some(runtime) = envelope.map(|e| e.runtime).filter(|r| !r.is_runc()) else {
+        return Ok(());
+    };
+    let known = k.backend.runtimes().await.map_err(|e| {
+        ApiError::unavailable(format!("cannot ask the engine for its runtimes: {e}"))
+    })?;
+    if known.iter().any(|name| name == runtime.as_str()) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "envelope {}",
+        crate::runtime::home::missing_runtime(runtime, &known)
+    )))
 }
 
 /// The new run's id: a child's lives in its parent's namespace
