@@ -434,7 +434,7 @@ impl Sandbox {
     }
 
     /// Runs a shim verb as root in the container and returns its stdout.
-    async fn run_helper(&self, container_id: &str, argv: Vec<String>) -> Result<String> {
+    pub(crate) async fn run_helper(&self, container_id: &str, argv: Vec<String>) -> Result<String> {
         let exec = self
             .docker
             .create_exec(
@@ -510,8 +510,14 @@ impl Sandbox {
         })
     }
 
-    /// `docker top`: the container's processes with host pids.
+    /// `docker top`: the container's processes with host pids. Under
+    /// gVisor the engine's table is the host's, not the container's: the
+    /// shim's `ps --all` reads the container's own `/proc` instead (its
+    /// pids are the container's).
     pub async fn top(&self, container_id: &str) -> Result<Vec<TopProcess>> {
+        if self.runs_gvisor(container_id).await? {
+            return self.top_inside(container_id).await;
+        }
         let options = TopOptionsBuilder::default().ps_args("-eo pid,args").build();
         let top = self
             .docker

@@ -15,6 +15,7 @@ pub mod error;
 // each call with its SAFETY note
 #[allow(unsafe_code)]
 pub mod files;
+mod gvisor;
 pub mod launcher;
 pub mod liveness;
 pub mod opfiles;

@@ -195,6 +195,9 @@ pub struct TopRow {
 /// <container> -eo pid,user,args`, read by the engine from the host). A
 /// failed `docker top` fails the test: it never reads as an empty table.
 pub fn docker_top(container: &str) -> Vec<TopRow> {
+    if runs_gvisor(container) {
+        return top_inside(container);
+    }
     let out = std::process::Command::new("docker")
         .args(["top", container, "-eo", "pid,user,args"])
         .output()
@@ -232,11 +235,48 @@ pub fn docker_top(container: &str) -> Vec<TopRow> {
     rows
 }
 
+/// Whether the container runs under gVisor (`runsc`).
+pub fn runs_gvisor(container: &str) -> bool {
+    let out = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{.HostConfig.Runtime}}", container])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run docker inspect: {e}"));
+    String::from_utf8_lossy(&out.stdout).trim() == "runsc"
+}
+
+/// Under gVisor, `docker top` lists the host's processes: the table is
+/// read from the container's own `/proc` by the shim (`ps --all`), as the
+/// kernel's reaper does.
+fn top_inside(container: &str) -> Vec<TopRow> {
+    let out = std::process::Command::new("docker")
+        .args(["exec", container, "/.opkernel/shim", "ps", "--all"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run docker exec: {e}"));
+    assert!(out.status.success(), "shim ps --all in {container}: {}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows = opkernel_shim::table::parse_table(&text)
+        .unwrap_or_else(|e| panic!("shim ps --all in {container}: {e}"));
+    rows.into_iter()
+        .map(|r| TopRow {
+            pid: r.pid.to_string(),
+            user: r.user,
+            args: r.command,
+        })
+        .collect()
+}
+
 /// Whether a process is one of a run container's own: Docker's init (whose
 /// argv names the shim's resident launcher) or the launcher itself.
 pub fn is_container_own(row: &TopRow) -> bool {
-    row.args == "/.opkernel/shim serve"
-        || row.args.ends_with("docker-init -- /.opkernel/shim serve")
+    let launcher = |args: &str| {
+        args.strip_prefix("/.opkernel/shim serve")
+            .is_some_and(|poll| poll.is_empty() || poll.starts_with(" --poll-ms="))
+    };
+    launcher(&row.args)
+        || row
+            .args
+            .split_once("docker-init -- ")
+            .is_some_and(|(_, rest)| launcher(rest))
 }
 
 /// Waits until the container's process table holds only its init and

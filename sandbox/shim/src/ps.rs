@@ -52,13 +52,35 @@ fn row(
 
 /// The table: every marked process but this one, then `end`.
 pub fn table() -> io::Result<String> {
+    listing(false)
+}
+
+/// Every process but this one, marked or not (an unmarked one's op is
+/// empty): the container's whole table, where the engine's `docker top`
+/// cannot see inside (gVisor), then `end`.
+pub fn all() -> io::Result<String> {
+    listing(true)
+}
+
+fn listing(every: bool) -> io::Result<String> {
     let me = std::process::id();
     let clock = (crate::sys::clock_ticks_per_sec(), uptime_ms()?);
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     let mut out = String::new();
     for pid in pids()?.into_iter().filter(|&p| p != me) {
-        let Some(m) = marked(pid) else { continue };
-        if let Some(r) = row(pid, m.op_id, m.start_ticks, clock, &passwd) {
+        let (op_id, start_ticks) = match marked(pid) {
+            Some(m) => (m.op_id, m.start_ticks),
+            None if every => match std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .as_deref()
+                .and_then(opkernel_shim::procfs::stat_start_ticks)
+            {
+                Some(ticks) => (String::new(), ticks),
+                None => continue,
+            },
+            None => continue,
+        };
+        if let Some(r) = row(pid, op_id, start_ticks, clock, &passwd) {
             out.push_str(&r.render());
         }
     }
@@ -67,6 +89,11 @@ pub fn table() -> io::Result<String> {
     Ok(out)
 }
 
-pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
+/// `ps`: the marked processes; `ps --all`: every process.
+pub fn main(mut args: Vec<std::ffi::OsString>) -> i32 {
+    if args.len() == 1 && args[0] == "--all" {
+        args.clear();
+        return crate::scan::print_listing("ps", args, all);
+    }
     crate::scan::print_listing("ps", args, table)
 }

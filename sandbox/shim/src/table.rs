@@ -80,7 +80,10 @@ impl ProcessRow {
         let [pid, op, uid, user, cpu, rss, age, command] = f[..] else {
             return None;
         };
-        validate_op_id(op).ok()?;
+        // empty: a process of no op (`ps --all`)
+        if !op.is_empty() {
+            validate_op_id(op).ok()?;
+        }
         Some(ProcessRow {
             pid: pid.parse().ok()?,
             op_id: op.to_owned(),

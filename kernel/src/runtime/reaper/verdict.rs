@@ -11,7 +11,12 @@ use super::{ReapAction, ReapDecision};
 pub(super) fn is_idle_process(command: &str) -> bool {
     let shim_idle = command
         .strip_prefix(sandbox::shim::SHIM_PATH)
-        .is_some_and(|rest| rest == " idle" || rest == " serve");
+        .is_some_and(|rest| {
+            rest == " idle"
+                || rest
+                    .strip_prefix(" serve")
+                    .is_some_and(|poll| poll.is_empty() || poll.starts_with(" --poll-ms="))
+        });
     shim_idle
         || command.contains("docker-init")
         || command.contains("while :; do sleep 3600; done")
