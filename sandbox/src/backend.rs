@@ -142,6 +142,19 @@ pub trait Processes {
     ) -> BoxFuture<'a, Result<Option<Vec<ProcessRow>>>> {
         Box::pin(async { Ok(None) })
     }
+    /// Stdin frames handed to the launcher of `host` for op `op_id` (its
+    /// FIFO is inside a gVisor sandbox); `Ok(None)`: no answer in
+    /// `timeout` (or the backend has no such path).
+    fn relay_stdin<'a>(
+        &'a self,
+        _scratch_key: &'a str,
+        _host: &'a str,
+        _op_id: &'a str,
+        _frames: &'a [u8],
+        _timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<crate::launcher::Relayed>>> {
+        Box::pin(async { Ok(None) })
+    }
     /// The same listing, asked of the run container's resident launcher
     /// through its inbox; `Ok(None)` when no answer came in `timeout` (or
     /// the backend has no such path).
@@ -321,6 +334,23 @@ impl Processes for Sandbox {
         timeout: std::time::Duration,
     ) -> BoxFuture<'a, Result<Option<Vec<MarkedProcess>>>> {
         Box::pin(Sandbox::probe_by_launcher(self, scratch_key, host, timeout))
+    }
+    fn relay_stdin<'a>(
+        &'a self,
+        scratch_key: &'a str,
+        host: &'a str,
+        op_id: &'a str,
+        frames: &'a [u8],
+        timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<crate::launcher::Relayed>>> {
+        Box::pin(Sandbox::relay_stdin(
+            self,
+            scratch_key,
+            host,
+            op_id,
+            frames,
+            timeout,
+        ))
     }
     fn signal_op<'a>(
         &'a self,

@@ -333,7 +333,9 @@ impl Sandbox {
             state: state.status.map(|s| s.to_string()).unwrap_or_default(),
             scratch_source,
             has_shim,
-            has_launcher: config.cmd.as_deref() == Some(&[LAUNCHER_CMD.to_owned()][..])
+            // `serve`, or `serve --poll-ms=N` under gVisor
+            has_launcher: config.cmd.as_deref().and_then(<[String]>::first)
+                == Some(&LAUNCHER_CMD.to_owned())
                 && config.entrypoint.as_deref() == Some(&[SHIM_MOUNT.to_owned()][..]),
         })
     }
@@ -364,8 +366,10 @@ impl Sandbox {
                     // list does not report the hostname; Docker defaults it to the short id
                     hostname: String::new(),
                     state,
-                    has_launcher: c.command.as_deref()
-                        == Some(format!("{SHIM_MOUNT} {LAUNCHER_CMD}").as_str()),
+                    has_launcher: c.command.as_deref().is_some_and(|cmd| {
+                        let launcher = format!("{SHIM_MOUNT} {LAUNCHER_CMD}");
+                        cmd == launcher || cmd.starts_with(&format!("{launcher} --poll-ms="))
+                    }),
                     has_shim: mounts
                         .iter()
                         .any(|m| m.destination.as_deref() == Some(SHIM_MOUNT)),

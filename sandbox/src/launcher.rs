@@ -80,4 +80,53 @@ impl Sandbox {
                 detail,
             })
     }
+
+    /// Hands stdin `frames` (rendered, whole) to the launcher of `host`
+    /// for op `op_id` (gVisor, SPEC §30); `Ok(None)` when no answer came
+    /// in `timeout`.
+    pub async fn relay_stdin(
+        &self,
+        scratch_key: &str,
+        host: &str,
+        op_id: &str,
+        frames: &[u8],
+        timeout: Duration,
+    ) -> Result<Option<Relayed>> {
+        let ops = self.ops_dir(scratch_key);
+        let nonce = ops
+            .ask_stdin(host, op_id, frames)
+            .map_err(|e| SandboxError::io(ops.path(), e))?;
+        let Some(text) = wait_answer(&ops, &nonce, timeout).await else {
+            return Ok(None);
+        };
+        Relayed::parse(&text).map(Some).ok_or_else(|| SandboxError::Probe {
+            container: scratch_key.to_owned(),
+            detail: format!("stdin relay answered {text:?}"),
+        })
+    }
+}
+
+/// What the launcher did with relayed stdin frames: how many went in, and
+/// why it stopped if not all did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relayed {
+    /// All of them (this many).
+    All(usize),
+    /// This many; the FIFO is full now (the rest later).
+    Full(usize),
+    /// This many; the op's stdin is closed.
+    Closed(usize),
+}
+
+impl Relayed {
+    fn parse(text: &str) -> Option<Relayed> {
+        let (word, n) = text.trim().split_once(' ')?;
+        let n = n.parse().ok()?;
+        match word {
+            "ok" => Some(Relayed::All(n)),
+            "full" => Some(Relayed::Full(n)),
+            "closed" => Some(Relayed::Closed(n)),
+            _ => None,
+        }
+    }
 }

@@ -267,16 +267,26 @@ impl OpsDir {
     /// listing: renames `inbox/<nonce>.probe` (holding `host`) into place.
     /// Returns the nonce to collect the answer with.
     pub fn ask_probe(&self, host: &str) -> std::io::Result<String> {
-        self.ask_launcher(host)
+        self.ask_launcher(host.as_bytes(), opkernel_shim::PROBE_SUFFIX)
     }
 
     /// Asks the launcher of `host` for its process table (the shim's `ps`),
     /// collected like a probe's listing.
     pub fn ask_ps(&self, host: &str) -> std::io::Result<String> {
-        self.ask_launcher(&format!("{host}\t{}", opkernel_shim::PS_QUESTION))
+        let question = format!("{host}\t{}", opkernel_shim::PS_QUESTION);
+        self.ask_launcher(question.as_bytes(), opkernel_shim::PROBE_SUFFIX)
     }
 
-    fn ask_launcher(&self, question: &str) -> std::io::Result<String> {
+    /// Asks the launcher of `host` to put `frames` (whole, rendered) into
+    /// op `op_id`'s stdin FIFO (gVisor: the FIFO is out of the host's
+    /// reach); the answer is collected like a probe's listing.
+    pub fn ask_stdin(&self, host: &str, op_id: &str, frames: &[u8]) -> std::io::Result<String> {
+        let mut question = format!("{host}\t{op_id}\n").into_bytes();
+        question.extend_from_slice(frames);
+        self.ask_launcher(&question, opkernel_shim::STDIN_SUFFIX)
+    }
+
+    fn ask_launcher(&self, question: &[u8], suffix: &str) -> std::io::Result<String> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
@@ -290,18 +300,15 @@ impl OpsDir {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let inbox = self.dir.join("inbox");
-        let tmp = inbox.join(format!("{nonce}.{}.tmp", opkernel_shim::PROBE_SUFFIX));
+        let tmp = inbox.join(format!("{nonce}.{suffix}.tmp"));
         OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?
-            .write_all(question.as_bytes())?;
-        std::fs::rename(
-            &tmp,
-            inbox.join(format!("{nonce}.{}", opkernel_shim::PROBE_SUFFIX)),
-        )?;
+            .write_all(question)?;
+        std::fs::rename(&tmp, inbox.join(format!("{nonce}.{suffix}")))?;
         Ok(nonce)
     }
 
@@ -320,7 +327,11 @@ impl OpsDir {
     /// Drops an unanswered probe question (and an answer that came late).
     pub fn cancel_probe(&self, nonce: &str) {
         let inbox = self.dir.join("inbox");
-        for suffix in [opkernel_shim::PROBE_SUFFIX, opkernel_shim::LISTING_SUFFIX] {
+        for suffix in [
+            opkernel_shim::PROBE_SUFFIX,
+            opkernel_shim::STDIN_SUFFIX,
+            opkernel_shim::LISTING_SUFFIX,
+        ] {
             let _ = std::fs::remove_file(inbox.join(format!("{nonce}.{suffix}")));
         }
     }

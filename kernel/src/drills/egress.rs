@@ -144,6 +144,9 @@ async fn peer(k: &KernelProcess) -> anyhow::Result<String> {
 /// `egress-bypass`: the probes from an allow-list run; each escape is
 /// blocked, the proxy is reached, and nothing reached the host's bait.
 pub async fn egress_bypass(kit: &Kit) -> anyhow::Result<String> {
+    if super::env_runtime() == sandbox::Runtime::Runsc {
+        return gvisor_has_no_network(kit).await;
+    }
     let k = kit.start("egress-bypass", &[]).await?;
     let bait = HostBait::bind()?;
     let peer_ip = peer(&k).await?;
@@ -186,4 +189,37 @@ pub async fn egress_bypass(kit: &Kit) -> anyhow::Result<String> {
         "the proxy answered; blocked: {}, UDP to the host",
         blocked.join(", ")
     ))
+}
+
+/// `egress-bypass` under gVisor (SPEC §30): a runsc run has network
+/// `none`, so an allow list is refused at the run's creation, naming the
+/// runtime, and a command finds no way out: the host's bait on `docker0`
+/// is not reached.
+async fn gvisor_has_no_network(kit: &Kit) -> anyhow::Result<String> {
+    let k = kit.start("egress-runsc", &[]).await?;
+    let body = json!({"run_id": unique_run("egress-runsc"), "envelope": {"network": {"allow": ["allowed.invalid:443"]}}});
+    let (status, said) = k
+        .client
+        .request(reqwest::Method::POST, "/v1/runs", Some(&body), &[])
+        .await?;
+    check(status == 400 && said.to_string().contains("runsc"), || {
+        format!("an allow list on a runsc run was not refused: {status} {said}")
+    })?;
+    let bait = HostBait::bind()?;
+    let run = unique_run("egress-runsc-none");
+    k.client.post("/v1/runs", &json!({"run_id": run})).await?;
+    let port = bait.tcp.local_addr()?.port();
+    let script = format!(
+        "timeout 3 bash -c 'exec 3<>/dev/tcp/{}/{port}' 2>/dev/null && echo reached || echo blocked",
+        docker0()?
+    );
+    let out = sh(&k, &run, &script).await?;
+    check(out.trim() == "blocked", || {
+        format!("a runsc command reached the host: {out}")
+    })?;
+    let touched = bait.touched();
+    check(touched.is_empty(), || {
+        format!("the host's bait was reached: {touched:?}")
+    })?;
+    Ok("runsc: an allow list is refused at creation (400, naming the runtime); a command reaches nothing (network none)".into())
 }

@@ -132,6 +132,13 @@ pub async fn write(
         Input::Resize { .. } => return Err(InputError::NoTty(op.id.clone())),
     };
     let _turn = k.inputs.turn(&op.id).await;
+    let gvisor = k
+        .run_meta(&op.run_id)
+        .await?
+        .is_some_and(|m| m.profile.runtime == sandbox::Runtime::Runsc);
+    if gvisor {
+        return relay(k, op, &frames, deadline).await;
+    }
     let closed = |e: StdinError| match e {
         StdinError::Closed => InputError::Closed(op.id.clone()),
         StdinError::Io(e) => InputError::Io(e),
@@ -139,13 +146,7 @@ pub async fn write(
     let mut fifo = match k.backend.ops_dir(&op.scratch_key).open_stdin(&op.id) {
         Ok(fifo) => fifo,
         // no FIFO: closed, or the op just ended (its status says which)
-        Err(e) => {
-            let now = current(k, &op.id).await?;
-            if now.status.is_terminal() {
-                return Err(InputError::Ended(now.id, now.status));
-            }
-            return Err(closed(e));
-        }
+        Err(e) => return Err(closed_or_ended(k, op, closed(e)).await),
     };
     let mut written = 0u64;
     for frame in &frames {
@@ -153,12 +154,7 @@ pub async fn write(
         let mut pause = Duration::from_millis(1);
         while !fifo.try_write(&bytes).map_err(closed)? {
             if Instant::now() >= deadline {
-                let total = frames.iter().map(payload_len).sum();
-                return Err(InputError::Full {
-                    op: op.id.clone(),
-                    written,
-                    total,
-                });
+                return Err(full(op, &frames, written));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(20));
@@ -169,6 +165,72 @@ pub async fn write(
         }
     }
     Ok(())
+}
+
+/// How long the launcher may take to answer a relayed write.
+const RELAY_ANSWER: Duration = Duration::from_secs(3);
+
+/// The write through the op's launcher (SPEC §30): under gVisor the FIFO
+/// is inside the sandbox, so the launcher writes the frames, each whole,
+/// and says how many went in; a full FIFO is tried again until `deadline`.
+async fn relay(
+    k: &Kernel,
+    op: &Op,
+    frames: &[Frame],
+    deadline: Instant,
+) -> Result<(), InputError> {
+    use sandbox::launcher::Relayed;
+    // no `.pid` yet: no FIFO yet either
+    let Some(host) = op.pid.as_ref().map(|p| p.hostname.clone()) else {
+        return Err(closed_or_ended(k, op, InputError::Closed(op.id.clone())).await);
+    };
+    let mut from = 0;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        let bytes: Vec<u8> = frames[from..].iter().flat_map(Frame::render).collect();
+        let answer = k
+            .backend
+            .relay_stdin(&op.scratch_key, &host, &op.id, &bytes, RELAY_ANSWER)
+            .await
+            .map_err(|e| InputError::Io(e.to_string()))?;
+        match answer {
+            Some(Relayed::All(_)) => return Ok(()),
+            Some(Relayed::Full(n)) => from += n,
+            Some(Relayed::Closed(_)) => {
+                return Err(closed_or_ended(k, op, InputError::Closed(op.id.clone())).await)
+            }
+            None => {
+                return Err(InputError::Io(format!(
+                    "the launcher of operation {} did not take its stdin within {}s",
+                    op.id,
+                    RELAY_ANSWER.as_secs()
+                )))
+            }
+        }
+        if Instant::now() >= deadline {
+            let written = frames[..from].iter().map(payload_len).sum();
+            return Err(full(op, frames, written));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// `closed`, unless the op has ended meanwhile (its status says which).
+async fn closed_or_ended(k: &Kernel, op: &Op, closed: InputError) -> InputError {
+    match current(k, &op.id).await {
+        Ok(now) if now.status.is_terminal() => InputError::Ended(now.id, now.status),
+        Ok(_) => closed,
+        Err(e) => e,
+    }
+}
+
+fn full(op: &Op, frames: &[Frame], written: u64) -> InputError {
+    InputError::Full {
+        op: op.id.clone(),
+        written,
+        total: frames.iter().map(payload_len).sum(),
+    }
 }
 
 /// What a write carries, as a digest (part of its keyed ids).

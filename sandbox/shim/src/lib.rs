@@ -38,6 +38,15 @@ pub const LISTING_SUFFIX: &str = "listing";
 /// the kernel asks by `docker exec`.
 pub const PS_QUESTION: &str = "ps";
 
+/// Stdin frames the kernel asks the launcher to put into an op's FIFO
+/// (under gVisor the FIFO is inside the sandbox, out of the host's
+/// reach): `inbox/<nonce>.stdin` holds `<hostname>\t<op id>\n` then whole
+/// frames; the answer, `inbox/<nonce>.listing`, is `ok N`, `full N` or
+/// `closed N` (N frames went in).
+pub const STDIN_SUFFIX: &str = "stdin";
+/// The largest stdin question the launcher reads.
+pub const MAX_STDIN_QUESTION: usize = 4 << 20;
+
 /// A probe nonce: 1 to 32 lowercase hex digits.
 pub fn valid_nonce(nonce: &str) -> bool {
     (1..=32).contains(&nonce.len())

@@ -12,6 +12,7 @@ mod input;
 mod launch;
 mod ps;
 mod pty;
+mod relay;
 mod scan;
 mod serve;
 mod sys;

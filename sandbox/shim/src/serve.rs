@@ -29,7 +29,7 @@ use std::process::{Command, Stdio};
 use opkernel_shim::format::MAX_REQUEST;
 use opkernel_shim::{
     valid_nonce, validate_op_id, OpResult, Request, INBOX_DIR, LAUNCHER_RECORD, LISTING_SUFFIX,
-    MARKER_VAR, OPS_DIR, PROBE_SUFFIX, PS_QUESTION, SCRATCH_DIR, SHIM_PATH,
+    MARKER_VAR, OPS_DIR, PROBE_SUFFIX, PS_QUESTION, SCRATCH_DIR, SHIM_PATH, STDIN_SUFFIX,
 };
 
 use crate::launch::{own_identity, write_atomic, write_durable};
@@ -130,7 +130,7 @@ fn serve(poll_ms: Option<i32>) -> io::Result<()> {
     // what names its own container's hostname
     let host = me.hostname.clone();
     // requests renamed in before the watch existed: found by the first scan
-    run_all(inbox, &inbox_entries(inbox).0, &host);
+    run_all(inbox, &inbox_entries(inbox).requests, &host);
     write_atomic(&Path::new(OPS_DIR).join(LAUNCHER_RECORD), &me.render())?;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -152,31 +152,25 @@ fn step(
     children: &std::os::fd::OwnedFd,
     buf: &mut [u8],
 ) -> io::Result<()> {
-    let (pending, probes) = match watch {
+    match watch {
         Watch::Inotify(events) => {
             let ready = sys::wait_any(&[events.as_raw_fd(), children.as_raw_fd()])?;
             reap(ready[1], children, buf)?;
             if ready[0] {
-                read_events(inbox, events, buf)?
-            } else {
-                (Vec::new(), Vec::new())
+                read_events(inbox, events, buf)?.serve(inbox, host);
             }
         }
         Watch::Poll { max_ms, next_ms } => {
             let ready = sys::wait_any_for(&[children.as_raw_fd()], *next_ms)?;
             reap(ready[0], children, buf)?;
-            let (pending, probes) = inbox_entries(inbox);
-            let worked = answer_probes(inbox, &probes, host) + run_all(inbox, &pending, host);
+            let worked = inbox_entries(inbox).serve(inbox, host);
             *next_ms = if worked > 0 {
                 POLL_FLOOR_MS
             } else {
                 (*next_ms * 2).min(*max_ms)
             };
-            return Ok(());
         }
-    };
-    answer_probes(inbox, &probes, host);
-    run_all(inbox, &pending, host);
+    }
     Ok(())
 }
 
@@ -189,16 +183,14 @@ fn reap(ready: bool, children: &std::os::fd::OwnedFd, buf: &mut [u8]) -> io::Res
     Ok(())
 }
 
-/// The request ids and probe nonces the inotify events name (all of the
-/// inbox's after an overflow).
+/// What the inotify events name (all of the inbox after an overflow).
 fn read_events(
     inbox: &Path,
     events: &std::os::fd::OwnedFd,
     buf: &mut [u8],
-) -> io::Result<(Vec<String>, Vec<String>)> {
+) -> io::Result<Waiting> {
     let mut overflow = false;
-    let mut pending = Vec::new();
-    let mut probes = Vec::new();
+    let mut waiting = Waiting::default();
     loop {
         let n = sys::read_now(events, buf)?;
         if n == 0 {
@@ -206,19 +198,13 @@ fn read_events(
         }
         for (mask, name) in inotify_events(&buf[..n]) {
             overflow |= mask & libc::IN_Q_OVERFLOW != 0;
-            if let Some(id) = name.strip_suffix(".req") {
-                pending.push(id.to_owned());
-            } else if let Some(nonce) = name.strip_suffix(&format!(".{PROBE_SUFFIX}")) {
-                probes.push(nonce.to_owned());
-            }
+            waiting.add(&name);
         }
     }
     if overflow {
-        let (more, asked) = inbox_entries(inbox);
-        pending.extend(more);
-        probes.extend(asked);
+        return Ok(inbox_entries(inbox));
     }
-    Ok((pending, probes))
+    Ok(waiting)
 }
 
 /// `(mask, name)` of each event in an inotify read.
@@ -239,23 +225,47 @@ fn inotify_events(mut bytes: &[u8]) -> Vec<(u32, String)> {
     out
 }
 
-/// The ids of the requests and the nonces of the probes waiting in the
-/// inbox, from one read of the directory.
-fn inbox_entries(inbox: &Path) -> (Vec<String>, Vec<String>) {
-    let (mut ids, mut nonces) = (Vec::new(), Vec::new());
-    let Ok(entries) = std::fs::read_dir(inbox) else {
-        return (ids, nonces);
-    };
-    let suffix = format!(".{PROBE_SUFFIX}");
-    for name in entries.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+/// What waits in the inbox: request ids, probe nonces, stdin nonces.
+#[derive(Default)]
+struct Waiting {
+    requests: Vec<String>,
+    probes: Vec<String>,
+    stdin: Vec<String>,
+}
+
+impl Waiting {
+    /// Files one inbox entry by its name.
+    fn add(&mut self, name: &str) {
         if let Some(id) = name.strip_suffix(".req") {
-            ids.push(id.to_owned());
-        } else if let Some(nonce) = name.strip_suffix(&suffix) {
-            nonces.push(nonce.to_owned());
+            self.requests.push(id.to_owned());
+        } else if let Some(nonce) = name.strip_suffix(&format!(".{PROBE_SUFFIX}")) {
+            self.probes.push(nonce.to_owned());
+        } else if let Some(nonce) = name.strip_suffix(&format!(".{STDIN_SUFFIX}")) {
+            self.stdin.push(nonce.to_owned());
         }
     }
-    ids.sort();
-    (ids, nonces)
+
+    /// Answers the questions and starts the requests; how many it took.
+    fn serve(self, inbox: &Path, host: &str) -> usize {
+        // an op's writes come one at a time (the kernel waits for each
+        // answer), so their order among questions does not matter
+        answer_probes(inbox, &self.probes, host)
+            + crate::relay::relay_all(inbox, &self.stdin, host)
+            + run_all(inbox, &self.requests, host)
+    }
+}
+
+/// Everything waiting in the inbox, from one read of the directory.
+fn inbox_entries(inbox: &Path) -> Waiting {
+    let mut waiting = Waiting::default();
+    let Ok(entries) = std::fs::read_dir(inbox) else {
+        return waiting;
+    };
+    for name in entries.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+        waiting.add(&name);
+    }
+    waiting.requests.sort();
+    waiting
 }
 
 /// Answers probes asked through the inbox: one `/proc` scan serves all of
