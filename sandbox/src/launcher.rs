@@ -99,10 +99,12 @@ impl Sandbox {
         let Some(text) = wait_answer(&ops, &nonce, timeout).await else {
             return Ok(None);
         };
-        Relayed::parse(&text).map(Some).ok_or_else(|| SandboxError::Probe {
-            container: scratch_key.to_owned(),
-            detail: format!("stdin relay answered {text:?}"),
-        })
+        Relayed::parse(&text)
+            .map(Some)
+            .ok_or_else(|| SandboxError::Probe {
+                container: scratch_key.to_owned(),
+                detail: format!("stdin relay answered {text:?}"),
+            })
     }
 }
 

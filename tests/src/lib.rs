@@ -252,7 +252,11 @@ fn top_inside(container: &str) -> Vec<TopRow> {
         .args(["exec", container, "/.opkernel/shim", "ps", "--all"])
         .output()
         .unwrap_or_else(|e| panic!("cannot run docker exec: {e}"));
-    assert!(out.status.success(), "shim ps --all in {container}: {}", out.status);
+    assert!(
+        out.status.success(),
+        "shim ps --all in {container}: {}",
+        out.status
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let rows = opkernel_shim::table::parse_table(&text)
         .unwrap_or_else(|e| panic!("shim ps --all in {container}: {e}"));

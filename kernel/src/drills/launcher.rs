@@ -53,7 +53,12 @@ pub(super) async fn warm(k: &KernelProcess, run: &str) -> anyhow::Result<(String
 
 /// Sends a signal to the launcher from inside its container.
 fn signal_launcher(container: &str, pid: u32, signal: &str) -> anyhow::Result<()> {
-    docker_exec(container, &format!("kill -{signal} {pid}"))?;
+    let script = format!("kill -{signal} {pid}");
+    if signal == "KILL" {
+        // the container ends with its launcher (see `docker_exec_ending`)
+        return super::harness::docker_exec_ending(container, &script, Duration::from_secs(10));
+    }
+    docker_exec(container, &script)?;
     Ok(())
 }
 

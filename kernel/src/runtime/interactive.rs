@@ -173,12 +173,7 @@ const RELAY_ANSWER: Duration = Duration::from_secs(3);
 /// The write through the op's launcher (SPEC §30): under gVisor the FIFO
 /// is inside the sandbox, so the launcher writes the frames, each whole,
 /// and says how many went in; a full FIFO is tried again until `deadline`.
-async fn relay(
-    k: &Kernel,
-    op: &Op,
-    frames: &[Frame],
-    deadline: Instant,
-) -> Result<(), InputError> {
+async fn relay(k: &Kernel, op: &Op, frames: &[Frame], deadline: Instant) -> Result<(), InputError> {
     use sandbox::launcher::Relayed;
     // no `.pid` yet: no FIFO yet either
     let Some(host) = op.pid.as_ref().map(|p| p.hostname.clone()) else {

@@ -38,11 +38,7 @@ pub fn open_pair(rows: u16, cols: u16, uid: u32, gid: u32) -> io::Result<Pair> {
     let unlock: libc::c_int = 0;
     // SAFETY: TIOCSPTLCK reads one int through the pointer.
     check(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) })?;
-    // the slave opened through the master: no path lookup in /dev/pts
-    // SAFETY: TIOCGPTPEER takes open flags and returns a new fd.
-    let slave = check(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) })?;
-    // SAFETY: the kernel just returned this fd to us.
-    let slave = unsafe { File::from_raw_fd(slave) };
+    let slave = open_slave(&master, flags)?;
     // the command's own terminal, as a login gives it; a container
     // without CAP_CHOWN keeps it root's (the command holds it open anyway)
     // SAFETY: fchown takes an fd we own and plain integers.
@@ -52,6 +48,31 @@ pub fn open_pair(rows: u16, cols: u16, uid: u32, gid: u32) -> io::Result<Pair> {
     }
     set_size(&master, rows, cols)?;
     Ok(Pair { master, slave })
+}
+
+/// The slave of `master`, opened through the master (no path lookup in
+/// /dev/pts); where the kernel has no TIOCGPTPEER (gVisor), by its number
+/// in /dev/pts.
+fn open_slave(master: &File, flags: libc::c_int) -> io::Result<File> {
+    // SAFETY: TIOCGPTPEER takes open flags and returns a new fd.
+    let peer = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
+    if peer >= 0 {
+        // SAFETY: the kernel just returned this fd to us.
+        return Ok(unsafe { File::from_raw_fd(peer) });
+    }
+    let err = io::Error::last_os_error();
+    if !matches!(err.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) {
+        return Err(err);
+    }
+    let mut number: libc::c_uint = 0;
+    // SAFETY: TIOCGPTN writes one unsigned int through the pointer.
+    check(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTN, &mut number) })?;
+    let path = std::ffi::CString::new(format!("/dev/pts/{number}"))
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated path and flags; the fd is ours.
+    let slave = check(unsafe { libc::open(path.as_ptr(), flags) })?;
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { File::from_raw_fd(slave) })
 }
 
 /// Sets the terminal's size (the foreground job gets SIGWINCH).

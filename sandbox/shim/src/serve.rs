@@ -184,11 +184,7 @@ fn reap(ready: bool, children: &std::os::fd::OwnedFd, buf: &mut [u8]) -> io::Res
 }
 
 /// What the inotify events name (all of the inbox after an overflow).
-fn read_events(
-    inbox: &Path,
-    events: &std::os::fd::OwnedFd,
-    buf: &mut [u8],
-) -> io::Result<Waiting> {
+fn read_events(inbox: &Path, events: &std::os::fd::OwnedFd, buf: &mut [u8]) -> io::Result<Waiting> {
     let mut overflow = false;
     let mut waiting = Waiting::default();
     loop {
