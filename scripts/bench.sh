@@ -13,6 +13,8 @@
 # the JSON says "store": "sqlite" or "postgres")
 #        scripts/bench.sh --recovery-only OPS CONTAINERS
 #        scripts/bench.sh --interactive-only [SAMPLES]: write_stdin -> echo vs docker exec -i
+#        scripts/bench.sh --runtimes [SAMPLES]: runc beside gVisor (runsc): running,
+#        first output, stdin echo, a pooled first command, an idle container's CPU
 #        scripts/bench.sh --files-only [--quick]: 1 GiB (256 MiB) up and down vs docker cp; forks
 #        scripts/bench.sh --egress-only [--quick]: a request through the egress
 #        proxy vs directly on an open network, and 256 MiB (64) downloaded both
@@ -29,7 +31,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-scripts/docker-up.sh
+if [ "${1:-}" = --runtimes ]; then scripts/docker-up.sh --runsc; else scripts/docker-up.sh; fi
 scripts/build-image.sh >&2
 # OPKERNEL_BENCH_BUILD=debug measures the debug build instead (as .ci/run
 # does, whose test run built it already: the correctness figures hold for

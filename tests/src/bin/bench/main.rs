@@ -6,6 +6,7 @@
 //! `--latency-only [SAMPLES]` only the start and running latencies;
 //! `--pool-only [SAMPLES]` only a new run's first command, pool on and off;
 //! `--files-only` the files API and forks; `--egress-only` the egress proxy;
+//! `--runtimes [SAMPLES]` runc beside gVisor (needs `docker-up.sh --runsc`);
 //! `--cluster` the cluster's figures on `scripts/cluster.sh` nodes.
 //! `--check` exits non-zero when a correctness figure is off (see
 //! [`Checks`]); timings are reported, never asserted (the machine is noisy).
@@ -21,6 +22,7 @@ mod latency;
 mod only;
 mod pool;
 mod report;
+mod runtimes;
 mod scale;
 mod storecost;
 mod workspaces;
@@ -246,6 +248,9 @@ async fn main() -> anyhow::Result<()> {
         only::interactive(&bin, samples, &mut checks).await?;
     } else if flag("--pool-only") {
         only::pool(&bin, num("--pool-only", 1).unwrap_or(30), &mut checks).await?;
+    } else if flag("--runtimes") {
+        let figures = runtimes::measure(&bin, num("--runtimes", 1).unwrap_or(50)).await?;
+        println!("{figures}");
     } else if flag("--files-only") {
         only::files(&bin, quick, &mut checks).await?;
     } else if flag("--egress-only") {

@@ -73,7 +73,18 @@ async fn new_run_first_command(k: &KernelProcess, run: &str) -> anyhow::Result<(
 
 /// `samples` new runs with the pool on (size 2), then off.
 pub async fn measure(bin: &Path, samples: usize) -> anyhow::Result<PoolFigures> {
+    measure_with(bin, samples, &[]).await
+}
+
+/// [`measure`] with `extra` settings for every kernel (a runtime, say).
+pub async fn measure_with(
+    bin: &Path,
+    samples: usize,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<PoolFigures> {
     let mut env = BENCH_ENV.to_vec();
+    env.extend_from_slice(extra);
+    let nopool = env.clone();
     env.push(("OPKERNEL_POOL", "2"));
     let k = KernelProcess::start(bin, "bench-pool", &env).await?;
     let (mut first_command, mut refill, mut not_adopted) = (Vec::new(), Vec::new(), 0);
@@ -90,7 +101,7 @@ pub async fn measure(bin: &Path, samples: usize) -> anyhow::Result<PoolFigures> 
         refill.push(ms(began.elapsed()));
     }
     drop(k);
-    let k = KernelProcess::start(bin, "bench-nopool", BENCH_ENV).await?;
+    let k = KernelProcess::start(bin, "bench-nopool", &nopool).await?;
     let mut first_command_nopool = Vec::new();
     for i in 0..samples {
         first_command_nopool.push(
@@ -106,6 +117,22 @@ pub async fn measure(bin: &Path, samples: usize) -> anyhow::Result<PoolFigures> 
         idle_container_mib,
         not_adopted,
     })
+}
+
+/// A container's CPU use now as `docker stats` reports it, in percent of
+/// one CPU.
+pub fn cpu_percent(container: &str) -> anyhow::Result<f64> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "stats",
+            "--no-stream",
+            "--format",
+            "{{.CPUPerc}}",
+            container,
+        ])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.trim().trim_end_matches('%').parse()?)
 }
 
 /// A container's memory use as `docker stats` reports it, in MiB.
