@@ -424,6 +424,31 @@ mod tests {
     }
 
     #[test]
+    fn a_runtime_is_its_own_container_and_runc_keeps_old_fingerprints() {
+        let runc = Profile::default();
+        let runsc = Profile {
+            runtime: Runtime::Runsc,
+            ..Profile::default()
+        };
+        // runc is left out of the canonical form: the fingerprints of
+        // containers made before runtimes existed are unchanged
+        let canonical = serde_json::to_string(&runc).unwrap();
+        assert!(!canonical.contains("runtime"), "{canonical}");
+        assert_ne!(run_fingerprint("r", &runc), run_fingerprint("r", &runsc));
+        assert_ne!(pool_fingerprint(&runc), pool_fingerprint(&runsc));
+        let body = container_config(HashMap::new(), &runsc, Path::new("/s"), Path::new("/shim"));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.runtime.as_deref(), Some("runsc"));
+        assert_eq!(
+            body.cmd.unwrap(),
+            vec!["serve".to_owned(), "--poll-ms=25".to_owned()]
+        );
+        let plain = container_config(HashMap::new(), &runc, Path::new("/s"), Path::new("/shim"));
+        assert_eq!(plain.host_config.unwrap().runtime, None);
+        assert_eq!(plain.cmd.unwrap(), vec!["serve".to_owned()]);
+    }
+
+    #[test]
     fn labels_round_trip_and_mismatch_is_named() {
         let id = RunIdentity::new("run-1", &Profile::default()).unwrap();
         let labels = id.labels(1_700_000_000);

@@ -341,4 +341,25 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_dir_all(home).unwrap();
     }
+
+    #[tokio::test]
+    async fn a_runtime_the_engine_lacks_stops_the_start_and_says_how() {
+        use crate::runtime::fake_backend::{Fake, Launcher, OnStart};
+        let home = std::env::temp_dir().join(format!("opk-rt-{}", uuid::Uuid::new_v4()));
+        let mut config = crate::app::settings::load::defaults(home.clone());
+        // the fake engine knows runc only
+        let fake = Fake::new(config.scratch_root(), OnStart::Exit(0), Launcher::None);
+        assert!(check_runtimes(&fake, &config).await.is_ok());
+        config.pool.profiles.push(sandbox::Profile {
+            runtime: sandbox::Runtime::Runsc,
+            ..config.profile.clone()
+        });
+        match check_runtimes(&fake, &config).await {
+            Err(StartError::Config(why)) => {
+                assert!(why.contains("runtime runsc is not registered"), "{why}");
+                assert!(why.contains("docker-up.sh --runsc"), "{why}");
+            }
+            other => panic!("a pooled runsc profile on a runc-only engine: {other:?}"),
+        }
+    }
 }
