@@ -20,7 +20,8 @@ use crate::error::{Result, SandboxError};
 use crate::liveness::{op_liveness, OpLiveness};
 use crate::opfiles::{OpsDir, PidRecord};
 use crate::profile::{
-    container_config, Profile, RunIdentity, LABEL_MANAGED, LAUNCHER_CMD, SCRATCH_MOUNT, SHIM_MOUNT,
+    container_config, is_launcher_command, Profile, RunIdentity, LABEL_MANAGED, LAUNCHER_CMD,
+    SCRATCH_MOUNT, SHIM_MOUNT,
 };
 use crate::shim::{
     install_shim, launch_argv, marker, parse_probe, parse_signalled, probe_argv, ps_argv,
@@ -366,10 +367,7 @@ impl Sandbox {
                     // list does not report the hostname; Docker defaults it to the short id
                     hostname: String::new(),
                     state,
-                    has_launcher: c.command.as_deref().is_some_and(|cmd| {
-                        let launcher = format!("{SHIM_MOUNT} {LAUNCHER_CMD}");
-                        cmd == launcher || cmd.starts_with(&format!("{launcher} --poll-ms="))
-                    }),
+                    has_launcher: c.command.as_deref().is_some_and(is_launcher_command),
                     has_shim: mounts
                         .iter()
                         .any(|m| m.destination.as_deref() == Some(SHIM_MOUNT)),

@@ -16,16 +16,21 @@ use crate::shim::{parse_probe, MarkedProcess};
 /// The answer to the question `nonce`, once the launcher wrote it; `None`
 /// after `timeout` (the question is withdrawn either way).
 async fn wait_answer(ops: &OpsDir, nonce: &str, timeout: Duration) -> Option<String> {
+    let answer = poll_answer(ops, nonce, timeout).await;
+    ops.cancel_probe(nonce);
+    answer
+}
+
+/// The launcher's answer to `nonce` once it is there; `None` after `timeout`.
+async fn poll_answer(ops: &OpsDir, nonce: &str, timeout: Duration) -> Option<String> {
     let began = Instant::now();
     let mut pause = Duration::from_micros(500);
     loop {
         tokio::time::sleep(pause).await;
         if let Some(text) = ops.take_listing(nonce) {
-            ops.cancel_probe(nonce);
             return Some(text);
         }
         if began.elapsed() >= timeout {
-            ops.cancel_probe(nonce);
             return None;
         }
         pause = (pause * 2).min(Duration::from_millis(20));
@@ -96,8 +101,18 @@ impl Sandbox {
         let nonce = ops
             .ask_stdin(host, op_id, frames)
             .map_err(|e| SandboxError::io(ops.path(), e))?;
-        let Some(text) = wait_answer(&ops, &nonce, timeout).await else {
-            return Ok(None);
+        let mut answer = poll_answer(&ops, &nonce, timeout).await;
+        if answer.is_none() {
+            // withdrawn before the launcher took it: nothing was written
+            if ops.withdraw_stdin(&nonce) {
+                return Ok(None);
+            }
+            // taken: its frames are being written, never blocking; the
+            // answer is waited for as long again
+            answer = poll_answer(&ops, &nonce, timeout).await;
+        }
+        let Some(text) = answer else {
+            return Ok(Some(Relayed::Unknown));
         };
         Relayed::parse(&text)
             .map(Some)
@@ -118,6 +133,9 @@ pub enum Relayed {
     Full(usize),
     /// This many; the op's stdin is closed.
     Closed(usize),
+    /// The launcher took the frames and did not say what it did in time:
+    /// some or all may be in (a retry with the same ids applies none twice).
+    Unknown,
 }
 
 impl Relayed {

@@ -312,6 +312,16 @@ impl OpsDir {
         Ok(nonce)
     }
 
+    /// Withdraws stdin question `nonce` unless the launcher took it first:
+    /// `true` when it was still there (now gone: nothing of it is written).
+    pub fn withdraw_stdin(&self, nonce: &str) -> bool {
+        let question = self
+            .dir
+            .join("inbox")
+            .join(format!("{nonce}.{}", opkernel_shim::STDIN_SUFFIX));
+        std::fs::remove_file(question).is_ok()
+    }
+
     /// The launcher's answer to [`OpsDir::ask_probe`], once there (taken:
     /// the file is removed).
     pub fn take_listing(&self, nonce: &str) -> Option<String> {

@@ -359,6 +359,20 @@ pub fn container_config(
     }
 }
 
+/// Whether a container's command line (as `docker ps` shows it) is the
+/// resident launcher's: `serve`, or `serve --poll-ms=N` under gVisor.
+pub fn is_launcher_command(cmd: &str) -> bool {
+    cmd.strip_prefix(SHIM_MOUNT)
+        .and_then(|rest| rest.strip_prefix(' '))
+        .and_then(|rest| rest.strip_prefix(LAUNCHER_CMD))
+        .is_some_and(|poll| {
+            poll.is_empty()
+                || poll
+                    .strip_prefix(" --poll-ms=")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
 /// The container's main process (after the shim's path): the resident
 /// launcher, polling its inbox under gVisor; `idle` when a root command
 /// could write the inbox (no launcher then).
@@ -446,6 +460,16 @@ mod tests {
         let plain = container_config(HashMap::new(), &runc, Path::new("/s"), Path::new("/shim"));
         assert_eq!(plain.host_config.unwrap().runtime, None);
         assert_eq!(plain.cmd.unwrap(), vec!["serve".to_owned()]);
+        for (cmd, launcher) in [
+            ("/.opkernel/shim serve", true),
+            ("/.opkernel/shim serve --poll-ms=25", true),
+            ("/.opkernel/shim serve --poll-ms=", false),
+            ("/.opkernel/shim serve --poll-ms=25; sh", false),
+            ("/.opkernel/shim idle", false),
+            ("sh serve", false),
+        ] {
+            assert_eq!(is_launcher_command(cmd), launcher, "{cmd}");
+        }
     }
 
     #[test]

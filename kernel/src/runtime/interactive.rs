@@ -132,20 +132,19 @@ pub async fn write(
         Input::Resize { .. } => return Err(InputError::NoTty(op.id.clone())),
     };
     let _turn = k.inputs.turn(&op.id).await;
-    let gvisor = k
-        .run_meta(&op.run_id)
-        .await?
-        .is_some_and(|m| m.profile.runtime == sandbox::Runtime::Runsc);
-    if gvisor {
-        return relay(k, op, &frames, deadline).await;
-    }
     let closed = |e: StdinError| match e {
         StdinError::Closed => InputError::Closed(op.id.clone()),
         StdinError::Io(e) => InputError::Io(e),
     };
     let mut fifo = match k.backend.ops_dir(&op.scratch_key).open_stdin(&op.id) {
         Ok(fifo) => fifo,
-        // no FIFO: closed, or the op just ended (its status says which)
+        // no FIFO on the host's side: closed, or inside a gVisor sandbox
+        // (SPEC §30), where only the op's launcher reaches it; a container
+        // with a launcher is asked, and says `closed` for a FIFO that is gone
+        Err(StdinError::Closed) if !k.config.profile.runs_as_root() => {
+            return relay(k, op, &frames, deadline).await
+        }
+        // closed, or the op just ended (its status says which)
         Err(e) => return Err(closed_or_ended(k, op, closed(e)).await),
     };
     let mut written = 0u64;
@@ -194,12 +193,17 @@ async fn relay(k: &Kernel, op: &Op, frames: &[Frame], deadline: Instant) -> Resu
             Some(Relayed::Closed(_)) => {
                 return Err(closed_or_ended(k, op, InputError::Closed(op.id.clone())).await)
             }
-            None => {
-                return Err(InputError::Io(format!(
-                    "the launcher of operation {} did not take its stdin within {}s",
+            // not taken: no FIFO on the host's side and no launcher to
+            // reach one inside, so nothing can read this input
+            None => return Err(closed_or_ended(k, op, InputError::Closed(op.id.clone())).await),
+            Some(Relayed::Unknown) => {
+                let why = format!(
+                    "the launcher of operation {} took its stdin and did not say within {}s \
+                     how much went in: retry with the same Idempotency-Key (nothing is applied twice)",
                     op.id,
-                    RELAY_ANSWER.as_secs()
-                )))
+                    2 * RELAY_ANSWER.as_secs()
+                );
+                return Err(closed_or_ended(k, op, InputError::Io(why)).await);
             }
         }
         if Instant::now() >= deadline {

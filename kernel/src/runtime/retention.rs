@@ -168,8 +168,16 @@ async fn sweep_inboxes(k: &Kernel) -> Result<usize, StoreError> {
                 if settled {
                     removed += dir.clear_handover(op_id).unwrap_or(0);
                 }
-            } else if matches!(state, "probe" | "listing" | "probe.tmp" | "listing.tmp")
-                && age > STALE_PROBE
+            } else if matches!(
+                state,
+                "probe"
+                    | "listing"
+                    | "probe.tmp"
+                    | "listing.tmp"
+                    | "stdin"
+                    | "stdin.tmp"
+                    | "stdin-taken"
+            ) && age > STALE_PROBE
             {
                 removed += dir.remove_inbox_entry(&name).is_ok() as usize;
             }

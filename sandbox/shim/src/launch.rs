@@ -324,14 +324,7 @@ fn start(
         .map_err(Unstarted::Never)?;
     let fifo = fifo.map_err(Unstarted::Never)?;
     let setup = |what: &str, e: io::Error| Unstarted::Never(format!("cannot {what}: {e}"));
-    // gVisor (runsc) refuses it: orphans then go to the container's init,
-    // and the op's processes are still found by their marker
-    match sys::become_subreaper() {
-        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => {
-            return Err(setup("become a subreaper", e))
-        }
-        _ => {}
-    }
+    subreaper().map_err(|e| setup("become a subreaper", e))?;
     let wiring = wire(launch.io, user).map_err(|e| setup("wire its streams", e))?;
     let log = log.try_clone().map_err(|e| setup("share the log", e))?;
     // the copier blocks until output, the pipe's end, or this pipe's end:
@@ -533,6 +526,16 @@ fn copy_capped(
                 cut_off: true,
             });
         }
+    }
+}
+
+/// Orphans of the command come to this process. gVisor (runsc) refuses
+/// it (EINVAL): orphans then go to the container's init, and the op's
+/// processes are found by their marker alone.
+fn subreaper() -> io::Result<()> {
+    match sys::become_subreaper() {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        other => other,
     }
 }
 

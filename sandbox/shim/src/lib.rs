@@ -44,6 +44,10 @@ pub const PS_QUESTION: &str = "ps";
 /// frames; the answer, `inbox/<nonce>.listing`, is `ok N`, `full N` or
 /// `closed N` (N frames went in).
 pub const STDIN_SUFFIX: &str = "stdin";
+/// A stdin question the launcher took (renamed from `<nonce>.stdin`
+/// before it writes anything): the kernel, withdrawing a question by
+/// removing `<nonce>.stdin`, knows from a missing name that it was taken.
+pub const STDIN_TAKEN_SUFFIX: &str = "stdin-taken";
 /// The largest stdin question the launcher reads.
 pub const MAX_STDIN_QUESTION: usize = 4 << 20;
 

@@ -13,34 +13,59 @@ use std::path::Path;
 use opkernel_shim::stdin::{Action, Reader, FIFO_EXT};
 use opkernel_shim::{
     valid_nonce, validate_op_id, LISTING_SUFFIX, MAX_STDIN_QUESTION, OPS_DIR, STDIN_SUFFIX,
+    STDIN_TAKEN_SUFFIX,
 };
 
 use crate::launch::write_atomic;
 
 /// Answers the stdin questions `nonces` meant for `host`; returns how many.
+/// Each is claimed by a rename before anything is written: a question the
+/// kernel withdrew first (it removes the name) is never applied, and one
+/// taken is answered.
 pub fn relay_all(inbox: &Path, nonces: &[String], host: &str) -> usize {
     let mut answered = 0;
     for nonce in nonces.iter().filter(|n| valid_nonce(n)) {
         let question = inbox.join(format!("{nonce}.{STDIN_SUFFIX}"));
-        let Some(bytes) = read_question(&question) else {
+        // the header names the container: another's is left alone
+        let Some(op) = addressed_to(&question, host) else {
             continue;
         };
-        let Some(at) = bytes.iter().position(|&b| b == b'\n') else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&bytes[..at]).into_owned();
-        let Some((to, op)) = head.split_once('\t') else {
-            continue;
-        };
-        if to != host || validate_op_id(op).is_err() {
+        let taken = inbox.join(format!("{nonce}.{STDIN_TAKEN_SUFFIX}"));
+        if std::fs::rename(&question, &taken).is_err() {
             continue;
         }
-        let answer = feed(op, &bytes[at + 1..]);
-        let _ = write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), &answer);
-        let _ = std::fs::remove_file(&question);
-        answered += 1;
+        let answer = match read_question(&taken) {
+            Some(bytes) => {
+                let at = bytes
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(bytes.len(), |i| i + 1);
+                feed(&op, &bytes[at..])
+            }
+            None => "closed 0\n".to_owned(),
+        };
+        if write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), &answer).is_ok() {
+            answered += 1;
+        }
+        let _ = std::fs::remove_file(&taken);
     }
     answered
+}
+
+/// The op a question names when it is meant for `host` (its first line:
+/// `<host>\t<op id>`, read alone).
+fn addressed_to(path: &Path, host: &str) -> Option<String> {
+    let mut head = [0u8; 320];
+    let n = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .ok()?;
+    let line = head[..n].split(|&b| b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let (to, op) = line.split_once('\t')?;
+    (to == host && validate_op_id(op).is_ok()).then(|| op.to_owned())
 }
 
 fn read_question(path: &Path) -> Option<Vec<u8>> {

@@ -289,12 +289,14 @@ fn answer_probes(inbox: &Path, nonces: &[String], host: &str) -> usize {
         .any(|(_, ps)| *ps)
         .then(crate::ps::table)
         .and_then(Result::ok);
-    let answered = asked.len();
+    let mut answered = 0;
     for (nonce, ps) in asked {
         let Some(answer) = (if ps { &table } else { &listing }) else {
             continue;
         };
-        let _ = write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), answer);
+        if write_atomic(&inbox.join(format!("{nonce}.{LISTING_SUFFIX}")), answer).is_ok() {
+            answered += 1;
+        }
         let _ = std::fs::remove_file(inbox.join(format!("{nonce}.{PROBE_SUFFIX}")));
     }
     answered

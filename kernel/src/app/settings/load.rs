@@ -178,6 +178,13 @@ fn profile(r: &mut Reader) -> Profile {
             t::NETWORK.env,
             profile.network
         )),
+        // stdin reaches a gVisor op through its launcher, and a root
+        // command's container has none
+        Some(sandbox::Runtime::Runsc) if profile.runs_as_root() => r.invalid.push(format!(
+            "{}=runsc needs commands that do not run as root ({} is root)",
+            t::RUNTIME.env,
+            t::RUN_AS.env
+        )),
         Some(rt) => profile.runtime = rt,
         None => r.invalid.push(format!(
             "{}: runc or runsc, got {runtime:?}",

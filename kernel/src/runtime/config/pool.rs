@@ -35,6 +35,11 @@ impl PoolConfig {
                     .ok_or_else(|| format!("{pair:?} is not key=value"))?;
                 set(&mut p, key.trim(), value.trim(), images)?;
             }
+            if p.runtime == sandbox::Runtime::Runsc && p.runs_as_root() {
+                return Err(format!(
+                    "{entry:?}: a runsc profile needs commands that do not run as root"
+                ));
+            }
             if p.runtime == sandbox::Runtime::Runsc && p.network != "none" {
                 return Err(format!(
                     "{entry:?}: a runsc profile runs with network none, not {:?}",

@@ -13,9 +13,12 @@ pub(super) fn is_idle_process(command: &str) -> bool {
         .strip_prefix(sandbox::shim::SHIM_PATH)
         .is_some_and(|rest| {
             rest == " idle"
-                || rest
-                    .strip_prefix(" serve")
-                    .is_some_and(|poll| poll.is_empty() || poll.starts_with(" --poll-ms="))
+                || rest.strip_prefix(" serve").is_some_and(|poll| {
+                    poll.is_empty()
+                        || poll.strip_prefix(" --poll-ms=").is_some_and(|n| {
+                            !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit())
+                        })
+                })
         });
     shim_idle
         || command.contains("docker-init")

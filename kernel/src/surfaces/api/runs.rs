@@ -189,6 +189,12 @@ async fn check_runtime(k: &AppState, envelope: Option<&crate::runs::Envelope>) -
     let Some(runtime) = envelope.map(|e| e.runtime).filter(|r| !r.is_runc()) else {
         return Ok(());
     };
+    if k.config.profile.runs_as_root() {
+        return Err(ApiError::bad_request(
+            "envelope runtime runsc needs commands that do not run as root \
+             (this kernel runs them as root: OPKERNEL_RUN_AS)",
+        ));
+    }
     let known = k.backend.runtimes().await.map_err(|e| {
         ApiError::unavailable(format!("cannot ask the engine for its runtimes: {e}"))
     })?;
