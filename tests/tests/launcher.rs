@@ -71,22 +71,22 @@ async fn ops_start_through_the_resident_launcher(image: Image) {
     let container = k.container_of(&ops[0]).await.unwrap();
     let record = std::fs::read_to_string(dir.join("launcher.pid")).unwrap();
     let launcher = sandbox::PidRecord::parse(&record).unwrap();
-    let top = std::process::Command::new("docker")
-        .args(["top", &container, "-o", "pid,user,args"])
-        .output()
-        .unwrap();
-    let top = String::from_utf8_lossy(&top.stdout);
+    let top = opkernel_tests::docker_top(&container);
     assert!(
-        top.lines()
-            .any(|l| l.contains("root") && l.ends_with("/.opkernel/shim serve")),
-        "{top}"
+        top.iter().any(|r| r.user == "root"
+            && opkernel_tests::is_container_own(r)
+            && !r.args.contains("docker-init")),
+        "{top:?}"
     );
     let inside = opkernel::drills::harness::docker_exec(
         &container,
         &format!("cat /proc/{}/cmdline | tr '\\0' ' '", launcher.pid),
     )
     .unwrap();
-    assert_eq!(inside.trim(), "/.opkernel/shim serve", "{record}");
+    assert!(
+        sandbox::profile::is_launcher_command(inside.trim()),
+        "{record}: {inside}"
+    );
 }
 
 /// A run container made the way kernels before the launcher made them

@@ -130,11 +130,15 @@ async fn leftovers_are_stopped_before_the_code_and_charged(image: Image) {
         (Some(0), Some(1)),
         "{s}"
     );
-    let cpu_ms = s["cpu_ms"].as_u64().unwrap();
-    assert!(cpu_ms > 50, "the loop's CPU time was not charged: {s}");
-    let view = k.client.get(&format!("/v1/runs/{run}")).await.unwrap();
-    let charged = view["used"]["cpu_seconds"].as_f64().unwrap();
-    assert!(charged > 0.05, "{view}");
+    // under gVisor there is no child subreaper: the orphaned loop goes to
+    // the container's init and its CPU is not the op's (a known gap, SPEC §30)
+    if opkernel_tests::runtime() == sandbox::Runtime::Runc {
+        let cpu_ms = s["cpu_ms"].as_u64().unwrap();
+        assert!(cpu_ms > 50, "the loop's CPU time was not charged: {s}");
+        let view = k.client.get(&format!("/v1/runs/{run}")).await.unwrap();
+        let charged = view["used"]["cpu_seconds"].as_f64().unwrap();
+        assert!(charged > 0.05, "{view}");
+    }
     let procs = processes_but_launchers(&container);
     assert!(
         !procs.contains("while"),
