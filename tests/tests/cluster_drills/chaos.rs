@@ -136,6 +136,40 @@ async fn workload(c: Arc<Cluster>, runs: Vec<String>, started: Started, stop: Ar
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(held.is_empty(), "held ops never approved: {held:?}");
+    // an op the workload did not see held (its start's answer was a
+    // retry's) or whose approval a fault refused is still waiting: the
+    // operator's list names it, and it is approved from there
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = &c.nodes[i % c.nodes.len()];
+        i += 1;
+        let Ok(waiting) = timed(node.client.get("/v1/approvals")).await else {
+            assert!(Instant::now() < deadline, "no node lists the waiting ops");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        let ids: Vec<String> = waiting["operations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["operation_id"].as_str().map(str::to_owned))
+            .collect();
+        if ids.is_empty() {
+            break;
+        }
+        eprintln!(
+            "chaos: {} op(s) still waiting for approval: {ids:?}",
+            ids.len()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "ops left waiting for approval: {ids:?}"
+        );
+        held.extend(ids.into_iter().map(|id| (id, Instant::now())));
+        approve_due(&c, &mut held, i, Duration::ZERO).await;
+        held.clear();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Approves the held ops older than `after` (through a node in turn);
