@@ -19,6 +19,18 @@ done
 
 answers() { docker info >/dev/null 2>&1; }
 
+# until CHECK TRIES PAUSE OK FAIL: runs CHECK until it succeeds (says OK),
+# at most TRIES times PAUSE seconds apart (then says FAIL and exits 1)
+until_ok() {
+  local check=$1 tries=$2 pause=$3 ok=$4 fail=$5
+  for _ in $(seq 1 "$tries"); do
+    if "$check"; then echo "docker-up: $ok"; return 0; fi
+    sleep "$pause"
+  done
+  echo "docker-up: $fail" >&2
+  exit 1
+}
+
 need_root() {
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "docker-up: $1 (needs root and apt-get)" >&2
@@ -37,12 +49,7 @@ start_engine() {
   fi
   local log=/var/log/opkernel-dockerd.log
   nohup dockerd >"$log" 2>&1 &
-  for _ in $(seq 1 60); do
-    if answers; then echo "docker-up: dockerd started"; return 0; fi
-    sleep 0.5
-  done
-  echo "docker-up: dockerd did not answer within 30s; see $log" >&2
-  exit 1
+  until_ok answers 60 0.5 "dockerd started" "dockerd did not answer within 30s; see $log"
 }
 
 registered() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
@@ -59,7 +66,7 @@ register_runsc() {
   mkdir -p /etc/docker
   [ -s "$conf" ] || echo '{}' >"$conf"
   python3 - "$conf" "$path" <<'PY'
-import json, sys
+import json, os, sys
 conf, path = sys.argv[1], sys.argv[2]
 with open(conf) as f:
     doc = json.load(f)
@@ -71,16 +78,10 @@ tmp = conf + ".opkernel.tmp"
 with open(tmp, "w") as f:
     json.dump(doc, f, indent=2)
     f.write("\n")
-import os
 os.replace(tmp, conf)
 PY
   pkill -HUP -x dockerd
-  for _ in $(seq 1 40); do
-    if registered; then echo "docker-up: runsc registered"; return 0; fi
-    sleep 0.25
-  done
-  echo "docker-up: dockerd did not pick up runsc from $conf" >&2
-  exit 1
+  until_ok registered 40 0.25 "runsc registered" "dockerd did not pick up runsc from $conf"
 }
 
 answers || start_engine
