@@ -284,7 +284,13 @@ async fn after_an_outage_with_catch_up_exactly_one_op_catches_up() {
     assert_eq!(catch_up.len(), 1, "{fired:?}");
     // the catch-up op stands for its own due time and the ones after it
     assert!(catch_up[0]["data"]["missed_slots"].as_u64().unwrap() >= 2);
-    assert!(of_kind(&all, "schedule.skipped").is_empty());
+    // nothing is skipped for the outage; a slot due while an op still
+    // runs (a loaded machine) is skipped for that reason, rightly
+    let missed: Vec<&Value> = of_kind(&all, "schedule.skipped")
+        .into_iter()
+        .filter(|e| e["data"]["reason"] != "previous still running")
+        .collect();
+    assert!(missed.is_empty(), "{missed:?}");
 }
 
 #[tokio::test]
