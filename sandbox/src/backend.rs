@@ -74,9 +74,12 @@ pub trait Containers {
     fn set_paused<'a>(&'a self, container_id: &'a str, _paused: bool) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move { Err(no_pool(container_id)) })
     }
-    /// The host pid of a running container's main process (its root is
-    /// `/proc/<pid>/root`, the files API's view, SPEC §26).
-    fn main_pid<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<i64>> {
+    /// Where a running container's file system is on the host (the files
+    /// API's view, SPEC §26).
+    fn files_root<'a>(
+        &'a self,
+        container_id: &'a str,
+    ) -> BoxFuture<'a, Result<crate::files::Root>> {
         Box::pin(async move { Err(no_pool(container_id)) })
     }
     /// Finds or makes the kernel's internal egress network (SPEC §27),
@@ -262,8 +265,11 @@ impl Containers for Sandbox {
     fn set_paused<'a>(&'a self, container_id: &'a str, paused: bool) -> BoxFuture<'a, Result<()>> {
         Box::pin(Sandbox::set_paused(self, container_id, paused))
     }
-    fn main_pid<'a>(&'a self, container_id: &'a str) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(Sandbox::main_pid(self, container_id))
+    fn files_root<'a>(
+        &'a self,
+        container_id: &'a str,
+    ) -> BoxFuture<'a, Result<crate::files::Root>> {
+        Box::pin(Sandbox::files_root(self, container_id))
     }
     fn ensure_egress_network<'a>(
         &'a self,

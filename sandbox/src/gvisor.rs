@@ -1,9 +1,11 @@
 //! What differs for a container under gVisor (`runsc`, SPEC §30) on the
 //! Docker side: the engine's `docker top` lists the host's processes for
-//! it, so its table is read from inside.
+//! it, so its table is read from inside; and its files are reached
+//! through its root file system and mounts on the host.
 
 use crate::docker::{Sandbox, TopProcess};
 use crate::error::{Result, SandboxError};
+use crate::files::{Mount, Reach, Root};
 use crate::profile::SHIM_MOUNT;
 use crate::Runtime;
 use opkernel_shim::table::parse_table;
@@ -32,5 +34,73 @@ impl Sandbox {
                 command: r.command,
             })
             .collect())
+    }
+}
+
+/// File systems a gVisor sandbox keeps inside itself: the host reaches
+/// none of them.
+const INSIDE: &[(&str, &str)] = &[
+    ("/proc", "the sandbox's own process file system"),
+    ("/sys", "the sandbox's own system file system"),
+    ("/dev", "the sandbox's own device file system"),
+];
+
+/// The files API's root of a gVisor container (see
+/// [`crate::files::Root::Mapped`]): its root file system on the host (the
+/// storage driver's merged directory) and its mounts, from its inspect.
+pub(crate) fn files_root(
+    container_id: &str,
+    info: &bollard::models::ContainerInspectResponse,
+) -> Result<Root> {
+    let driver = info.graph_driver.as_ref();
+    let Some(rootfs) = driver.and_then(|d| d.data.get("MergedDir")) else {
+        let name = driver.map_or("unknown", |d| d.name.as_str());
+        return Err(SandboxError::Io {
+            path: format!("container {container_id}'s root file system").into(),
+            source: std::io::Error::other(format!(
+                "the engine's storage driver ({name}) shows no host directory for it; \
+                 the files API needs overlay2 or fuse-overlayfs under gVisor"
+            )),
+        });
+    };
+    let mut mounts: Vec<Mount> = INSIDE
+        .iter()
+        .map(|(at, what)| unreachable(at, what))
+        .collect();
+    let tmpfs = info.host_config.as_ref().and_then(|h| h.tmpfs.as_ref());
+    for at in tmpfs.into_iter().flat_map(|t| t.keys()) {
+        mounts.push(unreachable(
+            at,
+            "a memory file system inside the gVisor sandbox",
+        ));
+    }
+    for m in info.mounts.iter().flatten() {
+        let (Some(at), Some(source)) = (&m.destination, &m.source) else {
+            continue;
+        };
+        let reach = match std::fs::metadata(source) {
+            Ok(meta) if meta.is_dir() => Reach::Host {
+                dir: source.into(),
+                writable: m.rw.unwrap_or(false),
+            },
+            _ => Reach::Unreachable(format!("{at}: a file the kernel mounts, not a directory")),
+        };
+        mounts.push(Mount {
+            at: at.clone(),
+            reach,
+        });
+    }
+    Ok(Root::Mapped {
+        rootfs: rootfs.into(),
+        mounts,
+    })
+}
+
+fn unreachable(at: &str, what: &str) -> Mount {
+    Mount {
+        at: at.to_owned(),
+        reach: Reach::Unreachable(format!(
+            "{at} is {what}, which the files API cannot reach: use /scratch"
+        )),
     }
 }

@@ -3,83 +3,14 @@
 //! files API (streamed both ways, Range, listings, tar archives, planted
 //! links that never lead out), snapshots and forks.
 
+mod workspace_helpers;
+
 use opkernel::drills::harness::{kernel_binary, KernelProcess};
 use opkernel_tests::unique_run;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-
-async fn kernel(tag: &str, env: &[(&str, &str)]) -> KernelProcess {
-    let bin = kernel_binary().unwrap();
-    let mut all = vec![("OPKERNEL_IMAGES", "deb=opkernel-sandbox:debian")];
-    all.extend_from_slice(env);
-    KernelProcess::start(&bin, tag, &all).await.unwrap()
-}
-
-/// A raw call with `token` (the operator's when `None`).
-async fn call(
-    k: &KernelProcess,
-    method: Method,
-    path: &str,
-    token: Option<&str>,
-    body: Vec<u8>,
-) -> (StatusCode, Vec<u8>) {
-    let url = format!("{}{path}", k.client.base());
-    let json = body.first() == Some(&b'{');
-    let answer = reqwest::Client::new()
-        .request(method, url)
-        .bearer_auth(token.unwrap_or(k.client.token()))
-        .header(
-            "content-type",
-            if json {
-                "application/json"
-            } else {
-                "application/octet-stream"
-            },
-        )
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = answer.status();
-    (status, answer.bytes().await.unwrap().to_vec())
-}
-
-async fn json_call(
-    k: &KernelProcess,
-    method: Method,
-    path: &str,
-    token: Option<&str>,
-    body: Value,
-) -> (StatusCode, Value) {
-    let (status, bytes) = call(k, method, path, token, serde_json::to_vec(&body).unwrap()).await;
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
-async fn create(k: &KernelProcess, token: Option<&str>, body: Value) -> (StatusCode, Value) {
-    json_call(k, Method::POST, "/v1/runs", token, body).await
-}
-
-/// A foreground command's exit code and output.
-async fn run(k: &KernelProcess, run: &str, token: Option<&str>, cmd: &[&str]) -> (i64, String) {
-    let body = json!({"command": cmd, "timeout_sec": 60});
-    let (status, v) = json_call(
-        k,
-        Method::POST,
-        &format!("/v1/runs/{run}/tools/run_command"),
-        token,
-        body,
-    )
-    .await;
-    assert_eq!(status, 200, "{v}");
-    (
-        v["exit_code"].as_i64().unwrap_or(-1),
-        v["output"].as_str().unwrap_or_default().to_owned(),
-    )
-}
+use workspace_helpers::{call, create, json_call, kernel, run};
 
 /// A `PUT` declaring `length` bytes and sending none: the answer's head.
 async fn declared_only(k: &KernelProcess, path: &str, length: u64) -> String {
@@ -244,7 +175,9 @@ async fn files_stream_both_ways_and_planted_links_never_lead_out() {
         Vec::new(),
     )
     .await;
-    assert_eq!(status, 404);
+    // nothing there in the view (gVisor refuses its own /tmp, where a
+    // test kernel's home is, by name)
+    assert!(matches!(status.as_u16(), 403 | 404), "{status}");
     // the image's /etc/shadow (none in busybox) is never the host's
     let (status, body) = call(
         &k,

@@ -166,7 +166,8 @@ pub enum ViewError {
 }
 
 /// The files API's view of a run (SPEC §26): its container (made, or
-/// adopted from the pool, as a first op would), whose root is the view,
+/// adopted from the pool, as a first op would), whose file system is the
+/// view (under gVisor, its root file system and mounts on the host),
 /// with its `.ops` and the run user (the owner of its `/scratch`). The
 /// guard keeps the reaper off the container while the call uses it.
 pub async fn view_of(
@@ -192,7 +193,7 @@ pub async fn view_of(
     }
     let gate = k.launch_gate(run).await;
     let info = k.ensure_container(&identity, &meta.profile).await?;
-    let pid = k.backend.main_pid(&info.id).await?;
+    let root = k.backend.files_root(&info.id).await?;
     let scratch = k.config.scratch_root().join(&identity.scratch_key);
     let owner = std::fs::metadata(&scratch).map_err(|e| sandbox::files::FileError::Io {
         path: scratch.display().to_string(),
@@ -204,6 +205,6 @@ pub async fn view_of(
         gid: owner.gid(),
     };
     let ops = k.backend.ops_dir(&identity.scratch_key);
-    let view = sandbox::files::View::open(pid, ops.path(), user)?;
+    let view = sandbox::files::View::open(&root, ops.path(), user)?;
     Ok((view, gate))
 }

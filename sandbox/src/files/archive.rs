@@ -27,12 +27,14 @@ pub fn pack(view: &View, path: &str, out: &mut dyn Write) -> FileResult<u64> {
         How {
             follow_last: true,
             make_parents: false,
+            write: false,
         },
     )?;
     let dir = view.open_dir(&place)?;
     let mut builder = tar::Builder::new(out);
     let mut bytes = 0;
-    pack_dir(view, &mut builder, &dir, "", &place.shown, &mut bytes)?;
+    let at = place.full();
+    pack_dir(view, &mut builder, &dir, &at, "", &place.shown, &mut bytes)?;
     builder
         .into_inner()
         .and_then(|w| w.flush())
@@ -51,10 +53,12 @@ fn header_of(st: &libc::stat64, kind: tar::EntryType) -> tar::Header {
     h
 }
 
+/// Packs the entries of `dir`, whose container path is `at`.
 fn pack_dir(
     view: &View,
     builder: &mut tar::Builder<&mut dyn Write>,
     dir: &OwnedFd,
+    at: &[Vec<u8>],
     prefix: &str,
     shown: &str,
     bytes: &mut u64,
@@ -70,21 +74,24 @@ fn pack_dir(
         };
         match kind_of(&st) {
             EntryType::Dir => {
-                let sub = walk::open_at(
-                    dir.as_raw_fd(),
-                    &name,
-                    libc::O_RDONLY | libc::O_DIRECTORY,
-                    0,
-                )
-                .map_err(|e| FileError::os(&here, e))?;
-                if view.is_ops(&sub) {
+                let mut sub_at = at.to_vec();
+                sub_at.push(name.as_bytes().to_vec());
+                let Some(sub) = open_sub(view, dir, &name, &sub_at, &here)? else {
                     continue;
-                }
+                };
                 let mut h = header_of(&st, tar::EntryType::Directory);
                 builder
                     .append_data(&mut h, format!("{rel}/"), std::io::empty())
                     .map_err(aborted)?;
-                pack_dir(view, builder, &sub, &format!("{rel}/"), shown, bytes)?;
+                pack_dir(
+                    view,
+                    builder,
+                    &sub,
+                    &sub_at,
+                    &format!("{rel}/"),
+                    shown,
+                    bytes,
+                )?;
             }
             EntryType::Symlink => {
                 let target = walk::read_link_at(dir.as_raw_fd(), &name)
@@ -116,6 +123,24 @@ fn pack_dir(
         }
     }
     Ok(())
+}
+
+/// The subdirectory `name` of `dir` (at `at`) opened for reading: the
+/// mount's directory when one is there, `None` for the run's `.ops` or a
+/// mount the view cannot reach (left out).
+fn open_sub(
+    view: &View,
+    dir: &OwnedFd,
+    name: &std::ffi::CStr,
+    at: &[Vec<u8>],
+    here: &str,
+) -> FileResult<Option<OwnedFd>> {
+    if let Some(i) = view.mount_at(at) {
+        return Ok(view.read_mount(i));
+    }
+    let sub = walk::open_at(dir.as_raw_fd(), name, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .map_err(|e| FileError::os(here, e))?;
+    Ok((!view.is_ops(&sub)).then_some(sub))
 }
 
 /// Unpacks the tar stream `input` into the directory at `path` (made when
@@ -196,6 +221,7 @@ fn ensure_dir(view: &View, path: &str) -> FileResult<OwnedFd> {
         How {
             follow_last: true,
             make_parents: true,
+            write: true,
         },
     )?;
     if let Some(name) = &place.name {
@@ -211,6 +237,7 @@ fn symlink(view: &View, path: &str, target: &[u8]) -> FileResult<()> {
         How {
             follow_last: false,
             make_parents: true,
+            write: true,
         },
     )?;
     let Some(name) = &place.name else {

@@ -3,8 +3,8 @@
 //! workspaces copied for forks and snapshots.
 //!
 //! The I/O happens on the host, in the kernel's process, through the run
-//! container's root (`/proc/<init pid>/root`), never by a command in the
-//! container. Two rules keep it inside the run's own view:
+//! container's root (`/proc/<init pid>/root`; under gVisor its root file
+//! system and mounts, see `mounts`), never by a command in the container. Two rules keep it inside the run's own view:
 //!
 //! - every path is resolved here, one component at a time, relative to
 //!   directory descriptors already open (`openat` with `O_NOFOLLOW`); a
@@ -24,6 +24,7 @@
 
 mod archive;
 mod chan;
+mod mounts;
 mod ops;
 mod tree;
 mod walk;
@@ -33,6 +34,7 @@ use std::path::Path;
 
 pub use archive::{pack, unpack, Unpacked};
 pub use chan::{ChannelReader, ChannelWriter};
+pub use mounts::{Mount, Reach, Root};
 pub use ops::{list, read, remove, write, Entry, EntryType, Opened};
 pub use tree::{copy_tree, copy_tree_within, Copied, CopyBounds};
 
@@ -112,16 +114,14 @@ pub struct View {
     ops: (u64, u64),
     /// Who the files are read and written as.
     pub user: crate::RunUser,
+    /// Why the root file system is not written through this view, when it
+    /// is not (a mapped view's, see [`Root::Mapped`]).
+    root_read_only: Option<&'static str>,
+    /// A mapped view's mounts.
+    mounts: Vec<mounts::Mounted>,
 }
 
 impl View {
-    /// The view of the container whose main process is `pid` on this host,
-    /// with the run's `.ops` at `ops_dir` (host path) and files owned by
-    /// `user`.
-    pub fn open(pid: i64, ops_dir: &Path, user: crate::RunUser) -> FileResult<View> {
-        View::open_root(&format!("/proc/{pid}/root"), ops_dir, user)
-    }
-
     /// The view whose root is the host directory `root` (a container's
     /// `/proc/<pid>/root`, or a plain directory in tests).
     pub fn open_root(root: &str, ops_dir: &Path, user: crate::RunUser) -> FileResult<View> {
@@ -138,6 +138,8 @@ impl View {
             root,
             ops: (ops.dev(), ops.ino()),
             user,
+            root_read_only: None,
+            mounts: Vec::new(),
         })
     }
 

@@ -67,6 +67,7 @@ pub fn read(view: &View, path: &str) -> FileResult<Opened> {
         How {
             follow_last: true,
             make_parents: false,
+            write: false,
         },
     )?;
     let Some(name) = &place.name else {
@@ -108,6 +109,7 @@ pub fn list(view: &View, path: &str) -> FileResult<Vec<Entry>> {
         How {
             follow_last: true,
             make_parents: false,
+            write: false,
         },
     )?;
     let dir = view.open_dir(&place)?;
@@ -185,6 +187,7 @@ pub(crate) fn write_at(
         How {
             follow_last: true,
             make_parents: true,
+            write: true,
         },
     )?;
     let Some(name) = place.name.clone() else {
@@ -284,7 +287,13 @@ fn rename_at(dir: RawFd, from: &CStr, to: &CStr, shown: &str) -> FileResult<()> 
 /// Removes the file, link or directory at `path` (a link itself, never its
 /// target); a directory with entries only when `recursive`.
 pub fn remove(view: &View, path: &str, recursive: bool) -> FileResult<()> {
-    let place = view.resolve(path, How::default())?;
+    let place = view.resolve(
+        path,
+        How {
+            write: true,
+            ..How::default()
+        },
+    )?;
     let Some(name) = &place.name else {
         return Err(FileError::Denied(format!(
             "{}: the root of the view",

@@ -6,21 +6,34 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use super::mounts::Area;
 use super::{FileError, FileResult, View};
 
 /// Links followed while resolving one path (as Linux's own bound).
 const MAX_LINKS: usize = 40;
 
 /// A path's place: the directory it is in (open) and its last name (`None`
-/// for the view's root or a path naming a directory by `/` or `..`).
+/// for the view's root, a mount's root, or a path naming a directory by `/`
+/// or `..`).
 #[derive(Debug)]
 pub(crate) struct Place {
     /// The directories from the root down to the parent (empty: the root).
-    dirs: Vec<OwnedFd>,
+    dirs: Vec<Dir>,
     /// The last component, when the path has one.
     pub name: Option<CString>,
     /// The path as written (for messages).
     pub shown: String,
+}
+
+/// One directory on a place's way down.
+#[derive(Debug)]
+struct Dir {
+    /// The directory (`O_PATH`).
+    fd: OwnedFd,
+    /// Its name in its parent (as the container sees it).
+    name: Vec<u8>,
+    /// The file system it is on.
+    area: Area,
 }
 
 /// How to resolve.
@@ -30,6 +43,9 @@ pub(crate) struct How {
     pub follow_last: bool,
     /// Create missing directories on the way (as the thread's user).
     pub make_parents: bool,
+    /// The place is to be written (made, replaced or removed): refused
+    /// where the view does not write.
+    pub write: bool,
 }
 
 impl Place {
@@ -38,7 +54,28 @@ impl Place {
     pub fn dir<'a>(&'a self, view: &'a View) -> RawFd {
         self.dirs
             .last()
-            .map_or(view.root.as_raw_fd(), |d| d.as_raw_fd())
+            .map_or(view.root.as_raw_fd(), |d| d.fd.as_raw_fd())
+    }
+
+    /// The file system of [`Place::dir`].
+    pub fn area(&self) -> Area {
+        self.dirs.last().map_or(Area::Root, |d| d.area)
+    }
+
+    /// The container path of [`Place::dir`], by component.
+    pub fn at(&self) -> Vec<Vec<u8>> {
+        self.dirs.iter().map(|d| d.name.clone()).collect()
+    }
+
+    /// The container path of the place itself, by component.
+    pub fn full(&self) -> Vec<Vec<u8>> {
+        let mut at = self.at();
+        at.extend(self.name.as_ref().map(|n| n.as_bytes().to_vec()));
+        at
+    }
+
+    fn push(&mut self, fd: OwnedFd, name: Vec<u8>, area: Area) {
+        self.dirs.push(Dir { fd, name, area });
     }
 }
 
@@ -141,6 +178,14 @@ fn components(path: &[u8]) -> impl Iterator<Item = Vec<u8>> + '_ {
 impl View {
     /// Resolves `path` (a container path, `/` or not in front) to its place.
     pub(crate) fn resolve(&self, path: &str, how: How) -> FileResult<Place> {
+        let place = self.walk(path, how)?;
+        if how.write {
+            self.may_write_at(&place)?;
+        }
+        Ok(place)
+    }
+
+    fn walk(&self, path: &str, how: How) -> FileResult<Place> {
         let mut todo: VecDeque<Vec<u8>> = components(path.as_bytes()).collect();
         let mut place = Place {
             dirs: Vec::new(),
@@ -155,7 +200,16 @@ impl View {
             }
             let name = c_name(&part, &place.shown)?;
             let last = todo.is_empty();
+            let mut at = place.at();
+            at.push(part.clone());
+            if let Some(i) = self.mount_at(&at) {
+                // a mount: its host directory, not the one under it
+                let fd = self.enter_mount(i, &place.shown)?;
+                place.push(fd, part, Area::Mount(i));
+                continue;
+            }
             let dir = place.dir(self);
+            let area = place.area();
             let st = match lstat_at(dir, &name) {
                 Ok(st) => st,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) && last => {
@@ -163,8 +217,10 @@ impl View {
                     return Ok(place);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) && how.make_parents => {
+                    self.may_write(area, &place.shown)?;
                     self.make_dir(dir, &name, &place.shown)?;
-                    place.dirs.push(self.enter(dir, &name, &place.shown)?);
+                    let fd = self.enter(dir, &name, &place.shown)?;
+                    place.push(fd, part, area);
                     continue;
                 }
                 Err(e) => return Err(FileError::os(&place.shown, e)),
@@ -201,7 +257,8 @@ impl View {
                     place.shown
                 )));
             }
-            place.dirs.push(self.enter(dir, &name, &place.shown)?);
+            let fd = self.enter(dir, &name, &place.shown)?;
+            place.push(fd, part, area);
         }
         Ok(place)
     }
