@@ -146,7 +146,8 @@ pub trait Processes {
         Box::pin(async { Ok(None) })
     }
     /// Stdin frames handed to the launcher of `host` for op `op_id` (its
-    /// FIFO is inside a gVisor sandbox); `Ok(None)`: no answer in
+    /// FIFO is inside a gVisor sandbox), or with `by_exec` (a container id)
+    /// to a `docker exec` of the shim's relay; `Ok(None)`: no answer in
     /// `timeout` (or the backend has no such path).
     fn relay_stdin<'a>(
         &'a self,
@@ -155,6 +156,7 @@ pub trait Processes {
         _op_id: &'a str,
         _frames: &'a [u8],
         _timeout: std::time::Duration,
+        _by_exec: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<crate::launcher::Relayed>>> {
         Box::pin(async { Ok(None) })
     }
@@ -348,6 +350,7 @@ impl Processes for Sandbox {
         op_id: &'a str,
         frames: &'a [u8],
         timeout: std::time::Duration,
+        by_exec: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<crate::launcher::Relayed>>> {
         Box::pin(Sandbox::relay_stdin(
             self,
@@ -356,6 +359,7 @@ impl Processes for Sandbox {
             op_id,
             frames,
             timeout,
+            by_exec,
         ))
     }
     fn signal_op<'a>(

@@ -11,6 +11,7 @@ use opkernel_shim::table::{parse_table, ProcessRow};
 use crate::docker::Sandbox;
 use crate::error::{Result, SandboxError};
 use crate::opfiles::OpsDir;
+use crate::profile::SHIM_MOUNT;
 use crate::shim::{parse_probe, MarkedProcess};
 
 /// The answer to the question `nonce`, once the launcher wrote it; `None`
@@ -88,7 +89,9 @@ impl Sandbox {
 
     /// Hands stdin `frames` (rendered, whole) to the launcher of `host`
     /// for op `op_id` (gVisor, SPEC §30); `Ok(None)` when no answer came
-    /// in `timeout`.
+    /// in `timeout`. A container without a launcher (`by_exec`: its id) has
+    /// the question answered by a `docker exec` of the shim's `relay`,
+    /// claimed the same way.
     pub async fn relay_stdin(
         &self,
         scratch_key: &str,
@@ -96,11 +99,21 @@ impl Sandbox {
         op_id: &str,
         frames: &[u8],
         timeout: Duration,
+        by_exec: Option<&str>,
     ) -> Result<Option<Relayed>> {
         let ops = self.ops_dir(scratch_key);
         let nonce = ops
             .ask_stdin(host, op_id, frames)
             .map_err(|e| SandboxError::io(ops.path(), e))?;
+        if let Some(container) = by_exec {
+            let argv = [SHIM_MOUNT, "relay", nonce.as_str(), host].map(str::to_owned);
+            if let Err(e) = self.run_helper(container, argv.to_vec()).await {
+                // not run, or not to its end: untaken, nothing was written
+                if ops.withdraw_stdin(&nonce) {
+                    return Err(e);
+                }
+            }
+        }
         let mut answer = poll_answer(&ops, &nonce, timeout).await;
         if answer.is_none() {
             // withdrawn before the launcher took it: nothing was written

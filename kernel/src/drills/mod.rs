@@ -55,7 +55,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("kernel-killed-after-filing", "the kernel killed between filing a request and seeing it claimed: it runs once, claimed or taken back"),
     ("launcher-killed-after-claim", "the launcher killed between a claim and the pid file: lost by evidence, never run by exec"),
     ("container-restarted-pending", "the container restarted under a pending request: it runs once"),
-    ("request-flood", "a flood of 500 requests at once: all run once through the launcher, delivered once"),
+    ("request-flood", "a flood of 500 requests at once (100 under gVisor): all run once through the launcher, delivered once"),
     ("cancel-interrupted", "a run with a child cancelled (10 live ops), the kernel SIGKILLed mid-cancel: all killed once, reported once"),
     ("scheduler-crash", "the kernel SIGKILLed while a schedule's claim is held: the op ends once, no due time fires twice"),
     ("approval-restart", "an op awaiting approval across a kernel SIGKILL: still waiting, nothing ran; approved, it runs once"),
@@ -63,7 +63,7 @@ pub const DRILLS: &[(&str, &str)] = &[
     ("stdin-across-restart", "a cat with stdin, the kernel SIGKILLed between two writes: both lines reach the same process once, in order; EOF ends it 0, reported once"),
     ("tty-ctrl-c", "INT (Ctrl-C) to bash -i on a terminal stops its sleep; bash lives on and exits with its own code"),
     ("egress-bypass", "a run with an allow list tries the ways around the proxy (the host's other ports on the egress gateway and on docker0, Docker's TCP port and socket, another run's container, an IPv4-mapped address, IPv6, a raw socket, UDP): each fails, the proxy answers"),
-    ("store-outage", "the PostgreSQL control plane crashed (pg_ctl -m immediate) for 20 s under 100 live ops: starts get 503, then every op settles with its real code, ran once, delivered once"),
+    ("store-outage", "the PostgreSQL control plane crashed (pg_ctl -m immediate) for 20 s under 100 live ops (20 under gVisor): starts get 503, then every op settles with its real code, ran once, delivered once"),
 ];
 
 fn drill(name: &str, kit: Kit) -> Option<DrillFuture> {

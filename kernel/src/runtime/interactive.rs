@@ -170,21 +170,33 @@ pub async fn write(
 const RELAY_ANSWER: Duration = Duration::from_secs(3);
 
 /// The write through the op's launcher (SPEC §30): under gVisor the FIFO
-/// is inside the sandbox, so the launcher writes the frames, each whole,
-/// and says how many went in; a full FIFO is tried again until `deadline`.
+/// is inside the sandbox, so the launcher (without launchers, the shim's
+/// relay run by `docker exec`) writes the frames, each whole, and says how
+/// many went in; a full FIFO is tried again until `deadline`.
 async fn relay(k: &Kernel, op: &Op, frames: &[Frame], deadline: Instant) -> Result<(), InputError> {
     use sandbox::launcher::Relayed;
     // no `.pid` yet: no FIFO yet either
     let Some(host) = op.pid.as_ref().map(|p| p.hostname.clone()) else {
         return Err(closed_or_ended(k, op, InputError::Closed(op.id.clone())).await);
     };
+    // without launchers, a `docker exec` of the shim's relay answers
+    let by_exec = (!k.config.ops.launcher)
+        .then_some(op.container_id.as_deref())
+        .flatten();
     let mut from = 0;
     let mut pause = Duration::from_millis(2);
     loop {
         let bytes: Vec<u8> = frames[from..].iter().flat_map(Frame::render).collect();
         let answer = k
             .backend
-            .relay_stdin(&op.scratch_key, &host, &op.id, &bytes, RELAY_ANSWER)
+            .relay_stdin(
+                &op.scratch_key,
+                &host,
+                &op.id,
+                &bytes,
+                RELAY_ANSWER,
+                by_exec,
+            )
             .await
             .map_err(|e| InputError::Io(e.to_string()))?;
         match answer {

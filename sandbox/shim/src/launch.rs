@@ -252,7 +252,7 @@ enum Unstarted {
 
 /// `exec` errors a shell reports as 127 or 126; any other spawn error
 /// (fork, setuid, the drop check) means nothing was executed.
-fn exec_refusal(e: &io::Error) -> Option<i32> {
+pub(crate) fn exec_refusal(e: &io::Error) -> Option<i32> {
     match e.raw_os_error()? {
         libc::ENOENT => Some(127),
         libc::EACCES
@@ -332,6 +332,9 @@ fn start(
     let (copier_stop, stop) = io::pipe().map_err(|e| setup("make a pipe", e))?;
     let (done, copied) = mpsc::channel();
     let cap = launch.cap;
+    // the terminal's foreground group is read inside its session where
+    // it cannot be from outside (gVisor): a keeper leads the session
+    let keeper = wiring.tty && pty::foreground_hidden(&wiring.output);
     let output = wiring.output;
     // the copier exists before the command does: a command never writes
     // into a pipe nobody reads
@@ -341,9 +344,8 @@ fn start(
             let _ = done.send(copy_capped(output, log, cap, &copier_stop));
         })
         .map_err(|e| setup("start the output copier", e))?;
-    let mut command = Command::new(&launch.command[0]);
+    let mut command = command_for(launch, keeper).map_err(|e| setup("find the shim", e))?;
     command
-        .args(&launch.command[1..])
         .env("HOME", SCRATCH_DIR)
         .stdin(wiring.stdin)
         .stdout(wiring.stdout)
@@ -386,6 +388,18 @@ fn start(
         copied,
         stop,
     })
+}
+
+/// The command, or the keeper that runs it (see `keep.rs`).
+fn command_for(launch: &Launch, keeper: bool) -> io::Result<Command> {
+    if keeper {
+        let mut command = Command::new(std::env::current_exe()?);
+        command.arg(crate::keep::VERB).args(&launch.command);
+        return Ok(command);
+    }
+    let mut command = Command::new(&launch.command[0]);
+    command.args(&launch.command[1..]);
+    Ok(command)
 }
 
 fn spawn_refusal(launch: &Launch, uid: u32, gid: u32, e: io::Error) -> Unstarted {

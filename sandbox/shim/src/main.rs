@@ -5,10 +5,14 @@
 //! - `probe`: lists the processes that carry an op marker;
 //! - `ps`: their process table (user, CPU, RSS, age, command) for inspect;
 //! - `signal <op id> <launcher pid> <start ticks> TERM|KILL`: signals an op's processes;
+//! - `keep <command>...`: a terminal op's session keeper where the terminal's
+//!   foreground group cannot be read from outside (see `keep.rs`);
+//! - `relay <nonce> <host>`: answers one stdin question (see `relay.rs`);
 //! - `serve`: the container's main process, the resident launcher (see `serve.rs`);
 //! - `idle`: the main process of containers without a launcher; sleeps until stopped.
 
 mod input;
+mod keep;
 mod launch;
 mod ps;
 mod pty;
@@ -26,7 +30,9 @@ fn main() {
     let rest: Vec<OsString> = args.collect();
     let code = match verb.as_deref() {
         Some("launch") => launch::main(rest),
+        Some(keep::VERB) => keep::main(rest),
         Some("probe") => scan::probe(rest),
+        Some("relay") => relay::main(rest),
         Some("ps") => ps::main(rest),
         Some("signal") => scan::signal(rest),
         Some("serve") => serve::main(rest),

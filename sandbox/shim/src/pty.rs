@@ -98,6 +98,16 @@ pub fn eof_char(terminal: &impl AsRawFd) -> u8 {
     }
 }
 
+/// Whether the terminal hides its foreground process group from outside
+/// its session: its master refuses `TIOCGPGRP` (gVisor), where Linux
+/// answers the slave's group (0 before it has a session).
+pub fn foreground_hidden(master: &impl AsRawFd) -> bool {
+    let mut group: libc::pid_t = 0;
+    // SAFETY: TIOCGPGRP writes one pid through the pointer.
+    let rc = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPGRP, &mut group) };
+    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOTTY)
+}
+
 /// In the child between fork and exec: the slave (its stdin) becomes the
 /// controlling terminal of the new session. Async-signal-safe.
 pub fn take_controlling_terminal() -> io::Result<()> {

@@ -12,11 +12,30 @@ use std::path::Path;
 
 use opkernel_shim::stdin::{Action, Reader, FIFO_EXT};
 use opkernel_shim::{
-    valid_nonce, validate_op_id, LISTING_SUFFIX, MAX_STDIN_QUESTION, OPS_DIR, STDIN_SUFFIX,
-    STDIN_TAKEN_SUFFIX,
+    valid_nonce, validate_op_id, INBOX_DIR, LISTING_SUFFIX, MAX_STDIN_QUESTION, OPS_DIR,
+    STDIN_SUFFIX, STDIN_TAKEN_SUFFIX,
 };
 
 use crate::launch::write_atomic;
+
+/// `opkernel-shim relay <nonce> <host>`: answers one stdin question, for a
+/// container without a launcher (the kernel runs this by `docker exec`).
+/// 0 when it was answered, 1 when it was not (withdrawn, or not this
+/// container's), 2 for arguments.
+pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
+    let args: Vec<String> = args
+        .into_iter()
+        .filter_map(|a| a.into_string().ok())
+        .collect();
+    let [nonce, host] = args.as_slice() else {
+        eprintln!("usage: opkernel-shim relay <nonce> <host>");
+        return 2;
+    };
+    match relay_all(Path::new(INBOX_DIR), std::slice::from_ref(nonce), host) {
+        1 => 0,
+        _ => 1,
+    }
+}
 
 /// Answers the stdin questions `nonces` meant for `host`; returns how many.
 /// Each is claimed by a rename before anything is written: a question the

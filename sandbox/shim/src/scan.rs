@@ -15,7 +15,7 @@ use opkernel_shim::format::{render_signalled, END_LINE};
 use opkernel_shim::procfs::{stat_groups, Groups};
 use opkernel_shim::{validate_op_id, Signal};
 
-use crate::tree::{marked, pids, signal_checked};
+use crate::tree::{marked, pids, send_checked, signal_checked};
 
 /// The probe listing: every marked process but this one, then `end`.
 pub fn listing() -> io::Result<String> {
@@ -101,14 +101,56 @@ fn groups(pid: u32) -> Option<Groups> {
     stat_groups(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// The process group a `group` signal goes to: the command (the
-/// launcher's child, leader of its own session) names it: its terminal's
-/// foreground group when it has a terminal, else its own group.
-fn target_group(t: &Target, pids: &[u32]) -> Option<i32> {
-    pids.iter().find_map(|&pid| {
-        let m = marked(pid).filter(|m| m.op_id == t.op && m.start_ticks >= t.since)?;
-        let g = groups(m.pid).filter(|g| g.ppid == t.launcher && g.session == pid as i32)?;
-        Some(if g.tpgid > 0 { g.tpgid } else { g.pgrp })
+/// Where a `group` signal goes.
+enum Aim {
+    /// The terminal's foreground group, else the command's own group.
+    Group(i32),
+    /// The session's keeper, which asks the terminal (see `keep.rs`).
+    Keeper(u32),
+    /// Nowhere: the command ended.
+    Nothing,
+}
+
+/// Where a `group` signal goes: the command (the launcher's child, leader
+/// of its own session) names it: its terminal's foreground group when it
+/// has a terminal, else its own group; a keeper in the command's place
+/// asks the terminal itself.
+fn target_group(t: &Target, pids: &[u32]) -> Aim {
+    for &pid in pids {
+        let Some(m) = marked(pid).filter(|m| m.op_id == t.op && m.start_ticks >= t.since) else {
+            continue;
+        };
+        let Some(g) = groups(m.pid).filter(|g| g.ppid == t.launcher && g.session == pid as i32)
+        else {
+            continue;
+        };
+        if g.tpgid > 0 {
+            return Aim::Group(g.tpgid);
+        }
+        if is_keeper(pid) {
+            return Aim::Keeper(pid);
+        }
+        return Aim::Group(g.pgrp);
+    }
+    Aim::Nothing
+}
+
+/// Whether `pid` runs this very shim as a keeper.
+fn is_keeper(pid: u32) -> bool {
+    let exe = |p: &str| std::fs::read_link(format!("/proc/{p}/exe")).ok();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let verb = cmdline.split(|b| *b == 0).nth(1);
+    verb == Some(crate::keep::VERB.as_bytes())
+        && exe(&pid.to_string()).is_some()
+        && exe(&pid.to_string()) == exe("self")
+}
+
+/// Asks the keeper `pid` to send the target's signal to its terminal's
+/// foreground group, if it is (still) the target's.
+fn ask_keeper(pid: u32, t: &Target) -> bool {
+    let number = crate::keep::request_number(t.signal);
+    send_checked(pid, number, || {
+        is_keeper(pid) && marked(pid).is_some_and(|p| p.op_id == t.op && p.start_ticks >= t.since)
     })
 }
 
@@ -142,7 +184,16 @@ pub fn signal(args: Vec<OsString>) -> i32 {
         let all = pids()?;
         // a group signal without its command (it ended) reaches nothing
         let group = match target.group {
-            true => Some(target_group(&target, &all).unwrap_or(0)),
+            true => match target_group(&target, &all) {
+                Aim::Group(g) => Some(g),
+                Aim::Nothing => Some(0),
+                Aim::Keeper(pid) => {
+                    if ask_keeper(pid, &target) {
+                        out.write_all(render_signalled(pid).as_bytes())?;
+                    }
+                    Some(0)
+                }
+            },
             false => None,
         };
         for pid in all {

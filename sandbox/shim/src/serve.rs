@@ -302,34 +302,59 @@ fn answer_probes(inbox: &Path, nonces: &[String], host: &str) -> usize {
     answered
 }
 
+/// How long a burst's starts may go on before the launcher looks at its
+/// inbox again (slow starts, as under gVisor, would otherwise leave later
+/// requests unclaimed past the kernel's claim window and probes
+/// unanswered).
+const RELOOK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Claims all of `ids` meant for this container first (renames are cheap,
 /// so a burst is claimed at once), makes the claims durable with one sync
-/// of the inbox, then starts what it claimed. Returns how many it claimed.
+/// of the inbox, then starts what it claimed, looking at the inbox again
+/// every [`RELOOK`] of starting (claims, probes, stdin). Returns how many
+/// it claimed.
 fn run_all(inbox: &Path, ids: &[String], host: &str) -> usize {
-    let claimed: Vec<(&String, Result<Request, String>)> = ids
-        .iter()
-        .filter_map(|id| claim(inbox, id, host).map(|req| (id, req)))
-        .collect();
-    let count = claimed.len();
-    if claimed.is_empty() {
-        return 0;
-    }
-    // the claims are durable before any command can start (SPEC §28): one
-    // sync for the burst, not one per request (a burst of a hundred would
-    // otherwise queue a hundred directory syncs ahead of its first start)
-    if let Err(e) = std::fs::File::open(inbox).and_then(|dir| dir.sync_all()) {
-        // a claim that may not survive a host crash could be claimed and
-        // run again after it: none of these starts
-        let reason = format!("the launcher could not make its claim durable: {e}");
-        for (id, _) in claimed {
-            start_claimed(id, Err(reason.clone()));
+    let mut queue: std::collections::VecDeque<_> = claim_burst(inbox, ids, host).into();
+    let mut count = queue.len();
+    let mut looked = std::time::Instant::now();
+    while let Some((id, req)) = queue.pop_front() {
+        start_claimed(&id, req);
+        if !queue.is_empty() && looked.elapsed() >= RELOOK {
+            let waiting = inbox_entries(inbox);
+            answer_probes(inbox, &waiting.probes, host);
+            crate::relay::relay_all(inbox, &waiting.stdin, host);
+            let more = claim_burst(inbox, &waiting.requests, host);
+            count += more.len();
+            queue.extend(more);
+            looked = std::time::Instant::now();
         }
-        return count;
-    }
-    for (id, req) in claimed {
-        start_claimed(id, req);
     }
     count
+}
+
+/// Claims the requests of `ids` meant for this container and makes the
+/// claims durable with one sync of the inbox (SPEC §28: before any command
+/// can start; one sync for the burst, not one per request). When the sync
+/// fails none of them starts: a claim that may not survive a host crash
+/// could be claimed and run again after it.
+fn claim_burst(inbox: &Path, ids: &[String], host: &str) -> Vec<(String, Result<Request, String>)> {
+    let claimed: Vec<(String, Result<Request, String>)> = ids
+        .iter()
+        .filter_map(|id| claim(inbox, id, host).map(|req| (id.clone(), req)))
+        .collect();
+    if claimed.is_empty() {
+        return claimed;
+    }
+    match std::fs::File::open(inbox).and_then(|dir| dir.sync_all()) {
+        Ok(()) => claimed,
+        Err(e) => {
+            let reason = format!("the launcher could not make its claim durable: {e}");
+            claimed
+                .into_iter()
+                .map(|(id, _)| (id, Err(reason.clone())))
+                .collect()
+        }
+    }
 }
 
 /// Claims one request meant for this container: reads it once, then the

@@ -55,6 +55,11 @@ pub fn marked(pid: u32) -> Option<MarkedProcess> {
 /// Sends `signal` to `pid` if `ours` (asked after a pidfd on it is open)
 /// says it is the one meant. Whether the signal was sent.
 pub fn signal_checked(pid: u32, signal: Signal, ours: impl FnOnce() -> bool) -> bool {
+    send_checked(pid, signal.number(), ours)
+}
+
+/// [`signal_checked`] with a signal by number.
+pub fn send_checked(pid: u32, number: i32, ours: impl FnOnce() -> bool) -> bool {
     let pidfd = match sys::pidfd_open(pid) {
         Ok(fd) => Some(fd),
         // kernels before 5.3: the check and the kill stay as close as they can
@@ -65,8 +70,8 @@ pub fn signal_checked(pid: u32, signal: Signal, ours: impl FnOnce() -> bool) -> 
         return false;
     }
     let sent = match &pidfd {
-        Some(fd) => sys::pidfd_send_signal(fd, signal.number()),
-        None => sys::kill(pid, signal.number()),
+        Some(fd) => sys::pidfd_send_signal(fd, number),
+        None => sys::kill(pid, number),
     };
     sent.is_ok()
 }

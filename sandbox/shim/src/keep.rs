@@ -1,0 +1,168 @@
+//! `opkernel-shim keep <command>...`: the session keeper of a terminal op
+//! where the terminal's foreground process group cannot be read from
+//! outside its session (gVisor: `/proc` reports no `tpgid`, and the
+//! master's `TIOCGPGRP` and `TIOCSIG` are refused).
+//!
+//! The launcher then runs this in the command's place, as the session's
+//! leader on the terminal; it starts the command as its one child, in the
+//! same session, and ends with the command's very status (its code, or
+//! the signal that ended it, raised on itself). Between the two it waits
+//! for a signal request: the signaller sends it `SIGRTMIN + i` for the
+//! `i`-th of [`Signal::ALL`], and it sends that signal to the terminal's
+//! foreground group, which a process of the session may ask the terminal
+//! for (`tcgetpgrp`). Every other signal is left blocked: the signaller
+//! reaches the command's processes itself.
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::process::Command;
+
+use opkernel_shim::Signal;
+
+use crate::sys::check;
+
+/// The verb.
+pub const VERB: &str = "keep";
+
+/// The real-time signal that asks the keeper to send `signal` to the
+/// terminal's foreground group.
+pub fn request_number(signal: Signal) -> i32 {
+    let i = Signal::ALL.iter().position(|s| *s == signal).unwrap_or(0);
+    libc::SIGRTMIN() + i as i32
+}
+
+pub fn main(args: Vec<OsString>) -> i32 {
+    let Some((program, rest)) = args.split_first() else {
+        eprintln!("usage: opkernel-shim keep <command>...");
+        return 2;
+    };
+    if let Err(e) = block_all() {
+        eprintln!("opkernel: the terminal's keeper cannot block signals: {e}");
+        return 126;
+    }
+    let mut command = Command::new(program);
+    command.args(rest);
+    // SAFETY: the closure only makes an async-signal-safe system call.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        // the command starts with no signal blocked
+        command.pre_exec(|| {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            check(libc::sigprocmask(
+                libc::SIG_SETMASK,
+                &none,
+                std::ptr::null_mut(),
+            ))
+            .map(drop)
+        });
+    }
+    let child = match command.spawn() {
+        Ok(child) => child.id() as libc::pid_t,
+        Err(e) => {
+            let name = program.to_string_lossy();
+            eprintln!("opkernel: cannot run {name:?}: {e}");
+            return crate::launch::exec_refusal(&e).unwrap_or(126);
+        }
+    };
+    loop {
+        match next_signal() {
+            Ok(libc::SIGCHLD) => {
+                if let Some(status) = reaped(child) {
+                    mirror(status);
+                }
+            }
+            Ok(number) => forward(number, child),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => {
+                // cannot wait for signals: wait for the command alone
+                eprintln!("opkernel: the terminal's keeper stops forwarding: {e}");
+                let mut status = 0;
+                // SAFETY: a pid of our own child and an out-pointer.
+                unsafe { libc::waitpid(child, &mut status, 0) };
+                mirror(status);
+            }
+        }
+    }
+}
+
+/// Blocks every signal that can be (and makes sure SIGCHLD is not
+/// ignored, so it stays pending for `sigwaitinfo`).
+fn block_all() -> std::io::Result<()> {
+    // SAFETY: plain data set and passed to the signal calls.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        check(libc::sigprocmask(
+            libc::SIG_BLOCK,
+            &all,
+            std::ptr::null_mut(),
+        ))?;
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
+    Ok(())
+}
+
+/// The next pending signal.
+fn next_signal() -> std::io::Result<i32> {
+    // SAFETY: plain data filled by the calls.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        check(libc::sigwaitinfo(&all, &mut info))
+    }
+}
+
+/// The command's status once it ended.
+fn reaped(child: libc::pid_t) -> Option<i32> {
+    let mut status = 0;
+    // SAFETY: a pid of our own child and an out-pointer.
+    let pid = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+    (pid == child).then_some(status)
+}
+
+/// Sends the signal a request names to the terminal's foreground group
+/// (the command's own process when the terminal names none).
+fn forward(number: i32, child: libc::pid_t) {
+    let Some(i) = number.checked_sub(libc::SIGRTMIN()) else {
+        return;
+    };
+    let Some(signal) = Signal::ALL.get(i as usize) else {
+        return;
+    };
+    // SAFETY: fd 0 is the terminal; tcgetpgrp only reads.
+    let group = unsafe { libc::tcgetpgrp(0) };
+    // SAFETY: plain kill calls.
+    unsafe {
+        if group > 0 {
+            libc::kill(-group, signal.number());
+        } else {
+            libc::kill(child, signal.number());
+        }
+    }
+}
+
+/// Ends this process with the command's status: its code, or the signal
+/// that ended it raised here (no core file).
+fn mirror(status: i32) -> ! {
+    if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
+        // SAFETY: plain calls on this process's own limits and signals.
+        unsafe {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            libc::signal(signal, libc::SIG_DFL);
+            let mut one: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut one);
+            libc::sigaddset(&mut one, signal);
+            libc::kill(libc::getpid(), signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+        }
+        std::process::exit(128 + signal);
+    }
+    std::process::exit(libc::WEXITSTATUS(status));
+}
