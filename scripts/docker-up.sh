@@ -4,9 +4,10 @@
 #
 # --runsc also makes gVisor's `runsc` a runtime of that engine (SPEC §30):
 # installs Debian's runsc when absent, adds it to /etc/docker/daemon.json's
-# "runtimes" (ptrace platform, gVisor's network off) and has dockerd read the
-# file again with SIGHUP: no engine restart, containers keep running. Running
-# it again changes nothing.
+# "runtimes" (ptrace platform, gVisor's network off, no overlay of its own
+# over the root file system, which the files API reads on the host) and has
+# dockerd read the file again with SIGHUP: no engine restart, containers keep
+# running. Running it again changes nothing.
 set -euo pipefail
 
 runsc=0
@@ -55,13 +56,14 @@ start_engine() {
 registered() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
 
 register_runsc() {
-  if registered; then return 0; fi
+  local conf=/etc/docker/daemon.json path
+  # registered with today's arguments: nothing to do
+  if registered && grep -q -- '"--overlay2=none"' "$conf" 2>/dev/null; then return 0; fi
   if ! command -v runsc >/dev/null 2>&1; then
     need_root "runsc is not installed; install Debian's runsc"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null
   fi
   need_root "registering runsc with dockerd edits /etc/docker/daemon.json"
-  local conf=/etc/docker/daemon.json path
   path=$(command -v runsc)
   mkdir -p /etc/docker
   [ -s "$conf" ] || echo '{}' >"$conf"
@@ -72,7 +74,7 @@ with open(conf) as f:
     doc = json.load(f)
 doc.setdefault("runtimes", {})["runsc"] = {
     "path": path,
-    "runtimeArgs": ["--platform=ptrace", "--network=none"],
+    "runtimeArgs": ["--platform=ptrace", "--network=none", "--overlay2=none"],
 }
 tmp = conf + ".opkernel.tmp"
 with open(tmp, "w") as f:

@@ -43,6 +43,10 @@ const INSIDE: &[(&str, &str)] = &[
     ("/proc", "the sandbox's own process file system"),
     ("/sys", "the sandbox's own system file system"),
     ("/dev", "the sandbox's own device file system"),
+    // files Docker mounts over the image's (not in the inspect's mounts)
+    ("/etc/hosts", "a file Docker mounts"),
+    ("/etc/hostname", "a file Docker mounts"),
+    ("/etc/resolv.conf", "a file Docker mounts"),
 ];
 
 /// The files API's root of a gVisor container (see

@@ -107,8 +107,13 @@ impl Sandbox {
             .map_err(|e| SandboxError::io(ops.path(), e))?;
         if let Some(container) = by_exec {
             let argv = [SHIM_MOUNT, "relay", nonce.as_str(), host].map(str::to_owned);
-            if let Err(e) = self.run_helper(container, argv.to_vec()).await {
-                // not run, or not to its end: untaken, nothing was written
+            let ran =
+                tokio::time::timeout(timeout, self.run_helper(container, argv.to_vec())).await;
+            // an exec that failed may not have run: untaken, the question
+            // is withdrawn and nothing was written (the exec's stream may
+            // end before its process does, so an answer is waited for
+            // below, as from a launcher)
+            if let Ok(Err(e)) = ran {
                 if ops.withdraw_stdin(&nonce) {
                     return Err(e);
                 }

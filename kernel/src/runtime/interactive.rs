@@ -176,7 +176,7 @@ const RELAY_ANSWER: Duration = Duration::from_secs(3);
 async fn relay(k: &Kernel, op: &Op, frames: &[Frame], deadline: Instant) -> Result<(), InputError> {
     use sandbox::launcher::Relayed;
     // no `.pid` yet: no FIFO yet either
-    let Some(host) = op.pid.as_ref().map(|p| p.hostname.clone()) else {
+    let Some(host) = container_host(k, op, deadline).await else {
         return Err(closed_or_ended(k, op, InputError::Closed(op.id.clone())).await);
     };
     // without launchers, a `docker exec` of the shim's relay answers
@@ -224,6 +224,27 @@ async fn relay(k: &Kernel, op: &Op, frames: &[Frame], deadline: Instant) -> Resu
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// The hostname of the op's container, from its pid record: the row's, or
+/// the `.pid` file itself (a start Docker confirmed counts as running
+/// before its observer has read the file), waited for a moment (at most
+/// until `deadline`).
+async fn container_host(k: &Kernel, op: &Op, deadline: Instant) -> Option<String> {
+    if let Some(pid) = &op.pid {
+        return Some(pid.hostname.clone());
+    }
+    let ops = k.backend.ops_dir(&op.scratch_key);
+    let until = deadline.min(Instant::now() + Duration::from_secs(2));
+    loop {
+        if let Ok(pid) = ops.read_pid(&op.id) {
+            return Some(pid.hostname);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

@@ -86,20 +86,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
-/// Blocks every signal that can be (and makes sure SIGCHLD is not
-/// ignored, so it stays pending for `sigwaitinfo`).
+/// Blocks every signal that can be (already so when the launcher started
+/// this; again for a keeper started by hand) and makes sure SIGCHLD is
+/// not ignored, so it stays pending for `sigwaitinfo`.
 fn block_all() -> std::io::Result<()> {
-    // SAFETY: plain data set and passed to the signal calls.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        check(libc::sigprocmask(
-            libc::SIG_BLOCK,
-            &all,
-            std::ptr::null_mut(),
-        ))?;
-        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-    }
+    crate::sys::block_all_signals()?;
+    // SAFETY: resets one signal's disposition.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     Ok(())
 }
 
@@ -131,11 +124,15 @@ fn forward(number: i32, child: libc::pid_t) {
     let Some(signal) = Signal::ALL.get(i as usize) else {
         return;
     };
-    // SAFETY: fd 0 is the terminal; tcgetpgrp only reads.
-    let group = unsafe { libc::tcgetpgrp(0) };
+    // SAFETY: fd 0 is the terminal; tcgetpgrp and getsid only read.
+    let (group, same_session) = unsafe {
+        let group = libc::tcgetpgrp(0);
+        (group, group > 0 && libc::getsid(group) == libc::getsid(0))
+    };
     // SAFETY: plain kill calls.
     unsafe {
-        if group > 0 {
+        // a group of this session only (a stale id never reaches another)
+        if same_session {
             libc::kill(-group, signal.number());
         } else {
             libc::kill(child, signal.number());

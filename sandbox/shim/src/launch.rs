@@ -363,6 +363,11 @@ fn start(
             if tty {
                 pty::take_controlling_terminal()?;
             }
+            if keeper {
+                // a keeper is born with every signal blocked: a request
+                // that comes before it runs can never end it
+                sys::block_all_signals()?;
+            }
             Ok(())
         });
     }

@@ -18,6 +18,7 @@
 //! inbox instead: 2 ms after a look that found work, doubling up to N ms.
 //! Its identity (pid, start ticks, hostname) is in `.ops/launcher.pid`.
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::{self, Read};
@@ -25,6 +26,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use opkernel_shim::format::MAX_REQUEST;
 use opkernel_shim::{
@@ -306,41 +309,90 @@ fn answer_probes(inbox: &Path, nonces: &[String], host: &str) -> usize {
 /// inbox again (slow starts, as under gVisor, would otherwise leave later
 /// requests unclaimed past the kernel's claim window and probes
 /// unanswered).
-const RELOOK: std::time::Duration = std::time::Duration::from_millis(100);
+const RELOOK: Duration = Duration::from_millis(100);
 
-/// Claims all of `ids` meant for this container first (renames are cheap,
-/// so a burst is claimed at once), makes the claims durable with one sync
-/// of the inbox, then starts what it claimed, looking at the inbox again
-/// every [`RELOOK`] of starting (claims, probes, stdin). Returns how many
-/// it claimed.
+/// How much starting a launcher queues up: it claims only as many
+/// requests as it can start within this, by the time a start has been
+/// taking. The rest stay in the inbox for its next look, or for the
+/// kernel to take back and start by `docker exec`: a claim never waits
+/// long enough for the kernel to give up on its start (the start-evidence
+/// window) and then start anyway.
+const QUEUE_BUDGET: Duration = Duration::from_secs(2);
+
+/// The time a start has been taking, in microseconds (a moving average),
+/// first taken to be 50 ms.
+static PER_START_US: AtomicU64 = AtomicU64::new(50_000);
+
+/// How many more requests fit the queue budget after `queued`.
+fn room(queued: usize) -> usize {
+    let per = PER_START_US.load(Ordering::Relaxed).max(1);
+    let fits = (QUEUE_BUDGET.as_micros() as u64 / per) as usize;
+    // an empty queue always takes one: the launcher never stalls
+    fits.saturating_sub(queued).max(usize::from(queued == 0))
+}
+
+/// Starts a claimed request, timing it into [`PER_START_US`].
+fn start_timed(id: &str, req: Result<Request, String>) {
+    let began = Instant::now();
+    start_claimed(id, req);
+    let took = began.elapsed().as_micros() as u64;
+    let old = PER_START_US.load(Ordering::Relaxed);
+    PER_START_US.store((old * 7 + took) / 8, Ordering::Relaxed);
+}
+
+/// Claims the requests of `ids` meant for this container (as many as fit
+/// [`QUEUE_BUDGET`]), makes the claims durable with one sync of the inbox,
+/// then starts what it claimed. It looks at the inbox again every
+/// [`RELOOK`] of starting (claims, probes, stdin, ended launches), and at
+/// once when its queue ran dry with requests left for want of room.
+/// Returns how many it claimed.
 fn run_all(inbox: &Path, ids: &[String], host: &str) -> usize {
-    let mut queue: std::collections::VecDeque<_> = claim_burst(inbox, ids, host).into();
+    let first = room(0);
+    let mut queue: VecDeque<_> = claim_burst(inbox, ids, host, first).into();
+    let mut left = queue.len() == first;
     let mut count = queue.len();
-    let mut looked = std::time::Instant::now();
-    while let Some((id, req)) = queue.pop_front() {
-        start_claimed(&id, req);
-        if !queue.is_empty() && looked.elapsed() >= RELOOK {
+    let mut looked = Instant::now();
+    loop {
+        if let Some((id, req)) = queue.pop_front() {
+            start_timed(&id, req);
+        }
+        if queue.is_empty() && !left {
+            return count;
+        }
+        if queue.is_empty() || looked.elapsed() >= RELOOK {
+            crate::tree::reap_ended();
             let waiting = inbox_entries(inbox);
             answer_probes(inbox, &waiting.probes, host);
             crate::relay::relay_all(inbox, &waiting.stdin, host);
-            let more = claim_burst(inbox, &waiting.requests, host);
+            let fits = room(queue.len());
+            let more = claim_burst(inbox, &waiting.requests, host, fits);
+            left = more.len() == fits;
+            if queue.is_empty() && more.is_empty() {
+                return count;
+            }
             count += more.len();
             queue.extend(more);
-            looked = std::time::Instant::now();
+            looked = Instant::now();
         }
     }
-    count
 }
 
-/// Claims the requests of `ids` meant for this container and makes the
+/// Claims the requests of `ids` meant for this container (at most
+/// `room` of them) and makes the
 /// claims durable with one sync of the inbox (SPEC §28: before any command
 /// can start; one sync for the burst, not one per request). When the sync
 /// fails none of them starts: a claim that may not survive a host crash
 /// could be claimed and run again after it.
-fn claim_burst(inbox: &Path, ids: &[String], host: &str) -> Vec<(String, Result<Request, String>)> {
+fn claim_burst(
+    inbox: &Path,
+    ids: &[String],
+    host: &str,
+    room: usize,
+) -> Vec<(String, Result<Request, String>)> {
     let claimed: Vec<(String, Result<Request, String>)> = ids
         .iter()
         .filter_map(|id| claim(inbox, id, host).map(|req| (id.clone(), req)))
+        .take(room)
         .collect();
     if claimed.is_empty() {
         return claimed;

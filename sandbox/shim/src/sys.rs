@@ -127,6 +127,21 @@ pub fn enter_session_dropped_to(uid: u32, gid: u32) -> io::Result<()> {
     }
 }
 
+/// Blocks every signal that can be blocked (async-signal-safe).
+pub fn block_all_signals() -> io::Result<()> {
+    // SAFETY: plain data set and passed to the signal calls.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        check(libc::sigprocmask(
+            libc::SIG_BLOCK,
+            &all,
+            std::ptr::null_mut(),
+        ))
+        .map(drop)
+    }
+}
+
 /// A handle on exactly one process: a later signal through it can never
 /// reach a process that reused the pid.
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
