@@ -15,6 +15,9 @@
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
+use std::io::{self, Read};
+use std::os::fd::RawFd;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use opkernel_shim::Signal;
@@ -24,6 +27,11 @@ use crate::sys::check;
 /// The verb.
 pub const VERB: &str = "keep";
 
+/// The first argument's prefix naming the fd where the keeper says why it
+/// could not start the command (the launcher reads it: the op is then
+/// `not-started`, as a command the launcher itself could not start).
+pub const REPORT_FD: &str = "--report-fd=";
+
 /// The real-time signal that asks the keeper to send `signal` to the
 /// terminal's foreground group.
 pub fn request_number(signal: Signal) -> i32 {
@@ -32,13 +40,16 @@ pub fn request_number(signal: Signal) -> i32 {
 }
 
 pub fn main(args: Vec<OsString>) -> i32 {
+    let (report, args) = report_fd(&args);
     let Some((program, rest)) = args.split_first() else {
-        eprintln!("usage: opkernel-shim keep <command>...");
+        eprintln!("usage: opkernel-shim keep [--report-fd=N] <command>...");
         return 2;
     };
     if let Err(e) = block_all() {
-        eprintln!("opkernel: the terminal's keeper cannot block signals: {e}");
-        return 126;
+        return never(
+            report,
+            &format!("its terminal's keeper cannot block signals: {e}"),
+        );
     }
     let mut command = Command::new(program);
     command.args(rest);
@@ -61,8 +72,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Ok(child) => child.id() as libc::pid_t,
         Err(e) => {
             let name = program.to_string_lossy();
-            eprintln!("opkernel: cannot run {name:?}: {e}");
-            return crate::launch::exec_refusal(&e).unwrap_or(126);
+            return match crate::launch::exec_refusal(&e) {
+                Some(code) => {
+                    eprintln!("opkernel: cannot run {name:?}: {e}");
+                    code
+                }
+                None => never(report, &format!("cannot start {name:?}: {e}")),
+            };
         }
     };
     loop {
@@ -84,6 +100,82 @@ pub fn main(args: Vec<OsString>) -> i32 {
             }
         }
     }
+}
+
+// the launcher's side
+
+/// The command, or the keeper that runs it (see above) with `report`
+/// (the write end of a pipe) as the fd where it says why it could not
+/// start the command.
+pub(crate) fn command_for(
+    launch: &crate::launch::Launch,
+    report: Option<RawFd>,
+) -> io::Result<Command> {
+    let Some(report) = report else {
+        let mut command = Command::new(&launch.command[0]);
+        command.args(&launch.command[1..]);
+        return Ok(command);
+    };
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .arg(VERB)
+        .arg(format!("{}{report}", REPORT_FD))
+        .args(&launch.command);
+    // SAFETY: the closure only makes async-signal-safe system calls.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            // a keeper is born with every signal blocked (a request that
+            // comes before it runs can never end it) and keeps `report`
+            crate::sys::block_all_signals()?;
+            crate::sys::check(libc::fcntl(report, libc::F_SETFD, 0)).map(drop)
+        });
+    }
+    Ok(command)
+}
+
+/// What a keeper reported, once it ended: why it could not start the
+/// command (nothing when it started it).
+pub(crate) fn read_report(pipe: io::PipeReader) -> Option<String> {
+    let mut text = String::new();
+    pipe.take(4096).read_to_string(&mut text).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+// the keeper's side
+
+/// The report fd the first argument names (made close-on-exec, so the
+/// command never holds it), and the rest.
+fn report_fd(args: &[OsString]) -> (Option<i32>, &[OsString]) {
+    let first = args.first().and_then(|a| a.to_str());
+    let Some(fd) = first.and_then(|a| a.strip_prefix(REPORT_FD)) else {
+        return (None, args);
+    };
+    let fd = fd.parse::<i32>().ok().filter(|fd| *fd > 2);
+    if let Some(fd) = fd {
+        // SAFETY: sets a flag on an fd of ours.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    (fd, &args[1..])
+}
+
+/// Says why the command was not started (on the report fd, else on
+/// stderr) and gives the code of a start that failed.
+fn never(report: Option<i32>, reason: &str) -> i32 {
+    match report {
+        Some(fd) => {
+            use std::io::Write;
+            // SAFETY: the fd is ours, given by the launcher; ManuallyDrop
+            // keeps it open for the process's end.
+            let mut file = std::mem::ManuallyDrop::new(unsafe {
+                <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+            });
+            let _ = file.write_all(reason.as_bytes());
+        }
+        None => eprintln!("opkernel: {reason}"),
+    }
+    126
 }
 
 /// Blocks every signal that can be (already so when the launcher started

@@ -33,7 +33,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -53,12 +53,12 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// record its op.
 pub const SHIM_FAILED: i32 = 125;
 
-struct Launch {
+pub(crate) struct Launch {
     io: Io,
     op: String,
     run_as: RunAs,
     cap: u64,
-    command: Vec<OsString>,
+    pub(crate) command: Vec<OsString>,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Launch, String> {
@@ -205,10 +205,14 @@ fn run(launch: &Launch) -> io::Result<i32> {
         since: me.start_ticks,
     };
     let (result, status) = match start(launch, &log, fifo.transpose()) {
-        Ok(running) => {
-            let ended = running.finish(&mut log, launch.cap, &owner)?;
-            (OpResult::Exited(ended), ended.code)
-        }
+        Ok(running) => match running.finish(&mut log, launch.cap, &owner)? {
+            (ended, None) => (OpResult::Exited(ended), ended.code),
+            // its keeper could not start it (see `keep.rs`)
+            (_, Some(reason)) => {
+                let _ = writeln!(log, "opkernel: the command was not started: {reason}");
+                (OpResult::not_started(&reason), SHIM_FAILED)
+            }
+        },
         Err(Unstarted::Exec { code, message }) => {
             let _ = writeln!(log, "opkernel: {message}");
             let ended = ExitRecord {
@@ -233,6 +237,8 @@ fn run(launch: &Launch) -> io::Result<i32> {
 
 struct Running {
     child: u32,
+    /// A keeper's report: why it could not start the command, if so.
+    report: Option<io::PipeReader>,
     /// The op's FIFO, unlinked as soon as the command ends.
     fifo: Option<PathBuf>,
     copied: mpsc::Receiver<io::Result<Copied>>,
@@ -344,7 +350,13 @@ fn start(
             let _ = done.send(copy_capped(output, log, cap, &copier_stop));
         })
         .map_err(|e| setup("start the output copier", e))?;
-    let mut command = command_for(launch, keeper).map_err(|e| setup("find the shim", e))?;
+    let report = keeper
+        .then(io::pipe)
+        .transpose()
+        .map_err(|e| setup("make a pipe", e))?;
+    let report_fd = report.as_ref().map(|(_, w)| w.as_raw_fd());
+    let mut command =
+        crate::keep::command_for(launch, report_fd).map_err(|e| setup("find the shim", e))?;
     command
         .env("HOME", SCRATCH_DIR)
         .stdin(wiring.stdin)
@@ -363,11 +375,6 @@ fn start(
             if tty {
                 pty::take_controlling_terminal()?;
             }
-            if keeper {
-                // a keeper is born with every signal blocked: a request
-                // that comes before it runs can never end it
-                sys::block_all_signals()?;
-            }
             Ok(())
         });
     }
@@ -376,35 +383,31 @@ fn start(
     // slave) go with `command`: on a failed spawn the copier sees the end
     drop(command);
     let child = spawned.map_err(|e| spawn_refusal(launch, uid, gid, e))?;
-    let fifo_path = fifo.as_ref().map(Fifo::path);
-    if let (Some(fifo), Some(sink)) = (fifo, wiring.sink) {
-        // the command runs: an input that cannot start closes its stdin
-        // (writes are refused), never the op
-        if let Err(e) = input::start(fifo, sink) {
-            eprintln!("opkernel-shim launch {}: stdin not wired: {e}", launch.op);
-            if let Some(path) = &fifo_path {
-                input::close(path);
-            }
-        }
-    }
+    // only the keeper holds the report's write end now
+    let report = report.map(|(read, _)| read);
     Ok(Running {
         child: child.id(),
-        fifo: fifo_path,
+        report,
+        fifo: start_input(&launch.op, fifo, wiring.sink),
         copied,
         stop,
     })
 }
 
-/// The command, or the keeper that runs it (see `keep.rs`).
-fn command_for(launch: &Launch, keeper: bool) -> io::Result<Command> {
-    if keeper {
-        let mut command = Command::new(std::env::current_exe()?);
-        command.arg(crate::keep::VERB).args(&launch.command);
-        return Ok(command);
+/// Starts feeding the running command's stdin from its FIFO; returns the
+/// FIFO's path. An input that cannot start closes its stdin (writes are
+/// refused), never the op.
+fn start_input(op: &str, fifo: Option<Fifo>, sink: Option<Sink>) -> Option<PathBuf> {
+    let fifo_path = fifo.as_ref().map(Fifo::path);
+    if let (Some(fifo), Some(sink)) = (fifo, sink) {
+        if let Err(e) = input::start(fifo, sink) {
+            eprintln!("opkernel-shim launch {op}: stdin not wired: {e}");
+            if let Some(path) = &fifo_path {
+                input::close(path);
+            }
+        }
     }
-    let mut command = Command::new(&launch.command[0]);
-    command.args(&launch.command[1..]);
-    Ok(command)
+    fifo_path
 }
 
 fn spawn_refusal(launch: &Launch, uid: u32, gid: u32, e: io::Error) -> Unstarted {
@@ -423,7 +426,12 @@ impl Running {
     /// it left behind, and counts the usage of everything reaped here. An
     /// error (the command could not be waited for) leaves no code: the op is
     /// then judged by the kernel, never given a made-up one.
-    fn finish(self, log: &mut File, cap: u64, owner: &Owner<'_>) -> io::Result<ExitRecord> {
+    fn finish(
+        self,
+        log: &mut File,
+        cap: u64,
+        owner: &Owner<'_>,
+    ) -> io::Result<(ExitRecord, Option<String>)> {
         let code = loop {
             match sys::reap(false)? {
                 Some((pid, status)) if pid == self.child => {
@@ -479,11 +487,12 @@ impl Running {
                 let _ = write!(log, "\n[opkernel: output copy failed]\n");
             }
         }
-        Ok(ExitRecord {
+        let ended = ExitRecord {
             code,
             usage: Some(sys::children_usage()),
             leftovers,
-        })
+        };
+        Ok((ended, self.report.and_then(crate::keep::read_report)))
     }
 }
 

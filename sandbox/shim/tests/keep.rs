@@ -73,3 +73,39 @@ fn the_keeper_passes_a_requested_signal_on_and_ignores_the_rest() {
     assert_eq!(wait_bounded(&mut child).code(), Some(42));
     let _ = std::fs::remove_file(ready);
 }
+
+#[test]
+fn a_command_the_keeper_cannot_start_is_reported_not_started() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let (mut read, write) = std::io::pipe().unwrap();
+    let fd = write.as_raw_fd();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_opkernel-shim"));
+    c.args(["keep", &format!("--report-fd={fd}"), "true"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: async-signal-safe calls only: one process for this user at
+    // most (the keeper itself), so its fork fails with EAGAIN
+    unsafe {
+        c.pre_exec(move || {
+            let one = libc::rlimit {
+                rlim_cur: 1,
+                rlim_max: 1,
+            };
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            libc::setrlimit(libc::RLIMIT_NPROC, &one);
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let status = c.status().unwrap();
+    drop(c);
+    drop(write);
+    let mut report = String::new();
+    read.read_to_string(&mut report).unwrap();
+    assert_eq!(status.code(), Some(126));
+    assert!(report.contains("cannot start \"true\""), "{report:?}");
+}
