@@ -314,10 +314,12 @@ const RELOOK: Duration = Duration::from_millis(100);
 /// How much starting a launcher queues up: it claims only as many
 /// requests as it can start within this, by the time a start has been
 /// taking. The rest stay in the inbox for its next look, or for the
-/// kernel to take back and start by `docker exec`: a claim never waits
-/// long enough for the kernel to give up on its start (the start-evidence
-/// window) and then start anyway.
-const QUEUE_BUDGET: Duration = Duration::from_secs(2);
+/// kernel to take back and start by `docker exec`. So a claim starts
+/// within the kernel's claim window plus this (30 s with the defaults),
+/// well inside the window in which the kernel waits for a claimed op's
+/// evidence (60 s, the grace): it never gives up on a start that then
+/// happens.
+const QUEUE_BUDGET: Duration = Duration::from_secs(20);
 
 /// The time a start has been taking, in microseconds (a moving average),
 /// first taken to be 50 ms.
