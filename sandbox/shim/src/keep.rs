@@ -55,18 +55,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
     command.args(rest);
     // SAFETY: the closure only makes an async-signal-safe system call.
     unsafe {
-        use std::os::unix::process::CommandExt;
         // the command starts with no signal blocked
-        command.pre_exec(|| {
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            check(libc::sigprocmask(
-                libc::SIG_SETMASK,
-                &none,
-                std::ptr::null_mut(),
-            ))
-            .map(drop)
-        });
+        command.pre_exec(crate::sys::unblock_all_signals);
     }
     let child = match command.spawn() {
         Ok(child) => child.id() as libc::pid_t,

@@ -141,8 +141,7 @@ fn is_keeper(pid: u32) -> bool {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let verb = cmdline.split(|b| *b == 0).nth(1);
     verb == Some(crate::keep::VERB.as_bytes())
-        && exe(&pid.to_string()).is_some()
-        && exe(&pid.to_string()) == exe("self")
+        && exe(&pid.to_string()).is_some_and(|its| exe("self") == Some(its))
 }
 
 /// Asks the keeper `pid` to send the target's signal to its terminal's

@@ -129,16 +129,24 @@ pub fn enter_session_dropped_to(uid: u32, gid: u32) -> io::Result<()> {
 
 /// Blocks every signal that can be blocked (async-signal-safe).
 pub fn block_all_signals() -> io::Result<()> {
+    set_signal_mask(libc::SIG_BLOCK, true)
+}
+
+/// Clears the signal mask (async-signal-safe).
+pub fn unblock_all_signals() -> io::Result<()> {
+    set_signal_mask(libc::SIG_SETMASK, false)
+}
+
+/// `sigprocmask(how)` with the full set (`all`) or the empty one.
+fn set_signal_mask(how: libc::c_int, all: bool) -> io::Result<()> {
     // SAFETY: plain data set and passed to the signal calls.
     unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        check(libc::sigprocmask(
-            libc::SIG_BLOCK,
-            &all,
-            std::ptr::null_mut(),
-        ))
-        .map(drop)
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        match all {
+            true => libc::sigfillset(&mut set),
+            false => libc::sigemptyset(&mut set),
+        };
+        check(libc::sigprocmask(how, &set, std::ptr::null_mut())).map(drop)
     }
 }
 
