@@ -62,7 +62,7 @@ build_debian() {
 # shared store runs in the same image); cached by the same recipe hash.
 build_node() {
   local image=opkernel-node:latest
-  local packages=docker.io,postgresql,procps,iptables,ca-certificates
+  local packages=docker.io,postgresql,postgresql-15-auto-failover,pg-auto-failover-cli,procps,iptables,ca-certificates
   local recipe current work="$root/target/node-image"
   recipe=$(printf 'node bookworm minbase %s\n' "$packages" | cat - <(declare -f build_node debootstrap_rootfs) | sha256sum | cut -c1-16)
   current=$(docker image inspect -f '{{ index .Config.Labels "opkernel.recipe" }}' "$image" 2>/dev/null || true)

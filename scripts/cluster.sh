@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A real opkernel cluster on this machine (SPEC §20):
 #
-#   scripts/cluster.sh up N    N nodes (1..9) and the PostgreSQL they share
+#   scripts/cluster.sh up N [--store ha]
+#                              N nodes (1..9) and the PostgreSQL they share
+#   scripts/cluster.sh store-nodes
+#                              the replicated store's data nodes and roles now
 #   scripts/cluster.sh down    removes everything `up` made
 #
 # Each node is a Docker-in-Docker container of opkernel-node:latest (a
@@ -18,6 +21,12 @@
 # loopback), nodes advertise https://nI:7700 and check each other with
 # OPKERNEL_CA. The last line of `up` is one JSON object:
 #   {"store", "operator_token", "network", "ca", "nodes": [{"name", "container", "url"}]}
+# With --store ha (SPEC §31) the store is replicated: Debian's
+# pg_auto_failover, a monitor ($name-pgmon) and two data nodes ($name-pg1,
+# $name-pg2) in synchronous replication, the monitor promoting the standby
+# when the primary is lost. Nodes connect with a multi-host URL
+# (target_session_attrs=read-write), and the JSON line gains
+#   "store_nodes": [{"container", "role"}]   (role: primary, secondary, ...)
 # Every OPKERNEL_* variable of the caller's environment is passed to every
 # node (any setting can be tried on a cluster), but for the harness's own
 # (OPKERNEL_BIN, OPKERNEL_CLUSTER*) and those a node sets for itself
@@ -88,6 +97,92 @@ start_store() {
   }
 }
 
+# the replicated store (--store ha): a member $1 (pgmon, pg1, pg2) of role
+# $2 at address $3, published on host loopback port $4 (data nodes only)
+start_store_member() {
+  local member=$1 role=$2 ip=$3 port=${4:-}
+  local publish=()
+  [ -z "$port" ] || publish=(-p "127.0.0.1:$port:5432")
+  local alias=$member
+  [ "$member" != pgmon ] || alias=monitor
+  docker run -d --name "$name-$member" --hostname "$alias" --label "$label" \
+    --network "$net" --ip "$ip" --network-alias "$alias" "${publish[@]}" \
+    -e "ROLE=$role" \
+    -v "$root/docker/cluster/pgaf-entry.sh:/entry.sh:ro" \
+    opkernel-node:latest /entry.sh >/dev/null
+}
+
+# the monitor's view, one line per data node: name, reported state, goal
+monitor_states() {
+  docker exec "$name-pgmon" runuser -u postgres -- psql -h /var/run/postgresql -d pg_auto_failover -AtF' ' \
+    -c "SELECT nodename, reportedstate, goalstate FROM pgautofailover.node ORDER BY nodeid"
+}
+
+# the data nodes as JSON: [{"container", "role"}], role `primary` for the
+# one that takes writes, `secondary` for a standby in sync, else the
+# monitor's reported state (catchingup, demoted, ...)
+store_nodes() {
+  local out="" sep="" node reported goal role
+  while read -r node reported goal; do
+    [ -n "$node" ] || continue
+    case "$reported:$goal" in
+      primary:primary | wait_primary:wait_primary | primary:apply_settings | apply_settings:primary) role=primary ;;
+      secondary:secondary) role=secondary ;;
+      *) role=$reported ;;
+    esac
+    out+="$sep{\"container\": \"$name-$node\", \"role\": \"$role\"}"
+    sep=", "
+  done < <(monitor_states)
+  echo "[$out]"
+}
+
+# the replicated store: monitor, then pg1 (primary), then pg2 (standby);
+# prints the kernels' URL tail (hosts and query) after the role's password
+# is set on the primary
+start_ha_store() {
+  local password=$1 p1=$2 p2=$3
+  start_store_member pgmon monitor "$subnet_prefix.3"
+  wait_for "docker exec $name-pgmon runuser -u postgres -- psql -h /var/run/postgresql -d pg_auto_failover -c 'SELECT 1'" 90 || {
+    docker logs "$name-pgmon" >&2
+    return 1
+  }
+  # the monitor's watch, tightened for a harness on one machine (the
+  # defaults: a check every 5 s, unhealthy after 20 s, and 30 s for a lost
+  # primary to demote itself before its standby takes writes). With
+  # synchronous replication an old primary cut off from its standby cannot
+  # acknowledge a commit, so a short demote wait loses nothing acknowledged
+  docker exec -i "$name-pgmon" runuser -u postgres -- psql -q -h /var/run/postgresql -d pg_auto_failover \
+    -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+ALTER SYSTEM SET pgautofailover.health_check_period = 1000;
+ALTER SYSTEM SET pgautofailover.health_check_timeout = 2000;
+ALTER SYSTEM SET pgautofailover.health_check_retry_delay = 1000;
+ALTER SYSTEM SET pgautofailover.node_considered_unhealthy_timeout = 5000;
+ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 10000;
+SELECT pg_reload_conf();
+SQL
+  start_store_member pg1 data "$subnet_prefix.4" "$p1"
+  wait_for "monitor_states | grep -q '^pg1 single single'" 120 || {
+    docker logs "$name-pg1" >&2
+    return 1
+  }
+  # a standby is made by pg_basebackup, which waits for a spread checkpoint
+  # (minutes on an idle server): a checkpoint asked for now ends that wait,
+  # and a short checkpoint interval bounds it when a node is made again
+  docker exec "$name-pg1" runuser -u postgres -- psql -q -h /var/run/postgresql -d opkernel \
+    -c "ALTER SYSTEM SET checkpoint_timeout = '30s'" -c 'SELECT pg_reload_conf()' >/dev/null
+  start_store_member pg2 data "$subnet_prefix.5" "$p2"
+  wait_for "docker exec $name-pg1 runuser -u postgres -- psql -h /var/run/postgresql -d opkernel -c CHECKPOINT \
+    && [ \"\$(monitor_states | tr '\n' ' ')\" = 'pg1 primary primary pg2 secondary secondary ' ]" 180 || {
+    monitor_states >&2 || true
+    docker logs "$name-pg2" >&2
+    return 1
+  }
+  docker exec -i "$name-pg1" runuser -u postgres -- psql -q -h /var/run/postgresql -d opkernel \
+    -v ON_ERROR_STOP=1 -v "pw=$password" <<'SQL'
+ALTER ROLE opkernel LOGIN CREATEDB PASSWORD :'pw';
+SQL
+}
+
 start_node() {
   local node=$1 index=$2 port=$3 store=$4
   local pass=() var
@@ -119,7 +214,8 @@ start_node() {
 }
 
 up() {
-  local n=$1
+  local n=$1 store_kind=${2:-single}
+  case $store_kind in single | ha) ;; *) echo "cluster: --store takes single or ha, not '$store_kind'" >&2; exit 2 ;; esac
   case $n in [1-9]) ;; *) echo "cluster: up takes a node count from 1 to 9, not '$n'" >&2; exit 2 ;; esac
   [ -x "$bin" ] || { echo "cluster: no kernel binary at $bin (cargo build first, or set OPKERNEL_BIN)" >&2; exit 1; }
   down
@@ -137,12 +233,25 @@ up() {
   (umask 077 && echo "$token" >"$state/operator.token")
   make_ca
   docker network create --subnet "$subnet_prefix.0/24" --label "$label" "$net" >/dev/null
-  pg_port=$(free_port)
-  start_store "$pg_port" "$password"
+  local inner outer extra=""
+  if [ "$store_kind" = ha ]; then
+    local p1 p2
+    p1=$(free_port)
+    p2=$(free_port)
+    start_ha_store "$password" "$p1" "$p2"
+    inner="postgres://opkernel:$password@pg1:5432,pg2:5432/opkernel?target_session_attrs=read-write"
+    outer="postgres://opkernel:$password@127.0.0.1:$p1,127.0.0.1:$p2/opkernel?target_session_attrs=read-write"
+    extra=", \"store_nodes\": $(store_nodes)"
+  else
+    pg_port=$(free_port)
+    start_store "$pg_port" "$password"
+    inner="postgres://opkernel:$password@pg:5432/opkernel"
+    outer="postgres://opkernel:$password@127.0.0.1:$pg_port/opkernel"
+  fi
   local i ports=()
   for i in $(seq 1 "$n"); do
     ports[i]=$(free_port)
-    start_node "n$i" "$i" "${ports[i]}" "postgres://opkernel:$password@pg:5432/opkernel"
+    start_node "n$i" "$i" "${ports[i]}" "$inner"
   done
   local nodes="" sep=""
   for i in $(seq 1 "$n"); do
@@ -157,11 +266,17 @@ up() {
   done
   # every node sees every other as an active member
   wait_for "[ \$(curl -fsS --cacert $state/tls/ca.pem -H 'Authorization: Bearer $token' https://127.0.0.1:${ports[1]}/v1/nodes | grep -o '\"state\":\"active\"' | wc -l) -eq $n ]" 60
-  echo "{\"store\": \"postgres://opkernel:$password@127.0.0.1:$pg_port/opkernel\", \"operator_token\": \"$token\", \"network\": \"$net\", \"ca\": \"$state/tls/ca.pem\", \"nodes\": [$nodes]}"
+  echo "{\"store\": \"$outer\", \"operator_token\": \"$token\", \"network\": \"$net\", \"ca\": \"$state/tls/ca.pem\", \"nodes\": [$nodes]$extra}"
 }
 
 case "${1:-}" in
-  up) up "${2:-3}" ;;
+  up)
+    n=${2:-3}
+    store_kind=single
+    if [ "${3:-}" = --store ]; then store_kind=${4:-}; fi
+    up "$n" "$store_kind"
+    ;;
+  store-nodes) store_nodes ;;
   down) down ;;
-  *) echo "usage: scripts/cluster.sh up N | down" >&2; exit 2 ;;
+  *) echo "usage: scripts/cluster.sh up N [--store ha] | store-nodes | down" >&2; exit 2 ;;
 esac

@@ -27,6 +27,9 @@ pub struct Cluster {
     pub token: String,
     pub network: String,
     pub nodes: Vec<Node>,
+    /// The replicated store's data nodes at `up` (`--store ha`), with
+    /// their roles then; empty for a single store.
+    pub store_nodes: Vec<(String, String)>,
     script: PathBuf,
 }
 
@@ -51,8 +54,18 @@ impl Cluster {
     /// `scripts/cluster.sh up n` with `env` (e.g. a short lease), parsed
     /// from its last line.
     pub fn up(n: usize, env: &[(&str, &str)]) -> anyhow::Result<Cluster> {
+        Cluster::up_with(n, env, &[])
+    }
+
+    /// `up n` on a replicated store (`--store ha`, SPEC §31).
+    pub fn up_replicated(n: usize, env: &[(&str, &str)]) -> anyhow::Result<Cluster> {
+        Cluster::up_with(n, env, &["--store", "ha"])
+    }
+
+    fn up_with(n: usize, env: &[(&str, &str)], extra: &[&str]) -> anyhow::Result<Cluster> {
         let out = Command::new(script())
             .args(["up", &n.to_string()])
+            .args(extra)
             .envs(env.iter().copied())
             .stderr(std::process::Stdio::inherit())
             .output()
@@ -85,8 +98,23 @@ impl Cluster {
             token,
             network: v["network"].as_str().unwrap_or_default().to_owned(),
             nodes,
+            store_nodes: roles(&v["store_nodes"]),
             script: script(),
         })
+    }
+
+    /// The replicated store's data nodes now, with their roles as its
+    /// monitor has them (`primary`, `secondary`, or a state between).
+    pub fn store_roles(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let out = Command::new(&self.script).arg("store-nodes").output()?;
+        if !out.status.success() {
+            bail!(
+                "scripts/cluster.sh store-nodes: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let v: Value = serde_json::from_slice(&out.stdout)?;
+        Ok(roles(&v))
     }
 
     /// The node called `name`.
@@ -219,6 +247,16 @@ impl Drop for Cluster {
             self.down();
         }
     }
+}
+
+/// `[{"container", "role"}]` as pairs.
+fn roles(v: &Value) -> Vec<(String, String)> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| (text(&n["container"]), text(&n["role"])))
+        .collect()
 }
 
 /// `fut` with a 10 s limit (a paused or cut-off node never answers).

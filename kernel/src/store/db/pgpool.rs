@@ -32,6 +32,10 @@ const SESSION_OPTIONS: &str =
 pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
     let (mut config, tls) = config(url)?;
     config.options(SESSION_OPTIONS);
+    // a multi-host URL (a replicated store, SPEC §31) tries each host in
+    // turn, each bounded by its own open timeout: the first may be the
+    // primary just lost
+    let hosts = config.get_hosts().len().max(1) as u32;
     let manager = Manager::from_config(
         config,
         tls,
@@ -43,7 +47,7 @@ pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
         .max_size(size)
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .wait_timeout(Some(SLOT_TIMEOUT))
-        .create_timeout(Some(CONNECT_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT * hosts))
         .build()
         .map_err(|e| StoreError::database(super::Dialect::Postgres, e))
 }
@@ -171,18 +175,34 @@ where
 {
     let client = connection(pool).await?;
     let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        let mut tx = super::postgres::PgTx::begin(&client, handle, read_only)?;
-        match f(&mut tx) {
-            Ok(value) => tx.commit().map(|()| value),
-            Err(e) => {
-                let _ = tx.rollback();
-                Err(e)
-            }
-        }
+    let (client, done) = tokio::task::spawn_blocking(move || {
+        let done = transaction(&client, handle, read_only, f);
+        (client, done)
     })
     .await
-    .map_err(|e| StoreError::Worker(e.to_string()))?
+    .map_err(|e| StoreError::Worker(e.to_string()))?;
+    if matches!(done, Err(StoreError::Unavailable(_))) && !client.is_closed() {
+        // a server that answers but takes no writes (a primary demoted
+        // under a replicated store, SPEC §31) leaves its connection open:
+        // it leaves the pool, so the next one is opened on the new primary
+        drop(Object::take(client));
+    }
+    done
+}
+
+/// `f` in a transaction on `client`: committed on `Ok`, rolled back on `Err`.
+fn transaction<T, F>(client: &Object, handle: tokio::runtime::Handle, read_only: bool, f: F) -> StoreResult<T>
+where
+    F: FnOnce(&mut dyn super::Tx) -> StoreResult<T>,
+{
+    let mut tx = super::postgres::PgTx::begin(client, handle, read_only)?;
+    match f(&mut tx) {
+        Ok(value) => tx.commit().map(|()| value),
+        Err(e) => {
+            let _ = tx.rollback();
+            Err(e)
+        }
+    }
 }
 
 /// Creates a new, empty database `t_<uuid>` on the server at `url` (whose

@@ -165,14 +165,15 @@ pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
     // connection exceptions (08), insufficient resources (53: too many
     // clients), operator intervention (57: shutdown, cancel, a statement
     // or lock timeout), system errors (58) and a serialization failure or
-    // deadlock (40001, 40P01): none is a statement's fault, and the same
-    // request may be retried
+    // deadlock (40001, 40P01), a write refused by a server in recovery
+    // (25006: a replicated store's primary demoted, SPEC §31): none is a
+    // statement's fault, and the same request may be retried
     let away = e.as_db_error().is_some_and(|db| {
         let code = db.code().code();
         ["08", "53", "57", "58"]
             .iter()
             .any(|class| code.starts_with(class))
-            || matches!(code, "40001" | "40P01")
+            || matches!(code, "40001" | "40P01" | "25006")
     });
     // with its cause: which certificate check failed, not only that one
     // did (a certificate refused is an outage too: at start it stops the
