@@ -231,7 +231,8 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
 }
 
 /// Sweeps the lapsed nodes: only a node that held its own lease a whole
-/// TTL judges the others.
+/// TTL since its last join, and the time another needs to reconnect,
+/// judges the others.
 async fn sweep(k: &Kernel) -> Result<(), StoreError> {
     let Some(node) = k.node.as_ref().filter(|n| n.may_sweep()) else {
         return Ok(());
@@ -239,7 +240,7 @@ async fn sweep(k: &Kernel) -> Result<(), StoreError> {
     let judge = crate::store::Judge {
         node: node.config.name.clone(),
         epoch: node.epoch(),
-        held_ms: node.config.ttl_ms(),
+        held_ms: node.config.judge_hold().as_millis() as i64,
     };
     for swept in k.store.sweep_nodes(judge).await? {
         tracing::warn!(node = %swept.name, ops = swept.settled.len(), "cluster: a node's lease lapsed: declared dead, its ops settled");

@@ -280,6 +280,16 @@ impl Store {
         self.options.node.as_deref()
     }
 
+    /// The longest a new connection may take to open: on PostgreSQL the
+    /// pool's bound (each host of the URL in turn); nothing on SQLite.
+    pub fn open_bound(&self) -> std::time::Duration {
+        match &self.backend {
+            Backend::Sqlite { .. } => std::time::Duration::ZERO,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres { lease, .. } => lease.timeouts().create.unwrap_or_default(),
+        }
+    }
+
     /// The same database opened again with `options` (tests: two kernels
     /// on one database). On PostgreSQL a new connection, whose listener
     /// hears the hints for the new options' node.

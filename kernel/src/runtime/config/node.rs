@@ -15,6 +15,9 @@ pub struct NodeConfig {
     /// The lease's time to live (`OPKERNEL_NODE_TTL`, default 10 s);
     /// renewed every fifth of it.
     pub ttl: Duration,
+    /// The longest a connection to the store may take to open (its
+    /// hosts in turn, each bounded): set from the store at start.
+    pub store_open: Duration,
 }
 
 impl NodeConfig {
@@ -46,6 +49,7 @@ impl NodeConfig {
             name: name.to_owned(),
             advertise_url: advertise_url.trim_end_matches('/').to_owned(),
             ttl,
+            store_open: Duration::ZERO,
         })
     }
 
@@ -58,6 +62,17 @@ impl NodeConfig {
     pub fn renew_every(&self) -> Duration {
         self.ttl / 5
     }
+
+    /// How long a node holds its lease since its last join before it
+    /// judges the others (SPEC §20, §31): a whole TTL, plus what another
+    /// node may need to reach a store that is back (an open under way when
+    /// it returned may wait out a lost host, then a renewal's interval,
+    /// then a new open). After a store outage every node joins again, each
+    /// as soon as its own connection opens; none is declared dead for
+    /// having been the slower to reconnect.
+    pub fn judge_hold(&self) -> Duration {
+        self.ttl + self.store_open * 2 + self.renew_every()
+    }
 }
 
 #[cfg(test)]
@@ -69,6 +84,11 @@ mod tests {
         let n = NodeConfig::new("n1", "http://10.0.0.2:7878/", Duration::from_secs(10)).unwrap();
         assert_eq!(n.advertise_url, "http://10.0.0.2:7878");
         assert_eq!(n.renew_every(), Duration::from_secs(2));
+        let slow = NodeConfig {
+            store_open: Duration::from_secs(10),
+            ..n.clone()
+        };
+        assert_eq!(slow.judge_hold(), Duration::from_secs(32));
         let tls = NodeConfig::new("n1", "https://n1:7700", Duration::from_secs(10));
         assert_eq!(tls.unwrap().advertise_url, "https://n1:7700");
         for (name, url, ttl) in [

@@ -132,7 +132,10 @@ impl Kernel {
                 config.pool.clone(),
                 config.node.as_ref().map(|n| n.name.clone()),
             ),
-            node: config.node.clone().map(node::NodeState::new),
+            node: config.node.clone().map(|mut c| {
+                c.store_open = store.open_bound();
+                node::NodeState::new(c)
+            }),
             config,
             store,
             backend,

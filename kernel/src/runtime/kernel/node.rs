@@ -111,7 +111,7 @@ impl NodeState {
             && self
                 .held_since
                 .lock()
-                .is_some_and(|since| since.elapsed() >= self.config.ttl)
+                .is_some_and(|since| since.elapsed() >= self.config.judge_hold())
     }
 
     /// The epoch it holds (0: none).
