@@ -18,9 +18,10 @@ export PGDATA=$home/data HOME=$home XDG_CONFIG_HOME=$home/config XDG_DATA_HOME=$
 mkdir -p "$home" /var/run/postgresql
 chown postgres:postgres "$home" /var/run/postgresql
 # this is PID 1 of a container just started: no pg_autoctl and no postgres
-# of the last life runs, so their pid files (pids are reused from 1 in a
-# container) are stale; left in place, they stop the start
-rm -rf /tmp/pg_autoctl "$PGDATA/postmaster.pid"
+# of the last life runs, so their pid and socket lock files (pids are
+# reused from 1 in a container) are stale; left in place, they stop the
+# start (postgres takes a live process of this life for the old postmaster)
+rm -rf /tmp/pg_autoctl "$PGDATA/postmaster.pid" /var/run/postgresql/.s.PGSQL.*
 
 as_postgres() { setpriv --reuid postgres --regid postgres --init-groups "$@"; }
 
