@@ -143,7 +143,10 @@ async fn with_role(c: &Cluster, role: &str, within: Duration) -> String {
         if let Some((name, _)) = roles.iter().find(|(_, r)| r == role) {
             return name.clone();
         }
-        assert!(Instant::now() < deadline, "no {role} after {within:?}: {roles:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no {role} after {within:?}: {roles:?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -152,8 +155,19 @@ async fn with_role(c: &Cluster, role: &str, within: Duration) -> String {
 /// its socket), or the error psql gave.
 fn psql(container: &str, sql: &str) -> Result<String, String> {
     let args = [
-        "exec", container, "runuser", "-u", "postgres", "--", "psql", "-h",
-        "/var/run/postgresql", "-d", "opkernel", "-Atc", sql,
+        "exec",
+        container,
+        "runuser",
+        "-u",
+        "postgres",
+        "--",
+        "psql",
+        "-h",
+        "/var/run/postgresql",
+        "-d",
+        "opkernel",
+        "-Atc",
+        sql,
     ];
     docker(&args)
         .map(|s| s.trim().to_owned())
@@ -225,7 +239,10 @@ async fn admitted_after(c: &Cluster, from: Instant, what: &str) -> Duration {
             Some(_) => 1..=1,
             None => 0..=1,
         };
-        assert!(expected.contains(&list.len()), "{what}: {status:?} left {ops}");
+        assert!(
+            expected.contains(&list.len()),
+            "{what}: {status:?} left {ops}"
+        );
         for op in &list {
             let id = op["operation_id"].as_str().unwrap();
             let s = wait_op(c, "n1", id, |s| s["status"] == "completed").await;
@@ -247,7 +264,9 @@ async fn rejoins_as_standby(c: &Cluster, container: &str) -> Duration {
             "{container} came back taking writes: split brain ({answer})"
         );
         let roles = c.store_roles().unwrap_or_default();
-        let secondary = roles.iter().any(|(n, r)| n == container && r == "secondary");
+        let secondary = roles
+            .iter()
+            .any(|(n, r)| n == container && r == "secondary");
         if secondary && answer == "t|streaming" {
             break;
         }
@@ -277,8 +296,10 @@ async fn failover_round(c: &Cluster, round: usize) -> Duration {
     runs.sort_unstable();
     runs.dedup();
     let half = &runs[..runs.len() / 2];
-    let (early, late): (Vec<Work>, Vec<Work>) =
-        work.iter().cloned().partition(|w| half.contains(&w.run.as_str()));
+    let (early, late): (Vec<Work>, Vec<Work>) = work
+        .iter()
+        .cloned()
+        .partition(|w| half.contains(&w.run.as_str()));
     release_all(c, &early);
     let took = admitted_after(c, killed_at, "store-failover").await;
     eprintln!("store-failover: round {round}: {primary} killed, admissions again after {took:?}");
@@ -287,7 +308,11 @@ async fn failover_round(c: &Cluster, round: usize) -> Duration {
     all_delivered_once(c, "n2", &work).await;
     started(c, &work, 1);
     all_active(c, "n3").await;
-    assert_eq!(declared_dead(c), before, "a node was declared dead for the switch");
+    assert_eq!(
+        declared_dead(c),
+        before,
+        "a node was declared dead for the switch"
+    );
     docker(&["start", &primary]).unwrap();
     let back = rejoins_as_standby(c, &primary).await;
     eprintln!("store-failover: round {round}: {primary} a standby again after {back:?}");
@@ -331,7 +356,11 @@ async fn both_lost(c: &Cluster) {
         .await
         .expect("a start without a store is answered")
         .unwrap();
-    assert_eq!((status, v["error"]["code"].as_str()), (503, Some("store_unavailable")), "{v}");
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{v}"
+    );
     release_all(c, &work);
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(stopped_at.elapsed())).await;
     docker(&["start", &primary, &standby]).unwrap();
@@ -343,8 +372,16 @@ async fn both_lost(c: &Cluster) {
     let ops = timed(c.node("n2").client.get(&format!("/v1/ops?run={run}")))
         .await
         .unwrap();
-    assert_eq!(ops["operations"], json!([]), "the refused start was recorded: {ops}");
-    assert_eq!(declared_dead(c), before, "a node was declared dead for the outage");
+    assert_eq!(
+        ops["operations"],
+        json!([]),
+        "the refused start was recorded: {ops}"
+    );
+    assert_eq!(
+        declared_dead(c),
+        before,
+        "a node was declared dead for the outage"
+    );
     with_role(c, "secondary", Duration::from_secs(180)).await;
 }
 

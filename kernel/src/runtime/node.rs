@@ -103,7 +103,8 @@ async fn lost_here(k: &Kernel) -> Result<Vec<(Op, Option<sandbox::PidRecord>)>, 
     };
     let since = crate::store::now_ms() - look_back_ms(k);
     let mut running = Vec::new();
-    for op in k.store.lost_with_node(&node.config.name, since).await? {
+    let lost = k.store.lost_with_node_on_lease(&node.config.name, since);
+    for op in lost.await? {
         let dir = k.backend.ops_dir(&op.scratch_key);
         if dir.read_code(&op.id).is_ok() || op.container_id.is_none() {
             continue;

@@ -324,6 +324,16 @@ impl Store {
         self.transaction_on(false, read_only, f).await
     }
 
+    /// A read transaction of a cluster node's lease (its join): on
+    /// PostgreSQL on the lease's own connection.
+    async fn lease_read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+    {
+        self.transaction_on(true, true, f).await
+    }
+
     /// A write transaction of a cluster node's lease: on PostgreSQL on the
     /// lease's own connection, never queued behind the pool's load.
     async fn lease_write<T, F>(&self, f: F) -> StoreResult<T>

@@ -533,16 +533,14 @@ impl Store {
     /// (unix ms) with no `tool.late_result` yet: the ops whose real end it
     /// may still find on its disk.
     pub async fn lost_with_node(&self, node: &str, since_ms: i64) -> StoreResult<Vec<Op>> {
-        let node = node.to_owned();
-        self.read(move |tx| {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM ops WHERE node = ?1 AND status = 'lost' AND error = ?2 \
-                 AND finished_at >= ?3 AND NOT EXISTS (SELECT 1 FROM events e \
-                 WHERE e.run_id = ops.run_id AND e.operation_id = ops.id AND e.kind = 'tool.late_result')"
-            );
-            ops_of(tx, &sql, vals![&node, format!("node {node} lost"), since_ms])
-        })
-        .await
+        self.read(lost_with(node, since_ms)).await
+    }
+
+    /// [`Store::lost_with_node`] on the lease's own connection: for a
+    /// join, whose renewals wait for it, never behind the pool's load (a
+    /// whole cluster joins again under load after a store outage).
+    pub async fn lost_with_node_on_lease(&self, node: &str, since_ms: i64) -> StoreResult<Vec<Op>> {
+        self.lease_read(lost_with(node, since_ms)).await
     }
 
     /// Records the real end of an op already settled `lost`: a
@@ -567,5 +565,22 @@ impl Store {
             Ok(true)
         })
         .await
+    }
+}
+
+/// The script of [`Store::lost_with_node`].
+fn lost_with(node: &str, since_ms: i64) -> impl FnOnce(&mut dyn Tx) -> StoreResult<Vec<Op>> {
+    let node = node.to_owned();
+    move |tx| {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM ops WHERE node = ?1 AND status = 'lost' AND error = ?2 \
+             AND finished_at >= ?3 AND NOT EXISTS (SELECT 1 FROM events e \
+             WHERE e.run_id = ops.run_id AND e.operation_id = ops.id AND e.kind = 'tool.late_result')"
+        );
+        ops_of(
+            tx,
+            &sql,
+            vals![&node, format!("node {node} lost"), since_ms],
+        )
     }
 }

@@ -196,4 +196,22 @@ mod tests {
         assert!(!n.may_sweep());
         assert!(n.lease_fresh());
     }
+
+    #[test]
+    fn a_judge_also_waits_out_the_others_reconnecting() {
+        // a store whose connections take up to 1 s to open: the hold is
+        // 2 s + 2 × 1 s + 0.4 s, so 3 s of it is not enough
+        let mut config = NodeConfig::new("n1", "http://n1:7700", Duration::from_secs(2)).unwrap();
+        config.store_open = Duration::from_secs(1);
+        let n = NodeState::new(config);
+        n.set_epoch(1);
+        n.renewed(Instant::now() - Duration::from_secs(3));
+        n.renewed(Instant::now());
+        assert!(!n.may_sweep(), "held 3 s of the 4.4 s a judge needs");
+        let m = node();
+        m.set_epoch(1);
+        m.renewed(Instant::now() - Duration::from_secs(3));
+        m.renewed(Instant::now());
+        assert!(m.may_sweep(), "with SQLite's instant opens 2.4 s is enough");
+    }
 }

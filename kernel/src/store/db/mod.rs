@@ -7,6 +7,8 @@
 
 pub mod migrations;
 #[cfg(feature = "postgres")]
+pub mod pghosts;
+#[cfg(feature = "postgres")]
 pub mod pglisten;
 #[cfg(feature = "postgres")]
 pub mod pgowner;

@@ -114,11 +114,17 @@ impl Owner {
 /// A connection of its own, driven by a task; it ends when the client is
 /// dropped or the server goes.
 async fn session(url: &str) -> StoreResult<Client> {
-    let (mut config, tls) = super::pgpool::config(url)?;
-    config
-        .application_name("opkernel owner")
-        .options(format!("-c idle_session_timeout={IDLE_SESSION_MS}"));
-    let (client, connection) = config.connect(tls).await.map_err(pg_error)?;
+    let hosts = super::pgpool::hosts(url, |config| {
+        config
+            .application_name("opkernel owner")
+            .options(format!("-c idle_session_timeout={IDLE_SESSION_MS}"));
+    })?;
+    let (client, connection) = tokio::time::timeout(hosts.open_bound(), hosts.connect())
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(format!("no host answered within {:?}", hosts.open_bound()))
+        })?
+        .map_err(pg_error)?;
     tokio::spawn(connection);
     Ok(client)
 }

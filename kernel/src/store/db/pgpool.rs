@@ -4,6 +4,7 @@
 //! kernels starting together migrate once. A schema written by a newer
 //! kernel is refused before anything is changed, as on SQLite.
 
+use super::pghosts::Hosts;
 use super::pgtls::PgTls;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 
@@ -30,15 +31,15 @@ const SESSION_OPTIONS: &str =
 /// bounded as above; waiting for a free one or a new one is bounded too
 /// (past it: `Unavailable`).
 pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
-    let (mut config, tls) = config(url)?;
-    config.options(SESSION_OPTIONS);
-    // a multi-host URL (a replicated store, SPEC §31) tries each host in
-    // turn, each bounded by its own open timeout: the first may be the
-    // primary just lost
-    let hosts = config.get_hosts().len().max(1) as u32;
-    let manager = Manager::from_config(
-        config,
-        tls,
+    // a multi-host URL (a replicated store, SPEC §31) tries its hosts one
+    // at a time, each bounded: the first may be the primary just lost
+    let hosts = hosts(url, |config| {
+        config.options(SESSION_OPTIONS);
+    })?;
+    let open_bound = hosts.open_bound();
+    let manager = Manager::from_connect(
+        hosts.config().clone(),
+        super::pghosts::Opener(std::sync::Arc::new(hosts)),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -47,9 +48,19 @@ pub fn pool(url: &str, size: usize) -> StoreResult<Pool> {
         .max_size(size)
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .wait_timeout(Some(SLOT_TIMEOUT))
-        .create_timeout(Some(CONNECT_TIMEOUT * hosts))
+        .create_timeout(Some(open_bound))
         .build()
         .map_err(|e| StoreError::database(super::Dialect::Postgres, e))
+}
+
+/// The hosts of `url`, each with [`config`]'s settings and `more` of the
+/// caller's (a session's options, its application name).
+pub fn hosts(url: &str, more: impl Fn(&mut tokio_postgres::Config)) -> StoreResult<Hosts> {
+    Hosts::new(url, CONNECT_TIMEOUT, |one| {
+        let (mut c, tls) = config(one)?;
+        more(&mut c);
+        Ok((c, tls))
+    })
 }
 
 /// How long sent data may go unacknowledged before the connection is
@@ -181,17 +192,33 @@ where
     })
     .await
     .map_err(|e| StoreError::Worker(e.to_string()))?;
-    if matches!(done, Err(StoreError::Unavailable(_))) && !client.is_closed() {
-        // a server that answers but takes no writes (a primary demoted
-        // under a replicated store, SPEC §31) leaves its connection open:
-        // it leaves the pool, so the next one is opened on the new primary
-        drop(Object::take(client));
+    match done {
+        Err(StoreError::Unavailable(m)) if m.starts_with(READ_ONLY_SERVER) => {
+            if read_only {
+                // a read transaction that wrote: the statement's fault
+                return Err(StoreError::database(super::Dialect::Postgres, m));
+            }
+            // a server that answers but takes no writes (made read-only
+            // while up, SPEC §31) keeps its connection open: it leaves the
+            // pool, so the next transaction opens on a host that takes them
+            drop(Object::take(client));
+            Err(StoreError::Unavailable(m))
+        }
+        done => done,
     }
-    done
 }
 
+/// How [`pg_error`] begins the message of a write refused by a server
+/// that takes none (SQLSTATE 25006).
+const READ_ONLY_SERVER: &str = "25006:";
+
 /// `f` in a transaction on `client`: committed on `Ok`, rolled back on `Err`.
-fn transaction<T, F>(client: &Object, handle: tokio::runtime::Handle, read_only: bool, f: F) -> StoreResult<T>
+fn transaction<T, F>(
+    client: &Object,
+    handle: tokio::runtime::Handle,
+    read_only: bool,
+    f: F,
+) -> StoreResult<T>
 where
     F: FnOnce(&mut dyn super::Tx) -> StoreResult<T>,
 {

@@ -1,0 +1,182 @@
+//! A replicated store's hosts (SPEC §31), tried one at a time. A
+//! multi-host URL (`postgres://u:p@pg1:5432,pg2:5432/db?target_session_attrs=read-write`)
+//! becomes one connection setting per host. Each new connection tries the
+//! host that answered last first, then the others, each bounded as a whole
+//! (name lookup, TCP, TLS, authentication, the read-write check), so a
+//! host that accepts connections and then hangs (a frozen primary) costs
+//! one bound, not the whole open: tokio-postgres bounds only the TCP
+//! connect of each host and would wait on the first for ever.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Config, Connection, Socket};
+
+use super::pgtls::PgTls;
+use crate::store::StoreResult;
+
+/// A connection's stream, plain or TLS.
+pub type Stream = <PgTls as MakeTlsConnect<Socket>>::Stream;
+
+/// The hosts of one store URL, each with its own settings.
+pub struct Hosts {
+    each: Vec<(Config, PgTls)>,
+    /// The host that answered last: tried first.
+    first: AtomicUsize,
+    bound: Duration,
+}
+
+impl Hosts {
+    /// The hosts of `url`, each set up by `config` (timeouts, TLS of its
+    /// own name); each open bounded by `bound`.
+    pub fn new(
+        url: &str,
+        bound: Duration,
+        config: impl Fn(&str) -> StoreResult<(Config, PgTls)>,
+    ) -> StoreResult<Hosts> {
+        let each = split(url)
+            .iter()
+            .map(|u| config(u))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(Hosts {
+            each,
+            first: AtomicUsize::new(0),
+            bound,
+        })
+    }
+
+    /// The longest an open may take: every host's bound.
+    pub fn open_bound(&self) -> Duration {
+        self.bound * self.each.len() as u32
+    }
+
+    /// The first host's settings (all share database, user and options).
+    pub fn config(&self) -> &Config {
+        &self.each[0].0
+    }
+
+    /// A connection to the first host that takes it, trying the one that
+    /// answered last first; every host but the last tried is bounded, the
+    /// caller bounds the whole ([`Hosts::open_bound`]). The last host's
+    /// error when none takes it.
+    pub async fn connect(
+        &self,
+    ) -> Result<(Client, Connection<Socket, Stream>), tokio_postgres::Error> {
+        let n = self.each.len();
+        let start = self.first.load(Ordering::Relaxed);
+        for k in 0..n {
+            let i = (start + k) % n;
+            let (config, tls) = &self.each[i];
+            let attempt = config.connect(tls.clone());
+            let answer = if k + 1 == n {
+                attempt.await
+            } else {
+                match tokio::time::timeout(self.bound, attempt).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        tracing::warn!(host = i + 1, bound = ?self.bound, "store: a host did not answer in time");
+                        continue;
+                    }
+                }
+            };
+            match answer {
+                Ok(pair) => {
+                    self.first.store(i, Ordering::Relaxed);
+                    return Ok(pair);
+                }
+                Err(e) if k + 1 == n => return Err(e),
+                Err(e) => {
+                    tracing::debug!(host = i + 1, e = %error_text(&e), "store: a host refused")
+                }
+            }
+        }
+        unreachable!("a store URL has at least one host")
+    }
+}
+
+/// An error with its cause (which certificate check, which socket error).
+fn error_text(e: &tokio_postgres::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
+/// The pool's opener: [`Hosts::connect`], its connection driven by a task.
+pub struct Opener(pub std::sync::Arc<Hosts>);
+
+impl deadpool_postgres::Connect for Opener {
+    fn connect(
+        &self,
+        _: &Config,
+    ) -> BoxFuture<'_, Result<(Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>> {
+        Box::pin(async move {
+            let (client, connection) = self.0.connect().await?;
+            let task = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok((client, task))
+        })
+    }
+}
+
+/// `url` as one URL per host: `scheme://cred@h1:p1,h2:p2/rest` becomes
+/// `scheme://cred@h1:p1/rest` and `scheme://cred@h2:p2/rest`. A URL of one
+/// host (or in key=value form) is itself.
+pub fn split(url: &str) -> Vec<String> {
+    let Some(after) = url.find("://").map(|i| i + 3) else {
+        return vec![url.to_owned()];
+    };
+    // the hosts end at the first `/` or `?` after the credentials (a
+    // password may hold either; its last `@` ends it)
+    let cred_end = url[after..].find('/').map_or(url.len(), |i| after + i);
+    let hosts_from = url[after..cred_end]
+        .rfind('@')
+        .map_or(after, |i| after + i + 1);
+    let hosts_end = url[hosts_from..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| hosts_from + i);
+    let hosts = &url[hosts_from..hosts_end];
+    if !hosts.contains(',') {
+        return vec![url.to_owned()];
+    }
+    hosts
+        .split(',')
+        .map(|h| format!("{}{h}{}", &url[..hosts_from], &url[hosts_end..]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn a_multi_host_url_is_one_url_per_host() {
+        let url = "postgres://u:p@pg1:5432,pg2:5433/db?target_session_attrs=read-write";
+        assert_eq!(
+            split(url),
+            [
+                "postgres://u:p@pg1:5432/db?target_session_attrs=read-write",
+                "postgres://u:p@pg2:5433/db?target_session_attrs=read-write",
+            ]
+        );
+        assert_eq!(
+            split("postgres://u@a,b?x=1"),
+            ["postgres://u@a?x=1", "postgres://u@b?x=1"]
+        );
+        // a password holding `,`, `?` or `@` stays whole
+        assert_eq!(
+            split("postgres://u:p,?@q@h1,h2/db"),
+            ["postgres://u:p,?@q@h1/db", "postgres://u:p,?@q@h2/db"]
+        );
+        for one in [
+            "postgres://u:p@pg1:5432/db",
+            "postgres://u:p,q@pg1/db",
+            "host=a,b user=u",
+        ] {
+            assert_eq!(split(one), [one]);
+        }
+    }
+}
