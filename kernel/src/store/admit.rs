@@ -11,6 +11,7 @@ use super::admission::{Admission, Counted};
 use super::db::Tx;
 use super::hints::HintKind;
 use super::journal::append_event;
+use super::nodes::Placed;
 use super::ops::{get, op_from_row, NewOp, Op, StartRequest, COLUMNS};
 use super::{now_ms, Store, StoreError, StoreResult};
 use crate::event_kind::{ApprovalRequested, EventKind, ToolStarted};
@@ -127,15 +128,17 @@ pub(super) fn insert_in(
     let node = match tx.cluster() {
         false => None,
         true => match super::nodes::place(tx, &root, limits.max_live)? {
-            Some(node) => Some(node),
-            None if super::nodes::any_active(tx)? => {
+            Placed::On(node) => Some(node),
+            Placed::Full => {
                 let full = format!(
                     "every active node already has {} live operations (OPKERNEL_MAX_OPS, per node)",
                     limits.max_live
                 );
                 return Ok(NewOp::Refused(super::Refusal::Limit(full)));
             }
-            None => return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone()))),
+            Placed::NoNode => {
+                return Ok(NewOp::Refused(super::Refusal::NoNode(req.run_id.clone())))
+            }
         },
     };
     if let Some(refusal) = node_limit_refusal(tx, node.as_deref(), limits)? {

@@ -117,8 +117,8 @@ fn approve_in(tx: &mut dyn Tx, id: &str) -> StoreResult<Result<Option<Op>, super
     let node = match tx.cluster() {
         false => None,
         true => match super::nodes::place(tx, &root, u64::MAX)? {
-            Some(node) => Some(node),
-            None => return Ok(Err(super::Refusal::NoNode(run_id))),
+            super::nodes::Placed::On(node) => Some(node),
+            _ => return Ok(Err(super::Refusal::NoNode(run_id))),
         },
     };
     let n = tx.execute(

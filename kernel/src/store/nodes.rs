@@ -316,11 +316,12 @@ fn settle_leftovers(tx: &mut dyn Tx, name: &str) -> StoreResult<Vec<(String, Str
 
 /// The node of a run tree (placed on `root`), placing it when it has none
 /// or its node was declared dead: the `active` node with a live lease and
-/// fewer than `max_live` live ops, one with a free warm-pool container first (SPEC §22), then the fewest live
-/// ops. `None` when no node can take it (then nothing was
-/// written). Called with the tree locked; the root's row may not exist yet
-/// (see [`record_placement`]).
-pub(super) fn place(tx: &mut dyn Tx, root: &str, max_live: u64) -> StoreResult<Option<String>> {
+/// fewer than `max_live` live ops, one with a free warm-pool container
+/// first (SPEC §22), then the fewest live ops. When none can take it
+/// (nothing written), why, read in the same statement: no node with a live
+/// lease, or every one full. Called with the tree locked; the root's row
+/// may not exist yet (then the admission records the placement again).
+pub(super) fn place(tx: &mut dyn Tx, root: &str, max_live: u64) -> StoreResult<Placed> {
     let now = db_now(tx);
     // its node, while that node is not dead (SPEC §24): a lease that merely
     // lapsed (a store outage, a restart, a slow renewal) keeps the tree
@@ -331,35 +332,38 @@ pub(super) fn place(tx: &mut dyn Tx, root: &str, max_live: u64) -> StoreResult<O
          WHERE r.run_id = ?1 AND n.state <> 'dead'",
         vals![root],
     )? {
-        return row.get("node");
+        return Ok(Placed::On(row.get("node")?));
     }
     // a node at its live-op limit takes no new tree (SPEC §24: the limit
     // is per node), whatever its free pool containers
     let sql = format!(
-        "SELECT n.name FROM nodes n WHERE n.state = 'active' AND n.lease_until > {now} \
-         AND (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})) < ?1 \
-         ORDER BY CASE WHEN n.pool_free > 0 THEN 0 ELSE 1 END, \
-         (SELECT COUNT(*) FROM ops o WHERE o.node = n.name AND o.status IN ({live})), n.name \
-         LIMIT 1",
+        "SELECT name, live FROM (SELECT n.name, n.pool_free, (SELECT COUNT(*) FROM ops o \
+         WHERE o.node = n.name AND o.status IN ({live})) AS live FROM nodes n \
+         WHERE n.state = 'active' AND n.lease_until > {now}) c \
+         ORDER BY CASE WHEN live < ?1 THEN 0 ELSE 1 END, \
+         CASE WHEN pool_free > 0 THEN 0 ELSE 1 END, live, name LIMIT 1",
         live = live_sql()
     );
     let room = i64::try_from(max_live).unwrap_or(i64::MAX);
     let Some(row) = tx.query_opt(&sql, vals![room])? else {
-        return Ok(None);
+        return Ok(Placed::NoNode);
     };
+    if row.get::<i64>("live")? >= room {
+        return Ok(Placed::Full);
+    }
     let node: String = row.get("name")?;
     record_placement(tx, root, &node)?;
-    Ok(Some(node))
+    Ok(Placed::On(node))
 }
 
-/// Whether some node is active with a live lease (when [`place`] found
-/// none with room, the refusal is the limit's, not a want of nodes).
-pub(super) fn any_active(tx: &mut dyn Tx) -> StoreResult<bool> {
-    let sql = format!(
-        "SELECT COUNT(*) FROM nodes WHERE state = 'active' AND lease_until > {}",
-        db_now(tx)
-    );
-    Ok(tx.scalar::<i64>(&sql, vals![])? > 0)
+/// Where [`place`] put a tree, or why nowhere.
+pub(super) enum Placed {
+    /// On this node.
+    On(String),
+    /// Every node with a live lease is at its live-op limit.
+    Full,
+    /// No active node holds a live lease.
+    NoNode,
 }
 
 /// Records a tree's node on its root's row (again, once an admission
@@ -438,7 +442,10 @@ impl Store {
             if super::runs::get_run(tx, &run)?.is_none() {
                 return Ok(None);
             }
-            place(tx, &root, u64::MAX)
+            Ok(match place(tx, &root, u64::MAX)? {
+                Placed::On(node) => Some(node),
+                Placed::Full | Placed::NoNode => None,
+            })
         })
         .await
     }

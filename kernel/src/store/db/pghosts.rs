@@ -15,7 +15,7 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, Connection, Socket};
 
 use super::pgtls::PgTls;
-use crate::store::StoreResult;
+use crate::store::{StoreError, StoreResult};
 
 /// A connection's stream, plain or TLS.
 pub type Stream = <PgTls as MakeTlsConnect<Socket>>::Stream;
@@ -40,6 +40,26 @@ impl Hosts {
             .iter()
             .map(|u| config(u))
             .collect::<StoreResult<Vec<_>>>()?;
+        // the split read the hosts as tokio-postgres reads them, or refuses
+        let whole = config(url)?.0;
+        let parts: Vec<_> = each
+            .iter()
+            .flat_map(|(c, _)| c.get_hosts().to_vec())
+            .collect();
+        let one_each = each.iter().all(|(c, _)| c.get_hostaddrs().len() <= 1);
+        if parts != whole.get_hosts() || !one_each {
+            return Err(StoreError::database(
+                super::Dialect::Postgres,
+                "OPKERNEL_STORE: its hosts could not be told apart (percent-encode `@`, `/`, `,` \
+                 and `?` in the password; give hostaddr only with one host)",
+            ));
+        }
+        if each.len() > 1
+            && whole.get_target_session_attrs()
+                != tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        {
+            tracing::warn!("OPKERNEL_STORE names several hosts without target_session_attrs=read-write: a standby may be picked, and every write refused");
+        }
         Ok(Hosts {
             each,
             first: AtomicUsize::new(0),
@@ -49,7 +69,12 @@ impl Hosts {
 
     /// The longest an open may take: every host's bound.
     pub fn open_bound(&self) -> Duration {
-        self.bound * self.each.len() as u32
+        let hosts: usize = self
+            .each
+            .iter()
+            .map(|(c, _)| c.get_hosts().len().max(1))
+            .sum();
+        self.bound * hosts as u32
     }
 
     /// The first host's settings (all share database, user and options).
@@ -129,12 +154,10 @@ pub fn split(url: &str) -> Vec<String> {
     let Some(after) = url.find("://").map(|i| i + 3) else {
         return vec![url.to_owned()];
     };
-    // the hosts end at the first `/` or `?` after the credentials (a
-    // password may hold either; its last `@` ends it)
-    let cred_end = url[after..].find('/').map_or(url.len(), |i| after + i);
-    let hosts_from = url[after..cred_end]
-        .rfind('@')
-        .map_or(after, |i| after + i + 1);
+    // the credentials end at the first `@` (as tokio-postgres reads them:
+    // a password's own `@` is percent-encoded), the hosts at the next `/`
+    // or `?`
+    let hosts_from = url[after..].find('@').map_or(after, |i| after + i + 1);
     let hosts_end = url[hosts_from..]
         .find(['/', '?'])
         .map_or(url.len(), |i| hosts_from + i);
@@ -150,7 +173,22 @@ pub fn split(url: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::split;
+    use super::{split, Hosts};
+    use std::time::Duration;
+
+    #[test]
+    fn each_host_is_bounded_and_an_unreadable_list_refused() {
+        let second = Duration::from_secs(1);
+        let config = crate::store::db::pgpool::config;
+        let url = "postgres://u:p@pg1:5432,pg2:5432/db?target_session_attrs=read-write";
+        let hosts = Hosts::new(url, second, config).unwrap();
+        assert_eq!(hosts.open_bound(), 2 * second);
+        let one = Hosts::new("postgres://u:p@pg1/db", second, config).unwrap();
+        assert_eq!(one.open_bound(), second);
+        let both = "postgres://u@h1,h2/db?hostaddr=10.0.0.1,10.0.0.2";
+        let refused = Hosts::new(both, second, config).err().unwrap().to_string();
+        assert!(refused.contains("could not be told apart"), "{refused}");
+    }
 
     #[test]
     fn a_multi_host_url_is_one_url_per_host() {
@@ -166,10 +204,10 @@ mod tests {
             split("postgres://u@a,b?x=1"),
             ["postgres://u@a?x=1", "postgres://u@b?x=1"]
         );
-        // a password holding `,`, `?` or `@` stays whole
+        // a password holding `,`, `?` or `/` stays whole (`@` is encoded)
         assert_eq!(
-            split("postgres://u:p,?@q@h1,h2/db"),
-            ["postgres://u:p,?@q@h1/db", "postgres://u:p,?@q@h2/db"]
+            split("postgres://u:p,?/%40q@h1,h2/db"),
+            ["postgres://u:p,?/%40q@h1/db", "postgres://u:p,?/%40q@h2/db"]
         );
         for one in [
             "postgres://u:p@pg1:5432/db",

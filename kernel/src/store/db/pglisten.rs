@@ -24,10 +24,18 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Listens until `stop` is pulled, reconnecting with backoff.
 pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::base::sync::Stop) {
+    // built once: each reconnect tries the host that answered last first
+    let hosts = match super::pgpool::hosts(&url, |_| {}) {
+        Ok(hosts) => hosts,
+        Err(e) => {
+            tracing::warn!(%e, "store notifications unavailable; readers poll");
+            return;
+        }
+    };
     let mut backoff = Duration::from_millis(100);
     loop {
         let ended = tokio::select! {
-            ended = session(&url, &on_event) => ended,
+            ended = session(&hosts, &on_event) => ended,
             () = stop.stopped() => return,
         };
         match ended {
@@ -44,8 +52,7 @@ pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::base::sync:
 }
 
 /// One connection's life: LISTEN, then every notification until it drops.
-async fn session(url: &str, on_event: &OnEvent) -> Result<(), String> {
-    let hosts = super::pgpool::hosts(url, |_| {}).map_err(|e| e.to_string())?;
+async fn session(hosts: &super::pghosts::Hosts, on_event: &OnEvent) -> Result<(), String> {
     let (client, mut connection) = tokio::time::timeout(hosts.open_bound(), hosts.connect())
         .await
         .map_err(|_| format!("no host answered within {:?}", hosts.open_bound()))?

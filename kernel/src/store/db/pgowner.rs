@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
+use super::pghosts::Hosts;
 use super::postgres::pg_error;
 use crate::store::{StoreError, StoreResult};
 
@@ -81,8 +82,14 @@ impl Owner {
     pub async fn take(url: &str, key: impl Into<Keys>, patience: Duration) -> StoreResult<Owner> {
         let key = key.into();
         let deadline = tokio::time::Instant::now() + patience;
+        // built once: each reconnect tries the host that answered last first
+        let hosts = std::sync::Arc::new(super::pgpool::hosts(url, |config| {
+            config
+                .application_name("opkernel owner")
+                .options(format!("-c idle_session_timeout={IDLE_SESSION_MS}"));
+        })?);
         let client = loop {
-            let client = session(url).await?;
+            let client = session(&hosts).await?;
             if try_lock(&client, key).await? {
                 break client;
             }
@@ -93,7 +100,7 @@ impl Owner {
             tokio::time::sleep(Duration::from_millis(250)).await;
         };
         let (tell, lost) = tokio::sync::watch::channel(None);
-        let task = tokio::spawn(hold(url.to_owned(), key, client, tell));
+        let task = tokio::spawn(hold(hosts, key, client, tell));
         Ok(Owner { lost, task })
     }
 
@@ -113,12 +120,7 @@ impl Owner {
 
 /// A connection of its own, driven by a task; it ends when the client is
 /// dropped or the server goes.
-async fn session(url: &str) -> StoreResult<Client> {
-    let hosts = super::pgpool::hosts(url, |config| {
-        config
-            .application_name("opkernel owner")
-            .options(format!("-c idle_session_timeout={IDLE_SESSION_MS}"));
-    })?;
+async fn session(hosts: &Hosts) -> StoreResult<Client> {
     let (client, connection) = tokio::time::timeout(hosts.open_bound(), hosts.connect())
         .await
         .map_err(|_| {
@@ -155,7 +157,7 @@ async fn try_lock(client: &Client, key: Keys) -> StoreResult<bool> {
 /// again. Refused for longer than [`START_PATIENCE`] (past the server's end
 /// of this kernel's own dropped session), another kernel holds it: lost.
 async fn hold(
-    url: String,
+    hosts: std::sync::Arc<Hosts>,
     key: Keys,
     mut client: Client,
     tell: tokio::sync::watch::Sender<Option<String>>,
@@ -167,7 +169,7 @@ async fn hold(
             tokio::time::sleep(PING_EVERY).await;
         }
         tracing::warn!("the store's ownership session dropped; taking the lock again");
-        match retake(&url, key).await {
+        match retake(&hosts, key).await {
             Some(again) => client = again,
             None => {
                 let reason = "another opkernel serve took this PostgreSQL control plane while this kernel's connection was down";
@@ -182,13 +184,13 @@ async fn hold(
 /// Reconnects with backoff until the lock is taken (`Some`) or has been
 /// refused for [`START_PATIENCE`] (`None`). An unreachable server is waited
 /// for without limit: nobody else can take the lock meanwhile either.
-async fn retake(url: &str, key: Keys) -> Option<Client> {
+async fn retake(hosts: &Hosts, key: Keys) -> Option<Client> {
     let mut backoff = Duration::from_millis(100);
     let mut refused_since = None;
     loop {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
-        let Ok(client) = session(url).await else {
+        let Ok(client) = session(hosts).await else {
             continue;
         };
         match try_lock(&client, key).await {
