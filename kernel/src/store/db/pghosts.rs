@@ -1,7 +1,8 @@
 //! A replicated store's hosts (SPEC §31), tried one at a time. A
 //! multi-host URL (`postgres://u:p@pg1:5432,pg2:5432/db?target_session_attrs=read-write`)
 //! becomes one connection setting per host. Each new connection tries the
-//! host that answered last first, then the others, each bounded as a whole
+//! host that answered last first (one that stayed silent loses that
+//! place), then the others, each bounded as a whole
 //! (name lookup, TCP, TLS, authentication, the read-write check), so a
 //! host that accepts connections and then hangs (a frozen primary) costs
 //! one bound, not the whole open: tokio-postgres bounds only the TCP
@@ -101,7 +102,17 @@ impl Hosts {
                 match tokio::time::timeout(self.bound, attempt).await {
                     Ok(answer) => answer,
                     Err(_) => {
-                        tracing::warn!(host = i + 1, bound = ?self.bound, "store: a host did not answer in time");
+                        // silent (lost or frozen): the next open starts past
+                        // it; a host that answers, even to refuse (a standby
+                        // about to be promoted), keeps its place
+                        let next = (i + 1) % n;
+                        let _ = self.first.compare_exchange(
+                            i,
+                            next,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                        tracing::warn!(host = ?config.get_hosts(), bound = ?self.bound, "store: a host did not answer in time");
                         continue;
                     }
                 }
