@@ -345,22 +345,7 @@ async fn both_lost(c: &Cluster) {
     let primary = with_role(c, "primary", Duration::from_secs(60)).await;
     let stopped_at = Instant::now();
     docker(&["stop", "-t", "5", &standby, &primary]).unwrap();
-    let run = unique_run("fo-refused");
-    let body = json!({"command": ["true"], "background": true});
-    let path = format!("/v1/runs/{run}/tools/run_command");
-    let sent = c
-        .node("n1")
-        .client
-        .request(reqwest::Method::POST, &path, Some(&body), &[]);
-    let (status, v) = tokio::time::timeout(Duration::from_secs(30), sent)
-        .await
-        .expect("a start without a store is answered")
-        .unwrap();
-    assert_eq!(
-        (status, v["error"]["code"].as_str()),
-        (503, Some("store_unavailable")),
-        "{v}"
-    );
+    let run = refused_start(c, "n1").await;
     release_all(c, &work);
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(stopped_at.elapsed())).await;
     docker(&["start", &primary, &standby]).unwrap();
@@ -369,14 +354,7 @@ async fn both_lost(c: &Cluster) {
     ends(c, "n1", &work, "completed", json!(7)).await;
     all_delivered_once(c, "n2", &work).await;
     started(c, &work, 1);
-    let ops = timed(c.node("n2").client.get(&format!("/v1/ops?run={run}")))
-        .await
-        .unwrap();
-    assert_eq!(
-        ops["operations"],
-        json!([]),
-        "the refused start was recorded: {ops}"
-    );
+    never_recorded(c, "n2", &run).await;
     assert_eq!(
         declared_dead(c),
         before,

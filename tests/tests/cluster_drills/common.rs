@@ -220,3 +220,37 @@ pub async fn epoch(c: &Cluster, via: &str, node: &str) -> i64 {
         .unwrap();
     row["epoch"].as_i64().unwrap()
 }
+
+/// A start through `via` while the store is away: refused as a store
+/// outage (answered within 30 s). Its run, for [`never_recorded`].
+pub async fn refused_start(c: &Cluster, via: &str) -> String {
+    let run = unique_run("refused");
+    let body = json!({"command": gated("refused"), "background": true, "timeout_sec": 600});
+    let path = format!("/v1/runs/{run}/tools/run_command");
+    let sent = c
+        .node(via)
+        .client
+        .request(reqwest::Method::POST, &path, Some(&body), &[]);
+    let (status, v) = tokio::time::timeout(Duration::from_secs(30), sent)
+        .await
+        .expect("a start without the store is answered")
+        .unwrap();
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "a start without the store: {v}"
+    );
+    run
+}
+
+/// The refused start of `run` left no op (as `via` sees it).
+pub async fn never_recorded(c: &Cluster, via: &str, run: &str) {
+    let ops = timed(c.node(via).client.get(&format!("/v1/ops?run={run}")))
+        .await
+        .unwrap();
+    assert_eq!(
+        ops["operations"],
+        json!([]),
+        "the refused start was recorded: {ops}"
+    );
+}

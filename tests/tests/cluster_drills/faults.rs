@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{
-    all_active, all_delivered_once, ends, epoch, late_result, next_op_runs_live, place_on, release,
-    started, state, wait_op, Work, TTL,
+    all_active, all_delivered_once, ends, epoch, late_result, never_recorded, next_op_runs_live,
+    place_on, refused_start, release, started, state, wait_op, Work, TTL,
 };
 use opkernel_tests::cluster::{docker, gated, start, timed, Cluster};
 use opkernel_tests::unique_run;
@@ -422,20 +422,7 @@ pub async fn store_outage(c: &Cluster) {
     let stopped_at = Instant::now();
     docker(&["stop", "-t", "5", &c.store_container()]).unwrap();
     // a start meanwhile is refused as a store outage, and never runs
-    let refused_run = unique_run("cl");
-    let body = json!({"command": gated("refused"), "background": true, "timeout_sec": 600});
-    let path = format!("/v1/runs/{refused_run}/tools/run_command");
-    let answer = c
-        .node("n1")
-        .client
-        .request(reqwest::Method::POST, &path, Some(&body), &[])
-        .await;
-    let (status, v) = answer.unwrap();
-    assert_eq!(
-        (status, v["error"]["code"].as_str()),
-        (503, Some("store_unavailable")),
-        "a start without the store: {v}"
-    );
+    let refused_run = refused_start(c, "n1").await;
     release(c, &work);
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(stopped_at.elapsed())).await;
     docker(&["start", &c.store_container()]).unwrap();
@@ -447,18 +434,7 @@ pub async fn store_outage(c: &Cluster) {
     all_active(c, "n2").await;
     all_delivered_once(c, "n3", &work).await;
     started(c, &work, 1);
-    let ops = timed(
-        c.node("n2")
-            .client
-            .get(&format!("/v1/ops?run={refused_run}")),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        ops["operations"],
-        json!([]),
-        "the refused start was recorded: {ops}"
-    );
+    never_recorded(c, "n2", &refused_run).await;
 }
 
 /// Every node's kernel restarted in turn (SIGTERM, started again by its

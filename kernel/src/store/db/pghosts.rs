@@ -41,25 +41,8 @@ impl Hosts {
             .iter()
             .map(|u| config(u))
             .collect::<StoreResult<Vec<_>>>()?;
-        // the split read the hosts as tokio-postgres reads them, or refuses
-        let whole = config(url)?.0;
-        let parts: Vec<_> = each
-            .iter()
-            .flat_map(|(c, _)| c.get_hosts().to_vec())
-            .collect();
-        let one_each = each.iter().all(|(c, _)| c.get_hostaddrs().len() <= 1);
-        if parts != whole.get_hosts() || !one_each {
-            return Err(StoreError::database(
-                super::Dialect::Postgres,
-                "OPKERNEL_STORE: its hosts could not be told apart (percent-encode `@`, `/`, `,` \
-                 and `?` in the password; give hostaddr only with one host)",
-            ));
-        }
-        if each.len() > 1
-            && whole.get_target_session_attrs()
-                != tokio_postgres::config::TargetSessionAttrs::ReadWrite
-        {
-            tracing::warn!("OPKERNEL_STORE names several hosts without target_session_attrs=read-write: a standby may be picked, and every write refused");
+        if each.len() > 1 {
+            check_split(url, &each, &config)?;
         }
         Ok(Hosts {
             each,
@@ -81,6 +64,16 @@ impl Hosts {
     /// The first host's settings (all share database, user and options).
     pub fn config(&self) -> &Config {
         &self.each[0].0
+    }
+
+    /// [`Hosts::connect`] bounded as a whole: no host answering in time,
+    /// or none taking the connection, is the store unavailable.
+    pub async fn open(&self) -> StoreResult<(Client, Connection<Socket, Stream>)> {
+        let bound = self.open_bound();
+        tokio::time::timeout(bound, self.connect())
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("no host answered within {bound:?}")))?
+            .map_err(super::postgres::pg_error)
     }
 
     /// A connection to the first host that takes it, trying the one that
@@ -123,21 +116,38 @@ impl Hosts {
                     return Ok(pair);
                 }
                 Err(e) if k + 1 == n => return Err(e),
-                Err(e) => {
-                    tracing::debug!(host = i + 1, e = %error_text(&e), "store: a host refused")
-                }
+                Err(e) => tracing::debug!(host = ?config.get_hosts(), ?e, "store: a host refused"),
             }
         }
         unreachable!("a store URL has at least one host")
     }
 }
 
-/// An error with its cause (which certificate check, which socket error).
-fn error_text(e: &tokio_postgres::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
+/// The split read the hosts as tokio-postgres reads the whole URL (or the
+/// URL is refused), and names `target_session_attrs=read-write` (or is
+/// warned about: a standby may be picked, and every write refused).
+fn check_split(
+    url: &str,
+    each: &[(Config, PgTls)],
+    config: &impl Fn(&str) -> StoreResult<(Config, PgTls)>,
+) -> StoreResult<()> {
+    let whole = config(url)?.0;
+    let parts: Vec<_> = each
+        .iter()
+        .flat_map(|(c, _)| c.get_hosts().to_vec())
+        .collect();
+    let one_each = each.iter().all(|(c, _)| c.get_hostaddrs().len() <= 1);
+    if parts != whole.get_hosts() || !one_each {
+        return Err(StoreError::database(
+            super::Dialect::Postgres,
+            "OPKERNEL_STORE: its hosts could not be told apart (percent-encode `@`, `/`, `,` \
+             and `?` in the password; give hostaddr only with one host)",
+        ));
     }
+    if whole.get_target_session_attrs() != tokio_postgres::config::TargetSessionAttrs::ReadWrite {
+        tracing::warn!("OPKERNEL_STORE names several hosts without target_session_attrs=read-write: a standby may be picked, and every write refused");
+    }
+    Ok(())
 }
 
 /// The pool's opener: [`Hosts::connect`], its connection driven by a task.

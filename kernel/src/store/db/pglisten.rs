@@ -53,10 +53,7 @@ pub async fn listen(url: String, on_event: OnEvent, mut stop: crate::base::sync:
 
 /// One connection's life: LISTEN, then every notification until it drops.
 async fn session(hosts: &super::pghosts::Hosts, on_event: &OnEvent) -> Result<(), String> {
-    let (client, mut connection) = tokio::time::timeout(hosts.open_bound(), hosts.connect())
-        .await
-        .map_err(|_| format!("no host answered within {:?}", hosts.open_bound()))?
-        .map_err(|e| e.to_string())?;
+    let (client, mut connection) = hosts.open().await.map_err(|e| e.to_string())?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         loop {

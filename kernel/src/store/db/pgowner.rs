@@ -121,12 +121,7 @@ impl Owner {
 /// A connection of its own, driven by a task; it ends when the client is
 /// dropped or the server goes.
 async fn session(hosts: &Hosts) -> StoreResult<Client> {
-    let (client, connection) = tokio::time::timeout(hosts.open_bound(), hosts.connect())
-        .await
-        .map_err(|_| {
-            StoreError::Unavailable(format!("no host answered within {:?}", hosts.open_bound()))
-        })?
-        .map_err(pg_error)?;
+    let (client, connection) = hosts.open().await?;
     tokio::spawn(connection);
     Ok(client)
 }

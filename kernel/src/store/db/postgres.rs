@@ -165,9 +165,10 @@ pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
     // connection exceptions (08), insufficient resources (53: too many
     // clients), operator intervention (57: shutdown, cancel, a statement
     // or lock timeout), system errors (58) and a serialization failure or
-    // deadlock (40001, 40P01), a write refused by a server in recovery
-    // (25006: a replicated store's primary demoted, SPEC §31): none is a
-    // statement's fault, and the same request may be retried
+    // deadlock (40001, 40P01), a write refused by a server that takes
+    // none (25006: made read-only while it runs, SPEC §31; in a read
+    // transaction `pgpool::run` makes it the statement's fault again):
+    // none is a statement's fault, and the same request may be retried
     let away = e.as_db_error().is_some_and(|db| {
         let code = db.code().code();
         ["08", "53", "57", "58"]
