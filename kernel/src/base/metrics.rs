@@ -50,6 +50,7 @@ pub struct Metrics {
     op_start_seconds: Histogram,
     op_report_seconds: Histogram,
     store_transaction_seconds: HistogramVec,
+    store_commits: IntCounter,
     live_ops: IntGauge,
     reports_pending: IntGauge,
     webhook_pending: IntGauge,
@@ -83,6 +84,11 @@ fn counter_vec(name: &str, help: &str, label: &str) -> IntCounterVec {
     built(IntCounterVec::new(Opts::new(name, help), &[label]))
 }
 
+/// A counter.
+fn counter(name: &str, help: &str) -> IntCounter {
+    built(IntCounter::new(name, help))
+}
+
 /// A gauge by `state`.
 fn gauge_vec(name: &str, help: &str) -> IntGaugeVec {
     built(IntGaugeVec::new(Opts::new(name, help), &["state"]))
@@ -106,10 +112,7 @@ impl Metrics {
                 "Ops that reached a terminal status, by status.",
                 "status",
             ),
-            op_starts: built(IntCounter::new(
-                "op_starts_total",
-                "Ops admitted (run_command accepted, schedules fired).",
-            )),
+            op_starts: counter("op_starts_total", "Ops admitted (run_command accepted, schedules fired)."),
             op_start_seconds: built(Histogram::with_opts(histogram(
                 "op_start_seconds",
                 "From an op's request to its command running (approval waits excluded).",
@@ -128,6 +131,7 @@ impl Metrics {
                 ),
                 &["kind"],
             )),
+            store_commits: counter("store_commits_total", "Commits of control-plane writes (SQLite commits waiting writes together)."),
             live_ops: built(IntGauge::new("live_ops", "Ops not yet terminal.")),
             reports_pending: built(IntGauge::new(
                 "reports_pending",
@@ -179,12 +183,13 @@ impl Metrics {
     }
 
     fn register(&self) {
-        let all: [Box<dyn prometheus::core::Collector>; 13] = [
+        let all: [Box<dyn prometheus::core::Collector>; 14] = [
             Box::new(self.ops.clone()),
             Box::new(self.op_starts.clone()),
             Box::new(self.op_start_seconds.clone()),
             Box::new(self.op_report_seconds.clone()),
             Box::new(self.store_transaction_seconds.clone()),
+            Box::new(self.store_commits.clone()),
             Box::new(self.live_ops.clone()),
             Box::new(self.reports_pending.clone()),
             Box::new(self.webhook_pending.clone()),
@@ -247,6 +252,11 @@ impl Metrics {
         self.store_transaction_seconds
             .with_label_values(&[kind])
             .observe(secs);
+    }
+
+    /// A write (on SQLite a batch of waiting writes) was committed.
+    pub fn committed(&self) {
+        self.store_commits.inc();
     }
 
     /// The text exposition of every metric, with `levels` as the gauges.

@@ -162,9 +162,11 @@ pub struct Store {
 /// The database behind a [`Store`].
 #[derive(Clone)]
 enum Backend {
-    /// One SQLite connection, shared and serialized.
+    /// One SQLite connection, shared and serialized; writes reach it
+    /// through the writer, which commits those that wait together.
     Sqlite {
         conn: Arc<Lock<Connection>>,
+        writer: Arc<db::batch::Writer>,
         /// Where the statements run are collected: `None` but in tests.
         seen: db::sqlite::Seen,
     },
@@ -189,15 +191,17 @@ impl Store {
     /// untouched.
     pub fn open(path: &Path, options: StoreOptions) -> StoreResult<Store> {
         let journal = Arc::new(tokio::sync::watch::channel(0).0);
-        let conn = db::sqlite::open(path, journal.clone())?;
+        let conn = Arc::new(Lock::new(db::sqlite::open(path, journal.clone())?));
         let hints = hints::Hints::new(options.node.clone());
+        let metrics: Arc<crate::base::metrics::Metrics> = Default::default();
         Ok(Store {
             backend: Backend::Sqlite {
-                conn: Arc::new(Lock::new(conn)),
+                writer: db::batch::Writer::new(conn.clone(), None, metrics.clone()),
+                conn,
                 seen: None,
             },
             journal,
-            metrics: Default::default(),
+            metrics,
             options: Arc::new(options),
             hints: Arc::new(hints),
         })
@@ -255,8 +259,10 @@ impl Store {
 
     /// Runs `f` in one write transaction on the blocking pool: SQLite's
     /// `BEGIN IMMEDIATE` (the file's one writer, every run tree
-    /// serialized), PostgreSQL's READ COMMITTED (a tree's scripts take its
-    /// lock first); commits when `f` returns `Ok`, rolls back on `Err`.
+    /// serialized; writes that wait share one commit, each in a savepoint),
+    /// PostgreSQL's READ COMMITTED (a tree's scripts take its lock first);
+    /// answered once committed when `f` returns `Ok`, its writes rolled
+    /// back on `Err`.
     async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -359,6 +365,7 @@ impl Store {
             Ok((value, noting.into_facts()))
         };
         let done = match &self.backend {
+            Backend::Sqlite { writer, .. } if !read_only => writer.write(noted).await,
             Backend::Sqlite { seen, .. } => {
                 let seen = seen.clone();
                 self.call(move |conn| db::sqlite::transaction(conn, read_only, seen, noted))
@@ -372,6 +379,10 @@ impl Store {
         self.metrics
             .transaction(read_only, began.elapsed().as_secs_f64());
         let (value, facts) = done?;
+        if !read_only && self.dialect() == db::Dialect::Postgres {
+            // SQLite's writer counts its own commits, one per batch
+            self.metrics.committed();
+        }
         for fact in facts {
             match fact {
                 db::Fact::Admitted => self.metrics.op_admitted(),
@@ -467,8 +478,15 @@ pub(crate) fn sqlite_test_store() -> Store {
 pub(crate) fn recording_test_store() -> (Store, Arc<Lock<std::collections::BTreeSet<String>>>) {
     let seen = Arc::new(Lock::new(std::collections::BTreeSet::new()));
     let mut store = sqlite_test_store();
-    if let Backend::Sqlite { seen: s, .. } = &mut store.backend {
+    if let Backend::Sqlite {
+        seen: s,
+        writer,
+        conn,
+    } = &mut store.backend
+    {
         *s = Some(seen.clone());
+        let metrics = store.metrics.clone();
+        *writer = db::batch::Writer::new(conn.clone(), Some(seen.clone()), metrics);
     }
     (store, seen)
 }

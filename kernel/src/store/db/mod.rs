@@ -5,6 +5,7 @@
 //! each dialect (SQLite, and PostgreSQL per SPEC §19) implements `Tx`
 //! and differs only where ARCHITECTURE.md's seam table says.
 
+pub mod batch;
 pub mod migrations;
 #[cfg(feature = "postgres")]
 pub mod pghosts;

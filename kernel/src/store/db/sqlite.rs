@@ -133,7 +133,8 @@ pub fn open(path: &Path, journal: Arc<tokio::sync::watch::Sender<i64>>) -> Store
 
 /// One SQLite transaction: `BEGIN IMMEDIATE` for a write (the file's one
 /// writer, every run tree serialized), deferred for a read; committed when
-/// `f` returns `Ok`, rolled back on `Err`.
+/// `f` returns `Ok`, rolled back on `Err`. The store's reads run here; its
+/// writes go through the group commit (`batch.rs`).
 pub fn transaction<T>(
     conn: &mut Connection,
     read_only: bool,
