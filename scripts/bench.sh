@@ -12,6 +12,7 @@
 # (with a PostgreSQL URL each kernel it starts gets a fresh database there;
 # the JSON says "store": "sqlite" or "postgres")
 #        scripts/bench.sh --recovery-only OPS CONTAINERS
+#        scripts/bench.sh --cpu-only [OPS] [RUNS]: the kernel CPU (and PostgreSQL commits) per op
 #        scripts/bench.sh --interactive-only [SAMPLES]: write_stdin -> echo vs docker exec -i
 #        scripts/bench.sh --runtimes [SAMPLES]: runc beside gVisor (runsc): running,
 #        first output, stdin echo, a pooled first command, an idle container's CPU

@@ -8,7 +8,7 @@ use opkernel::drills::harness::KernelProcess;
 use serde_json::{json, Value};
 
 use crate::{
-    abuse, egress, fallbacks, interactive, latency, pct, pool, scale, storecost, workspaces,
+    abuse, cpuop, egress, fallbacks, interactive, latency, pct, pool, scale, storecost, workspaces,
     Checks, BENCH_ENV,
 };
 
@@ -20,6 +20,8 @@ pub struct Run {
     pub(crate) notify_samples: usize,
     pub(crate) notify_missing: usize,
     pub(crate) cost: Option<storecost::StoreCost>,
+    /// 5,000 `true` ops, start to acked report, on a kernel of their own.
+    pub(crate) cpu: cpuop::CpuPerOp,
     pub(crate) inter: interactive::Interactive,
     /// 1,000 ops over 20 runs (full mode only).
     pub(crate) conc_small: Option<(scale::Concurrent, usize)>,
@@ -44,6 +46,9 @@ pub async fn measure(bin: &Path, quick: bool) -> anyhow::Result<Run> {
     let cost = storecost::measure(&k, if quick { 50 } else { 200 }).await?;
     let inter = interactive::measure(&k, samples).await?;
     let lat_fallbacks = fallbacks(&k)?;
+    drop(k);
+    let k = KernelProcess::start(bin, "bench-cpu", BENCH_ENV).await?;
+    let cpu = cpuop::measure(&k, 5000, 50).await?;
     drop(k);
     let conc_small = if quick {
         None
@@ -77,6 +82,7 @@ pub async fn measure(bin: &Path, quick: bool) -> anyhow::Result<Run> {
         notify_samples,
         notify_missing,
         cost,
+        cpu,
         inter,
         conc_small,
         conc,
@@ -102,6 +108,8 @@ impl Run {
         checks.zero("latency_fallback_ops", lat);
         checks.zero("notify_missing", self.notify_missing);
         checks.zero("stdin_echo_missing", self.inter.missing);
+        checks.zero("kernel_cpu_lost", self.cpu.lost);
+        checks.zero("kernel_cpu_duplicated", self.cpu.duplicated);
         if let Some((small, fell_back)) = &self.conc_small {
             checks.concurrent(small, *fell_back);
         }
@@ -125,6 +133,7 @@ impl Run {
             self.interactive_figures(),
             self.files.figures(),
             self.egress.figures(),
+            self.cpu.figures(),
         ];
         if let Some(map) = figures.as_object_mut() {
             map.insert("mode".into(), json!(if quick { "quick" } else { "full" }));

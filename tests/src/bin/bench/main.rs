@@ -3,6 +3,7 @@
 //! of `--json` output is one JSON object with every figure.
 //! `--recovery-only OPS CONTAINERS` runs only the recovery measurement;
 //! `--concurrent-only OPS RUNS` only the concurrency one;
+//! `--cpu-only [OPS] [RUNS]` only the kernel's CPU per op;
 //! `--latency-only [SAMPLES]` only the start and running latencies;
 //! `--pool-only [SAMPLES]` only a new run's first command, pool on and off;
 //! `--files-only` the files API and forks; `--egress-only` the egress proxy;
@@ -15,6 +16,7 @@
 
 mod abuse;
 mod cluster;
+mod cpuop;
 mod egress;
 mod full;
 mod interactive;
@@ -241,6 +243,12 @@ async fn main() -> anyhow::Result<()> {
             num("--concurrent-only", 2).unwrap_or(50),
         );
         only::concurrent(&bin, ops, runs, &mut checks).await?;
+    } else if flag("--cpu-only") {
+        let (ops, runs) = (
+            num("--cpu-only", 1).unwrap_or(5000),
+            num("--cpu-only", 2).unwrap_or(50),
+        );
+        only::cpu(&bin, ops, runs, &mut checks).await?;
     } else if flag("--latency-only") {
         only::latency(&bin, num("--latency-only", 1).unwrap_or(100), &mut checks).await?;
     } else if flag("--interactive-only") {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use opkernel::drills::harness::KernelProcess;
 
-use crate::{abuse, fallbacks, latency, pct, row, scale, Checks, BENCH_ENV};
+use crate::{abuse, cpuop, fallbacks, latency, pct, row, scale, Checks, BENCH_ENV};
 
 /// Recovery of `ops` running ops over `containers` after a SIGKILL.
 pub async fn recovery(
@@ -41,6 +41,17 @@ pub async fn concurrent(
         c.launchers, c.launcher_cpu_pct_max, c.launcher_rss_kb_max
     );
     checks.concurrent(&c, fell_back);
+    Ok(())
+}
+
+/// The kernel's CPU (and, on PostgreSQL, the store's commits) per op over
+/// `ops` background `true` ops in `runs` runs.
+pub async fn cpu(bin: &Path, ops: usize, runs: usize, checks: &mut Checks) -> anyhow::Result<()> {
+    let k = KernelProcess::start(bin, "bench-cpu", BENCH_ENV).await?;
+    let c = cpuop::measure(&k, ops, runs).await?;
+    println!("{}", c.figures());
+    checks.zero("kernel_cpu_lost", c.lost);
+    checks.zero("kernel_cpu_duplicated", c.duplicated);
     Ok(())
 }
 

@@ -41,6 +41,22 @@ impl Run {
             lat.shim_overhead_ms,
             self.fallbacks.iter().sum::<usize>()
         );
+        let cpu = &self.cpu;
+        println!(
+            "kernel CPU: {:.3} ms per op ({} `true` ops over {} runs, start to acked report, in {:.1} s){}",
+            cpu.ms_per_op(),
+            cpu.ops,
+            cpu.runs,
+            cpu.wall_sec,
+            format!(
+                "; {:.2} store writes and {:.2} commits of them per op{}",
+                cpu.transactions.1 / cpu.ops as f64,
+                cpu.transactions.2 / cpu.ops as f64,
+                cpu.commits_per_op().map_or(String::new(), |c| format!(
+                    " (PostgreSQL: {c:.2} transactions committed per op, reads included)"
+                ))
+            )
+        );
         if let Some(c) = &self.cost {
             let statements = c
                 .statements_per_op

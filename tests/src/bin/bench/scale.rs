@@ -54,7 +54,7 @@ pub struct Recovery {
     pub executed_twice: usize,
 }
 
-fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+pub fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let (_, rest) = stat
         .rsplit_once(") ")

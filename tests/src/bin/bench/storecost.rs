@@ -40,6 +40,19 @@ async fn counters(c: &deadpool_postgres::Object) -> anyhow::Result<(Option<i64>,
     Ok((statements, commits))
 }
 
+/// The kernel database's commits so far (`None` on SQLite), after the
+/// statistics of its idle connections were flushed (PostgreSQL 15 flushes
+/// an idle backend's within about 10 s).
+pub async fn commits(k: &KernelProcess) -> anyhow::Result<Option<i64>> {
+    let Some(url) = k.postgres_url() else {
+        return Ok(None);
+    };
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let pool = pgpool::pool(&url, 1)?;
+    let c = pgpool::connection(&pool).await?;
+    Ok(Some(counters(&c).await?.1))
+}
+
 /// Runs `ops` background `true` ops on one warm run, one after another,
 /// each to its acked report, and divides the counters' growth by `ops`.
 pub async fn measure(k: &KernelProcess, ops: usize) -> anyhow::Result<Option<StoreCost>> {
