@@ -364,3 +364,18 @@ async fn per_run_maps_shrink_to_live_work() {
     k.trim_idle(&HashSet::new(), &HashSet::new());
     assert_eq!(k.run_map_sizes(), [0, 0, 0, 0]);
 }
+
+/// Every live op waits as its observer's task: the attempt's whole state
+/// machine, allocated once. What it holds while it waits is what each of
+/// thousands of live ops costs the kernel.
+#[tokio::test]
+async fn a_waiting_observer_is_small() {
+    let h = harness(OnStart::Exit(0)).await;
+    let op = h.insert("true").await;
+    let inbox = Arc::new(crate::runtime::inbox::Inbox::default());
+    let attempt = super::ObserverAttempt::new(h.kernel.clone(), op, inbox, Arc::default());
+    let run = attempt.run();
+    let size = std::mem::size_of_val(&run);
+    eprintln!("an observer attempt's future: {size} bytes");
+    assert!(size <= 1 << 20, "{size} bytes");
+}

@@ -42,20 +42,19 @@ impl Run {
             self.fallbacks.iter().sum::<usize>()
         );
         let cpu = &self.cpu;
+        let per_op = |n: f64| n / cpu.ops as f64;
+        let pg = cpu.commits_per_op().map_or(String::new(), |c| {
+            format!(" (PostgreSQL: {c:.2} transactions committed per op, reads included)")
+        });
         println!(
-            "kernel CPU: {:.3} ms per op ({} `true` ops over {} runs, start to acked report, in {:.1} s){}",
+            "kernel CPU: {:.3} ms per op ({} `true` ops over {} runs, start to acked report, in {:.1} s); \
+             {:.2} store writes and {:.2} commits of them per op{pg}",
             cpu.ms_per_op(),
             cpu.ops,
             cpu.runs,
             cpu.wall_sec,
-            format!(
-                "; {:.2} store writes and {:.2} commits of them per op{}",
-                cpu.transactions.1 / cpu.ops as f64,
-                cpu.transactions.2 / cpu.ops as f64,
-                cpu.commits_per_op().map_or(String::new(), |c| format!(
-                    " (PostgreSQL: {c:.2} transactions committed per op, reads included)"
-                ))
-            )
+            per_op(cpu.transactions.1),
+            per_op(cpu.transactions.2),
         );
         if let Some(c) = &self.cost {
             let statements = c
