@@ -81,13 +81,14 @@ impl ObserverAttempt {
     pub async fn run(mut self) -> Step {
         if self.op.status == crate::lifecycle::Status::Starting && self.op.exec_claimed_at.is_none()
         {
-            if !self.launch().await? {
+            // boxed: the launch's state is not kept for the op's whole life
+            if !Box::pin(self.launch()).await? {
                 return Ok(());
             }
             // `launch` left the row as it is now in `self.op`
             self.launched = true;
         } else {
-            self.reload().await?;
+            Box::pin(self.reload()).await?;
         }
         if self.op.status.is_terminal() {
             return Ok(());

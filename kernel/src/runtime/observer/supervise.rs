@@ -21,10 +21,10 @@ pub fn spawn(k: &Arc<Kernel>, op_id: String) {
 /// Starts the observer of an op just inserted by this kernel: its first
 /// attempt needs no separate attempt write (the exec claim records it).
 pub fn spawn_fresh(k: &Arc<Kernel>, op: Op) {
-    spawn_supervisor(k, op.id.clone(), Some(op));
+    spawn_supervisor(k, op.id.clone(), Some(Box::new(op)));
 }
 
-fn spawn_supervisor(k: &Arc<Kernel>, op_id: String, fresh: Option<Op>) {
+fn spawn_supervisor(k: &Arc<Kernel>, op_id: String, fresh: Option<Box<Op>>) {
     if let Some(handle) = k.claim_handle(&op_id) {
         tokio::spawn(supervise(k.clone(), op_id, handle, fresh));
     }
@@ -83,16 +83,27 @@ pub fn attempt_start_after_failure(ran_for: Duration, healthy: Duration) -> Atte
 async fn begin(
     k: &Kernel,
     op_id: &str,
-    fresh: Option<Op>,
+    fresh: Option<Box<Op>>,
     start: AttemptStart,
-) -> Result<Option<Op>, crate::store::StoreError> {
+) -> Result<Option<Box<Op>>, crate::store::StoreError> {
     match fresh {
         Some(op) if op.status == Status::Starting && op.exec_claimed_at.is_none() => Ok(Some(op)),
-        _ => k.store.begin_attempt(op_id, &k.id, start).await,
+        _ => Ok(k
+            .store
+            .begin_attempt(op_id, &k.id, start)
+            .await?
+            .map(Box::new)),
     }
 }
 
-async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, fresh: Option<Op>) {
+/// The supervision of one op: its task lives as long as the op, so the
+/// store calls it makes now and then are boxed, off its resident state.
+pub(super) async fn supervise(
+    k: Arc<Kernel>,
+    op_id: String,
+    handle: Arc<OpHandle>,
+    fresh: Option<Box<Op>>,
+) {
     let mut start = AttemptStart::Clean;
     let mut last_error = String::new();
     // one wall-clock reading for every attempt of this supervision, taken
@@ -102,11 +113,11 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, fresh: 
     // the handle goes with the supervisor, also when it panics: the
     // watchdog can then take the op over
     let _release = Release(k.clone(), op_id.clone());
-    let Some(mut fresh) = placed_here(&k, &op_id, fresh).await else {
+    let Some(mut fresh) = Box::pin(placed_here(&k, &op_id, fresh)).await else {
         return;
     };
     loop {
-        let op = match begin(&k, &op_id, fresh.take(), start).await {
+        let op = match Box::pin(begin(&k, &op_id, fresh.take(), start)).await {
             Ok(Some(op)) => op,
             Ok(None) => break,
             Err(e) => {
@@ -120,7 +131,7 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, fresh: 
                 "observer failed {} attempts in a row; last error: {last_error}",
                 op.failed_attempts
             );
-            if let Err(e) = k.settle(&op, Outcome::Lost { reason }).await {
+            if let Err(e) = Box::pin(k.settle(&op, Outcome::Lost { reason })).await {
                 tracing::error!(op = %op_id, %e, "cannot settle op after failed attempts");
             }
             break;
@@ -162,14 +173,14 @@ async fn supervise(k: Arc<Kernel>, op_id: String, handle: Arc<OpHandle>, fresh: 
 /// On a node the op is read here, and that read stands for its first
 /// attempt's: an unclaimed op (one another node admitted, hinted here)
 /// begins as a fresh one, its exec claim recording the attempt.
-async fn placed_here(k: &Kernel, op_id: &str, fresh: Option<Op>) -> Option<Option<Op>> {
+async fn placed_here(k: &Kernel, op_id: &str, fresh: Option<Box<Op>>) -> Option<Option<Box<Op>>> {
     if k.node.is_none() {
         return Some(fresh);
     }
     let op = match fresh {
         Some(op) => op,
         None => match k.store.get_op(op_id).await {
-            Ok(Some(op)) => op,
+            Ok(Some(op)) => Box::new(op),
             _ => return None,
         },
     };
@@ -230,28 +241,17 @@ pub async fn watchdog(k: Arc<Kernel>, mut stop: crate::base::sync::Stop) {
 /// Runs one attempt; `Some(end)` when it ended with the op still live.
 async fn run_attempt(
     k: &Arc<Kernel>,
-    op: Op,
+    op: Box<Op>,
     handle: &OpHandle,
     anchor: Anchor,
 ) -> Option<AttemptEnd> {
     let op_id = op.id.clone();
-    let attempt = ObserverAttempt::new(k.clone(), op, handle.inbox.clone(), anchor);
-    let run = tokio::spawn(attempt.run());
-    // an attempt that stays healthy ends any run of failures, also across restarts
-    let healthy = {
-        let (k, id) = (k.clone(), op_id.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(k.config.ops.attempt_healthy).await;
-            if let Err(e) = k.store.reset_failed_attempts(&id).await {
-                tracing::warn!(op = %id, %e, "cannot reset the failed-attempt count");
-            }
-        })
-    };
+    let (run, healthy) = spawn_attempt(k, *op, handle, anchor);
     let ended = run.await;
     healthy.abort();
     let failed = |e: String| Some(AttemptEnd::Failed(e));
     match ended {
-        Ok(Ok(())) => match k.store.get_op(&op_id).await {
+        Ok(Ok(())) => match Box::pin(k.store.get_op(&op_id)).await {
             Ok(Some(op)) if !op.status.is_terminal() => {
                 failed("attempt ended without settling".into())
             }
@@ -266,6 +266,33 @@ async fn run_attempt(
         Err(join) if join.is_panic() => failed("observer panicked".into()),
         Err(join) => failed(join.to_string()),
     }
+}
+
+/// Spawns an attempt and the timer that, if it stays healthy, ends any
+/// run of failures (also across restarts). Not async: neither task's
+/// future is held in the supervisor's own state, which lives as long as
+/// the op.
+fn spawn_attempt(
+    k: &Arc<Kernel>,
+    op: Op,
+    handle: &OpHandle,
+    anchor: Anchor,
+) -> (
+    tokio::task::JoinHandle<super::Step>,
+    tokio::task::JoinHandle<()>,
+) {
+    let id = op.id.clone();
+    let attempt = ObserverAttempt::new(k.clone(), op, handle.inbox.clone(), anchor);
+    let run = tokio::spawn(attempt.run());
+    let k = k.clone();
+    let healthy = tokio::spawn(async move {
+        tokio::time::sleep(k.config.ops.attempt_healthy).await;
+        // boxed: the timer waits small
+        if let Err(e) = Box::pin(k.store.reset_failed_attempts(&id)).await {
+            tracing::warn!(op = %id, %e, "cannot reset the failed-attempt count");
+        }
+    });
+    (run, healthy)
 }
 
 #[cfg(test)]

@@ -42,28 +42,30 @@ fn read_code(ops: &OpsDir, op_id: &str) -> CodeFile {
 
 impl ObserverAttempt {
     /// Watches a claimed op until it is terminal.
+    /// Every step but the wait is boxed: the attempt's task, which each
+    /// live op holds while it waits, keeps only the loop's own state (a
+    /// step's future lives on the heap for the step's length).
     pub(super) async fn watch(&mut self) -> Step {
         let k = self.kernel.clone();
         let ops = k.backend.ops_dir(&self.op.scratch_key);
         k.watcher.watch(ops.path());
         let Some(mut container_id) = self.op.container_id.clone() else {
-            return self
-                .settle(Outcome::Lost {
-                    reason: "no container was recorded for the op".into(),
-                })
-                .await;
+            return Box::pin(self.settle(Outcome::Lost {
+                reason: "no container was recorded for the op".into(),
+            }))
+            .await;
         };
         // an attempt that did not launch the op attaches to a container
         // someone else recorded: check it is still the op's
         if !self.launched {
-            if let Some(outcome) = self.confirm_container(&container_id).await {
-                return self.settle(outcome).await;
+            if let Some(outcome) = Box::pin(self.confirm_container(&container_id)).await {
+                return Box::pin(self.settle(outcome)).await;
             }
         }
         let clock = self.clock();
         let mut s = self.initial_state(&clock);
         let mut monitored: Option<MonitorGuard> = None;
-        let mut e = self.gather(&mut s, &ops, self.inbox.take()).await?;
+        let mut e = Box::pin(self.gather(&mut s, &ops, self.inbox.take())).await?;
         loop {
             if monitored.is_none() {
                 monitored = self.monitor(&s, &container_id);
@@ -71,26 +73,25 @@ impl ObserverAttempt {
             let action = decide::next(&s, &e);
             tracing::trace!(op = %self.op.id, ?action, "observer step");
             match action {
-                Action::Settle(outcome) => return self.settle(outcome).await,
+                Action::Settle(outcome) => return Box::pin(self.settle(outcome)).await,
                 Action::ConfirmStart => {
                     let pid_file = e.pid_file.clone().filter(|_| s.pid.is_none());
-                    if !self.confirm_start(&mut s, &clock, pid_file).await? {
+                    if !Box::pin(self.confirm_start(&mut s, &clock, pid_file)).await? {
                         return Ok(());
                     }
                 }
-                Action::RecordPid(rec) => self.record_pid(&mut s, rec).await?,
-                Action::RequestTimeout => self.request_timeout(&mut s).await?,
+                Action::RecordPid(rec) => Box::pin(self.record_pid(&mut s, rec)).await?,
+                Action::RequestTimeout => Box::pin(self.request_timeout(&mut s)).await?,
                 Action::Signal { signal, rec } => {
-                    self.signal(&mut s, &container_id, &rec, signal).await?;
+                    Box::pin(self.signal(&mut s, &container_id, &rec, signal)).await?;
                     // the step's probe predates the signal
                     e.probe = None;
                 }
                 Action::Probe { fresh } => {
-                    self.probe_step(&mut s, &mut e, &ops, &container_id, fresh)
-                        .await
+                    Box::pin(self.probe_step(&mut s, &mut e, &ops, &container_id, fresh)).await
                 }
                 Action::AskLaunchEnd => {
-                    e.launch_end = Some(self.launch_end().await);
+                    e.launch_end = Some(Box::pin(self.launch_end()).await);
                     e.code = read_code(&ops, &self.op.id);
                 }
                 Action::Withdraw => {
@@ -100,7 +101,7 @@ impl ObserverAttempt {
                     e.pid_file = ops.read_pid(&self.op.id).ok();
                 }
                 Action::LaunchByExec => {
-                    if !self.launch_by_exec(&mut s, &clock).await? {
+                    if !Box::pin(self.launch_by_exec(&mut s, &clock)).await? {
                         return Ok(());
                     }
                     // the exec may have gone to a fresh container (the
@@ -112,12 +113,12 @@ impl ObserverAttempt {
                             container_id = now;
                         }
                     }
-                    e = self.gather(&mut s, &ops, self.inbox.take()).await?;
+                    e = Box::pin(self.gather(&mut s, &ops, self.inbox.take())).await?;
                 }
                 Action::Wait(limit) => {
                     // measured from the step's clock reading, not from now
                     let wakes = self.inbox.wait(limit.saturating_sub(e.now.elapsed())).await;
-                    e = self.gather(&mut s, &ops, wakes).await?;
+                    e = Box::pin(self.gather(&mut s, &ops, wakes)).await?;
                 }
             }
         }
