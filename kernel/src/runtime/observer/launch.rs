@@ -40,15 +40,28 @@ impl ObserverAttempt {
         if let Some(outcome) =
             decide::cancelled_before_start(claimed, self.op.kill_requested_at.is_some())
         {
-            self.settle(outcome).await?;
+            Box::pin(self.settle(outcome)).await?;
             return Ok(false);
         }
-        let Some((identity, profile)) = self.run_target().await? else {
+        let Some((identity, profile)) = Box::pin(self.run_target()).await? else {
             return Ok(false);
         };
         // the reaper decides about this run's container only while no launch
         // holds the gate, and re-checks the control plane under it
         let _gate = k.launch_gate(&self.op.run_id).await;
+        // a run's launches queue at its gate: what follows is boxed, so a
+        // queued launch holds only this function's few locals
+        Box::pin(self.launch_gated(&k, identity, profile)).await
+    }
+
+    /// The launch under the run's gate: the container, the claim, and the
+    /// hand-over to the launcher or the exec.
+    async fn launch_gated(
+        &mut self,
+        k: &std::sync::Arc<crate::runtime::kernel::Kernel>,
+        identity: RunIdentity,
+        profile: sandbox::Profile,
+    ) -> Result<bool, ObserverError> {
         let Some(container) = self.run_container(&identity, &profile).await? else {
             return Ok(false);
         };
