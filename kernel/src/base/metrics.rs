@@ -112,7 +112,10 @@ impl Metrics {
                 "Ops that reached a terminal status, by status.",
                 "status",
             ),
-            op_starts: counter("op_starts_total", "Ops admitted (run_command accepted, schedules fired)."),
+            op_starts: counter(
+                "op_starts_total",
+                "Ops admitted (run_command accepted, schedules fired).",
+            ),
             op_start_seconds: built(Histogram::with_opts(histogram(
                 "op_start_seconds",
                 "From an op's request to its command running (approval waits excluded).",
@@ -131,7 +134,10 @@ impl Metrics {
                 ),
                 &["kind"],
             )),
-            store_commits: counter("store_commits_total", "Commits of control-plane writes (SQLite commits waiting writes together)."),
+            store_commits: counter(
+                "store_commits_total",
+                "Commits of control-plane writes (SQLite commits waiting writes together).",
+            ),
             live_ops: built(IntGauge::new("live_ops", "Ops not yet terminal.")),
             reports_pending: built(IntGauge::new(
                 "reports_pending",
@@ -167,19 +173,24 @@ impl Metrics {
             rendering: crate::base::sync::Lock::new(()),
         };
         m.register();
+        m.zero_series();
+        m
+    }
+
+    /// The labelled series known in advance, shown at zero from the start.
+    fn zero_series(&self) {
         for status in Status::TERMINAL {
-            m.ops.with_label_values(&[status.as_str()]);
+            self.ops.with_label_values(&[status.as_str()]);
         }
         for kind in ["read", "write"] {
-            m.store_transaction_seconds.with_label_values(&[kind]);
+            self.store_transaction_seconds.with_label_values(&[kind]);
         }
         for outcome in ["allowed", "denied", "failed"] {
-            m.egress_connections.with_label_values(&[outcome]);
+            self.egress_connections.with_label_values(&[outcome]);
         }
         for direction in ["in", "out"] {
-            m.egress_bytes.with_label_values(&[direction]);
+            self.egress_bytes.with_label_values(&[direction]);
         }
-        m
     }
 
     fn register(&self) {
@@ -313,6 +324,7 @@ mod tests {
         m.op_settled(Status::Completed);
         m.op_running(12);
         m.transaction(false, 0.002);
+        m.committed();
         let mut levels = Levels {
             live_ops: 3,
             reports_pending: 1,
@@ -327,6 +339,7 @@ mod tests {
             "opkernel_op_start_seconds",
             "opkernel_op_report_seconds",
             "opkernel_store_transaction_seconds",
+            "opkernel_store_commits_total",
             "opkernel_live_ops",
             "opkernel_reports_pending",
             "opkernel_webhook_posts_pending",
@@ -344,5 +357,6 @@ mod tests {
         assert!(text.contains("opkernel_containers{state=\"exited\"} 0"));
         assert!(text.contains("opkernel_op_start_seconds_count 1"));
         assert!(text.contains("opkernel_store_transaction_seconds_count{kind=\"write\"} 1"));
+        assert!(text.contains("opkernel_store_commits_total 1"));
     }
 }

@@ -162,14 +162,9 @@ pub struct Store {
 /// The database behind a [`Store`].
 #[derive(Clone)]
 enum Backend {
-    /// One SQLite connection, shared and serialized; writes reach it
-    /// through the writer, which commits those that wait together.
-    Sqlite {
-        conn: Arc<Lock<Connection>>,
-        writer: Arc<db::batch::Writer>,
-        /// Where the statements run are collected: `None` but in tests.
-        seen: db::sqlite::Seen,
-    },
+    /// One SQLite connection, shared and serialized, held by its writer,
+    /// which commits the writes that wait for it together.
+    Sqlite { writer: Arc<db::batch::Writer> },
     /// A PostgreSQL pool; the listener of its notifications stops when the
     /// last clone of the store goes (`_listening` is its switch).
     #[cfg(feature = "postgres")]
@@ -196,9 +191,7 @@ impl Store {
         let metrics: Arc<crate::base::metrics::Metrics> = Default::default();
         Ok(Store {
             backend: Backend::Sqlite {
-                writer: db::batch::Writer::new(conn.clone(), None, metrics.clone()),
-                conn,
-                seen: None,
+                writer: db::batch::Writer::new(conn, None, metrics.clone()),
             },
             journal,
             metrics,
@@ -365,24 +358,27 @@ impl Store {
             Ok((value, noting.into_facts()))
         };
         let done = match &self.backend {
-            Backend::Sqlite { writer, .. } if !read_only => writer.write(noted).await,
-            Backend::Sqlite { seen, .. } => {
-                let seen = seen.clone();
+            Backend::Sqlite { writer } if !read_only => writer.write(noted).await,
+            Backend::Sqlite { writer } => {
+                let seen = writer.seen();
                 self.call(move |conn| db::sqlite::transaction(conn, read_only, seen, noted))
                     .await
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres {
                 pool, lease: own, ..
-            } => db::pgpool::run(if lease { own } else { pool }, read_only, noted).await,
+            } => {
+                let done = db::pgpool::run(if lease { own } else { pool }, read_only, noted).await;
+                if done.is_ok() && !read_only {
+                    // SQLite's writer counts its own, one per batch
+                    self.metrics.committed();
+                }
+                done
+            }
         };
         self.metrics
             .transaction(read_only, began.elapsed().as_secs_f64());
         let (value, facts) = done?;
-        if !read_only && self.dialect() == db::Dialect::Postgres {
-            // SQLite's writer counts its own commits, one per batch
-            self.metrics.committed();
-        }
         for fact in facts {
             match fact {
                 db::Fact::Admitted => self.metrics.op_admitted(),
@@ -400,7 +396,7 @@ impl Store {
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
         let conn = match &self.backend {
-            Backend::Sqlite { conn, .. } => conn.clone(),
+            Backend::Sqlite { writer } => writer.conn().clone(),
             #[cfg(feature = "postgres")]
             Backend::Postgres { .. } => {
                 return Err(StoreError::Worker("not an SQLite store".into()))
@@ -478,15 +474,9 @@ pub(crate) fn sqlite_test_store() -> Store {
 pub(crate) fn recording_test_store() -> (Store, Arc<Lock<std::collections::BTreeSet<String>>>) {
     let seen = Arc::new(Lock::new(std::collections::BTreeSet::new()));
     let mut store = sqlite_test_store();
-    if let Backend::Sqlite {
-        seen: s,
-        writer,
-        conn,
-    } = &mut store.backend
-    {
-        *s = Some(seen.clone());
+    if let Backend::Sqlite { writer } = &mut store.backend {
         let metrics = store.metrics.clone();
-        *writer = db::batch::Writer::new(conn.clone(), Some(seen.clone()), metrics);
+        *writer = db::batch::Writer::new(writer.conn().clone(), Some(seen.clone()), metrics);
     }
     (store, seen)
 }

@@ -105,10 +105,10 @@ fn a_version_5_database_upgrades_with_its_rows() {
         .unwrap();
     }
     let store = super::Store::open(&path, Default::default()).unwrap();
-    let super::Backend::Sqlite { conn, .. } = &store.backend else {
+    let super::Backend::Sqlite { writer } = &store.backend else {
         unreachable!("an SQLite store")
     };
-    let conn = conn.lock();
+    let conn = writer.conn().lock();
     let (status, code): (String, i64) = conn
         .query_row("SELECT status, exit_code FROM ops", [], |r| {
             Ok((r.get(0)?, r.get(1)?))

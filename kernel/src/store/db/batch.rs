@@ -28,8 +28,8 @@ type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 /// none) and says whether its writes are kept, with its answer.
 type Job = Box<dyn FnOnce(Result<&mut dyn Tx, &str>) -> (bool, Answer) + Send>;
 
-/// The SQLite store's writer: the shared connection and the writes waiting
-/// for it.
+/// The SQLite store's connection (reads take it under its lock) and the
+/// writes waiting for it.
 pub struct Writer {
     conn: Arc<Lock<Connection>>,
     queue: Lock<Vec<Job>>,
@@ -50,6 +50,16 @@ impl Writer {
             seen,
             metrics,
         })
+    }
+
+    /// The connection, which reads take under its lock.
+    pub fn conn(&self) -> &Arc<Lock<Connection>> {
+        &self.conn
+    }
+
+    /// Where the statements run are collected (`None` but in tests).
+    pub fn seen(&self) -> Seen {
+        self.seen.clone()
     }
 
     /// Runs `f` in the next batch; answers once that batch committed (or
@@ -237,13 +247,23 @@ mod tests {
     use crate::vals;
 
     fn writer() -> (Arc<Writer>, Arc<Lock<Connection>>) {
+        let (w, conn, _) = counted_writer();
+        (w, conn)
+    }
+
+    fn counted_writer() -> (Arc<Writer>, Arc<Lock<Connection>>, Arc<Metrics>) {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE TABLE t (n INTEGER PRIMARY KEY); INSERT INTO t (n) VALUES (100)",
         )
         .unwrap();
         let conn = Arc::new(Lock::new(conn));
-        (Writer::new(conn.clone(), None, Default::default()), conn)
+        let metrics: Arc<Metrics> = Default::default();
+        (
+            Writer::new(conn.clone(), None, metrics.clone()),
+            conn,
+            metrics,
+        )
     }
 
     fn insert(n: i64) -> impl FnOnce(&mut dyn Tx) -> StoreResult<i64> + Send + 'static {
@@ -262,7 +282,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiting_writes_commit_together_and_fail_alone() {
-        let (w, conn) = writer();
+        let (w, conn, metrics) = counted_writer();
         // the connection is held, so every write below queues for one batch
         let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
         let holder = conn.clone();
@@ -317,6 +337,15 @@ mod tests {
         let mut want: Vec<i64> = (0..20).filter(|n| ![5, 7, 9].contains(n)).collect();
         want.push(100);
         assert_eq!(rows(&conn), want);
+        // 17 writes kept, and they shared their commit (a write the test's
+        // scheduler queued late may take a second one)
+        let text = metrics.render(&Default::default());
+        let commits: u32 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("opkernel_store_commits_total "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap();
+        assert!((1..=2).contains(&commits), "{commits} commits");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
