@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use opkernel::drills::harness::KernelProcess;
 use serde_json::{json, Value};
 
-use crate::scale::proc_cpu_ticks;
+use crate::scale::{self, proc_cpu_ticks};
 use crate::storecost;
 
 /// One batch's cost.
@@ -55,40 +55,6 @@ impl CpuPerOp {
     }
 }
 
-/// Drains one run's reports (long-polling, acking each) until `want` ops
-/// were delivered or `deadline` passes; returns the ops delivered (marked
-/// `failed:` unless completed with exit code 0). An ack that fails is an
-/// error: the report it left unacked would come again and count twice.
-async fn drain(
-    k: &KernelProcess,
-    run: &str,
-    want: usize,
-    deadline: Instant,
-) -> anyhow::Result<Vec<String>> {
-    let mut seen = Vec::new();
-    while seen.len() < want && Instant::now() < deadline {
-        let Ok(report) = k.client.get(&format!("/v1/runs/{run}/report?wait=5")).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        for item in report["resolved"].as_array().into_iter().flatten() {
-            // anything but a clean exit counts as lost
-            let ok = item["status"] == "completed" && item["exit_code"] == 0;
-            let id = item["operation_id"].as_str().unwrap_or_default();
-            seen.push(if ok {
-                id.to_owned()
-            } else {
-                format!("failed:{id}")
-            });
-        }
-        if let Some(id) = report["report_id"].as_str() {
-            let ack = format!("/v1/runs/{run}/report/{id}/ack");
-            k.client.post(&ack, &json!({})).await?;
-        }
-    }
-    Ok(seen)
-}
-
 /// The store's transactions so far, read and write, and the commits of
 /// writes, from `/metrics`.
 async fn transactions(k: &KernelProcess) -> anyhow::Result<(f64, f64, f64)> {
@@ -105,26 +71,12 @@ async fn transactions(k: &KernelProcess) -> anyhow::Result<(f64, f64, f64)> {
     Ok((count("read")?, count("write")?, count("commits")?))
 }
 
-/// Warms one container per run (a foreground `true`), four at a time.
-async fn warm(k: &KernelProcess, runs: &[String]) -> anyhow::Result<()> {
-    let warmed: Vec<anyhow::Result<Value>> = futures::stream::iter(runs.iter().cloned())
-        .map(|run| async move {
-            let path = format!("/v1/runs/{run}/tools/run_command");
-            k.client.post(&path, &json!({"command": ["true"]})).await
-        })
-        .buffer_unordered(4)
-        .collect()
-        .await;
-    warmed.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(())
-}
-
 /// Starts `ops` background `true` ops spread over `runs` warm runs, 32
 /// requests in flight, while one drainer per run collects its reports.
 pub async fn measure(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Result<CpuPerOp> {
     let tag = &uuid::Uuid::new_v4().simple().to_string()[..6];
     let run_ids: Vec<String> = (0..runs).map(|i| format!("bench-cpu-{tag}-{i}")).collect();
-    warm(k, &run_ids).await?;
+    scale::prepare_runs(k, &run_ids).await?;
     let pid = k
         .pid()
         .ok_or_else(|| anyhow::anyhow!("kernel not running"))?;
@@ -134,13 +86,14 @@ pub async fn measure(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Resu
     let tx_before = transactions(k).await?;
     let (began, cpu_before) = (Instant::now(), proc_cpu_ticks(pid)?);
     let per_run = ops / runs;
-    let deadline = began + Duration::from_secs(600);
-    let drains = run_ids.iter().map(|run| drain(k, run, per_run, deadline));
+    let drains = run_ids
+        .iter()
+        .map(|run| k.collect_deliveries(run, per_run, Duration::from_secs(600)));
     let jobs: Vec<&String> = (0..per_run).flat_map(|_| run_ids.iter()).collect();
     let starts = futures::stream::iter(jobs)
-        .map(|run| async move { k.start_bg(run, &["true"], 60).await })
+        .map(|run| async move { Ok((run.clone(), k.start_bg(run, &["true"], 60).await?)) })
         .buffer_unordered(32)
-        .try_collect::<Vec<String>>();
+        .try_collect::<Vec<(String, String)>>();
     // a failed start or ack ends the batch at once (its drain would wait
     // for the deadline)
     let (started, delivered) = tokio::try_join!(starts, futures::future::try_join_all(drains))?;
@@ -155,6 +108,8 @@ pub async fn measure(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Resu
     for id in delivered.into_iter().flatten() {
         *seen.entry(id).or_default() += 1;
     }
+    // lost: not delivered, or not completed with exit code 0
+    let (lost, duplicated) = scale::count_outcomes(k, &started, &seen).await?;
     Ok(CpuPerOp {
         ops: started.len(),
         runs,
@@ -166,7 +121,7 @@ pub async fn measure(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Resu
             tx_after.1 - tx_before.1,
             tx_after.2 - tx_before.2,
         ),
-        lost: started.iter().filter(|id| !seen.contains_key(*id)).count(),
-        duplicated: seen.values().filter(|&&n| n > 1).count(),
+        lost,
+        duplicated,
     })
 }

@@ -120,7 +120,7 @@ pub fn peak_rss_mb(pid: u32) -> anyhow::Result<f64> {
 }
 
 /// Warms one container per run and puts a gate fifo in each scratch dir.
-async fn prepare_runs(k: &KernelProcess, runs: &[String]) -> anyhow::Result<()> {
+pub(crate) async fn prepare_runs(k: &KernelProcess, runs: &[String]) -> anyhow::Result<()> {
     let results: Vec<anyhow::Result<Value>> = futures::stream::iter(runs.iter().cloned())
         .map(|run| async move {
             k.client
@@ -233,7 +233,7 @@ async fn collect(
     Ok(seen)
 }
 
-async fn count_outcomes(
+pub(crate) async fn count_outcomes(
     k: &KernelProcess,
     ids: &[(String, String)],
     seen: &HashMap<String, usize>,
