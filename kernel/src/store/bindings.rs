@@ -40,14 +40,14 @@ impl Store {
             let wrote = tx.execute(
                 "INSERT INTO container_bindings (run_id, container_id, scratch_key, bound_at, node) \
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-                vals![b.run_id.clone(), b.container_id, b.scratch_key, now_ms(), b.node],
+                vals![&b.run_id, &b.container_id, &b.scratch_key, now_ms(), &b.node],
             )?;
             if wrote == 1 {
                 return Ok(Bound::Bound);
             }
             let row = tx.query_opt(
                 &format!("SELECT {COLUMNS} FROM container_bindings WHERE run_id = ?1"),
-                vals![b.run_id],
+                vals![&b.run_id],
             )?;
             Ok(Bound::Taken(row.map(|r| binding_of(&r)).transpose()?))
         })
@@ -85,7 +85,7 @@ impl Store {
         self.write(move |tx| {
             let n = tx.execute(
                 "UPDATE container_bindings SET node = ?2 WHERE run_id = ?1 AND node IS NULL",
-                vals![run_id, node],
+                vals![&run_id, &node],
             )?;
             Ok(n == 1)
         })
@@ -127,7 +127,7 @@ impl Store {
             let n = tx.execute(
                 "DELETE FROM container_bindings WHERE run_id = ?1 \
                  AND node IS NOT DISTINCT FROM CAST(?2 AS TEXT)",
-                vals![run_id, node],
+                vals![&run_id, &node],
             )?;
             Ok(n > 0)
         })

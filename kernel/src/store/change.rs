@@ -34,7 +34,7 @@ impl Store {
         summary: Option<String>,
     ) -> StoreResult<RunChange> {
         let (run_id, by) = (run_id.to_owned(), by.to_owned());
-        self.write(move |tx| change_in(tx, &run_id, action, &by, summary))
+        self.write(move |tx| change_in(tx, &run_id, action, &by, summary.clone()))
             .await
     }
 }

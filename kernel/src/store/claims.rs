@@ -42,9 +42,9 @@ impl Store {
                  AND kill_requested_at IS NULL{fenced}"
             );
             let mut params =
-                vals![id, now, kernel_id, container_id, handover.then_some(now)].to_vec();
-            if let Some((node, epoch)) = fence {
-                params.extend(vals![node, epoch].iter().cloned());
+                vals![&id, now, &kernel_id, &container_id, handover.then_some(now)].to_vec();
+            if let Some((node, epoch)) = &fence {
+                params.extend(vals![node, *epoch].iter().cloned());
             }
             Ok(tx.execute(&sql, &params)? == 1)
         })
@@ -58,7 +58,7 @@ impl Store {
         self.write(move |tx| {
             tx.execute(
                 "UPDATE ops SET container_id = ?2 WHERE id = ?1",
-                vals![id, container_id],
+                vals![&id, &container_id],
             )?;
             Ok(())
         })
@@ -81,22 +81,22 @@ impl Store {
     ) -> StoreResult<bool> {
         let id = id.to_owned();
         self.write(move |tx| {
-            let n = match pid {
+            let n = match &pid {
                 None => tx.execute(
                     "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2) \
                      WHERE id = ?1 AND status = 'starting'",
-                    vals![id, started_at],
+                    vals![&id, started_at],
                 )?,
                 Some(rec) => tx.execute(
                     "UPDATE ops SET status = 'running', started_at = COALESCE(started_at, ?2), \
                      pid = ?3, proc_start_ticks = ?4, hostname = ?5 \
                      WHERE id = ?1 AND status = 'starting'",
                     vals![
-                        id,
+                        &id,
                         started_at,
                         rec.pid,
                         rec.start_ticks as i64,
-                        rec.hostname
+                        &rec.hostname
                     ],
                 )?,
             };
@@ -111,7 +111,7 @@ impl Store {
         self.write(move |tx| {
             tx.execute(
                 "UPDATE ops SET failed_attempts = 0 WHERE id = ?1 AND failed_attempts > 0",
-                vals![id],
+                vals![&id],
             )?;
             Ok(())
         })
@@ -127,7 +127,7 @@ impl Store {
         self.write(move |tx| {
             let n = tx.execute(
                 "UPDATE ops SET exec_id = ?2 WHERE id = ?1 AND status = 'starting'",
-                vals![id, exec_id],
+                vals![&id, &exec_id],
             )?;
             Ok(n == 1)
         })
@@ -140,7 +140,7 @@ impl Store {
         self.write(move |tx| {
             tx.execute(
                 "UPDATE ops SET kill_intent = 1 WHERE id = ?1 AND kill_intent = 0",
-                vals![id],
+                vals![&id],
             )?;
             Ok(())
         })
@@ -153,7 +153,7 @@ impl Store {
         self.write(move |tx| {
             tx.execute(
                 "UPDATE ops SET kill_signalled = 1 WHERE id = ?1 AND kill_signalled = 0",
-                vals![id],
+                vals![&id],
             )?;
             Ok(())
         })
@@ -167,7 +167,7 @@ impl Store {
         self.write(move |tx| {
             tx.execute(
                 "UPDATE ops SET pid = ?2, proc_start_ticks = ?3, hostname = ?4 WHERE id = ?1",
-                vals![id, rec.pid, rec.start_ticks as i64, rec.hostname],
+                vals![&id, rec.pid, rec.start_ticks as i64, &rec.hostname],
             )?;
             Ok(())
         })
@@ -219,7 +219,7 @@ impl Store {
                      kernel_id = ?2, heartbeat_at = ?3 WHERE id = ?1 AND status IN ({})",
                     observed_sql()
                 ),
-                vals![&id, kernel_id, now_ms()],
+                vals![&id, &kernel_id, now_ms()],
             )?;
             Ok(get(tx, &id)?.filter(|op| op.status.is_observed()))
         })

@@ -183,7 +183,7 @@ impl Store {
         limits: Admission,
     ) -> StoreResult<Fire> {
         let (id, kernel_id) = (id.to_owned(), kernel_id.to_owned());
-        self.write(move |tx| fire_in(tx, &id, due, &kernel_id, hold, limits))
+        self.write(move |tx| fire_in(tx, &id, due, &kernel_id, hold.clone(), limits))
             .await
     }
 }

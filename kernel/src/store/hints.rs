@@ -149,7 +149,7 @@ impl super::Store {
             let n = tx.execute(
                 "UPDATE ops SET kill_requested_at = ?2 WHERE id = ?1 AND status = 'lost' \
                  AND kill_requested_at IS NULL",
-                crate::vals![id, super::now_ms()],
+                crate::vals![&id, super::now_ms()],
             )?;
             Ok(n == 1)
         })

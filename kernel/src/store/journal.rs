@@ -203,8 +203,10 @@ impl Store {
         idempotency_key: Option<String>,
     ) -> StoreResult<UsageRecorded> {
         let run_id = run_id.to_owned();
-        self.write(move |tx| record_model_usage_in(tx, &run_id, usage, idempotency_key))
-            .await
+        self.write(move |tx| {
+            record_model_usage_in(tx, &run_id, usage.clone(), idempotency_key.clone())
+        })
+        .await
     }
 
     /// Records what the egress proxy counted for a run (SPEC §27):
@@ -225,7 +227,7 @@ impl Store {
     /// Appends a run's own event (no op: a fork, a file written).
     pub async fn record_run_event(&self, run_id: &str, kind: EventKind) -> StoreResult<()> {
         let run_id = run_id.to_owned();
-        self.write(move |tx| append_event(tx, &run_id, None, kind).map(drop))
+        self.write(move |tx| append_event(tx, &run_id, None, kind.clone()).map(drop))
             .await
     }
 
@@ -238,7 +240,7 @@ impl Store {
         kind: EventKind,
     ) -> StoreResult<()> {
         let (run_id, op_id) = (run_id.to_owned(), op_id.to_owned());
-        self.write(move |tx| append_event(tx, &run_id, Some(&op_id), kind).map(drop))
+        self.write(move |tx| append_event(tx, &run_id, Some(&op_id), kind.clone()).map(drop))
             .await
     }
 

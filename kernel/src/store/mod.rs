@@ -170,6 +170,8 @@ enum Backend {
     #[cfg(feature = "postgres")]
     Postgres {
         pool: deadpool_postgres::Pool,
+        /// Commits the node's writes that wait for it together.
+        writer: Arc<db::pgbatch::PgWriter>,
         /// A connection of its own for a cluster node's lease: a pool
         /// saturated by load never delays a renewal (opened on first use).
         lease: deadpool_postgres::Pool,
@@ -222,15 +224,18 @@ impl Store {
             }
         });
         tokio::spawn(db::pglisten::listen(url.to_owned(), on_event, stop));
+        let metrics: Arc<crate::base::metrics::Metrics> = Default::default();
+        let handle = tokio::runtime::Handle::current();
         Ok(Store {
             backend: Backend::Postgres {
+                writer: db::pgbatch::PgWriter::new(pool.clone(), handle, metrics.clone()),
                 pool,
                 lease: db::pgpool::pool(url, 1)?,
                 url: url.to_owned(),
                 _listening: Arc::new(listening),
             },
             journal,
-            metrics: Default::default(),
+            metrics,
             options: Arc::new(options),
             hints,
         })
@@ -259,9 +264,9 @@ impl Store {
     async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        self.transaction(false, f).await
+        self.transaction_on(false, false, f).await
     }
 
     /// Runs `f` in one read transaction on the blocking pool: every
@@ -271,7 +276,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        self.transaction(true, f).await
+        self.transaction_on(false, true, once(f)).await
     }
 
     /// The cluster node this kernel runs as, if any.
@@ -313,16 +318,6 @@ impl Store {
         &self.metrics
     }
 
-    /// Runs `f` in one transaction, timed; the facts it notes are counted
-    /// once it committed.
-    async fn transaction<T, F>(&self, read_only: bool, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
-    {
-        self.transaction_on(false, read_only, f).await
-    }
-
     /// A read transaction of a cluster node's lease (its join): on
     /// PostgreSQL on the lease's own connection.
     async fn lease_read<T, F>(&self, f: F) -> StoreResult<T>
@@ -330,7 +325,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        self.transaction_on(true, true, f).await
+        self.transaction_on(true, true, once(f)).await
     }
 
     /// A write transaction of a cluster node's lease: on PostgreSQL on the
@@ -340,20 +335,24 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
-        self.transaction_on(true, false, f).await
+        self.transaction_on(true, false, once(f)).await
     }
 
+    /// Runs `f` in one transaction, timed; the facts it notes are counted
+    /// once it committed. A write on PostgreSQL's writer may run `f` again
+    /// after a conflict rolled its first run back; the others run it once.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     async fn transaction_on<T, F>(&self, lease: bool, read_only: bool, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&mut dyn Tx) -> StoreResult<T> + Send + 'static,
     {
         let began = std::time::Instant::now();
         let outbox = self.options.outbox;
         let node = self.options.node.clone();
+        let mut f = f;
         let noted = move |tx: &mut dyn Tx| {
-            let mut noting = db::Noting::new(tx, outbox, node);
+            let mut noting = db::Noting::new(tx, outbox, node.clone());
             let value = f(&mut noting)?;
             Ok((value, noting.into_facts()))
         };
@@ -365,12 +364,13 @@ impl Store {
                     .await
             }
             #[cfg(feature = "postgres")]
+            Backend::Postgres { writer, .. } if !lease && !read_only => writer.write(noted).await,
             Backend::Postgres {
                 pool, lease: own, ..
             } => {
                 let done = db::pgpool::run(if lease { own } else { pool }, read_only, noted).await;
                 if done.is_ok() && !read_only {
-                    // SQLite's writer counts its own, one per batch
+                    // the writers count their own, one per batch
                     self.metrics.committed();
                 }
                 done
@@ -409,6 +409,20 @@ impl Store {
         })
         .await
         .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+}
+
+/// `f`, for a transaction that runs its script once (a read, a lease's
+/// write): never run again.
+fn once<T>(
+    f: impl FnOnce(&mut dyn Tx) -> StoreResult<T>,
+) -> impl FnMut(&mut dyn Tx) -> StoreResult<T> {
+    let mut f = Some(f);
+    move |tx| match f.take() {
+        Some(f) => f(tx),
+        None => Err(StoreError::Worker(
+            "a script that runs once was asked again".into(),
+        )),
     }
 }
 

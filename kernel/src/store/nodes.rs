@@ -118,7 +118,7 @@ impl Store {
         self.write(move |tx| {
             let n = tx.execute(
                 "UPDATE nodes SET state = 'draining' WHERE name = ?1 AND state = 'active'",
-                vals![name],
+                vals![&name],
             )?;
             Ok(n == 1)
         })
@@ -132,7 +132,7 @@ impl Store {
         self.write(move |tx| {
             let n = tx.execute(
                 "UPDATE nodes SET state = 'active' WHERE name = ?1 AND state = 'draining'",
-                vals![name],
+                vals![&name],
             )?;
             Ok(n == 1)
         })
@@ -408,7 +408,7 @@ impl Store {
                  WHERE name = ?2 AND state IN ('active', 'draining') AND lease_until > {})",
                 db_now(tx)
             );
-            tx.execute(&sql, vals![run, node])?;
+            tx.execute(&sql, vals![&run, &node])?;
             Ok(())
         })
         .await
@@ -529,7 +529,7 @@ impl Store {
             }
             tx.execute(
                 "UPDATE runs SET node = ?2 WHERE run_id = ?1 AND node IS NULL",
-                vals![root, node],
+                vals![root, &node],
             )?;
             Ok(true)
         })
@@ -568,7 +568,12 @@ impl Store {
             if seen.is_some() {
                 return Ok(false);
             }
-            super::journal::append_event(tx, &run_id, Some(&id), EventKind::ToolLateResult(late))?;
+            super::journal::append_event(
+                tx,
+                &run_id,
+                Some(&id),
+                EventKind::ToolLateResult(late.clone()),
+            )?;
             Ok(true)
         })
         .await

@@ -231,7 +231,10 @@ async fn a_refusal_for_want_of_a_node_writes_nothing_and_leftovers_are_swept() {
     let id = late.id.clone();
     store
         .write(move |tx| {
-            tx.execute("UPDATE ops SET node = 'n1' WHERE id = ?1", crate::vals![id])?;
+            tx.execute(
+                "UPDATE ops SET node = 'n1' WHERE id = ?1",
+                crate::vals![&id],
+            )?;
             Ok(())
         })
         .await

@@ -503,7 +503,7 @@ impl Store {
                 "UPDATE ops SET heartbeat_at = ?2 WHERE kernel_id = ?1 AND status IN ({})",
                 observed_sql()
             );
-            Ok(tx.execute(&sql, vals![kernel_id, now_ms()])? as usize)
+            Ok(tx.execute(&sql, vals![&kernel_id, now_ms()])? as usize)
         })
         .await
     }
@@ -515,7 +515,7 @@ impl Store {
             tx.execute(
                 "INSERT INTO kernels (id, started_at) VALUES (?1, ?2) \
                  ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at",
-                vals![kernel_id, now_ms()],
+                vals![&kernel_id, now_ms()],
             )?;
             Ok(())
         })

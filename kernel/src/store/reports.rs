@@ -331,7 +331,7 @@ impl Store {
             )?;
             tx.execute(
                 "UPDATE reports SET acked_at = ?3 WHERE id = ?1 AND run_id = ?2 AND acked_at IS NULL",
-                vals![report_id, run_id, now_ms()],
+                vals![&report_id, &run_id, now_ms()],
             )?;
             Ok(exists)
         })

@@ -191,7 +191,7 @@ impl Store {
         self.write(move |tx| {
             tx.execute(
                 "UPDATE ops SET files_pruned_at = ?2 WHERE id = ?1 AND files_pruned_at IS NULL",
-                vals![id, now_ms()],
+                vals![&id, now_ms()],
             )?;
             Ok(())
         })
@@ -238,7 +238,7 @@ impl Store {
                  (SELECT kernel_id FROM ops WHERE kernel_id IS NOT NULL AND status IN ({}))",
                 live_sql()
             );
-            tx.execute(&sql, vals![cutoff, own_kernel])?;
+            tx.execute(&sql, vals![cutoff, &own_kernel])?;
             Ok(())
         })
         .await?;

@@ -124,9 +124,9 @@ pub(super) fn ensure_top_level(
             run_id,
             now,
             origin.map(|o| o.surface.as_str()),
-            origin.map(|o| o.channel.clone()),
-            origin.map(|o| o.principal.clone()),
-            origin.map(|o| o.route.clone())
+            origin.map(|o| &o.channel),
+            origin.map(|o| &o.principal),
+            origin.map(|o| &o.route)
         ],
     )?;
     // a recorded run has its ancestry: every insert of a run writes both
@@ -343,7 +343,7 @@ impl Store {
         let (run_id, token) = (run_id.to_owned(), token_sha256.to_owned());
         self.write(move |tx| {
             let sql = "UPDATE runs SET token_sha256 = ?2 WHERE run_id = ?1";
-            Ok(tx.execute(sql, vals![run_id, token])? == 1)
+            Ok(tx.execute(sql, vals![&run_id, &token])? == 1)
         })
         .await
     }
@@ -434,7 +434,7 @@ impl Store {
             super::tree::lock_tree_of(tx, &run_id)?;
             tx.execute(
                 "UPDATE runs SET finished_at = COALESCE(finished_at, ?2) WHERE run_id = ?1",
-                vals![run_id, now_ms()],
+                vals![&run_id, now_ms()],
             )?;
             Ok(())
         })

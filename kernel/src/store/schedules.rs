@@ -510,8 +510,10 @@ impl Store {
     /// Deletes a schedule (an op it fired goes on as an ordinary op).
     pub async fn delete_schedule(&self, id: &str) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.write(move |tx| Ok(tx.execute("DELETE FROM schedules WHERE id = ?1", vals![id])? == 1))
-            .await
+        self.write(move |tx| {
+            Ok(tx.execute("DELETE FROM schedules WHERE id = ?1", vals![&id])? == 1)
+        })
+        .await
     }
 
     /// Pauses or resumes a schedule. A resumed recurring schedule whose

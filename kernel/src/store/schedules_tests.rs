@@ -25,7 +25,7 @@ async fn set_due(store: &Store, id: &str, due: i64) {
         .write(move |tx| {
             tx.execute(
                 "UPDATE schedules SET next_due_at = ?2 WHERE id = ?1",
-                vals![id, due],
+                vals![&id, due],
             )?;
             Ok(())
         })
@@ -265,7 +265,7 @@ async fn a_claim_left_by_a_dead_kernel_is_taken_over_or_cleared() {
         .write(move |tx| {
             tx.execute(
                 "UPDATE schedules SET current_op_id = NULL WHERE id = ?1",
-                vals![id],
+                vals![&id],
             )?;
             Ok(())
         })
@@ -358,7 +358,7 @@ async fn corrupt(store: &Store, id: &str, column: &'static str, value: crate::st
         .write(move |tx| {
             tx.execute(
                 &format!("UPDATE schedules SET {column} = ?2 WHERE id = ?1"),
-                vals![id, value],
+                vals![&id, value.clone()],
             )?;
             Ok(())
         })

@@ -71,7 +71,7 @@ pub(super) fn settle_in(tx: &mut dyn Tx, id: &str, s: &Settlement) -> StoreResul
             effect,
             error,
             &s.output_tail,
-            s.log.as_ref().map(|l| l.sha256.clone()),
+            s.log.as_ref().map(|l| &l.sha256),
             s.log.as_ref().map(|l| l.size as i64),
             now,
             s.usage.map(|u| u.cpu_ms as i64),
@@ -124,7 +124,7 @@ impl Store {
                 terminal_sql(),
                 super::ops::COLUMNS
             );
-            tx.query(&sql, vals![id])?
+            tx.query(&sql, vals![&id])?
                 .first()
                 .map(super::ops::op_from_row)
                 .transpose()
@@ -147,7 +147,7 @@ impl Store {
                  AND background = 0 AND status IN ({})",
                 terminal_sql()
             );
-            Ok(tx.execute(&sql, vals![id])? == 1)
+            Ok(tx.execute(&sql, vals![&id])? == 1)
         })
         .await
     }

@@ -186,7 +186,7 @@ impl Store {
         self.write(move |tx| {
             super::tree::lock_tree_of(tx, &run_id)?;
             let sql = "DELETE FROM snapshots WHERE run_id = ?1 AND name = ?2";
-            Ok(tx.execute(sql, vals![run_id, name])? > 0)
+            Ok(tx.execute(sql, vals![&run_id, &name])? > 0)
         })
         .await
     }

@@ -266,7 +266,7 @@ async fn reports_and_usage(store: &Store) {
 /// hand edit or the clock passing would).
 async fn poke(store: &Store, sql: &'static str, id: &str, value: i64) {
     let id = id.to_owned();
-    let poked = store.write(move |tx| tx.execute(sql, vals![id, value]));
+    let poked = store.write(move |tx| tx.execute(sql, vals![&id, value]));
     assert_eq!(poked.await.unwrap(), 1, "{sql}");
 }
 

@@ -8,6 +8,8 @@
 pub mod batch;
 pub mod migrations;
 #[cfg(feature = "postgres")]
+pub mod pgbatch;
+#[cfg(feature = "postgres")]
 pub mod pghosts;
 #[cfg(feature = "postgres")]
 pub mod pglisten;

@@ -193,7 +193,7 @@ where
     .await
     .map_err(|e| StoreError::Worker(e.to_string()))?;
     match done {
-        Err(StoreError::Unavailable(m)) if m.starts_with(READ_ONLY_SERVER) => {
+        Err(StoreError::Unavailable(m)) if m.starts_with(super::postgres::READ_ONLY_SERVER) => {
             if read_only {
                 // a read transaction that wrote: the statement's fault
                 return Err(StoreError::database(super::Dialect::Postgres, m));
@@ -207,10 +207,6 @@ where
         done => done,
     }
 }
-
-/// How [`pg_error`] begins the message of a write refused by a server
-/// that takes none (SQLSTATE 25006).
-const READ_ONLY_SERVER: &str = "25006:";
 
 /// `f` in a transaction on `client`: committed on `Ok`, rolled back on `Err`.
 fn transaction<T, F>(

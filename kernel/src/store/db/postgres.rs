@@ -29,6 +29,11 @@ pub struct PgTx<'a> {
     locked: std::collections::HashSet<String>,
     /// Runs whose tree this transaction locked, with their roots.
     roots: std::collections::HashMap<String, String>,
+    /// Why the pending `BEGIN` (or a batch's savepoint) failed: the
+    /// transaction is lost.
+    broken: Option<StoreError>,
+    /// A statement was refused by a server that takes no writes (25006).
+    read_only_server: bool,
 }
 
 impl Drop for PgTx<'_> {
@@ -57,7 +62,36 @@ impl<'a> PgTx<'a> {
             pending_begin: Some(begin),
             locked: Default::default(),
             roots: Default::default(),
+            broken: None,
+            read_only_server: false,
         })
+    }
+
+    /// One job of a batch ([`super::pgbatch`]): `prefix` (the batch's
+    /// `BEGIN`, or the job's savepoint) goes with its first statement; the
+    /// batch's runner, not this, ends the transaction.
+    pub fn batched(client: &'a Object, handle: Handle, prefix: &'static str) -> PgTx<'a> {
+        PgTx {
+            client,
+            handle,
+            finished: true,
+            pending_begin: Some(prefix),
+            locked: Default::default(),
+            roots: Default::default(),
+            broken: None,
+            read_only_server: false,
+        }
+    }
+
+    /// After a batched job: whether its prefix was sent, why the prefix
+    /// failed (the batch is lost), and whether a server that takes no
+    /// writes refused a statement.
+    pub fn outcome(mut self) -> (bool, Option<StoreError>, bool) {
+        (
+            self.pending_begin.is_none(),
+            self.broken.take(),
+            self.read_only_server,
+        )
     }
 
     /// Commits the transaction. An error here may hide a commit that
@@ -88,15 +122,26 @@ impl<'a> PgTx<'a> {
         statement: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> StoreResult<T> {
         let client = self.client;
-        match self.pending_begin.take() {
+        let answer = match self.pending_begin.take() {
             None => self.handle.block_on(statement).map_err(pg_error),
-            Some(begin) => self.handle.block_on(async {
+            Some(begin) => {
                 // biased: BEGIN is polled (so queued) first
-                let (begun, answer) = tokio::join!(biased; client.batch_execute(begin), statement);
-                begun.map_err(pg_error)?;
-                answer.map_err(pg_error)
-            }),
+                let (begun, answer) = self.handle.block_on(async {
+                    tokio::join!(biased; client.batch_execute(begin), statement)
+                });
+                match begun.map_err(pg_error) {
+                    Err(e) => {
+                        self.broken = Some(copy_error(&e));
+                        Err(e)
+                    }
+                    Ok(()) => answer.map_err(pg_error),
+                }
+            }
+        };
+        if let Err(StoreError::Unavailable(m)) = &answer {
+            self.read_only_server |= m.starts_with(READ_ONLY_SERVER);
         }
+        answer
     }
 
     fn prepared(&self, sql: &str) -> StoreResult<tokio_postgres::Statement> {
@@ -191,6 +236,22 @@ pub fn pg_error(e: tokio_postgres::Error) -> StoreError {
         StoreError::Unavailable(message)
     } else {
         StoreError::database(super::Dialect::Postgres, message)
+    }
+}
+
+/// How [`pg_error`] begins the message of a write refused by a server
+/// that takes none (SQLSTATE 25006).
+pub const READ_ONLY_SERVER: &str = "25006:";
+
+/// The same error again (a batch's failure, told to each of its callers).
+pub fn copy_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        StoreError::Database { dialect, message } => StoreError::Database {
+            dialect: *dialect,
+            message: message.clone(),
+        },
+        other => StoreError::Worker(other.to_string()),
     }
 }
 
