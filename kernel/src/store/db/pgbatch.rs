@@ -1,29 +1,32 @@
-//! Group commit on PostgreSQL: a node's write transactions that arrive
-//! while its writer is busy wait in a queue, and the writer's next turn
-//! commits all of them at once (one `BEGIN … COMMIT`, one flush of the
-//! server's WAL), each inside a savepoint of its own, so that one's error
-//! or panic rolls back only its own writes. As on SQLite
+//! Group commit on PostgreSQL: a kernel's write transactions that arrive
+//! while its writer's lanes are busy wait in a queue, and a lane's next
+//! turn commits many of them at once (one `BEGIN … COMMIT`, one flush of
+//! the server's WAL), each inside a savepoint of its own, so that one's
+//! error or panic rolls back only its own writes. As on SQLite
 //! ([`super::batch`]), every caller is answered once the commit that made
 //! its writes durable returned, or with that commit's error.
 //!
-//! A batch holds the tree locks its jobs took until it commits. One
-//! writer per node keeps a node's own batches from waiting on each other;
-//! another node's batch may still hold a tree this batch's job waits for
-//! while waiting for one of this batch's trees. The server breaks such a
-//! deadlock by failing one statement: its job is rolled back to its
-//! savepoint and run again alone once its batch committed, so a batch's
-//! neighbours never make a job fail that would have passed on its own.
+//! A batch holds the locks its jobs took until it commits, so it is kept
+//! short and never waits long for anyone: a few lanes run batches side by
+//! side (independent trees proceed in parallel, SPEC §19), a batch takes
+//! no new job after [`BATCH_TIME`], and inside a batch a lock is waited
+//! for at most [`BATCH_LOCK_WAIT`]. A job that met a lock held elsewhere
+//! (or a deadlock, or a serialization failure) is rolled back to its
+//! savepoint and runs again alone, as a write without batches would, on a
+//! connection of the pool: a batch's neighbours never make a job fail
+//! that would have passed on its own, and a lease renewal waiting for a
+//! row a batch holds waits for one short batch at most.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use super::postgres::{copy_error, PgTx};
+use super::postgres::{copy_error, pg_error, PgTx};
 use super::Tx;
 use crate::base::metrics::Metrics;
 use crate::base::sync::Lock;
@@ -33,9 +36,9 @@ use crate::store::{StoreError, StoreResult};
 /// commit, or its begin, failed: then nothing of the batch is kept).
 type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
-/// How a job is run: on the open transaction (`retry`: a conflict with
-/// another transaction may be answered by running it again alone), or
-/// refused unrun with the batch's failure.
+/// How a job is run: on the open transaction (`in_batch`: a conflict with
+/// another transaction is answered by running it again alone), or refused
+/// unrun with the batch's failure.
 enum Attempt<'a> {
     Run(&'a mut dyn Tx, bool),
     Refused(&'a StoreError),
@@ -45,36 +48,51 @@ enum Attempt<'a> {
 /// its answer), or `None` when it asks to be run again alone.
 type Job = Box<dyn FnMut(Attempt<'_>) -> Option<(bool, Answer)> + Send>;
 
-/// A node's writer on its PostgreSQL pool.
+/// The writes waiting, and how many lanes are running.
+#[derive(Default)]
+struct Waiting {
+    queue: VecDeque<Job>,
+    lanes: usize,
+}
+
+/// A kernel's writer on its PostgreSQL pool.
 pub struct PgWriter {
     pool: Pool,
     handle: Handle,
-    queue: Lock<VecDeque<Job>>,
-    /// Held by the runner whose turn it is: one batch at a time.
-    turn: Lock<()>,
-    /// A runner is on its way and will take the queue.
-    scheduled: AtomicBool,
+    waiting: Lock<Waiting>,
+    /// How many batches may be open at once.
+    lanes: usize,
     /// Where each commit is counted.
     metrics: Arc<Metrics>,
 }
 
 impl PgWriter {
-    /// The writer on `pool`; runners block on `handle`'s runtime.
+    /// The writer on `pool`, with [`LANES`] lanes blocking on `handle`'s
+    /// runtime.
     pub fn new(pool: Pool, handle: Handle, metrics: Arc<Metrics>) -> Arc<PgWriter> {
+        PgWriter::with_lanes(pool, handle, metrics, LANES)
+    }
+
+    /// The writer on `pool` with `lanes` lanes (at least one).
+    pub fn with_lanes(
+        pool: Pool,
+        handle: Handle,
+        metrics: Arc<Metrics>,
+        lanes: usize,
+    ) -> Arc<PgWriter> {
         Arc::new(PgWriter {
             pool,
             handle,
-            queue: Lock::new(VecDeque::new()),
-            turn: Lock::new(()),
-            scheduled: AtomicBool::new(false),
+            waiting: Lock::new(Waiting::default()),
+            lanes: lanes.max(1),
             metrics,
         })
     }
 
-    /// Runs `f` in the writer's next batch; answers once that batch
+    /// Runs `f` in a batch of the writer; answers once that batch
     /// committed (or with why it did not). `f`'s `Err` rolls back only
-    /// `f`'s writes; `f` runs again (alone) only after a conflict with
-    /// another transaction rolled its first run back.
+    /// `f`'s writes; `f` runs again (alone) only after a lock, a deadlock
+    /// or a serialization failure rolled its first run back.
     pub async fn write<T, F>(self: &Arc<Self>, mut f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -84,8 +102,8 @@ impl PgWriter {
         let mut send = Some(send);
         let job: Job = Box::new(move |attempt| {
             let result = match attempt {
-                Attempt::Run(tx, retry) => match f(tx) {
-                    Err(e) if retry && conflict(&e) => return None,
+                Attempt::Run(tx, in_batch) => match f(tx) {
+                    Err(e) if in_batch && conflict(&e) => return None,
                     result => result,
                 },
                 Attempt::Refused(e) => Err(copy_error(e)),
@@ -101,76 +119,95 @@ impl PgWriter {
             });
             Some((kept, answer))
         });
-        self.queue.lock().push_back(job);
-        if !self.scheduled.swap(true, Ordering::SeqCst) {
-            self.send_runner();
+        let start = {
+            let mut waiting = self.waiting.lock();
+            waiting.queue.push_back(job);
+            let start = waiting.lanes < self.lanes;
+            waiting.lanes += usize::from(start);
+            start
+        };
+        if start {
+            self.send_lane();
         }
         answered
             .await
             .map_err(|_| StoreError::Worker("the write transaction panicked".into()))?
     }
 
-    /// Sends a runner to the blocking pool; one the runtime refuses (it
-    /// is shutting down) fails the queued writes (see [`Unrun`]).
-    fn send_runner(self: &Arc<Self>) {
+    /// Starts a lane on the blocking pool; one the runtime refuses (it is
+    /// shutting down) is counted out again (see [`Unrun`]).
+    fn send_lane(self: &Arc<Self>) {
         let mut guard = Unrun(Some(self.clone()));
-        tokio::task::spawn_blocking(move || {
+        self.handle.spawn_blocking(move || {
             if let Some(writer) = guard.0.take() {
-                writer.run();
+                writer.lane();
             }
         });
     }
 
-    /// Takes the queued writes (at most [`MAX_BATCH`]), commits them
-    /// together on a pooled connection, runs alone those a conflict sent
-    /// back; sends another runner for any left over.
-    fn run(self: &Arc<Self>) {
-        let turn = self.turn.lock();
-        self.scheduled.store(false, Ordering::SeqCst);
-        let jobs: Vec<Job> = {
-            let mut queue = self.queue.lock();
-            let n = queue.len().min(MAX_BATCH);
-            queue.drain(..n).collect()
-        };
-        if !jobs.is_empty() {
-            self.turn(jobs);
-        }
-        drop(turn);
-        if !self.queue.lock().is_empty() && !self.scheduled.swap(true, Ordering::SeqCst) {
-            self.send_runner();
+    /// A lane: takes the queued writes (at most [`MAX_BATCH`]) and commits
+    /// them together, turn after turn, until the queue is empty.
+    fn lane(self: &Arc<Self>) {
+        // a panic here (a bug) must not leave the lane counted
+        let mut lane = Lane(Some(self.clone()), None);
+        loop {
+            let jobs: Vec<Job> = {
+                let mut waiting = self.waiting.lock();
+                if waiting.queue.is_empty() {
+                    waiting.lanes -= 1;
+                    lane.0 = None;
+                    return;
+                }
+                let n = waiting.queue.len().min(MAX_BATCH);
+                waiting.queue.drain(..n).collect()
+            };
+            self.turn(&mut lane.1, jobs);
         }
     }
 
-    /// One batch, and then each job it sent back, alone.
-    fn turn(&self, jobs: Vec<Job>) {
-        let client = match self.handle.block_on(super::pgpool::connection(&self.pool)) {
-            Ok(client) => client,
-            Err(e) => {
-                for mut job in jobs {
-                    if let Some((_, answer)) = job(Attempt::Refused(&e)) {
-                        answer(None);
-                    }
-                }
-                return;
+    /// One batch on the lane's connection (opened when it has none).
+    fn turn(self: &Arc<Self>, client: &mut Option<Object>, jobs: Vec<Job>) {
+        if client.is_none() {
+            match self.handle.block_on(super::pgpool::connection(&self.pool)) {
+                Ok(opened) => *client = Some(opened),
+                Err(e) => return refuse(jobs, &e),
             }
-        };
-        let mut again = self.batch(&client, jobs);
-        let mut read_only = again.read_only_server;
-        for job in std::mem::take(&mut again.retry) {
-            // alone, a conflict is its caller's to hear (as without batches)
-            let alone = self.batch(&client, vec![job]);
-            read_only |= alone.read_only_server;
         }
-        if read_only {
+        let Some(conn) = client.as_ref() else { return };
+        let batch = self.batch(conn, jobs);
+        for job in batch.again {
+            self.send_alone(job);
+        }
+        if batch.read_only_server {
             // a server that answers but takes no writes (made read-only
             // while up, SPEC §31): its connection leaves the pool, so the
-            // next batch opens on a host that takes them
-            drop(Object::take(client));
+            // next turn opens on a host that takes them
+            if let Some(conn) = client.take() {
+                drop(Object::take(conn));
+            }
         }
+    }
+
+    /// Runs a job a conflict sent back alone, on a connection of the pool
+    /// and in a transaction of its own (as a write without batches).
+    fn send_alone(self: &Arc<Self>, job: Job) {
+        let writer = self.clone();
+        self.handle.spawn_blocking(move || {
+            let client = match writer
+                .handle
+                .block_on(super::pgpool::connection(&writer.pool))
+            {
+                Ok(client) => client,
+                Err(e) => return refuse(vec![job], &e),
+            };
+            if writer.batch(&client, vec![job]).read_only_server {
+                drop(Object::take(client));
+            }
+        });
     }
 
     /// Commits `jobs` in one transaction; answers them once it ended.
-    fn batch(&self, client: &Object, jobs: Vec<Job>) -> Batch {
+    fn batch(self: &Arc<Self>, client: &Object, jobs: Vec<Job>) -> Batch {
         let mut batch = Batch::default();
         // a panic outside the jobs' own (a bug here) must not leave the
         // transaction open on a pooled connection
@@ -188,12 +225,16 @@ impl PgWriter {
         batch
     }
 
-    /// Runs each job in its savepoint (a lone job needs none: its `Err`
-    /// rolls the transaction back), then commits what was kept.
-    fn commit(&self, client: &Object, jobs: Vec<Job>, batch: &mut Batch) {
+    /// Runs each job (in a savepoint of its own when it has neighbours: a
+    /// lone job's `Err` rolls the transaction back), then commits what
+    /// was kept. A batch past [`BATCH_TIME`] leaves its other jobs, in
+    /// order, to the next turn.
+    fn commit(self: &Arc<Self>, client: &Object, jobs: Vec<Job>, batch: &mut Batch) {
         let alone = jobs.len() == 1;
+        let began = Instant::now();
+        let mut jobs = jobs.into_iter();
         let mut begun = false;
-        for mut job in jobs {
+        while let Some(mut job) = jobs.next() {
             if let Some(e) = &batch.failed {
                 // the transaction is lost already: the rest are refused unrun
                 batch
@@ -201,57 +242,91 @@ impl PgWriter {
                     .extend(job(Attempt::Refused(e)).map(|(_, a)| a));
                 continue;
             }
-            let prefix = match (begun, alone) {
-                (false, true) => BEGIN,
-                (false, false) => BEGIN_SAVED,
-                (true, _) => NEXT_SAVED,
-            };
-            let mut tx = PgTx::batched(client, self.handle.clone(), prefix);
-            let ran = catch_unwind(AssertUnwindSafe(|| job(Attempt::Run(&mut tx, !alone))));
-            let (sent, broken, read_only) = tx.outcome();
-            begun |= sent;
-            batch.read_only_server |= read_only;
-            if let Some(e) = broken {
-                // its savepoint, or the transaction's begin, failed
-                batch.failed = Some(e);
+            if !alone {
+                // the savepoint before this job (the one before the
+                // previous job, kept or rolled back to, is released)
+                let savepoint = if begun { NEXT_SAVED } else { BEGIN_SAVED };
+                begun = true;
+                if let Err(e) = self.handle.block_on(client.batch_execute(savepoint)) {
+                    let e = pg_error(e);
+                    batch
+                        .answers
+                        .extend(job(Attempt::Refused(&e)).map(|(_, a)| a));
+                    batch.failed = Some(e);
+                    continue;
+                }
             }
-            let undo = match ran {
-                Ok(Some((kept, answer))) => {
-                    batch.kept |= kept;
-                    batch.answers.push(answer);
-                    !kept
+            self.one(client, job, alone, &mut begun, batch);
+            if !alone && batch.failed.is_none() && began.elapsed() > BATCH_TIME {
+                let rest: Vec<Job> = jobs.by_ref().collect();
+                let mut waiting = self.waiting.lock();
+                for job in rest.into_iter().rev() {
+                    waiting.queue.push_front(job);
                 }
-                Ok(None) => {
-                    batch.retry.push(job);
-                    true
-                }
-                // its caller learns it from the dropped answer
-                Err(_) => true,
-            };
-            if undo && sent && !alone && batch.failed.is_none() {
-                let back = self
-                    .handle
-                    .block_on(client.batch_execute("ROLLBACK TO job"));
-                batch.failed = back.err().map(super::postgres::pg_error);
             }
         }
-        self.end(client, begun, batch);
+        self.end(client, begun, alone, batch);
     }
 
-    /// Commits a batch that kept writes and did not fail; rolls back any
-    /// other that began.
-    fn end(&self, client: &Object, begun: bool, batch: &mut Batch) {
+    /// Runs one job on the open transaction; rolls it back to its
+    /// savepoint when it failed, panicked or asked to run again alone.
+    fn one(&self, client: &Object, mut job: Job, alone: bool, begun: &mut bool, batch: &mut Batch) {
+        let mut tx = PgTx::batched(client, self.handle.clone(), alone.then_some(BEGIN));
+        let ran = catch_unwind(AssertUnwindSafe(|| job(Attempt::Run(&mut tx, !alone))));
+        let (sent, read_only) = tx.outcome();
+        *begun |= sent;
+        batch.read_only_server |= read_only;
+        let undo = match ran {
+            Ok(Some((kept, answer))) => {
+                batch.kept |= kept;
+                batch.answers.push(answer);
+                !kept
+            }
+            Ok(None) => {
+                batch.again.push(job);
+                true
+            }
+            // its caller learns it from the dropped answer
+            Err(_) => true,
+        };
+        if undo && !alone {
+            let back = self
+                .handle
+                .block_on(client.batch_execute("ROLLBACK TO job"));
+            batch.failed = back.err().map(pg_error);
+        }
+    }
+
+    /// Commits a batch that kept writes and did not fail (a batch's last
+    /// savepoint released first: on a transaction some statement broke,
+    /// that fails where a `COMMIT` would quietly roll back); rolls back
+    /// any other that began.
+    fn end(&self, client: &Object, begun: bool, alone: bool, batch: &mut Batch) {
         if !begun {
             return;
         }
         if batch.failed.is_none() && batch.kept {
-            let done = self.handle.block_on(client.batch_execute("COMMIT"));
-            batch.failed = done.err().map(super::postgres::pg_error);
+            let commit = if alone {
+                "COMMIT"
+            } else {
+                "RELEASE job; COMMIT"
+            };
+            let done = self.handle.block_on(client.batch_execute(commit));
+            batch.failed = done.err().map(pg_error);
             if batch.failed.is_none() {
                 return;
             }
         }
         let _ = self.handle.block_on(client.batch_execute("ROLLBACK"));
+    }
+}
+
+/// Answers each of `jobs` with `e`, unrun.
+fn refuse(jobs: Vec<Job>, e: &StoreError) {
+    for mut job in jobs {
+        if let Some((_, answer)) = job(Attempt::Refused(e)) {
+            answer(None);
+        }
     }
 }
 
@@ -264,40 +339,89 @@ struct Batch {
     /// Why nothing of it was kept, if it failed.
     failed: Option<StoreError>,
     /// The jobs a conflict rolled back, to run again alone.
-    retry: Vec<Job>,
+    again: Vec<Job>,
     /// A statement was refused by a server that takes no writes.
     read_only_server: bool,
 }
 
-/// Sent with a lone job's first statement.
-const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
-/// Sent with the first statement of a batch's first job.
-const BEGIN_SAVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SAVEPOINT job";
-/// Sent with the first statement of each later job: the savepoint
-/// before it (the one before the previous job, kept or rolled back to,
-/// is released).
-const NEXT_SAVED: &str = "RELEASE job; SAVEPOINT job";
-
+/// How many batches of one kernel may be open at once.
+const LANES: usize = 4;
 /// The most writes one commit holds.
 const MAX_BATCH: usize = 128;
+/// A batch open this long takes no new job: it commits, and the jobs it
+/// took but did not run go to the next turn.
+const BATCH_TIME: Duration = Duration::from_millis(25);
+/// The longest a batch's statement waits for a lock (`lock_timeout`);
+/// past it the job runs again alone, where it waits as long as it must.
+pub const BATCH_LOCK_WAIT: Duration = Duration::from_millis(50);
 
-/// Whether `e` is a conflict with another transaction that running the
-/// same script again may not meet: a deadlock broken by the server, or a
-/// serialization failure.
+/// Sent with a lone job's first statement.
+const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+/// Before a batch's first job. The `lock_timeout` is [`BATCH_LOCK_WAIT`].
+const BEGIN_SAVED: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 50; SAVEPOINT job";
+/// Before each later job.
+const NEXT_SAVED: &str = "RELEASE job; SAVEPOINT job";
+
+/// Whether `e` is a conflict with another transaction that the same
+/// script run alone may not meet: a lock not granted within the batch's
+/// wait, a deadlock broken by the server, a serialization failure.
 fn conflict(e: &StoreError) -> bool {
-    matches!(e, StoreError::Unavailable(m) if m.starts_with("40P01:") || m.starts_with("40001:"))
+    let message = match e {
+        StoreError::Unavailable(m) => m,
+        StoreError::Database { message, .. } => message,
+        _ => return false,
+    };
+    ["55P03:", "40P01:", "40001:"]
+        .iter()
+        .any(|code| message.starts_with(code))
 }
 
-/// A runner not yet run: dropped so (refused by the runtime), it fails
-/// the queued writes and clears the flag for the next write to send
-/// another.
+/// A lane that ended without counting itself out (a panic): counts it
+/// out, and starts another when writes still wait.
+struct Lane(Option<Arc<PgWriter>>, Option<Object>);
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        if let Some(writer) = self.0.take() {
+            writer.waiting.lock().lanes -= 1;
+            Unrun(Some(writer)).restart();
+        }
+    }
+}
+
+/// A lane not yet run: dropped so (refused by the runtime), it is counted
+/// out; the writes waiting then are failed when no lane is left to take
+/// them.
 struct Unrun(Option<Arc<PgWriter>>);
+
+impl Unrun {
+    /// Starts a lane again for the writes still waiting, if none runs.
+    fn restart(mut self) {
+        let Some(writer) = self.0.take() else { return };
+        let start = {
+            let mut waiting = writer.waiting.lock();
+            let start = waiting.lanes == 0 && !waiting.queue.is_empty();
+            waiting.lanes += usize::from(start);
+            start
+        };
+        if start {
+            writer.send_lane();
+        }
+    }
+}
 
 impl Drop for Unrun {
     fn drop(&mut self) {
         if let Some(writer) = self.0.take() {
-            let queued = std::mem::take(&mut *writer.queue.lock());
-            writer.scheduled.store(false, Ordering::SeqCst);
+            let queued = {
+                let mut waiting = writer.waiting.lock();
+                waiting.lanes -= 1;
+                match waiting.lanes {
+                    0 => std::mem::take(&mut waiting.queue),
+                    _ => VecDeque::new(),
+                }
+            };
             drop(queued);
         }
     }

@@ -24,7 +24,8 @@ async fn writer() -> Option<(Arc<PgWriter>, Pool, Arc<Metrics>)> {
         .await
         .unwrap();
     let metrics: Arc<Metrics> = Default::default();
-    let w = PgWriter::new(pool.clone(), Handle::current(), metrics.clone());
+    // one lane: the writes sent while it is busy make one batch
+    let w = PgWriter::with_lanes(pool.clone(), Handle::current(), metrics.clone(), 1);
     Some((w, pool, metrics))
 }
 
@@ -119,46 +120,26 @@ async fn waiting_writes_commit_together_and_fail_alone() {
         .collect();
     want.push("taken".into());
     assert_eq!(rows(&pool).await, want);
-    // the hold's commit, and the 17 kept writes in one more (a write the
-    // test's scheduler queued late may take a third)
+    // the hold's commit, the first writes each on a lane still free, then
+    // the rest together (fewer commits than writes, at any rate)
     let commits = commits(&metrics);
-    assert!((2..=3).contains(&commits), "{commits} commits");
+    assert!(
+        (2..=super::LANES as u32 + 3).contains(&commits),
+        "{commits} commits"
+    );
 }
 
-/// The server's count of deadlocks it broke in the current database.
-async fn deadlocks(pool: &Pool) -> i64 {
-    let client = super::super::pgpool::connection(pool).await.unwrap();
-    // the statistics are a snapshot per transaction: read them afresh
-    client
-        .batch_execute("SELECT pg_stat_clear_snapshot()")
-        .await
-        .unwrap();
-    let row = client
-        .query_one(
-            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
-            &[],
-        )
-        .await
-        .unwrap();
-    row.get(0)
-}
-
-/// A write that takes tree `root`'s lock and keeps it a while (until its
-/// batch commits).
-fn take(root: &'static str) -> impl FnMut(&mut dyn Tx) -> StoreResult<String> + Send + 'static {
-    move |tx: &mut dyn Tx| {
-        tx.lock_tree(root)?;
-        tx.execute("SELECT pg_sleep(0.3)", &[])?;
-        Ok(root.to_owned())
-    }
-}
-
-/// A write that takes tree `root`'s lock and inserts `name`.
+/// A write that inserts `name`, waits for tree `root`'s lock, then
+/// inserts `name` again with a mark.
 fn then(
     root: &'static str,
     name: &'static str,
 ) -> impl FnMut(&mut dyn Tx) -> StoreResult<String> + Send + 'static {
     move |tx: &mut dyn Tx| {
+        tx.execute(
+            "INSERT INTO t (n) VALUES (?1)",
+            vals![format!("{name}-pre")],
+        )?;
         tx.lock_tree(root)?;
         tx.execute("INSERT INTO t (n) VALUES (?1)", vals![name])?;
         Ok(name.to_owned())
@@ -166,34 +147,107 @@ fn then(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_a_deadlock_rolled_back_runs_again_alone() {
-    let Some((a, pool, _)) = writer().await else {
+async fn a_job_that_meets_a_lock_runs_again_alone_and_its_neighbours_go_on() {
+    let Some((w, pool, _)) = writer().await else {
         return;
     };
-    // a second node's writer on the same database
-    let b = PgWriter::new(pool.clone(), Handle::current(), Default::default());
-    let before = deadlocks(&pool).await;
-    // each writer is held, then gets a batch of two: the first job takes
-    // one tree and keeps it, the second waits for the tree the other
-    // writer's batch keeps: the server breaks the deadlock
-    let mut calls = Vec::new();
-    for w in [&a, &b] {
+    // another node's transaction holds tree `y` for a second
+    let other = super::super::pgpool::connection(&pool).await.unwrap();
+    other
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('y', 0))")
+        .await
+        .unwrap();
+    let held = tokio::spawn({
         let w = w.clone();
-        calls.push(tokio::spawn(async move { w.write(hold(0.3)).await }));
-    }
+        async move { w.write(hold(0.3)).await }
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    for (w, mine, theirs, name) in [(&a, "x", "y", "a"), (&b, "y", "x", "b")] {
-        let one = w.clone();
-        calls.push(tokio::spawn(async move { one.write(take(mine)).await }));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let two = w.clone();
-        calls.push(tokio::spawn(
-            async move { two.write(then(theirs, name)).await },
-        ));
+    // one batch of three: the middle one waits for `y` past the batch's
+    // bound, so it is rolled back (its first insert too) and runs alone
+    let mut calls = Vec::new();
+    type Script = Box<dyn FnMut(&mut dyn Tx) -> StoreResult<String> + Send>;
+    let scripts: [Script; 3] = [
+        Box::new(insert("n1")),
+        Box::new(then("y", "a")),
+        Box::new(insert("n2")),
+    ];
+    for f in scripts {
+        let w = w.clone();
+        calls.push(tokio::spawn(async move { w.write(f).await }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    for call in calls {
-        call.await.unwrap().unwrap();
-    }
-    assert!(deadlocks(&pool).await > before, "no deadlock was broken");
-    assert_eq!(rows(&pool).await, vec!["a", "b", "taken"]);
+    held.await.unwrap().unwrap();
+    let mut calls = calls.into_iter();
+    let (n1, a, n2) = (
+        calls.next().unwrap(),
+        calls.next().unwrap(),
+        calls.next().unwrap(),
+    );
+    assert_eq!(n1.await.unwrap().unwrap(), "n1");
+    assert_eq!(n2.await.unwrap().unwrap(), "n2");
+    assert!(
+        !a.is_finished(),
+        "the job waiting for `y` ended while `y` was held"
+    );
+    other.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(a.await.unwrap().unwrap(), "a");
+    assert_eq!(rows(&pool).await, vec!["a", "a-pre", "n1", "n2", "taken"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_broke_the_transaction_fails_its_batch_rather_than_commit_nothing() {
+    let Some((w, pool, _)) = writer().await else {
+        return;
+    };
+    let held = tokio::spawn({
+        let w = w.clone();
+        async move { w.write(hold(0.3)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = tokio::spawn({
+        let w = w.clone();
+        async move { w.write(insert("n1")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // the batch's last script swallows a statement's error (none of the
+    // store's does): the transaction is aborted, and a bare COMMIT would
+    // answer as if it committed
+    let broken = tokio::spawn({
+        let w = w.clone();
+        async move {
+            w.write(|tx: &mut dyn Tx| {
+                let _ = tx.execute("SELECT 1 / 0", &[]);
+                Ok("swallowed".to_owned())
+            })
+            .await
+        }
+    });
+    held.await.unwrap().unwrap();
+    assert!(before.await.unwrap().is_err());
+    assert!(broken.await.unwrap().is_err());
+    assert_eq!(rows(&pool).await, vec!["taken"]);
+    // the writer goes on
+    assert_eq!(w.write(insert("n2")).await.unwrap(), "n2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_write_holds_one_lane_and_the_others_go_on() {
+    let Some((_, pool, metrics)) = writer().await else {
+        return;
+    };
+    let w = PgWriter::new(pool.clone(), Handle::current(), metrics);
+    let held = tokio::spawn({
+        let w = w.clone();
+        async move { w.write(hold(1.0)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let quick = tokio::time::timeout(Duration::from_millis(800), w.write(insert("n1"))).await;
+    assert_eq!(
+        quick
+            .expect("a write waited for another lane's batch")
+            .unwrap(),
+        "n1"
+    );
+    assert!(!held.is_finished());
+    held.await.unwrap().unwrap();
 }

@@ -29,9 +29,6 @@ pub struct PgTx<'a> {
     locked: std::collections::HashSet<String>,
     /// Runs whose tree this transaction locked, with their roots.
     roots: std::collections::HashMap<String, String>,
-    /// Why the pending `BEGIN` (or a batch's savepoint) failed: the
-    /// transaction is lost.
-    broken: Option<StoreError>,
     /// A statement was refused by a server that takes no writes (25006).
     read_only_server: bool,
 }
@@ -62,36 +59,30 @@ impl<'a> PgTx<'a> {
             pending_begin: Some(begin),
             locked: Default::default(),
             roots: Default::default(),
-            broken: None,
             read_only_server: false,
         })
     }
 
-    /// One job of a batch ([`super::pgbatch`]): `prefix` (the batch's
-    /// `BEGIN`, or the job's savepoint) goes with its first statement; the
-    /// batch's runner, not this, ends the transaction.
-    pub fn batched(client: &'a Object, handle: Handle, prefix: &'static str) -> PgTx<'a> {
+    /// One job of a batch ([`super::pgbatch`]): `begin` (a lone job's
+    /// `BEGIN`) goes with its first statement; the batch's lane, not this,
+    /// ends the transaction.
+    pub fn batched(client: &'a Object, handle: Handle, begin: Option<&'static str>) -> PgTx<'a> {
         PgTx {
             client,
             handle,
             finished: true,
-            pending_begin: Some(prefix),
+            pending_begin: begin,
             locked: Default::default(),
             roots: Default::default(),
-            broken: None,
             read_only_server: false,
         }
     }
 
-    /// After a batched job: whether its prefix was sent, why the prefix
-    /// failed (the batch is lost), and whether a server that takes no
-    /// writes refused a statement.
-    pub fn outcome(mut self) -> (bool, Option<StoreError>, bool) {
-        (
-            self.pending_begin.is_none(),
-            self.broken.take(),
-            self.read_only_server,
-        )
+    /// After a batched job: whether its `BEGIN` went out (with a
+    /// statement), and whether a server that takes no writes refused a
+    /// statement.
+    pub fn outcome(self) -> (bool, bool) {
+        (self.pending_begin.is_none(), self.read_only_server)
     }
 
     /// Commits the transaction. An error here may hide a commit that
@@ -129,13 +120,8 @@ impl<'a> PgTx<'a> {
                 let (begun, answer) = self.handle.block_on(async {
                     tokio::join!(biased; client.batch_execute(begin), statement)
                 });
-                match begun.map_err(pg_error) {
-                    Err(e) => {
-                        self.broken = Some(copy_error(&e));
-                        Err(e)
-                    }
-                    Ok(()) => answer.map_err(pg_error),
-                }
+                begun.map_err(pg_error)?;
+                answer.map_err(pg_error)
             }
         };
         if let Err(StoreError::Unavailable(m)) = &answer {
