@@ -297,20 +297,14 @@ impl PgWriter {
         }
     }
 
-    /// Commits a batch that kept writes and did not fail (a batch's last
-    /// savepoint released first: on a transaction some statement broke,
-    /// that fails where a `COMMIT` would quietly roll back); rolls back
-    /// any other that began.
+    /// Commits a batch that kept writes and did not fail
+    /// ([`BATCH_COMMIT`]); rolls back any other that began.
     fn end(&self, client: &Object, begun: bool, alone: bool, batch: &mut Batch) {
         if !begun {
             return;
         }
         if batch.failed.is_none() && batch.kept {
-            let commit = if alone {
-                "COMMIT"
-            } else {
-                "RELEASE job; COMMIT"
-            };
+            let commit = if alone { "COMMIT" } else { BATCH_COMMIT };
             let done = self.handle.block_on(client.batch_execute(commit));
             batch.failed = done.err().map(pg_error);
             if batch.failed.is_none() {
@@ -362,6 +356,11 @@ const BEGIN_SAVED: &str =
     "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 50; SAVEPOINT job";
 /// Before each later job.
 const NEXT_SAVED: &str = "RELEASE job; SAVEPOINT job";
+/// A batch's commit: its last savepoint released first (on a transaction
+/// some statement broke, that fails where a `COMMIT` would quietly roll
+/// back), and the lock bound lifted, as the commit's own waits (a
+/// notification's turn in the server's queue) are no neighbour's conflict.
+const BATCH_COMMIT: &str = "RELEASE job; SET LOCAL lock_timeout = 0; COMMIT";
 
 /// Whether `e` is a conflict with another transaction that the same
 /// script run alone may not meet: a lock not granted within the batch's

@@ -251,3 +251,45 @@ async fn a_slow_write_holds_one_lane_and_the_others_go_on() {
     assert!(!held.is_finished());
     held.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_commit_waits_for_what_the_commit_itself_waits_for() {
+    let Some((w, pool, _)) = writer().await else {
+        return;
+    };
+    // work done at commit that waits for a lock held elsewhere, as a
+    // notification waits for the server's queue under load
+    let client = super::super::pgpool::connection(&pool).await.unwrap();
+    client
+        .batch_execute(
+            "CREATE FUNCTION at_commit() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN PERFORM pg_advisory_xact_lock(42); RETURN NULL; END $$; \
+             CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON t \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION at_commit()",
+        )
+        .await
+        .unwrap();
+    let other = super::super::pgpool::connection(&pool).await.unwrap();
+    other
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(42)")
+        .await
+        .unwrap();
+    let held = tokio::spawn({
+        let w = w.clone();
+        async move { w.write(hold(0.3)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut calls = Vec::new();
+    for n in ["n1", "n2"] {
+        let w = w.clone();
+        calls.push(tokio::spawn(async move { w.write(insert(n)).await }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.batch_execute("COMMIT").await.unwrap();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert_eq!(rows(&pool).await, vec!["n1", "n2", "taken"]);
+}
