@@ -9,8 +9,8 @@
 //! A batch holds the locks its jobs took until it commits, so it is kept
 //! short and never waits long for anyone: a few lanes run batches side by
 //! side (independent trees proceed in parallel, SPEC §19), a batch takes
-//! no new job after [`BATCH_TIME`], and inside a batch a lock is waited
-//! for at most [`BATCH_LOCK_WAIT`]. A job that met a lock held elsewhere
+//! no new job after [`BATCH_TIME`], and inside a lane's turn a lock is
+//! waited for at most 50 ms (5 ms after a conflict). A job that met a lock held elsewhere
 //! (or a deadlock, or a serialization failure) is rolled back to its
 //! savepoint and runs again alone, as a write without batches would, on a
 //! connection of the pool: a batch's neighbours never make a job fail
@@ -174,14 +174,16 @@ impl PgWriter {
             }
         }
         let Some(conn) = client.as_ref() else { return };
-        let batch = self.batch(conn, jobs);
+        let batch = self.batch(conn, jobs, true);
         for job in batch.again {
             self.send_alone(job);
         }
-        if batch.read_only_server {
-            // a server that answers but takes no writes (made read-only
-            // while up, SPEC §31): its connection leaves the pool, so the
-            // next turn opens on a host that takes them
+        // a server that answers but takes no writes (made read-only while
+        // up, SPEC §31), or a connection lost or failing: it leaves the
+        // pool, so the next turn opens one afresh (on a host that takes
+        // writes)
+        let lost = matches!(batch.failed, Some(StoreError::Unavailable(_)));
+        if batch.read_only_server || lost || conn.is_closed() {
             if let Some(conn) = client.take() {
                 drop(Object::take(conn));
             }
@@ -200,15 +202,20 @@ impl PgWriter {
                 Ok(client) => client,
                 Err(e) => return refuse(vec![job], &e),
             };
-            if writer.batch(&client, vec![job]).read_only_server {
+            if writer.batch(&client, vec![job], false).read_only_server {
                 drop(Object::take(client));
             }
         });
     }
 
     /// Commits `jobs` in one transaction; answers them once it ended.
-    fn batch(self: &Arc<Self>, client: &Object, jobs: Vec<Job>) -> Batch {
-        let mut batch = Batch::default();
+    /// `bounded`: a lane's turn, whose lock waits are bounded (a job that
+    /// meets a conflict runs again alone); else a job run again alone.
+    fn batch(self: &Arc<Self>, client: &Object, jobs: Vec<Job>, bounded: bool) -> Batch {
+        let mut batch = Batch {
+            bounded,
+            ..Batch::default()
+        };
         // a panic outside the jobs' own (a bug here) must not leave the
         // transaction open on a pooled connection
         let ran = catch_unwind(AssertUnwindSafe(|| self.commit(client, jobs, &mut batch)));
@@ -227,8 +234,8 @@ impl PgWriter {
 
     /// Runs each job (in a savepoint of its own when it has neighbours: a
     /// lone job's `Err` rolls the transaction back), then commits what
-    /// was kept. A batch past [`BATCH_TIME`] leaves its other jobs, in
-    /// order, to the next turn.
+    /// was kept. A batch past [`BATCH_TIME`] (the waits of jobs sent back
+    /// not counted) leaves its other jobs, in order, to the next turn.
     fn commit(self: &Arc<Self>, client: &Object, jobs: Vec<Job>, batch: &mut Batch) {
         let alone = jobs.len() == 1;
         let began = Instant::now();
@@ -244,8 +251,13 @@ impl PgWriter {
             }
             if !alone {
                 // the savepoint before this job (the one before the
-                // previous job, kept or rolled back to, is released)
-                let savepoint = if begun { NEXT_SAVED } else { BEGIN_SAVED };
+                // previous job, kept or rolled back to, is released); once
+                // a job met a conflict, the rest wait for locks briefly
+                let savepoint = match (begun, batch.again.is_empty()) {
+                    (false, _) => BEGIN_SAVED,
+                    (true, true) => NEXT_SAVED,
+                    (true, false) => NEXT_SAVED_BRIEF,
+                };
                 begun = true;
                 if let Err(e) = self.handle.block_on(client.batch_execute(savepoint)) {
                     let e = pg_error(e);
@@ -256,8 +268,14 @@ impl PgWriter {
                     continue;
                 }
             }
+            let at = Instant::now();
+            let sent_back = batch.again.len();
             self.one(client, job, alone, &mut begun, batch);
-            if !alone && batch.failed.is_none() && began.elapsed() > BATCH_TIME {
+            if batch.again.len() > sent_back {
+                batch.waited += at.elapsed();
+            }
+            let spent = began.elapsed().saturating_sub(batch.waited);
+            if !alone && batch.failed.is_none() && spent > BATCH_TIME {
                 let rest: Vec<Job> = jobs.by_ref().collect();
                 let mut waiting = self.waiting.lock();
                 for job in rest.into_iter().rev() {
@@ -271,8 +289,14 @@ impl PgWriter {
     /// Runs one job on the open transaction; rolls it back to its
     /// savepoint when it failed, panicked or asked to run again alone.
     fn one(&self, client: &Object, mut job: Job, alone: bool, begun: &mut bool, batch: &mut Batch) {
-        let mut tx = PgTx::batched(client, self.handle.clone(), alone.then_some(BEGIN));
-        let ran = catch_unwind(AssertUnwindSafe(|| job(Attempt::Run(&mut tx, !alone))));
+        let begin = match batch.bounded {
+            true => BEGIN_BOUNDED,
+            false => BEGIN,
+        };
+        let mut tx = PgTx::batched(client, self.handle.clone(), alone.then_some(begin));
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            job(Attempt::Run(&mut tx, batch.bounded))
+        }));
         let (sent, read_only) = tx.outcome();
         *begun |= sent;
         batch.read_only_server |= read_only;
@@ -304,7 +328,11 @@ impl PgWriter {
             return;
         }
         if batch.failed.is_none() && batch.kept {
-            let commit = if alone { "COMMIT" } else { BATCH_COMMIT };
+            let commit = match (alone, batch.bounded) {
+                (false, _) => BATCH_COMMIT,
+                (true, true) => BOUNDED_COMMIT,
+                (true, false) => "COMMIT",
+            };
             let done = self.handle.block_on(client.batch_execute(commit));
             batch.failed = done.err().map(pg_error);
             if batch.failed.is_none() {
@@ -334,33 +362,43 @@ struct Batch {
     failed: Option<StoreError>,
     /// The jobs a conflict rolled back, to run again alone.
     again: Vec<Job>,
+    /// How long they ran before they were sent back.
+    waited: Duration,
+    /// A lane's turn: lock waits are bounded, conflicts sent back.
+    bounded: bool,
     /// A statement was refused by a server that takes no writes.
     read_only_server: bool,
 }
 
 /// How many batches of one kernel may be open at once.
 const LANES: usize = 4;
-/// The most writes one commit holds.
-const MAX_BATCH: usize = 128;
+/// The most writes one commit holds (each a subtransaction: the server
+/// keeps 64 of a transaction's in its cache).
+const MAX_BATCH: usize = 64;
 /// A batch open this long takes no new job: it commits, and the jobs it
 /// took but did not run go to the next turn.
 const BATCH_TIME: Duration = Duration::from_millis(25);
-/// The longest a batch's statement waits for a lock (`lock_timeout`);
-/// past it the job runs again alone, where it waits as long as it must.
-pub const BATCH_LOCK_WAIT: Duration = Duration::from_millis(50);
 
-/// Sent with a lone job's first statement.
+/// A job run again alone: it waits for locks as long as it must.
 const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
-/// Before a batch's first job. The `lock_timeout` is [`BATCH_LOCK_WAIT`].
+/// A lane's lone job: it waits for a lock at most 50 ms (`lock_timeout`),
+/// then runs again alone.
+const BEGIN_BOUNDED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 50";
+/// Before a batch's first job: each job waits for a lock at most 50 ms.
 const BEGIN_SAVED: &str =
     "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 50; SAVEPOINT job";
 /// Before each later job.
 const NEXT_SAVED: &str = "RELEASE job; SAVEPOINT job";
+/// Before each job after one that met a conflict: the lock it met may be
+/// the next one's too, so the rest wait 5 ms at most.
+const NEXT_SAVED_BRIEF: &str = "RELEASE job; SET LOCAL lock_timeout = 5; SAVEPOINT job";
 /// A batch's commit: its last savepoint released first (on a transaction
 /// some statement broke, that fails where a `COMMIT` would quietly roll
 /// back), and the lock bound lifted, as the commit's own waits (a
 /// notification's turn in the server's queue) are no neighbour's conflict.
-const BATCH_COMMIT: &str = "RELEASE job; SET LOCAL lock_timeout = 0; COMMIT";
+const BATCH_COMMIT: &str = "RELEASE job; SET LOCAL lock_timeout TO DEFAULT; COMMIT";
+/// A lane's lone job's commit, its bound lifted.
+const BOUNDED_COMMIT: &str = "SET LOCAL lock_timeout TO DEFAULT; COMMIT";
 
 /// Whether `e` is a conflict with another transaction that the same
 /// script run alone may not meet: a lock not granted within the batch's

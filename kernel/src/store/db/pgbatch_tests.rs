@@ -293,3 +293,28 @@ async fn a_batch_commit_waits_for_what_the_commit_itself_waits_for() {
     }
     assert_eq!(rows(&pool).await, vec!["n1", "n2", "taken"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_write_that_meets_a_lock_frees_its_lane() {
+    let Some((w, pool, _)) = writer().await else {
+        return;
+    };
+    let other = super::super::pgpool::connection(&pool).await.unwrap();
+    other
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('y', 0))")
+        .await
+        .unwrap();
+    // alone on the writer's one lane, it waits for `y` past the lane's
+    // bound and goes on waiting off the lane
+    let a = tokio::spawn({
+        let w = w.clone();
+        async move { w.write(then("y", "a")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let quick = tokio::time::timeout(Duration::from_millis(800), w.write(insert("n1"))).await;
+    assert_eq!(quick.expect("the lane waited for `y`").unwrap(), "n1");
+    assert!(!a.is_finished());
+    other.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(a.await.unwrap().unwrap(), "a");
+    assert_eq!(rows(&pool).await, vec!["a", "a-pre", "n1", "taken"]);
+}
