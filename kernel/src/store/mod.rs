@@ -365,6 +365,7 @@ impl Store {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres { writer, .. } if !lease && !read_only => writer.write(noted).await,
+            #[cfg(feature = "postgres")]
             Backend::Postgres {
                 pool, lease: own, ..
             } => {
