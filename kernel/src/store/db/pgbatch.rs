@@ -9,13 +9,14 @@
 //! A batch holds the locks its jobs took until it commits, so it is kept
 //! short and never waits long for anyone: a few lanes run batches side by
 //! side (independent trees proceed in parallel, SPEC §19), a batch takes
-//! no new job after [`BATCH_TIME`], and inside a lane's turn a lock is
-//! waited for at most 50 ms (5 ms after a conflict). A job that met a lock held elsewhere
-//! (or a deadlock, or a serialization failure) is rolled back to its
-//! savepoint and runs again alone, as a write without batches would, on a
-//! connection of the pool: a batch's neighbours never make a job fail
-//! that would have passed on its own, and a lease renewal waiting for a
-//! row a batch holds waits for one short batch at most.
+//! no new job after 25 ms, and inside a lane's turn a lock is waited for
+//! at most 50 ms (5 ms once a neighbour met a conflict). A job that met a
+//! lock held elsewhere (or a deadlock, or a serialization failure) is
+//! rolled back (to its savepoint) and runs again alone, as a write
+//! without batches would, on a connection of the pool: a batch's
+//! neighbours never make a job fail that would have passed on its own,
+//! and a lease renewal waiting for a row a batch holds waits for one short
+//! batch at most.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -67,7 +68,7 @@ pub struct PgWriter {
 }
 
 impl PgWriter {
-    /// The writer on `pool`, with [`LANES`] lanes blocking on `handle`'s
+    /// The writer on `pool`, with four lanes blocking on `handle`'s
     /// runtime.
     pub fn new(pool: Pool, handle: Handle, metrics: Arc<Metrics>) -> Arc<PgWriter> {
         PgWriter::with_lanes(pool, handle, metrics, LANES)
