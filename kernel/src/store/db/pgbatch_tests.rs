@@ -29,6 +29,23 @@ async fn writer() -> Option<(Arc<PgWriter>, Pool, Arc<Metrics>)> {
     Some((w, pool, metrics))
 }
 
+/// Another node's transaction on `pool`, begun with `sql` (taking a lock
+/// it keeps until the test commits it).
+async fn elsewhere(pool: &Pool, sql: &str) -> Object {
+    let other = super::super::pgpool::connection(pool).await.unwrap();
+    other.batch_execute(&format!("BEGIN; {sql}")).await.unwrap();
+    other
+}
+
+/// `f` written by `w` in a task of its own.
+fn spawn_write(
+    w: &Arc<PgWriter>,
+    f: impl FnMut(&mut dyn Tx) -> StoreResult<String> + Send + 'static,
+) -> tokio::task::JoinHandle<StoreResult<String>> {
+    let w = w.clone();
+    tokio::spawn(async move { w.write(f).await })
+}
+
 fn insert(n: &str) -> impl FnMut(&mut dyn Tx) -> StoreResult<String> + Send + 'static {
     let n = n.to_owned();
     move |tx: &mut dyn Tx| {
@@ -68,10 +85,7 @@ async fn waiting_writes_commit_together_and_fail_alone() {
     let Some((w, pool, metrics)) = writer().await else {
         return;
     };
-    let first = tokio::spawn({
-        let w = w.clone();
-        async move { w.write(hold(0.3)).await }
-    });
+    let first = spawn_write(&w, hold(0.3));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut calls = Vec::new();
     for n in 0..20 {
@@ -152,15 +166,12 @@ async fn a_job_that_meets_a_lock_runs_again_alone_and_its_neighbours_go_on() {
         return;
     };
     // another node's transaction holds tree `y` for a second
-    let other = super::super::pgpool::connection(&pool).await.unwrap();
-    other
-        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('y', 0))")
-        .await
-        .unwrap();
-    let held = tokio::spawn({
-        let w = w.clone();
-        async move { w.write(hold(0.3)).await }
-    });
+    let other = elsewhere(
+        &pool,
+        "SELECT pg_advisory_xact_lock(hashtextextended('y', 0))",
+    )
+    .await;
+    let held = spawn_write(&w, hold(0.3));
     tokio::time::sleep(Duration::from_millis(100)).await;
     // one batch of three: the middle one waits for `y` past the batch's
     // bound, so it is rolled back (its first insert too) and runs alone
@@ -172,8 +183,7 @@ async fn a_job_that_meets_a_lock_runs_again_alone_and_its_neighbours_go_on() {
         Box::new(insert("n2")),
     ];
     for f in scripts {
-        let w = w.clone();
-        calls.push(tokio::spawn(async move { w.write(f).await }));
+        calls.push(spawn_write(&w, f));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     held.await.unwrap().unwrap();
@@ -199,15 +209,9 @@ async fn a_job_that_broke_the_transaction_fails_its_batch_rather_than_commit_not
     let Some((w, pool, _)) = writer().await else {
         return;
     };
-    let held = tokio::spawn({
-        let w = w.clone();
-        async move { w.write(hold(0.3)).await }
-    });
+    let held = spawn_write(&w, hold(0.3));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let before = tokio::spawn({
-        let w = w.clone();
-        async move { w.write(insert("n1")).await }
-    });
+    let before = spawn_write(&w, insert("n1"));
     tokio::time::sleep(Duration::from_millis(10)).await;
     // the batch's last script swallows a statement's error (none of the
     // store's does): the transaction is aborted, and a bare COMMIT would
@@ -236,10 +240,7 @@ async fn a_slow_write_holds_one_lane_and_the_others_go_on() {
         return;
     };
     let w = PgWriter::new(pool.clone(), Handle::current(), metrics);
-    let held = tokio::spawn({
-        let w = w.clone();
-        async move { w.write(hold(1.0)).await }
-    });
+    let held = spawn_write(&w, hold(1.0));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let quick = tokio::time::timeout(Duration::from_millis(800), w.write(insert("n1"))).await;
     assert_eq!(
@@ -269,20 +270,12 @@ async fn a_batch_commit_waits_for_what_the_commit_itself_waits_for() {
         )
         .await
         .unwrap();
-    let other = super::super::pgpool::connection(&pool).await.unwrap();
-    other
-        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(42)")
-        .await
-        .unwrap();
-    let held = tokio::spawn({
-        let w = w.clone();
-        async move { w.write(hold(0.3)).await }
-    });
+    let other = elsewhere(&pool, "SELECT pg_advisory_xact_lock(42)").await;
+    let held = spawn_write(&w, hold(0.3));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut calls = Vec::new();
     for n in ["n1", "n2"] {
-        let w = w.clone();
-        calls.push(tokio::spawn(async move { w.write(insert(n)).await }));
+        calls.push(spawn_write(&w, insert(n)));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     held.await.unwrap().unwrap();
@@ -299,17 +292,14 @@ async fn a_lone_write_that_meets_a_lock_frees_its_lane() {
     let Some((w, pool, _)) = writer().await else {
         return;
     };
-    let other = super::super::pgpool::connection(&pool).await.unwrap();
-    other
-        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('y', 0))")
-        .await
-        .unwrap();
+    let other = elsewhere(
+        &pool,
+        "SELECT pg_advisory_xact_lock(hashtextextended('y', 0))",
+    )
+    .await;
     // alone on the writer's one lane, it waits for `y` past the lane's
     // bound and goes on waiting off the lane
-    let a = tokio::spawn({
-        let w = w.clone();
-        async move { w.write(then("y", "a")).await }
-    });
+    let a = spawn_write(&w, then("y", "a"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let quick = tokio::time::timeout(Duration::from_millis(800), w.write(insert("n1"))).await;
     assert_eq!(quick.expect("the lane waited for `y`").unwrap(), "n1");
