@@ -29,6 +29,10 @@ pub struct CpuPerOp {
     pub transactions: (f64, f64, f64),
     pub lost: usize,
     pub duplicated: usize,
+    /// The CPU of one durable filing on this machine, in µs: the kernel's
+    /// own `OpsDir::submit` (create, write, fsync, rename, the directory's
+    /// fsync; SPEC §28), run by the bench beside the kernel's scratch.
+    pub filing_us: f64,
 }
 
 impl CpuPerOp {
@@ -51,6 +55,7 @@ impl CpuPerOp {
             "store_write_commits_per_op": self.transactions.2 / self.ops as f64,
             "kernel_cpu_lost": self.lost,
             "kernel_cpu_duplicated": self.duplicated,
+            "durable_filing_cpu_us": (self.filing_us * 10.0).round() / 10.0,
         })
     }
 }
@@ -110,6 +115,8 @@ pub async fn measure(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Resu
     }
     // lost: not delivered, or not completed with exit code 0
     let (lost, duplicated) = scale::count_outcomes(k, &started, &seen).await?;
+    let home = k.home.clone();
+    let filing_us = tokio::task::spawn_blocking(move || filing_cpu_us(&home, 500)).await??;
     Ok(CpuPerOp {
         ops: started.len(),
         runs,
@@ -123,5 +130,45 @@ pub async fn measure(k: &KernelProcess, ops: usize, runs: usize) -> anyhow::Resu
         ),
         lost,
         duplicated,
+        filing_us,
     })
+}
+
+/// This thread's time on a CPU in µs (user and system: the first field
+/// of its `schedstat`, in ns).
+fn thread_cpu_us() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")?;
+    let ns: u64 = stat
+        .split_whitespace()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("empty schedstat"))?
+        .parse()?;
+    Ok(ns as f64 / 1000.0)
+}
+
+/// The CPU per durable filing: `n` requests filed by the kernel's own
+/// `OpsDir::submit` into an inbox on the kernel's file system, on one
+/// thread, then removed. It is the floor of the kernel's CPU per op on
+/// this machine: every op launched by the launcher is filed once.
+fn filing_cpu_us(home: &std::path::Path, n: usize) -> anyhow::Result<f64> {
+    let dir = home.join("bench-filing");
+    std::fs::create_dir_all(dir.join("inbox"))?;
+    let ops = sandbox::OpsDir::new(&dir);
+    let requests: Vec<sandbox::Request> = (0..n)
+        .map(|_| sandbox::Request {
+            host: "bench".into(),
+            op_id: uuid::Uuid::new_v4().to_string(),
+            run_as: "agent".into(),
+            log_cap: 1 << 20,
+            io: sandbox::Io::Null,
+            argv: vec!["true".into()],
+        })
+        .collect();
+    let before = thread_cpu_us()?;
+    for request in &requests {
+        ops.submit(request)?;
+    }
+    let spent = thread_cpu_us()? - before;
+    std::fs::remove_dir_all(&dir)?;
+    Ok(spent / n as f64)
 }
