@@ -370,13 +370,13 @@ impl OpsDir {
         Ok((buf, size))
     }
 
-    /// sha256 and size of the whole log.
-    pub fn log_digest(&self, op_id: &str) -> Result<LogDigest, OpFileError> {
+    /// sha256 and size of the whole log, and its last `tail` bytes: one
+    /// open and one pass (the settlement's record of the final log).
+    pub fn log_digest(&self, op_id: &str, tail: u64) -> Result<(LogDigest, Vec<u8>), OpFileError> {
         let name = format!("{op_id}.log");
         let mut file = self.open_log(op_id)?;
-        let mut hasher = Sha256::new();
+        let (mut hasher, mut size, mut last) = (Sha256::new(), 0u64, Vec::new());
         let mut buf = vec![0u8; 64 * 1024];
-        let mut size = 0u64;
         loop {
             let n = file
                 .read(&mut buf)
@@ -386,11 +386,14 @@ impl OpsDir {
             }
             hasher.update(&buf[..n]);
             size += n as u64;
+            last.extend_from_slice(&buf[..n]);
+            last.drain(..last.len().saturating_sub(tail as usize));
         }
-        Ok(LogDigest {
+        let digest = LogDigest {
             sha256: hex::encode(hasher.finalize()),
             size,
-        })
+        };
+        Ok((digest, last))
     }
 }
 
@@ -589,9 +592,10 @@ mod tests {
         std::fs::write(dir.join(format!("{ID}.log")), b"hello\0world").unwrap();
         assert_eq!(ops.log_tail(ID, 5).unwrap(), (b"world".to_vec(), 11));
         assert_eq!(ops.log_tail(ID, 100).unwrap().0, b"hello\0world".to_vec());
-        let digest = ops.log_digest(ID).unwrap();
-        assert_eq!(digest.size, 11);
-        assert_eq!(digest.sha256.len(), 64);
+        let (digest, tail) = ops.log_digest(ID, 5).unwrap();
+        assert_eq!((digest.size, digest.sha256.len()), (11, 64));
+        assert_eq!(tail, b"world".to_vec());
+        assert_eq!(ops.log_digest(ID, 100).unwrap().1, b"hello\0world".to_vec());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -40,15 +40,15 @@ impl Kernel {
             if !has_log {
                 return (None, None, (None, 0, None));
             }
-            let tail = ops
-                .log_tail(&id, crate::report_text::TAIL_BYTES as u64 * 2)
-                .ok()
-                .map(|(bytes, _)| cut_tail(&bytes));
+            let summary = ops.log_digest(&id, crate::report_text::TAIL_BYTES as u64 * 2);
             let recorded = match has_code.then(|| ops.read_code_written(&id)) {
                 Some(Ok((result, written))) => (result.usage(), result.leftovers(), written),
                 _ => (None, 0, None),
             };
-            (tail, ops.log_digest(&id).ok(), recorded)
+            match summary {
+                Ok((digest, tail)) => (Some(cut_tail(&tail)), Some(digest), recorded),
+                Err(_) => (None, None, recorded),
+            }
         })
         .await
         .unwrap_or((None, None, (None, 0, None)));
