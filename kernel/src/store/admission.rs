@@ -92,12 +92,15 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+/// A run's ancestors' rows, itself first (each admission reads them, by
+/// the index of ancestry by run).
+const ANCESTORS: &str = "FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
+     WHERE a.run_id = ?1 ORDER BY a.distance";
+
 /// The run and its ancestors (nearest first), as admission reads them.
 fn lineage(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<(String, RunState, Budget)>> {
     let rows = tx.query(
-        "SELECT r.run_id AS run_id, r.state AS state, r.budget AS budget \
-         FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
-         WHERE a.run_id = ?1 ORDER BY a.distance",
+        &format!("SELECT r.run_id AS run_id, r.state AS state, r.budget AS budget {ANCESTORS}"),
         vals![run_id],
     )?;
     rows.iter()
@@ -155,9 +158,7 @@ fn lineage_envelopes(
     run_id: &str,
 ) -> StoreResult<Vec<(String, Option<Envelope>)>> {
     let rows = tx.query(
-        "SELECT r.run_id AS run_id, r.envelope AS envelope \
-         FROM run_ancestry a JOIN runs r ON r.run_id = a.ancestor_id \
-         WHERE a.run_id = ?1 ORDER BY a.distance",
+        &format!("SELECT r.run_id AS run_id, r.envelope AS envelope {ANCESTORS}"),
         vals![run_id],
     )?;
     rows.iter()
@@ -283,4 +284,30 @@ pub(super) fn live_in_subtree(tx: &mut dyn Tx, run_id: &str) -> StoreResult<u64>
         vals![run_id],
     )?;
     Ok(n as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A run's lineage is read by the run, not by scanning every run's
+    /// ancestry.
+    #[tokio::test]
+    async fn a_lineage_is_read_by_its_run() {
+        let store = crate::store::sqlite_test_store();
+        let explain = format!("EXPLAIN QUERY PLAN SELECT r.run_id {}", super::ANCESTORS);
+        let plan = store
+            .read(move |tx| tx.query(&explain, crate::vals!["r"]))
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<String>("detail").unwrap())
+            .collect::<Vec<_>>();
+        assert!(
+            plan[0].contains("run_ancestry_by_run (run_id=?)"),
+            "{plan:?}"
+        );
+        assert!(
+            plan.iter().all(|step| !step.starts_with("SCAN")),
+            "{plan:?}"
+        );
+    }
 }

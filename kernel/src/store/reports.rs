@@ -69,6 +69,29 @@ fn running_items(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Vec<RunningItem>>
     .collect())
 }
 
+/// A run's resolved background ops no report holds yet, in the order a
+/// report lists them, at most `limit`: read through the index of
+/// undelivered ops, never the run's history.
+fn resolved_filter(limit: usize) -> String {
+    format!(
+        "run_id = ?1 AND {BACKGROUND} AND status IN ({}) AND report_id IS NULL \
+         AND delivered_inline = 0 ORDER BY finished_at, id LIMIT {limit}",
+        terminal_sql()
+    )
+}
+
+/// Whether a drain would return something: an unacked report, a resolved
+/// op no report holds yet (its first, by [`resolved_filter`]) or a pending
+/// note.
+fn pending_sql() -> String {
+    format!(
+        "SELECT EXISTS (SELECT 1 FROM reports WHERE run_id = ?1 AND acked_at IS NULL) \
+         OR (SELECT id FROM ops WHERE {}) IS NOT NULL \
+         OR EXISTS (SELECT 1 FROM notes WHERE run_id = ?1 AND report_id IS NULL)",
+        resolved_filter(1)
+    )
+}
+
 fn query_ops(tx: &mut dyn Tx, filter: &str, run_id: &str) -> StoreResult<Vec<Op>> {
     let sql = format!("SELECT {COLUMNS} FROM ops WHERE {filter}");
     ops_of(tx, &sql, vals![run_id])
@@ -133,16 +156,7 @@ fn drain_in(tx: &mut dyn Tx, run_id: &str) -> StoreResult<Option<Report>> {
     if let Some(report) = unacked(tx, run_id)? {
         return Ok(Some(report));
     }
-    let resolved = query_ops(
-        tx,
-        &format!(
-            "run_id = ?1 AND {BACKGROUND} AND status IN ({}) AND report_id IS NULL \
-             AND delivered_inline = 0 ORDER BY finished_at, id LIMIT {}",
-            terminal_sql(),
-            MAX_REPORT_ITEMS + 1
-        ),
-        run_id,
-    )?;
+    let resolved = query_ops(tx, &resolved_filter(MAX_REPORT_ITEMS + 1), run_id)?;
     let notes = tx
         .query(
             "SELECT id, text FROM notes WHERE run_id = ?1 AND report_id IS NULL ORDER BY id",
@@ -255,17 +269,8 @@ impl Store {
     /// a resolved-but-undelivered op or a pending note.
     pub async fn has_pending(&self, run_id: &str) -> StoreResult<bool> {
         let run_id = run_id.to_owned();
-        self.read(move |tx| {
-            let sql = format!(
-                "SELECT EXISTS (SELECT 1 FROM reports WHERE run_id = ?1 AND acked_at IS NULL) \
-                 OR EXISTS (SELECT 1 FROM ops WHERE run_id = ?1 AND {BACKGROUND} AND status IN ({}) \
-                            AND report_id IS NULL AND delivered_inline = 0) \
-                 OR EXISTS (SELECT 1 FROM notes WHERE run_id = ?1 AND report_id IS NULL)",
-                terminal_sql()
-            );
-            tx.scalar(&sql, vals![run_id])
-        })
-        .await
+        self.read(move |tx| tx.scalar(&pending_sql(), vals![run_id]))
+            .await
     }
 
     /// Drains every resolved-but-undelivered op and pending note of the run
@@ -394,6 +399,34 @@ pub(crate) mod tests {
             panic!()
         };
         op.id
+    }
+
+    /// A drain, and the check for anything to drain, read only the run's
+    /// undelivered ops, already in order: not every finished op of the
+    /// run's history.
+    #[tokio::test]
+    async fn a_drain_reads_only_undelivered_ops() {
+        let store = crate::store::sqlite_test_store();
+        let drain = format!(
+            "SELECT {COLUMNS} FROM ops WHERE {}",
+            resolved_filter(MAX_REPORT_ITEMS + 1)
+        );
+        for sql in [drain, pending_sql()] {
+            let explain = format!("EXPLAIN QUERY PLAN {sql}");
+            let plan = store
+                .read(move |tx| tx.query(&explain, crate::vals!["r"]))
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get::<String>("detail").unwrap())
+                .filter(|step| step.contains(" ops "))
+                .collect::<Vec<_>>();
+            assert_eq!(
+                plan,
+                ["SEARCH ops USING INDEX ops_undelivered (run_id=?)"],
+                "{sql}"
+            );
+        }
     }
 
     pub(crate) async fn finished_op(store: &Store, run: &str, code: i32) -> String {

@@ -43,6 +43,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(15, "0015_egress.sql"),
     migration!(16, "0016_origin.sql"),
     migration!(17, "0017_declared_schedules.sql"),
+    migration!(18, "0018_undelivered_order.sql"),
 ];
 
 /// The newest schema version this kernel knows.
