@@ -100,12 +100,46 @@ impl ToSql for Value {
     }
 }
 
+/// Largest undo journal of a savepoint or statement kept in memory before
+/// it spills to a temporary file (SQLite's default is 64 KiB).
+const UNDO_JOURNAL_IN_MEMORY: std::os::raw::c_int = 8 << 20;
+
+/// Group commit gives every write a savepoint, and SQLite journals the
+/// first change of each page under a savepoint in an undo journal: past
+/// 64 KiB it went to a temporary file, about 90 writes of 4 KiB per op
+/// under load. Up to [`UNDO_JOURNAL_IN_MEMORY`] they stay in memory now;
+/// a larger one (a retention purge of a big tree) still spills, so its
+/// memory stays bounded. SQLite takes this only before its first
+/// connection in the process (the kernel's store is that one); later, the
+/// default stays.
+fn keep_undo_journals_in_memory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `sqlite3_config` with this option takes one int; it
+        // touches only SQLite's global configuration, and refuses (MISUSE)
+        // once SQLite is initialized, which changes nothing
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_STMTJRNL_SPILL,
+                UNDO_JOURNAL_IN_MEMORY,
+            )
+        };
+        if rc != rusqlite::ffi::SQLITE_OK {
+            tracing::debug!(
+                rc,
+                "SQLite was initialized already: undo journals spill at 64 KiB"
+            );
+        }
+    });
+}
+
 /// Opens (or creates) the database at `path`: refused untouched when a
-/// newer kernel wrote it; else WAL, full sync, foreign keys, temporary
-/// journals in memory, a busy wait, the pending migrations, and an update
+/// newer kernel wrote it; else WAL, full sync, foreign keys, a busy wait, the pending migrations, and an update
 /// hook that sends each appended event's sequence number to `journal`
 /// (before the writer commits; readers only re-read).
 pub fn open(path: &Path, journal: Arc<tokio::sync::watch::Sender<i64>>) -> StoreResult<Connection> {
+    keep_undo_journals_in_memory();
     let mut conn = Connection::open(path)?;
     // a database from a newer kernel is refused before anything here
     // writes to it (not even the journal mode)
@@ -117,10 +151,6 @@ pub fn open(path: &Path, journal: Arc<tokio::sync::watch::Sender<i64>>) -> Store
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    // savepoints' and statements' undo journals in memory: group commit
-    // gives every write a savepoint, and on disk each one's first touch
-    // of a page was a 4 KiB write to a temp file (7 of them per WAL page)
-    conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     // every hot statement stays parsed
     conn.set_prepared_statement_cache_capacity(256);
