@@ -5,9 +5,12 @@
 -- by status instead: every drain read all of the run's finished ops,
 -- delivered or not (its whole history). Ordered by when they finished,
 -- the undelivered ops are read alone and already sorted.
-DROP INDEX ops_undelivered;
-CREATE INDEX ops_undelivered ON ops (run_id, finished_at, id) WHERE report_id IS NULL AND delivered_inline = 0;
 -- An admission reads the run's lineage (its ancestors) by the run: the
 -- ancestry's key leads with the ancestor, so each read scanned every
 -- run's ancestry.
 CREATE INDEX run_ancestry_by_run ON run_ancestry (run_id, distance);
+-- built beside the old index (the build lets other nodes read ops), then
+-- swapped in: the exclusive lock of the swap lasts only to the commit
+CREATE INDEX ops_undelivered_18 ON ops (run_id, finished_at, id) WHERE report_id IS NULL AND delivered_inline = 0;
+DROP INDEX ops_undelivered;
+ALTER INDEX ops_undelivered_18 RENAME TO ops_undelivered;

@@ -419,7 +419,7 @@ pub(crate) mod tests {
                 .unwrap()
                 .iter()
                 .map(|row| row.get::<String>("detail").unwrap())
-                .filter(|step| step.contains(" ops "))
+                .filter(|step| step.contains(" ops ") || step.contains("TEMP B-TREE"))
                 .collect::<Vec<_>>();
             assert_eq!(
                 plan,
