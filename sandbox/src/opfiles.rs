@@ -378,12 +378,12 @@ impl OpsDir {
         let (mut hasher, mut size, mut last) = (Sha256::new(), 0u64, Vec::new());
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let n = file
-                .read(&mut buf)
-                .map_err(|e| OpFileError::Unreadable(name.clone(), e.to_string()))?;
-            if n == 0 {
-                break;
-            }
+            let n = match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(OpFileError::Unreadable(name, e.to_string())),
+            };
             hasher.update(&buf[..n]);
             size += n as u64;
             last.extend_from_slice(&buf[..n]);

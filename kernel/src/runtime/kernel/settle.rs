@@ -47,7 +47,11 @@ impl Kernel {
             };
             match summary {
                 Ok((digest, tail)) => (Some(cut_tail(&tail)), Some(digest), recorded),
-                Err(_) => (None, None, recorded),
+                // a log unreadable to its end may still show its end
+                Err(_) => {
+                    let tail = ops.log_tail(&id, crate::report_text::TAIL_BYTES as u64 * 2);
+                    (tail.ok().map(|(bytes, _)| cut_tail(&bytes)), None, recorded)
+                }
             }
         })
         .await
