@@ -161,17 +161,29 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    #[tokio::test]
-    async fn a_renamed_code_file_wakes_its_op_every_time() {
+    /// A fresh directory, watched by a new watcher.
+    fn watched_dir() -> (PathBuf, OpsWatcher) {
         let dir = std::env::temp_dir().join(format!("opk-watch-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let watcher = OpsWatcher::new();
         watcher.watch(&dir);
+        (dir, watcher)
+    }
+
+    /// A new op id and the inbox its file events wake.
+    fn registered(watcher: &OpsWatcher) -> (String, Arc<Inbox>) {
+        let id = uuid::Uuid::new_v4().to_string();
+        let inbox = Arc::new(Inbox::default());
+        watcher.register(&id, inbox.clone());
+        (id, inbox)
+    }
+
+    #[tokio::test]
+    async fn a_renamed_code_file_wakes_its_op_every_time() {
+        let (dir, watcher) = watched_dir();
         let mut slow = Vec::new();
         for i in 0..200 {
-            let id = uuid::Uuid::new_v4().to_string();
-            let inbox = Arc::new(Inbox::default());
-            watcher.register(&id, inbox.clone());
+            let (id, inbox) = registered(&watcher);
             // the wrapper's pattern: a pid file, then code via temp file + rename
             std::fs::write(dir.join(format!("{id}.pid")), "1 2 h\n").unwrap();
             assert!(inbox.wait(Duration::from_secs(2)).await.has(Wake::File));
@@ -198,13 +210,8 @@ mod tests {
 
     #[tokio::test]
     async fn reading_an_op_file_wakes_nobody() {
-        let dir = std::env::temp_dir().join(format!("opk-watch-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let watcher = OpsWatcher::new();
-        watcher.watch(&dir);
-        let id = uuid::Uuid::new_v4().to_string();
-        let inbox = Arc::new(Inbox::default());
-        watcher.register(&id, inbox.clone());
+        let (dir, watcher) = watched_dir();
+        let (id, inbox) = registered(&watcher);
         let pid = dir.join(format!("{id}.pid"));
         std::fs::write(&pid, "1 2 h\n").unwrap();
         assert!(inbox.wait(Duration::from_secs(2)).await.has(Wake::File));

@@ -292,15 +292,8 @@ mod tests {
     /// ancestry.
     #[tokio::test]
     async fn a_lineage_is_read_by_its_run() {
-        let store = crate::store::sqlite_test_store();
-        let explain = format!("EXPLAIN QUERY PLAN SELECT r.run_id {}", super::ANCESTORS);
-        let plan = store
-            .read(move |tx| tx.query(&explain, crate::vals!["r"]))
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get::<String>("detail").unwrap())
-            .collect::<Vec<_>>();
+        let sql = format!("SELECT r.run_id {}", super::ANCESTORS);
+        let plan = crate::store::sqlite_query_plan(&sql).await;
         assert!(
             plan[0].contains("run_ancestry_by_run (run_id=?)"),
             "{plan:?}"

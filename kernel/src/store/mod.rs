@@ -484,6 +484,20 @@ pub(crate) fn sqlite_test_store() -> Store {
     Store::open(&path, StoreOptions::default()).unwrap()
 }
 
+/// SQLite's query plan of `sql` (each step's detail) on a fresh store,
+/// with `?1` bound to a run id.
+#[cfg(test)]
+pub(crate) async fn sqlite_query_plan(sql: &str) -> Vec<String> {
+    let explain = format!("EXPLAIN QUERY PLAN {sql}");
+    sqlite_test_store()
+        .read(move |tx| tx.query(&explain, crate::vals!["r"]))
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<String>("detail").unwrap())
+        .collect()
+}
+
 /// A test store that collects the text of every statement it runs.
 #[cfg(test)]
 pub(crate) fn recording_test_store() -> (Store, Arc<Lock<std::collections::BTreeSet<String>>>) {

@@ -406,19 +406,14 @@ pub(crate) mod tests {
     /// run's history.
     #[tokio::test]
     async fn a_drain_reads_only_undelivered_ops() {
-        let store = crate::store::sqlite_test_store();
         let drain = format!(
             "SELECT {COLUMNS} FROM ops WHERE {}",
             resolved_filter(MAX_REPORT_ITEMS + 1)
         );
         for sql in [drain, pending_sql()] {
-            let explain = format!("EXPLAIN QUERY PLAN {sql}");
-            let plan = store
-                .read(move |tx| tx.query(&explain, crate::vals!["r"]))
+            let plan = crate::store::sqlite_query_plan(&sql)
                 .await
-                .unwrap()
-                .iter()
-                .map(|row| row.get::<String>("detail").unwrap())
+                .into_iter()
                 .filter(|step| step.contains(" ops ") || step.contains("TEMP B-TREE"))
                 .collect::<Vec<_>>();
             assert_eq!(
