@@ -370,8 +370,7 @@ impl OpsDir {
         Ok((buf, size))
     }
 
-    /// sha256 and size of the whole log, and its last `tail` bytes: one
-    /// open and one pass (the settlement's record of the final log).
+    /// sha256 and size of the whole log, and its last `tail` bytes, in one pass.
     pub fn log_digest(&self, op_id: &str, tail: u64) -> Result<(LogDigest, Vec<u8>), OpFileError> {
         let name = format!("{op_id}.log");
         let mut file = self.open_log(op_id)?;

@@ -40,7 +40,8 @@ impl Kernel {
             if !has_log {
                 return (None, None, (None, 0, None));
             }
-            let summary = ops.log_digest(&id, crate::report_text::TAIL_BYTES as u64 * 2);
+            let tail_max = crate::report_text::TAIL_BYTES as u64 * 2;
+            let summary = ops.log_digest(&id, tail_max);
             let recorded = match has_code.then(|| ops.read_code_written(&id)) {
                 Some(Ok((result, written))) => (result.usage(), result.leftovers(), written),
                 _ => (None, 0, None),
@@ -49,8 +50,8 @@ impl Kernel {
                 Ok((digest, tail)) => (Some(cut_tail(&tail)), Some(digest), recorded),
                 // a log unreadable to its end may still show its end
                 Err(_) => {
-                    let tail = ops.log_tail(&id, crate::report_text::TAIL_BYTES as u64 * 2);
-                    (tail.ok().map(|(bytes, _)| cut_tail(&bytes)), None, recorded)
+                    let tail = ops.log_tail(&id, tail_max).ok();
+                    (tail.map(|(bytes, _)| cut_tail(&bytes)), None, recorded)
                 }
             }
         })

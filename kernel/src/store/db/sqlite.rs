@@ -135,9 +135,10 @@ fn keep_undo_journals_in_memory() {
 }
 
 /// Opens (or creates) the database at `path`: refused untouched when a
-/// newer kernel wrote it; else WAL, full sync, foreign keys, a busy wait, the pending migrations, and an update
-/// hook that sends each appended event's sequence number to `journal`
-/// (before the writer commits; readers only re-read).
+/// newer kernel wrote it; else WAL, full sync, foreign keys, a busy wait,
+/// the pending migrations, and an update hook that sends each appended
+/// event's sequence number to `journal` (before the writer commits;
+/// readers only re-read).
 pub fn open(path: &Path, journal: Arc<tokio::sync::watch::Sender<i64>>) -> StoreResult<Connection> {
     keep_undo_journals_in_memory();
     let mut conn = Connection::open(path)?;
