@@ -323,7 +323,12 @@ fn start(
     log: &File,
     fifo: Result<Option<Fifo>, String>,
 ) -> Result<Running, Unstarted> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok();
+    // only a name is looked up: each open in the image's file system may
+    // be a round trip to its storage driver (fuse-overlayfs)
+    let passwd = match launch.run_as {
+        RunAs::Name(_) => std::fs::read_to_string("/etc/passwd").ok(),
+        RunAs::Root | RunAs::Ids(_) => None,
+    };
     let user = launch
         .run_as
         .resolve(passwd.as_deref())
