@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The stages of a background op's start, from a system-wide `perf trace`
+(fsync, rename, execve, writev) of `opkernel-bench --latency-only`; see
+scripts/start-path.sh. Per sample, in order:
+
+  A  the bench's request (its writev)
+  K  the kernel's syncs up to the filing: the admission's commit, the exec
+     claim's commit, the request file's own sync (SQLite: 3 of them)
+  C  the request renamed into the launcher's inbox (the kernel's rename)
+  D  the launcher's claim (its rename of the request)
+  E  `opkernel-shim launch` executed (the launcher's child)
+  F  the op's pid file in place (the shim's rename)
+  G  the command executed (its execve returned)
+
+Prints each stage's p50 and p90 in ms over the samples where all were seen.
+"""
+
+import re
+import statistics
+import sys
+
+LINE = re.compile(r"^\s*([\d.]+) \(\s*([\d.]*)\s*(?:ms)?\): (.*?)/(\d+) (.*)$")
+
+
+def events(path):
+    """(start, end, comm, tid, call, result) of each completed call."""
+    out, pending = [], {}
+    for line in open(path, encoding="utf-8", errors="replace"):
+        m = LINE.match(line)
+        if not m:
+            continue
+        t, dur, comm, tid, rest = m.groups()
+        t, tid = float(t), int(tid)
+        if "[continued]:" in rest:
+            call = rest.split("[continued]:")[1].split("(")[0].strip()
+            start = pending.pop((tid, call), t)
+        else:
+            call = rest.split("(")[0]
+            if rest.rstrip().endswith("..."):
+                pending[(tid, call)] = t
+                continue
+            start = t
+        result = rest.rsplit("=", 1)[-1].strip() if "=" in rest else ""
+        out.append((start, t + float(dur or 0), comm, tid, call, result))
+    out.sort()
+    return out
+
+
+def request(e):
+    """The bench's HTTP request (a writev of a few hundred bytes; the
+    kernel's answer is over a thousand, Docker's API calls go by write)."""
+    return e[5].isdigit() and 200 <= int(e[5]) < 1000 and e[2] != "fuse-overlayfs"
+
+
+def first(evs, i, test):
+    return next(((j, e) for j, e in enumerate(evs[i:], i) if test(e)), (None, None))
+
+
+def sample(evs, ci):
+    """The stage times of the op filed by the rename at `ci`, or None."""
+    c = evs[ci]
+    a = next((e for e in reversed(evs[:ci]) if e[4] == "writev" and request(e)), None)
+    if a is None or c[0] - a[0] > 50:
+        return None
+    syncs = [e for e in evs[:ci] if e[0] > a[0] and e[2] != "shim" and e[4] == "fsync"]
+    di, d = first(evs, ci + 1, lambda e: e[4] == "rename")
+    if d is None or d[2] != "shim" or d[1] - c[1] > 5:
+        return None
+    ei, e = first(evs, di + 1, lambda x: x[4] == "execve" and x[5] == "0" and x[3] != d[3])
+    if e is None:
+        return None
+    fi, f = first(evs, ei + 1, lambda x: x[4] == "rename" and x[3] == e[3])
+    if f is None:
+        return None
+    _, g = first(evs, fi + 1, lambda x: x[4] == "execve" and x[5] == "0" and x[3] not in (d[3], e[3]))
+    if g is None or g[1] - a[0] > 100:
+        return None
+    stages = {}
+    if len(syncs) == 3:
+        stages["request -> admission committed"] = syncs[0][1] - a[0]
+        stages["-> exec claim committed"] = syncs[1][1] - syncs[0][1]
+        stages["-> request filed (synced, renamed)"] = c[1] - syncs[1][1]
+    else:
+        stages["request -> request filed"] = c[1] - a[0]
+    stages["-> launcher claimed it"] = d[1] - c[1]
+    stages["-> shim launch executed"] = e[0] - d[1]
+    stages["-> pid file in place"] = f[1] - e[0]
+    stages["-> command executed"] = g[1] - f[1]
+    stages["request -> command executed"] = g[1] - a[0]
+    return stages
+
+
+def main():
+    evs = events(sys.argv[1])
+    # the kernel's filing: a rename the launcher's claim (a rename by
+    # `shim`) follows
+    renames = [i for i, e in enumerate(evs) if e[4] == "rename" and e[2] != "shim"]
+    order, seen = [], {}
+    for ci in renames:
+        for name, ms in (sample(evs, ci) or {}).items():
+            if name not in seen:
+                order.append(name)
+            seen.setdefault(name, []).append(ms)
+    if not seen:
+        sys.exit("start-path: no complete sample in the trace")
+    for name in order:
+        v = sorted(seen[name])
+        p90 = v[min(len(v) - 1, int(len(v) * 0.9))]
+        print(f"{name:38s} p50 {statistics.median(v):6.2f} ms  p90 {p90:6.2f} ms  n={len(v)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Where a background op's start goes, stage by stage: runs the latency
+# bench (release build) under a system-wide `perf trace` of fsync, rename,
+# execve and writev, and prints each stage's p50 and p90 (see
+# scripts/start-path.py): the admission's commit, the exec claim's, the
+# request's filing, the launcher's claim, the shim's start, its pid file,
+# the command's exec. The trace slows each traced call: the stages add up
+# to more than the bench's untraced "running" figure, their shares hold.
+# Usage: scripts/start-path.sh [SAMPLES]   (needs perf: apt-get install linux-perf)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+samples=${1:-60}
+command -v perf >/dev/null || {
+  echo "start-path: needs perf (apt-get install -y linux-perf)" >&2
+  exit 2
+}
+# builds what the bench needs (engine, image, release binaries) and warms up
+scripts/bench.sh --latency-only 3 >/dev/null
+trace=$(mktemp -d)
+trap "rm -rf \"$trace\"" EXIT
+export OPKERNEL_BIN="$root/target/release/opkernel"
+perf trace -a -o "$trace/trace.txt" -e fsync,rename,execve,writev -- \
+  target/release/opkernel-bench --latency-only "$samples" | tail -n 4
+python3 scripts/start-path.py "$trace/trace.txt"
