@@ -15,6 +15,7 @@ scripts/start-path.sh. Per sample, in order:
 Prints each stage's p50 and p90 in ms over the samples where all were seen.
 """
 
+import math
 import re
 import statistics
 import sys
@@ -53,18 +54,34 @@ def request(e):
 
 
 def first(evs, i, test):
-    return next(((j, e) for j, e in enumerate(evs[i:], i) if test(e)), (None, None))
+    return next(((j, evs[j]) for j in range(i, len(evs)) if test(evs[j])), (None, None))
+
+
+def last_before(evs, i, since, test):
+    """The last event before index `i`, no earlier than `since`, passing `test`."""
+    for j in range(i - 1, -1, -1):
+        if evs[j][0] < since:
+            return None
+        if test(evs[j]):
+            return evs[j]
+    return None
 
 
 def sample(evs, ci):
-    """The stage times of the op filed by the rename at `ci`, or None."""
+    """(the claim's index, the request's time, the stage times) of the op
+    filed by the rename at `ci`, or None."""
     c = evs[ci]
-    a = next((e for e in reversed(evs[:ci]) if e[4] == "writev" and request(e)), None)
-    if a is None or c[0] - a[0] > 50:
+    a = last_before(evs, ci, c[0] - 50, lambda e: e[4] == "writev" and request(e))
+    if a is None:
         return None
-    syncs = [e for e in evs[:ci] if e[0] > a[0] and e[2] != "shim" and e[4] == "fsync"]
-    di, d = first(evs, ci + 1, lambda e: e[4] == "rename")
-    if d is None or d[2] != "shim" or d[1] - c[1] > 5:
+    syncs = []
+    for j in range(ci - 1, -1, -1):
+        if evs[j][0] <= a[0]:
+            break
+        if evs[j][4] == "fsync" and evs[j][2] != "shim":
+            syncs.insert(0, evs[j])
+    di, d = first(evs, ci + 1, lambda e: e[4] == "rename" and e[2] == "shim")
+    if d is None or d[1] - c[1] > 5:
         return None
     ei, e = first(evs, di + 1, lambda x: x[4] == "execve" and x[5] == "0" and x[3] != d[3])
     if e is None:
@@ -87,25 +104,41 @@ def sample(evs, ci):
     stages["-> pid file in place"] = f[1] - e[0]
     stages["-> command executed"] = g[1] - f[1]
     stages["request -> command executed"] = g[1] - a[0]
-    return stages
+    return di, a[0], stages
+
+
+ORDER = [
+    "request -> admission committed",
+    "-> exec claim committed",
+    "-> request filed (synced, renamed)",
+    "request -> request filed",
+    "-> launcher claimed it",
+    "-> shim launch executed",
+    "-> pid file in place",
+    "-> command executed",
+    "request -> command executed",
+]
 
 
 def main():
     evs = events(sys.argv[1])
     # the kernel's filing: a rename the launcher's claim (a rename by
-    # `shim`) follows
-    renames = [i for i, e in enumerate(evs) if e[4] == "rename" and e[2] != "shim"]
-    order, seen = [], {}
-    for ci in renames:
-        for name, ms in (sample(evs, ci) or {}).items():
-            if name not in seen:
-                order.append(name)
-            seen.setdefault(name, []).append(ms)
-    if not seen:
+    # `shim`) follows; of two such renames before one claim, the later
+    by_claim = {}
+    for ci, e in enumerate(evs):
+        if e[4] == "rename" and e[2] != "shim":
+            found = sample(evs, ci)
+            if found:
+                by_claim[found[0]] = found[1:]
+    # the bench's first three rounds warm up and are not its figures
+    samples = [stages for _, stages in sorted(by_claim.values(), key=lambda x: x[0])][3:]
+    if not samples:
         sys.exit("start-path: no complete sample in the trace")
-    for name in order:
-        v = sorted(seen[name])
-        p90 = v[min(len(v) - 1, int(len(v) * 0.9))]
+    for name in ORDER:
+        v = sorted(st[name] for st in samples if name in st)
+        if not v:
+            continue
+        p90 = v[max(0, math.ceil(0.9 * len(v)) - 1)]
         print(f"{name:38s} p50 {statistics.median(v):6.2f} ms  p90 {p90:6.2f} ms  n={len(v)}")
 
 

@@ -30,18 +30,23 @@ fn main() {
     }
 }
 
-/// Caps glibc's malloc arenas at one per core (its default is eight per
-/// core) unless `MALLOC_ARENA_MAX` says otherwise. Each thread that
-/// allocates under contention gets an arena of its own, and memory freed
-/// in one is not reused by another: with the runtime's blocking threads,
-/// 5,000 live ops peaked at 103-111 MB of RSS with the default and at
-/// 94-98 MB with two arenas, for no more CPU per op (`scripts/bench.sh`,
+/// Caps glibc's malloc arenas at one per core, two at least (its default
+/// is eight per core) unless the operator set them (`MALLOC_ARENA_MAX`, or
+/// `glibc.malloc.arena_max` in `GLIBC_TUNABLES`). Each thread that
+/// allocates takes an arena of its own until the cap, and memory freed
+/// into one arena is not reused by another: with the runtime's blocking
+/// threads, 5,000 live ops peaked at 103-111 MB of RSS with the default and
+/// at 91-98 MB with two arenas, for no more CPU per op (`scripts/bench.sh`,
 /// CHANGELOG.md). Called before any thread exists.
 fn cap_malloc_arenas() {
-    #[cfg(target_env = "gnu")]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+        if std::env::var_os("MALLOC_ARENA_MAX").is_some() || tunables.contains("arena_max") {
+            return;
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let cap = i32::try_from(cores).unwrap_or(i32::MAX);
+        let cap = i32::try_from(cores.max(2)).unwrap_or(i32::MAX);
         // SAFETY: only sets a malloc tunable, before any other thread
         // exists; a refused value leaves glibc's default
         #[allow(unsafe_code)]
