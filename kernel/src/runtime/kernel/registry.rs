@@ -44,6 +44,14 @@ impl ContainerRegistry {
         self.containers.lock().insert(info.id.clone(), info.clone());
     }
 
+    /// A known container's new name (Docker renamed it); one forgotten
+    /// meanwhile stays forgotten.
+    pub fn rename(&self, id: &str, name: &str) {
+        if let Some(c) = self.containers.lock().get_mut(id) {
+            c.name = name.to_owned();
+        }
+    }
+
     /// Forgets a container, by id or name.
     pub fn remove(&self, name_or_id: &str) {
         self.containers

@@ -71,27 +71,43 @@ impl Kernel {
         self.backend
             .bind_scratch(&sandbox::profile::scratch_key(run_id), &key)?;
         self.crash_point("pool.after_file");
-        Ok(Some(self.take_run_name(c, identity).await))
+        self.take_run_name(&c, identity);
+        Ok(Some(c))
     }
 }
 
 impl Kernel {
     /// An adopted container takes its run's container name (its labels
     /// cannot change: the name is how an operator finds a run's container
-    /// with Docker, SPEC §24). Not renamed (a name in use, Docker away),
-    /// it keeps its pool name and serves the run all the same.
-    async fn take_run_name(
-        &self,
-        mut c: ContainerInfo,
-        identity: &sandbox::RunIdentity,
-    ) -> ContainerInfo {
-        match self.backend.rename(&c.id, &identity.name).await {
-            Ok(()) => c.name = identity.name.clone(),
-            Err(e) => {
-                tracing::warn!(container = %c.name, run = %identity.run_id, %e, "warm pool: the adopted container keeps its pool name")
+    /// with Docker, SPEC §24), in the background: Docker's rename (a few
+    /// ms of the engine's work) is not on the run's first command's path,
+    /// nor its engine's work while that command starts.
+    /// Until it is done the run finds its container by its binding, as
+    /// every adopted container is found. The rename holds the run's create
+    /// lock, as the adoption did: nothing that names an unfit container
+    /// apart or makes the run a container of its own runs before it ends.
+    /// Not renamed (a name in use, Docker away), the container keeps its
+    /// pool name and serves the run all the same.
+    fn take_run_name(&self, c: &ContainerInfo, identity: &sandbox::RunIdentity) {
+        let Some(k) = self.arc() else { return };
+        let (id, pool_name) = (c.id.clone(), c.name.clone());
+        let (name, run_id) = (identity.name.clone(), identity.run_id.clone());
+        // the lock's first holder (the adoption's caller) lets go when its
+        // container is known; this task queues behind it
+        let lock = self.registry.create_lock(&run_id);
+        tokio::spawn(async move {
+            // after the first command's start, as the refill is
+            tokio::time::sleep(super::upkeep::SETTLE).await;
+            let _guard = lock.lock().await;
+            match k.backend.rename(&id, &name).await {
+                Ok(()) => k.registry.rename(&id, &name),
+                // removed meanwhile (a one-shot run that ended)
+                Err(sandbox::SandboxError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(container = %pool_name, run = %run_id, %e, "warm pool: the adopted container keeps its pool name")
+                }
             }
-        }
-        c
+        });
     }
 }
 

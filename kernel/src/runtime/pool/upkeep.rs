@@ -22,6 +22,10 @@ use crate::store::StoreError;
 const EVERY: Duration = Duration::from_secs(5);
 /// Pause after a failed fill (an image that will not start, Docker away).
 const FAILED_FILL_PAUSE: Duration = Duration::from_secs(30);
+/// How long a wake (an adoption, or a new run the pool could not serve)
+/// waits before the refill: the new run's first command, on the same
+/// cores and the same engine, goes first. Wakes meanwhile join it.
+pub(super) const SETTLE: Duration = Duration::from_millis(50);
 
 /// Loads the bindings and sorts the pool containers Docker has (at start,
 /// before any observer looks at a container).
@@ -90,7 +94,7 @@ pub async fn run(k: Arc<Kernel>, mut stop: Stop) {
             }
         };
         tokio::select! {
-            _ = k.pool.wake.notified() => {}
+            _ = k.pool.wake.notified() => if !stop.nap(SETTLE).await { return },
             alive = stop.nap(pause) => if !alive { return },
         }
     }
