@@ -243,6 +243,7 @@ impl Run {
             "new_run_first_command_p90_ms": pct(&pool.first_command, 90.0),
             "new_run_first_command_nopool_p50_ms": p50(&pool.first_command_nopool),
             "new_run_first_command_nopool_p90_ms": pct(&pool.first_command_nopool, 90.0),
+            "pool_second_command_p50_ms": p50(&pool.second_command),
             "pool_refill_p50_ms": p50(&pool.refill),
             "pool_idle_container_mib": pool.idle_container_mib,
             "pool_first_commands_not_adopted": pool.not_adopted,

@@ -88,6 +88,7 @@ pub async fn pool(bin: &Path, samples: usize, checks: &mut Checks) -> anyhow::Re
     let p = crate::pool::measure(bin, samples).await?;
     row("new run, 1st cmd (pool)", &p.first_command);
     row("new run, 1st cmd (no pool)", &p.first_command_nopool);
+    row("same run, 2nd cmd (pool)", &p.second_command);
     row("pool refill", &p.refill);
     println!(
         "an idle pool container holds {:.1} MiB; first commands not in a pool container: {}",

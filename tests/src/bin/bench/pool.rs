@@ -17,6 +17,9 @@ pub struct PoolFigures {
     pub first_command: Vec<f64>,
     /// The same with the pool off (ms).
     pub first_command_nopool: Vec<f64>,
+    /// The adopted container's second command, once the pool is full
+    /// again (ms): the same path on a container whose storage is warm.
+    pub second_command: Vec<f64>,
     /// Adoption → the pool back to its size (ms).
     pub refill: Vec<f64>,
     /// Memory of one idle pool container, as Docker counts it (MiB).
@@ -56,6 +59,13 @@ async fn until_free(k: &KernelProcess, n: usize) -> anyhow::Result<Duration> {
 async fn new_run_first_command(k: &KernelProcess, run: &str) -> anyhow::Result<(f64, String)> {
     let began = Instant::now();
     k.client.post("/v1/runs", &json!({ "run_id": run })).await?;
+    let (_, container) = echo(k, run).await?;
+    Ok((ms(began.elapsed()), container))
+}
+
+/// `echo hi` in `run`, waited for: its time and the container that answered.
+async fn echo(k: &KernelProcess, run: &str) -> anyhow::Result<(f64, String)> {
+    let began = Instant::now();
     let done: Value = k
         .client
         .post(
@@ -64,7 +74,7 @@ async fn new_run_first_command(k: &KernelProcess, run: &str) -> anyhow::Result<(
         )
         .await?;
     let took = ms(began.elapsed());
-    anyhow::ensure!(done["output"] == "hi\n", "first command answered {done}");
+    anyhow::ensure!(done["output"] == "hi\n", "echo answered {done}");
     Ok((
         took,
         done["container_id"].as_str().unwrap_or_default().to_owned(),
@@ -88,6 +98,7 @@ pub async fn measure_with(
     env.push(("OPKERNEL_POOL", "2"));
     let k = KernelProcess::start(bin, "bench-pool", &env).await?;
     let (mut first_command, mut refill, mut not_adopted) = (Vec::new(), Vec::new(), 0);
+    let mut second_command = Vec::new();
     until_free(&k, 2).await?;
     let idle = free(&k).await?;
     let idle_container_mib = memory_mib(&idle[0])?;
@@ -99,6 +110,9 @@ pub async fn measure_with(
         not_adopted += usize::from(!ready.contains(&container));
         until_free(&k, 2).await?;
         refill.push(ms(began.elapsed()));
+        let (took, again) = echo(&k, &format!("bench-pool-{i}")).await?;
+        anyhow::ensure!(again == container, "the second command left its container");
+        second_command.push(took);
     }
     drop(k);
     let k = KernelProcess::start(bin, "bench-nopool", &nopool).await?;
@@ -113,6 +127,7 @@ pub async fn measure_with(
     Ok(PoolFigures {
         first_command,
         first_command_nopool,
+        second_command,
         refill,
         idle_container_mib,
         not_adopted,

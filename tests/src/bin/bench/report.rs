@@ -24,6 +24,7 @@ impl Run {
             "new run, 1st cmd (no pool)",
             &self.pool.first_command_nopool,
         );
+        row("same run, 2nd cmd (pool)", &self.pool.second_command);
         row("pool refill", &self.pool.refill);
         row("stdin write -> echo", &self.inter.echo);
         row("docker exec -i (kept)", &self.inter.exec_session);
