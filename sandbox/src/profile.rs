@@ -35,6 +35,9 @@ pub const LABEL_POOL: &str = "opkernel.pool";
 pub const LABEL_POOL_IMAGE: &str = "opkernel.pool_image";
 /// How a pool container's scratch key begins (a run's key is hex only).
 pub const POOL_KEY_PREFIX: &str = "pool-";
+/// How a pool container's name begins (until a run adopts it and it takes
+/// the run's name).
+pub const POOL_NAME_PREFIX: &str = "opkernel-pool-";
 
 /// Where the run's scratch directory is mounted inside the container.
 pub const SCRATCH_MOUNT: &str = "/scratch";
@@ -218,7 +221,7 @@ impl PoolIdentity {
             scratch_key: format!("{POOL_KEY_PREFIX}{hex}"),
             fingerprint: pool_fingerprint(profile),
             image_id: image_id.to_owned(),
-            name: format!("opkernel-pool-{hex}"),
+            name: format!("{POOL_NAME_PREFIX}{hex}"),
         }
     }
 

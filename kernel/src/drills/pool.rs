@@ -155,6 +155,7 @@ async fn confirm_after(k: &KernelProcess, run: &str, used: &str) -> anyhow::Resu
             file.as_ref() == entry["scratch_key"].as_str().map(str::to_owned).as_ref(),
             || format!("binding file {file:?} for {entry}"),
         )?;
+        run_name_taken(k, run, used).await?;
     }
     let other = unique_run("adopt-next");
     let next = k.start_bg(&other, &["true"], 60).await?;
@@ -164,4 +165,27 @@ async fn confirm_after(k: &KernelProcess, run: &str, used: &str) -> anyhow::Resu
         || format!("{n}"),
     )?;
     Ok(())
+}
+
+/// The adopted container takes its run's name, though its kernel died
+/// before the rename: the restarted kernel gives it.
+async fn run_name_taken(k: &KernelProcess, run: &str, used: &str) -> anyhow::Result<()> {
+    let prefix = format!("opkernel-{}-", sandbox::profile::scratch_key(run));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let list = containers(k).await?;
+        let name = list
+            .iter()
+            .find(|e| e["container_id"] == used)
+            .and_then(|e| e["name"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        if name.starts_with(&prefix) {
+            return Ok(());
+        }
+        check(Instant::now() < deadline, || {
+            format!("the run's container is still named {name:?}, not {prefix}…")
+        })?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -3,9 +3,10 @@
 //! at any step leaves the container the run's (the row landed) or the
 //! pool's stray (it did not), never both: the row decides.
 
-use sandbox::profile::LABEL_SCRATCH_KEY;
+use sandbox::profile::{LABEL_SCRATCH_KEY, POOL_NAME_PREFIX};
 use sandbox::ContainerInfo;
 
+use super::PoolRole;
 use crate::runtime::kernel::Kernel;
 use crate::store::{Binding, Bound, StoreError};
 
@@ -108,6 +109,30 @@ impl Kernel {
                 }
             }
         });
+    }
+}
+
+impl Kernel {
+    /// At start: an adopted container still under its pool name (its
+    /// kernel stopped between the adoption and the rename) takes its run's
+    /// name, as the adoption would have given it.
+    pub(super) async fn restore_run_names(&self, list: &[ContainerInfo]) {
+        for c in list.iter().filter(|c| c.name.starts_with(POOL_NAME_PREFIX)) {
+            let Some(PoolRole::Bound(run)) = self.pool.role(c) else {
+                continue;
+            };
+            let Ok(profile) = self.run_profile(&run).await else {
+                continue;
+            };
+            let Ok(identity) = sandbox::RunIdentity::new(&run, &profile) else {
+                continue;
+            };
+            let identity = match &self.node {
+                Some(node) => identity.on_node(&node.config.name),
+                None => identity,
+            };
+            self.take_run_name(c, &identity);
+        }
     }
 }
 

@@ -69,6 +69,7 @@ pub async fn recover(k: &Kernel) -> Result<(), StoreError> {
     let Ok(list) = k.backend.list_managed().await else {
         return Ok(());
     };
+    k.restore_run_names(&list).await;
     let _ = k.pool.refresh_images(k).await;
     for c in list {
         let key = c.labels.get(LABEL_SCRATCH_KEY).cloned().unwrap_or_default();
