@@ -12,6 +12,9 @@ scripts/start-path.sh. Per sample, in order:
   F  the op's pid file in place (the shim's rename)
   G  the command executed (its execve returned)
 
+and, within them, the kernel's three syncs' own time and the command's
+PATH search (the execs of its name that failed before the one that ran).
+
 Prints each stage's p50 and p90 in ms over the samples where all were seen.
 """
 
@@ -89,7 +92,7 @@ def sample(evs, ci):
     fi, f = first(evs, ei + 1, lambda x: x[4] == "rename" and x[3] == e[3])
     if f is None:
         return None
-    _, g = first(evs, fi + 1, lambda x: x[4] == "execve" and x[5] == "0" and x[3] not in (d[3], e[3]))
+    gi, g = first(evs, fi + 1, lambda x: x[4] == "execve" and x[5] == "0" and x[3] not in (d[3], e[3]))
     if g is None or g[1] - a[0] > 100:
         return None
     stages = {}
@@ -97,12 +100,16 @@ def sample(evs, ci):
         stages["request -> admission committed"] = syncs[0][1] - a[0]
         stages["-> exec claim committed"] = syncs[1][1] - syncs[0][1]
         stages["-> request filed (synced, renamed)"] = c[1] - syncs[1][1]
+        stages["  (of these, the three syncs)"] = sum(x[1] - x[0] for x in syncs)
     else:
         stages["request -> request filed"] = c[1] - a[0]
     stages["-> launcher claimed it"] = d[1] - c[1]
     stages["-> shim launch executed"] = e[0] - d[1]
     stages["-> pid file in place"] = f[1] - e[0]
     stages["-> command executed"] = g[1] - f[1]
+    # the command's PATH search: the execs of its name that failed
+    missed = [x for x in evs[fi + 1 : gi] if x[4] == "execve" and x[3] == g[3] and x[5].startswith("-")]
+    stages["  (of it, the PATH search's failed execs)"] = sum(x[1] - x[0] for x in missed)
     stages["request -> command executed"] = g[1] - a[0]
     return di, a[0], stages
 
@@ -111,11 +118,13 @@ ORDER = [
     "request -> admission committed",
     "-> exec claim committed",
     "-> request filed (synced, renamed)",
+    "  (of these, the three syncs)",
     "request -> request filed",
     "-> launcher claimed it",
     "-> shim launch executed",
     "-> pid file in place",
     "-> command executed",
+    "  (of it, the PATH search's failed execs)",
     "request -> command executed",
 ]
 
@@ -139,7 +148,7 @@ def main():
         if not v:
             continue
         p90 = v[max(0, math.ceil(0.9 * len(v)) - 1)]
-        print(f"{name:38s} p50 {statistics.median(v):6.2f} ms  p90 {p90:6.2f} ms  n={len(v)}")
+        print(f"{name:42s} p50 {statistics.median(v):6.2f} ms  p90 {p90:6.2f} ms  n={len(v)}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 # execve and writev, and prints each stage's p50 and p90 (see
 # scripts/start-path.py): the admission's commit, the exec claim's, the
 # request's filing, the launcher's claim, the shim's start, its pid file,
-# the command's exec. The trace slows each traced call: the stages add up
+# the command's exec; and of these, the kernel's syncs' own time and the
+# command's PATH search. The trace slows each traced call: the stages add up
 # to more than the bench's untraced "running" figure, their shares hold.
 # Usage: scripts/start-path.sh [SAMPLES]   (needs perf: apt-get install linux-perf)
 set -euo pipefail
