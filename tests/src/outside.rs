@@ -80,37 +80,31 @@ impl Outside {
     /// python3), its ports answering.
     pub fn start(image: &str) -> anyhow::Result<Outside> {
         let tag = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
-        let dir = std::env::temp_dir().join(format!("opkernel-outside-{tag}"));
-        std::fs::create_dir_all(&dir)?;
-        certificates(&dir)?;
-        let network = format!("okt-outside-{tag}");
-        run(Command::new("docker").args(["network", "create", &network]))?;
-        let container = run(Command::new("docker")
-            .args([
-                "run",
-                "-d",
-                "--name",
-                &format!("okt-outside-{tag}"),
-                "--network",
-                &network,
-            ])
+        // named before anything is made: a start that fails midway leaves
+        // nothing behind (its drop removes what was made)
+        let name = format!("okt-outside-{tag}");
+        let mut outside = Outside {
+            network: name.clone(),
+            container: name.clone(),
+            ip: String::new(),
+            ca_pem: String::new(),
+            dir: std::env::temp_dir().join(format!("opkernel-outside-{tag}")),
+        };
+        std::fs::create_dir_all(&outside.dir)?;
+        certificates(&outside.dir)?;
+        run(Command::new("docker").args(["network", "create", &name]))?;
+        outside.container = run(Command::new("docker")
+            .args(["run", "-d", "--name", &name, "--network", &name])
             .args(["--label", "opkernel.test=outside", "-v"])
-            .arg(format!("{}:/certs:ro", dir.display()))
+            .arg(format!("{}:/certs:ro", outside.dir.display()))
             .args([image, "python3", "-c", SERVER]))?;
-        let ip = run(Command::new("docker").args([
+        outside.ip = run(Command::new("docker").args([
             "inspect",
             "-f",
             "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-            &container,
+            &outside.container,
         ]))?;
-        let ca_pem = std::fs::read_to_string(dir.join("ca.pem"))?;
-        let outside = Outside {
-            network,
-            container,
-            ip,
-            ca_pem,
-            dir,
-        };
+        outside.ca_pem = std::fs::read_to_string(outside.dir.join("ca.pem"))?;
         outside.wait_ready()?;
         Ok(outside)
     }
