@@ -2,7 +2,8 @@
 
 use clap::Parser;
 use opkernel::app::cli::{run, Cli};
-use opkernel::app::settings::table::LOG;
+use opkernel::app::settings::parse_count;
+use opkernel::app::settings::table::{LOG, MALLOC_ARENAS};
 
 fn main() {
     cap_malloc_arenas();
@@ -30,23 +31,27 @@ fn main() {
     }
 }
 
-/// Caps glibc's malloc arenas at one per core, two at least (its default
-/// is eight per core) unless the operator set them (`MALLOC_ARENA_MAX`, or
-/// `glibc.malloc.arena_max` in `GLIBC_TUNABLES`). Each thread that
-/// allocates takes an arena of its own until the cap, and memory freed
-/// into one arena is not reused by another: with the runtime's blocking
-/// threads, 5,000 live ops peaked at 103-111 MB of RSS with the default and
-/// at 91-98 MB with two arenas, for no more CPU per op (`scripts/bench.sh`,
-/// CHANGELOG.md). Called before any thread exists.
+/// Sets glibc's malloc arenas (`OPKERNEL_MALLOC_ARENAS`; 0, the default:
+/// one per core, two at least, where glibc gives eight per core). Each
+/// thread that allocates takes an arena of its own until the cap, and
+/// memory freed into one arena is not reused by another: with the
+/// runtime's blocking threads, 5,000 live ops peaked at 103-111 MB of RSS
+/// with glibc's default and at 91-98 MB with two arenas, for no more CPU
+/// per op (`scripts/bench.sh`, CHANGELOG.md). Called before any thread
+/// exists; a value that is not a count stops the process, named.
 fn cap_malloc_arenas() {
+    let text = std::env::var(MALLOC_ARENAS.env).unwrap_or_else(|_| MALLOC_ARENAS.default.into());
+    let arenas = match parse_count(&text) {
+        Ok(0) => std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
+        Ok(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        Err(e) => {
+            eprintln!("opkernel: {}: {e}", MALLOC_ARENAS.env);
+            std::process::exit(2);
+        }
+    };
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-        if std::env::var_os("MALLOC_ARENA_MAX").is_some() || tunables.contains("arena_max") {
-            return;
-        }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let cap = i32::try_from(cores.max(2)).unwrap_or(i32::MAX);
+        let cap = i32::try_from(arenas).unwrap_or(i32::MAX);
         // SAFETY: only sets a malloc tunable, before any other thread
         // exists; a refused value leaves glibc's default
         #[allow(unsafe_code)]
@@ -54,4 +59,6 @@ fn cap_malloc_arenas() {
             libc::mallopt(libc::M_ARENA_MAX, cap);
         }
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = arenas;
 }

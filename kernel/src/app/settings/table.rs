@@ -179,6 +179,11 @@ settings! {
     /// A CA (PEM) trusted beside the system's roots for the webhook's
     /// `https://` receiver.
     WEBHOOK_CA = "OPKERNEL_WEBHOOK_CA", Path, Serve, default "";
+    /// glibc's malloc arenas of the process, set before any thread
+    /// starts (over glibc's own `MALLOC_ARENA_MAX`); 0: one per core, two
+    /// at least. glibc's default is eight per core, and memory freed into
+    /// one arena is not reused by another.
+    MALLOC_ARENAS = "OPKERNEL_MALLOC_ARENAS", Count, Both, default "0";
     /// Log filter, in `tracing`'s `EnvFilter` syntax.
     LOG = "OPKERNEL_LOG", Text, Both, default "opkernel=info,warn";
     /// The daemon a client verb or `opkernel mcp` talks to.
