@@ -178,11 +178,7 @@ pub async fn view_of(
         .run_meta(run)
         .await?
         .ok_or_else(|| ViewError::NoRun(run.to_owned()))?;
-    let identity = sandbox::RunIdentity::new(run, &meta.profile)?;
-    let identity = match &k.node {
-        Some(node) => identity.on_node(&node.config.name),
-        None => identity,
-    };
+    let identity = k.run_identity(run, &meta.profile)?;
     // in a cluster, only the tree's node holds its workspace (a call is
     // relayed there; one that raced a move of the tree is refused)
     if let Some(me) = &k.node {

@@ -10,6 +10,21 @@ use super::Kernel;
 use crate::runtime::pool::AdoptError;
 
 impl Kernel {
+    /// The identity of `run_id`'s container under `profile` on this
+    /// kernel (a cluster node's name is in the container's name); refuses
+    /// an invalid run id.
+    pub fn run_identity(
+        &self,
+        run_id: &str,
+        profile: &sandbox::Profile,
+    ) -> sandbox::Result<RunIdentity> {
+        let identity = RunIdentity::new(run_id, profile)?;
+        Ok(match &self.node {
+            Some(node) => identity.on_node(&node.config.name),
+            None => identity,
+        })
+    }
+
     /// The run container for `identity`: the one it has (its own, or the
     /// pool container it adopted), else a free pool container adopted when
     /// the run is new and its profile pooled, else a container created for

@@ -275,14 +275,8 @@ impl ObserverAttempt {
         &self,
     ) -> Result<Option<(RunIdentity, sandbox::Profile)>, ObserverError> {
         let profile = self.kernel.run_profile(&self.op.run_id).await?;
-        match RunIdentity::new(&self.op.run_id, &profile) {
-            Ok(identity) => Ok(Some((
-                match &self.kernel.node {
-                    Some(node) => identity.on_node(&node.config.name),
-                    None => identity,
-                },
-                profile,
-            ))),
+        match self.kernel.run_identity(&self.op.run_id, &profile) {
+            Ok(identity) => Ok(Some((identity, profile))),
             Err(e) => {
                 self.fail(e.to_string()).await?;
                 Ok(None)

@@ -124,14 +124,9 @@ impl Kernel {
             let Ok(profile) = self.run_profile(&run).await else {
                 continue;
             };
-            let Ok(identity) = sandbox::RunIdentity::new(&run, &profile) else {
-                continue;
-            };
-            let identity = match &self.node {
-                Some(node) => identity.on_node(&node.config.name),
-                None => identity,
-            };
-            self.take_run_name(c, &identity);
+            if let Ok(identity) = self.run_identity(&run, &profile) {
+                self.take_run_name(c, &identity);
+            }
         }
     }
 }
